@@ -1,0 +1,3 @@
+from edgeclaw.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,246 @@
+"""`edgeclaw` command line: argparse entry points, each importing only what it needs.
+
+`edgeclaw --version` must stay fast on a small board, so nothing beyond
+argparse is imported until a command has been chosen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from edgeclaw import __version__
+
+EXIT_OK = 0
+EXIT_TOOL_ERROR = 1
+EXIT_REFUSED = 2  # refused before running, or a usage / configuration error
+
+
+def _common(parser: argparse.ArgumentParser, board: bool = True) -> None:
+    parser.add_argument("--config", metavar="FILE", help="config file (default: $EDGECLAW_CONFIG, /etc/edgeclaw)")
+    if board:
+        parser.add_argument("--board", metavar="NAME", help="board profile name or file (overrides the config)")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="logging threshold")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="edgeclaw", description="LLM agent daemon for embedded Linux boards.")
+    parser.add_argument("--version", action="version", version=f"edgeclaw {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run the daemon in the foreground (systemd's ExecStart)")
+    _common(run)
+
+    chat = sub.add_parser("chat", help="chat with the agent on this terminal")
+    _common(chat)
+    chat.add_argument("--message", metavar="TEXT", help="one turn: print the reply and exit")
+
+    tools = sub.add_parser("tools", help="list the tools")
+    tools_sub = tools.add_subparsers(dest="tools_command", metavar="SUBCOMMAND", required=True)
+    tlist = tools_sub.add_parser("list", help="the tools the policy lets through, with groups")
+    _common(tlist)
+    tlist.add_argument("--json", action="store_true", help="print JSON")
+    tlist.add_argument("--profile", metavar="P", help="evaluate with this policy profile instead of the config's")
+
+    tool = sub.add_parser("tool", help="call one tool")
+    tool_sub = tool.add_subparsers(dest="tool_command", metavar="SUBCOMMAND", required=True)
+    call = tool_sub.add_parser("call", help="one call through the full registry path")
+    _common(call)
+    call.add_argument("name", help="tool name")
+    call.add_argument("args", nargs="?", default="{}", help="arguments as a JSON object")
+    call.add_argument("--dry-run", action="store_true", help="run every check, but not the tool body")
+    call.add_argument("--json", action="store_true", help="print one JSON object")
+
+    config = sub.add_parser("config", help="configuration")
+    config_sub = config.add_subparsers(dest="config_command", metavar="SUBCOMMAND", required=True)
+    check = config_sub.add_parser("check", help="validate a config file")
+    check.add_argument("file", nargs="?", help="config file (default: the one `run` would use)")
+
+    board = sub.add_parser("board", help="board profiles")
+    board_sub = board.add_subparsers(dest="board_command", metavar="SUBCOMMAND", required=True)
+    board_sub.add_parser("detect", help="which profile this board matches")
+    show = board_sub.add_parser("show", help="what a profile allows")
+    show.add_argument("name", help="profile name or file")
+
+    doctor = sub.add_parser("doctor", help="check buses, permissions, sandbox, broker and provider")
+    _common(doctor)
+    return parser
+
+
+def _setup_logging(level: str | None, default: str = "warning") -> None:
+    logging.basicConfig(
+        level=(level or default).upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def _load(args: argparse.Namespace) -> Any:
+    from edgeclaw.config import load_config
+
+    return load_config(getattr(args, "config", None))
+
+
+def _print_config_errors(err: Exception) -> None:
+    print(f"edgeclaw: configuration error:\n{err}", file=sys.stderr)
+
+
+def cmd_tool_call(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from edgeclaw.daemon.runtime import build_runtime
+    from edgeclaw.errors import ConfigErrors
+    from edgeclaw.tools.base import ToolContext
+
+    try:
+        runtime = build_runtime(_load(args), board=args.board)
+    except ConfigErrors as e:
+        _print_config_errors(e)
+        return EXIT_REFUSED
+    ctx = ToolContext(channel="cli", peer_kind="local", session_key=f"cli:{os.getuid()}", sender=_user())
+    outcome = asyncio.run(runtime.registry.execute(args.name, args.args, ctx, dry_run=args.dry_run))
+    if args.json:
+        print(json.dumps(outcome.as_dict(), ensure_ascii=False))
+    elif outcome.ok:
+        print(outcome.for_user if outcome.for_user is not None else outcome.for_llm)
+    else:
+        print(f"edgeclaw: {outcome.error}", file=sys.stderr)
+    if outcome.ok:
+        return EXIT_OK
+    return EXIT_REFUSED if outcome.refused else EXIT_TOOL_ERROR
+
+
+def cmd_tools_list(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from edgeclaw.daemon.runtime import build_runtime
+    from edgeclaw.errors import ConfigErrors
+    from edgeclaw.tools.base import ToolContext
+
+    try:
+        config = _load(args)
+        if args.profile:
+            config.tools = dataclasses.replace(config.tools, profile=args.profile)
+            from edgeclaw.config.loader import check_config
+
+            check_config(config)
+        runtime = build_runtime(config, board=args.board, require_secrets=False)
+    except ConfigErrors as e:
+        _print_config_errors(e)
+        return EXIT_REFUSED
+    infos = runtime.registry.infos(ToolContext(channel="cli", session_key="cli:list"))
+    if args.json:
+        print(json.dumps([{"name": i.name, "group": i.group, "description": i.description} for i in infos]))
+        return EXIT_OK
+    width = max((len(i.name) for i in infos), default=4)
+    for info in infos:
+        print(f"{info.name:<{width}}  {info.group:<10}  {info.description.split('. ')[0].rstrip('.')}")
+    return EXIT_OK
+
+
+def cmd_config_check(args: argparse.Namespace) -> int:
+    from edgeclaw.config import find_config_path, load_config
+    from edgeclaw.config.secrets import resolve_secrets
+    from edgeclaw.daemon.runtime import build_runtime
+    from edgeclaw.errors import ConfigErrors
+
+    path = find_config_path(args.file)
+    try:
+        config = load_config(args.file)
+        build_runtime(config, require_secrets=False)
+    except ConfigErrors as e:
+        print(e, file=sys.stderr)
+        return EXIT_TOOL_ERROR
+    _, missing = resolve_secrets(config)
+    for problem in missing:
+        # The service may get its environment from systemd; here we can only warn.
+        print(f"warning: {problem}", file=sys.stderr)
+    print(f"{path or 'built-in defaults'}: ok")
+    return EXIT_OK
+
+
+def cmd_board(args: argparse.Namespace) -> int:
+    from edgeclaw import board
+    from edgeclaw.errors import ConfigErrors
+
+    try:
+        if args.board_command == "detect":
+            found = board.detect()
+            if found is None:
+                print(f"no profile matches this machine (the daemon would use {board.FALLBACK_BOARD!r})")
+                return EXIT_TOOL_ERROR
+            print(found.name)
+            return EXIT_OK
+        profile = board.load_profile(args.name, "board show")
+    except ConfigErrors as e:
+        print(e, file=sys.stderr)
+        return EXIT_REFUSED
+    print(f"{profile.name}: {profile.description}")
+    print(f"file: {profile.path}")
+    print(json.dumps({k: v for k, v in profile.raw.items() if k != "board"}, indent=2))
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from edgeclaw.daemon.lifecycle import run_daemon
+    from edgeclaw.errors import ConfigErrors, NotImplementedFeature
+
+    try:
+        config = _load(args)
+    except ConfigErrors as e:
+        _print_config_errors(e)
+        return EXIT_REFUSED
+    _setup_logging(args.log_level, config.log_level)
+    try:
+        return run_daemon(config, board=args.board)
+    except ConfigErrors as e:
+        _print_config_errors(e)
+        return EXIT_REFUSED
+    except NotImplementedFeature as e:
+        print(f"edgeclaw: {e}", file=sys.stderr)
+        return EXIT_REFUSED
+
+
+def _not_implemented(what: str) -> int:
+    print(f"edgeclaw: {what} is not implemented in this version", file=sys.stderr)
+    return EXIT_REFUSED
+
+
+def _user() -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (KeyError, ImportError):
+        return str(os.getuid())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_REFUSED
+    if args.command != "run":
+        _setup_logging(getattr(args, "log_level", None))
+    if args.command == "run":
+        return cmd_run(args)
+    if args.command == "tool":
+        return cmd_tool_call(args)
+    if args.command == "tools":
+        return cmd_tools_list(args)
+    if args.command == "config":
+        return cmd_config_check(args)
+    if args.command == "board":
+        return cmd_board(args)
+    if args.command == "chat":
+        return _not_implemented("`edgeclaw chat` (the agent loop)")
+    if args.command == "doctor":
+        return _not_implemented("`edgeclaw doctor`")
+    parser.error(f"unknown command {args.command!r}")
+    return EXIT_REFUSED

@@ -1,0 +1,65 @@
+"""Secrets named by the config: read from the environment or from a file, never inline.
+
+Every value read here is also handed to the scrubber, so it is redacted from
+tool output whatever its shape.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgeclaw.config.schema import Config
+from edgeclaw.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    key: str  # the config key that names it, e.g. "providers.cloud.api_key_env"
+    env: str = ""
+    file: str = ""
+
+    def resolve(self, source: str, environ: Mapping[str, str] | None = None) -> str:
+        env = os.environ if environ is None else environ
+        if self.env:
+            value = env.get(self.env)
+            if not value:
+                raise ConfigError(source, self.key, f"environment variable {self.env} is not set")
+            return value
+        try:
+            # Strip only the trailing newline editors add; inner whitespace may be part of the secret.
+            return Path(self.file).read_text(encoding="utf-8").rstrip("\r\n")
+        except OSError as e:
+            raise ConfigError(source, self.key, f"cannot read secret file {self.file}: {e.strerror}") from None
+
+
+def secret_refs(config: Config) -> dict[str, SecretRef]:
+    """Every secret the config names, keyed by what it is for."""
+    refs: dict[str, SecretRef] = {}
+    for name, p in config.providers.items():
+        if p.api_key_env:
+            refs[f"providers.{name}"] = SecretRef(f"providers.{name}.api_key_env", env=p.api_key_env)
+        elif p.api_key_file:
+            refs[f"providers.{name}"] = SecretRef(f"providers.{name}.api_key_file", file=p.api_key_file)
+    m = config.mqtt
+    if m.password_env:
+        refs["mqtt"] = SecretRef("mqtt.password_env", env=m.password_env)
+    elif m.password_file:
+        refs["mqtt"] = SecretRef("mqtt.password_file", file=m.password_file)
+    return refs
+
+
+def resolve_secrets(
+    config: Config, environ: Mapping[str, str] | None = None
+) -> tuple[dict[str, str], list[ConfigError]]:
+    """Read every secret; returns the values found and the problems (missing variable, unreadable file)."""
+    values: dict[str, str] = {}
+    problems: list[ConfigError] = []
+    for what, ref in secret_refs(config).items():
+        try:
+            values[what] = ref.resolve(config._source, environ)
+        except ConfigError as e:
+            problems.append(e)
+    return values, problems

@@ -1,0 +1,162 @@
+"""Turn parsed TOML into typed dataclasses, collecting every error with its key path.
+
+A small purpose-built converter instead of a validation framework: it keeps
+`edgeclaw` start-up cheap, and its messages can name the file, the dotted key
+and what was expected, which is what a person editing a config on a board
+needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+from edgeclaw.errors import ConfigError
+
+T = TypeVar("T")
+
+_TYPE_WORDS = {str: "a string", int: "an integer", float: "a number", bool: "true or false", Path: "a path string"}
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "a table"
+    return type(value).__name__
+
+
+def _expected(tp: Any) -> str:
+    origin = get_origin(tp)
+    if tp in _TYPE_WORDS:
+        return _TYPE_WORDS[tp]
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(tp))
+    if origin in (list, tuple):
+        return f"an array of {_expected(get_args(tp)[0]).removeprefix('a ').removeprefix('an ')}s"
+    if origin is dict:
+        return "a table"
+    if dataclasses.is_dataclass(tp):
+        return "a table"
+    if origin in (Union, types.UnionType):
+        return " or ".join(_expected(a) for a in get_args(tp) if a is not type(None))
+    return str(tp)
+
+
+class _Converter:
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.errors: list[ConfigError] = []
+
+    def fail(self, key: str, problem: str) -> None:
+        self.errors.append(ConfigError(self.source, key, problem))
+
+    def convert(self, value: Any, tp: Any, key: str) -> Any:
+        origin = get_origin(tp)
+        if origin in (Union, types.UnionType):
+            options = [a for a in get_args(tp) if a is not type(None)]
+            for option in options:
+                if self._matches(value, option):
+                    return self.convert(value, option, key)
+            self.fail(key, f"expected {_expected(tp)}, got {_describe(value)}")
+            return None
+        if origin is Literal:
+            allowed = get_args(tp)
+            if value not in allowed or isinstance(value, bool) != any(isinstance(a, bool) for a in allowed):
+                self.fail(key, f"expected one of {', '.join(repr(a) for a in allowed)}, got {value!r}")
+            return value
+        if origin in (list, tuple):
+            if not isinstance(value, list):
+                self.fail(key, f"expected {_expected(tp)}, got {_describe(value)}")
+                return []
+            (item_type, *_) = get_args(tp)
+            items = [self.convert(v, item_type, f"{key}[{i}]") for i, v in enumerate(value)]
+            return tuple(items) if origin is tuple else items
+        if origin is dict:
+            if not isinstance(value, dict):
+                self.fail(key, f"expected a table, got {_describe(value)}")
+                return {}
+            _, value_type = get_args(tp)
+            return {k: self.convert(v, value_type, f"{key}.{k}") for k, v in value.items()}
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(value, dict):
+                self.fail(key, f"expected a table, got {_describe(value)}")
+                return None
+            return self.build(tp, value, key)
+        if not self._matches(value, tp):
+            self.fail(key, f"expected {_expected(tp)}, got {_describe(value)}")
+            return None
+        if tp is float:
+            return float(value)
+        if tp is Path:
+            return Path(value)
+        return value
+
+    @staticmethod
+    def _matches(value: Any, tp: Any) -> bool:
+        # TOML booleans are Python ints; a port number of `true` is a mistake, not 1.
+        if tp is bool:
+            return isinstance(value, bool)
+        if tp is int:
+            return isinstance(value, int) and not isinstance(value, bool)
+        if tp is float:
+            return isinstance(value, int | float) and not isinstance(value, bool)
+        if tp in (str, Path):
+            return isinstance(value, str)
+        origin = get_origin(tp)
+        if origin in (list, tuple):
+            return isinstance(value, list)
+        if origin is dict or dataclasses.is_dataclass(tp):
+            return isinstance(value, dict)
+        if origin is Literal:
+            return value in get_args(tp)
+        return True
+
+    def build(self, cls: type[T], data: dict[str, Any], prefix: str) -> T:
+        hints = get_type_hints(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        kwargs: dict[str, Any] = {}
+        for raw_key, value in data.items():
+            key = f"{prefix}.{raw_key}" if prefix else raw_key
+            name = raw_key.replace("-", "_")
+            if name not in fields or name.startswith("_"):
+                known = ", ".join(sorted(k for k in fields if not k.startswith("_")))
+                self.fail(key, f"unknown key (expected one of: {known})")
+                continue
+            converted = self.convert(value, hints[name], key)
+            if converted is not None:
+                kwargs[name] = converted
+        missing = [
+            n
+            for n, f in fields.items()
+            if n not in kwargs
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+            and not any(e.key.startswith(f"{prefix}.{n}" if prefix else n) for e in self.errors)
+        ]
+        for name in missing:
+            key = f"{prefix}.{name}" if prefix else name
+            self.fail(key, f"required key is missing (expected {_expected(hints[name])})")
+        if missing:
+            return None  # type: ignore[return-value]
+        return cls(**kwargs)
+
+
+def build_dataclass(cls: type[T], data: dict[str, Any], source: str) -> tuple[T | None, list[ConfigError]]:
+    """Build `cls` from a TOML table. Returns the object (None when unusable) and all errors found."""
+    converter = _Converter(source)
+    obj = converter.build(cls, data, "")
+    return (obj if not converter.errors else None), converter.errors
+
+
+__all__ = ["build_dataclass"]

@@ -1,0 +1,118 @@
+"""`edgeclaw run`: start the services, tell systemd, stop cleanly.
+
+Start-up order: build the runtime from config → enter every service (each an
+async context manager that owns its connections) → READY=1 → serve. On
+SIGTERM or SIGINT: STOPPING=1 → in-flight tool calls get
+`shutdown_grace_s`, then are cancelled → services are exited in reverse
+order → exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+
+from edgeclaw import __version__
+from edgeclaw.config.schema import Config
+from edgeclaw.daemon.runtime import Runtime, build_runtime
+from edgeclaw.daemon.sdnotify import LoopWatchdog, SystemdNotifier
+from edgeclaw.errors import NotImplementedFeature
+
+log = logging.getLogger("edgeclaw.daemon")
+
+# A service is built from the runtime and entered for the daemon's lifetime.
+ServiceFactory = Callable[[Runtime], AbstractAsyncContextManager[object]]
+
+
+def configured_services(config: Config) -> list[ServiceFactory]:
+    """The channels the config asks for. Each one that this version lacks is refused by name."""
+    services: list[ServiceFactory] = []
+    if config.mqtt.enabled:
+        raise NotImplementedFeature("mqtt.enabled = true: the MQTT channel is not implemented in this version")
+    if config.console.ports:
+        raise NotImplementedFeature("console.ports: the serial console is not implemented in this version")
+    return services
+
+
+class Daemon:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        board: str | None = None,
+        services: Sequence[ServiceFactory] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.config = config
+        self.board = board
+        self.services = list(services) if services is not None else configured_services(config)
+        self.environ = environ
+        self.runtime: Runtime | None = None
+        self._stop = asyncio.Event()
+        self.ready = asyncio.Event()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> int:
+        import os
+
+        environ = os.environ if self.environ is None else self.environ
+        notifier = SystemdNotifier.from_env(environ)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                # Only the main thread may install signal handlers; tests run daemons elsewhere too.
+                loop.add_signal_handler(sig, self.request_stop)
+        try:
+            notifier.status("starting")
+            runtime = self.runtime = build_runtime(self.config, board=self.board, environ=environ)
+            log.info(
+                "edgeclaw %s starting: device %s, board %s, workspace %s, %d tools",
+                __version__,
+                runtime.device_id,
+                runtime.board.name,
+                runtime.workspace,
+                len(runtime.registry.names()),
+            )
+            async with AsyncExitStack() as stack:
+                for factory in self.services:
+                    await stack.enter_async_context(factory(runtime))
+                watchdog = LoopWatchdog.from_env(notifier, environ)
+                if watchdog is not None:
+                    await stack.enter_async_context(watchdog)
+                notifier.ready(f"serving: board {runtime.board.name}, {len(self.services)} channel(s)")
+                self.ready.set()
+                log.info("ready")
+                await self._stop.wait()
+                notifier.stopping("stopping: finishing in-flight tool calls")
+                log.info(
+                    "stopping: %d tool call(s) in flight, %.1f s grace",
+                    runtime.registry.in_flight,
+                    self.config.shutdown_grace_s,
+                )
+                await runtime.registry.drain(self.config.shutdown_grace_s)
+            log.info("stopped")
+            return 0
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                    loop.remove_signal_handler(sig)
+            notifier.close()
+
+
+def run_daemon(config: Config, *, board: str | None = None) -> int:
+    """Run the daemon until a signal stops it; uvloop when it is installed."""
+    daemon = Daemon(config, board=board)
+    try:
+        import uvloop
+
+        loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
+    except ImportError:
+        loop_factory = None
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(daemon.run())

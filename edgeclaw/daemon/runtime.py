@@ -1,0 +1,91 @@
+"""Build the tool runtime from the configuration: shared by the daemon and the CLI.
+
+`edgeclaw tool call` and `edgeclaw run` go through exactly the same registry,
+policy, limits and scrubbing, because both are built here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgeclaw.board import BoardProfile
+from edgeclaw.config.paths import device_id, state_dir
+from edgeclaw.config.schema import Config
+from edgeclaw.errors import ConfigError, ConfigErrors
+from edgeclaw.tools.registry import Registry
+
+log = logging.getLogger("edgeclaw.runtime")
+
+
+@dataclass
+class Runtime:
+    config: Config
+    device_id: str
+    state_dir: Path
+    workspace: Path
+    board: BoardProfile
+    registry: Registry
+    secrets: dict[str, str]
+
+
+def build_runtime(
+    config: Config,
+    *,
+    board: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    require_secrets: bool = True,
+) -> Runtime:
+    """Wire the registry and its tools. Raises ConfigErrors for anything that cannot be honoured."""
+    from edgeclaw import board as boards
+    from edgeclaw.config.loader import policy_rules
+    from edgeclaw.config.secrets import resolve_secrets
+    from edgeclaw.tools.fs import fs_tools
+    from edgeclaw.tools.policy import PolicyEngine
+    from edgeclaw.tools.ratelimit import SlidingWindowLimiter
+    from edgeclaw.tools.scrub import Scrubber
+    from edgeclaw.tools.session_status import SessionStatusTool
+    from edgeclaw.tools.workspace import Workspace
+
+    source = config._source
+    profile = boards.resolve(board or config.board, "--board" if board else source)
+
+    secrets, problems = resolve_secrets(config, environ)
+    if problems and require_secrets:
+        raise ConfigErrors(problems)
+    scrubber = Scrubber()
+    for value in secrets.values():
+        scrubber.add_secret(value)
+
+    state = state_dir(config.state_dir, environ)
+    workspace = Path(config.workspace) if config.workspace else state / "workspace"
+    try:
+        workspace.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigErrors([ConfigError(source, "workspace", f"cannot create {workspace}: {e.strerror}")]) from None
+
+    t = config.tools
+    policy = PolicyEngine(policy_rules(config))
+    limiter = SlidingWindowLimiter(t.rate_limit, t.rate_window_s)
+    registry = Registry(
+        policy, scrubber, limiter, default_timeout_s=t.timeout_s, max_output_bytes=t.max_output_bytes
+    )
+    ws = Workspace(workspace, tuple(Path(p) for p in t.allowed_paths), t.max_file_bytes)
+    registry.register_all(fs_tools(ws))
+    registry.register(SessionStatusTool(registry.stats, limiter))
+
+    # Tool names can only be checked once the tools exist.
+    problems = [ConfigError(source, key, problem) for key, problem in policy.validate()]
+    if problems:
+        raise ConfigErrors(problems)
+    return Runtime(
+        config=config,
+        device_id=device_id(config.device_id),
+        state_dir=state,
+        workspace=workspace,
+        board=profile,
+        registry=registry,
+        secrets=secrets,
+    )

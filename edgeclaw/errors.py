@@ -1,0 +1,48 @@
+"""The exception families, one per layer.
+
+Backends raise `BackendError`; tools raise `ToolError` (the call ran and
+failed) or `ToolRefused` (the call was stopped before it could touch
+anything). The registry turns all of them into tool results, so no exception
+from a tool ever reaches a channel.
+"""
+
+from __future__ import annotations
+
+
+class EdgeclawError(Exception):
+    """Base of every error edgeclaw raises on purpose."""
+
+
+class ConfigError(EdgeclawError):
+    """A configuration (or profile) file is wrong. Names file, key and what was expected."""
+
+    def __init__(self, source: str, key: str, problem: str) -> None:
+        self.source = source
+        self.key = key
+        self.problem = problem
+        where = f"{source}: {key}" if key else source
+        super().__init__(f"{where}: {problem}")
+
+
+class ConfigErrors(EdgeclawError):
+    """Several configuration problems found in one pass, so a user fixes them all at once."""
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        self.errors = errors
+        super().__init__("\n".join(str(e) for e in errors))
+
+
+class ToolError(EdgeclawError):
+    """The tool ran and failed; the message is shown to the caller (and the model)."""
+
+
+class ToolRefused(EdgeclawError):
+    """The call was refused before the tool body touched anything (bounds, policy, sandbox)."""
+
+
+class BackendError(EdgeclawError):
+    """A hardware, sandbox or store backend failed; the message is meant for people."""
+
+
+class NotImplementedFeature(EdgeclawError):
+    """A configured feature this version does not provide yet."""

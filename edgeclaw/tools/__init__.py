@@ -1,0 +1,1 @@
+"""The tool runtime: tools, their registry, policy, scrubbing and limits."""

@@ -1,0 +1,109 @@
+"""What the registry records about each call: an audit record and running statistics.
+
+Records go to sinks (the MQTT events topic, a log); statistics feed
+telemetry and `session_status`. Arguments are never recorded, only a digest,
+so an audit trail cannot leak what a secret-bearing argument held.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def args_digest(args: Mapping[str, Any]) -> str:
+    """A short stable digest of the arguments: the same call gives the same digest."""
+    try:
+        blob = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        blob = repr(sorted(args.items(), key=lambda kv: str(kv[0])))
+    return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    ts: float  # wall clock, seconds since the epoch
+    tool: str
+    session: str
+    channel: str
+    agent_id: str
+    ok: bool
+    stage: str  # "ok", "dry_run", or where it stopped: "unknown_tool", "arguments", "policy", ...
+    duration_ms: float
+    args_digest: str
+    error: str | None  # already scrubbed
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ts": self.ts,
+            "tool": self.tool,
+            "session": self.session,
+            "channel": self.channel,
+            "agent": self.agent_id,
+            "ok": self.ok,
+            "stage": self.stage,
+            "duration_ms": round(self.duration_ms, 3),
+            "args_digest": self.args_digest,
+            "error": self.error,
+        }
+
+
+@dataclass(slots=True)
+class ToolCounters:
+    calls: int = 0
+    errors: int = 0
+    refused: int = 0
+    total_ms: float = 0.0
+
+
+@dataclass(slots=True)
+class SessionCounters:
+    calls: int = 0
+    errors: int = 0
+    last_tool: str = ""
+    last_activity: float = 0.0  # wall clock
+
+
+MAX_SESSIONS_TRACKED = 4096
+
+
+@dataclass
+class ToolStats:
+    """Running totals since start: per tool and per session (the least recently active dropped past a bound)."""
+
+    started: float = field(default_factory=time.time)
+    tools: dict[str, ToolCounters] = field(default_factory=dict)
+    sessions: dict[str, SessionCounters] = field(default_factory=dict)
+
+    def record(self, tool: str, session: str, ok: bool, refused: bool, duration_ms: float, now: float) -> None:
+        t = self.tools.get(tool)
+        if t is None:
+            t = self.tools[tool] = ToolCounters()
+        t.calls += 1
+        t.total_ms += duration_ms
+        if refused:
+            t.refused += 1
+        elif not ok:
+            t.errors += 1
+        s = self.sessions.get(session)
+        if s is None:
+            if len(self.sessions) >= MAX_SESSIONS_TRACKED:
+                oldest = min(self.sessions, key=lambda k: self.sessions[k].last_activity)
+                del self.sessions[oldest]
+            s = self.sessions[session] = SessionCounters()
+        s.calls += 1
+        if not ok:
+            s.errors += 1
+        s.last_tool = tool
+        s.last_activity = now
+
+    def totals(self) -> dict[str, int]:
+        return {
+            "calls": sum(t.calls for t in self.tools.values()),
+            "errors": sum(t.errors for t in self.tools.values()),
+            "refused": sum(t.refused for t in self.tools.values()),
+        }

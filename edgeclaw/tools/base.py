@@ -1,0 +1,77 @@
+"""What a tool is: a name, a JSON-schema, and an async body run with a per-call context.
+
+One tool instance serves every session at once, so anything that differs per
+call travels in `ToolContext`, never in fields of the tool.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+Args = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """Who is calling and from where. Immutable: tools may not stash state in it."""
+
+    channel: str = "cli"  # "cli" | "mqtt" | "console" | "agent" ...
+    chat_id: str = ""
+    peer_kind: str = "local"  # "local" | "direct" | "group" | "device"
+    session_key: str = "cli:local"
+    agent_id: str = "main"
+    provider: str = ""  # the LLM provider that asked; "" for direct calls
+    subagent_depth: int = 0
+    sender: str = ""
+
+
+@dataclass(slots=True)
+class ToolResult:
+    """A tool's answer: text for the model, optional text for the person, and an error flag."""
+
+    for_llm: str
+    for_user: str | None = None
+    is_error: bool = False
+
+    @classmethod
+    def error(cls, message: str) -> ToolResult:
+        return cls(for_llm=message, for_user=None, is_error=True)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolInfo:
+    """The public face of a tool, as listed by `edgeclaw tools list`."""
+
+    name: str
+    group: str
+    description: str
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+class Tool(ABC):
+    """Base class for every tool.
+
+    `check` runs the bounds checks that need the arguments (workspace paths,
+    board profile grants) without doing anything; a dry run stops after it.
+    `execute` does the work and returns a `ToolResult` (or a plain string for
+    the model). Raise `ToolRefused` for a bounds failure, `ToolError` for a
+    failure worth telling the caller.
+    """
+
+    name: ClassVar[str]
+    group: ClassVar[str]
+    description: ClassVar[str]
+    parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {}, "additionalProperties": False}
+    # None = the registry's default timeout.
+    timeout_s: ClassVar[float | None] = None
+
+    async def check(self, args: Args, ctx: ToolContext) -> None:  # noqa: B027 - optional hook
+        """Refuse (raise ToolRefused) when the call would leave its bounds. Default: nothing to check."""
+
+    @abstractmethod
+    async def execute(self, args: Args, ctx: ToolContext) -> ToolResult | str: ...
+
+    def info(self) -> ToolInfo:
+        return ToolInfo(self.name, self.group, self.description, self.parameters)

@@ -1,0 +1,362 @@
+"""The registry: the one path every tool call takes, from any channel or the model.
+
+execute(name, args, ctx):
+  find the tool → validate arguments against its schema → policy → per-session
+  rate limit → the tool's own bounds check (a dry run stops here) → run under
+  a timeout, capturing exceptions → cap the output size → scrub credentials
+  from both outputs → audit record and statistics.
+
+A refusal anywhere before the body runs is marked `refused`, which callers
+map to "refused before running" (exit status 2 for `edgeclaw tool call`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from edgeclaw.errors import BackendError, ToolError, ToolRefused
+from edgeclaw.tools.audit import AuditRecord, ToolStats, args_digest
+from edgeclaw.tools.base import Tool, ToolContext, ToolInfo, ToolResult
+from edgeclaw.tools.policy import PolicyEngine
+from edgeclaw.tools.ratelimit import SlidingWindowLimiter
+from edgeclaw.tools.schema import ArgumentError, compile_schema
+from edgeclaw.tools.scrub import Scrubber
+
+log = logging.getLogger("edgeclaw.tools")
+audit_log = logging.getLogger("edgeclaw.audit")
+
+AuditSink = Callable[[AuditRecord], None]
+
+
+@dataclass(slots=True)
+class CallOutcome:
+    """The result of one call through the registry, in the shape every channel reports."""
+
+    tool: str
+    ok: bool
+    for_llm: str
+    for_user: str | None
+    error: str | None
+    duration_ms: float
+    refused: bool = False
+    stage: str = "ok"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "tool": self.tool,
+            "for_llm": self.for_llm,
+            "for_user": self.for_user,
+            "error": self.error,
+            "duration_ms": round(self.duration_ms, 3),
+        }
+
+
+def cap_text(text: str, max_bytes: int) -> str:
+    """Cut text to at most `max_bytes` of UTF-8, on a character boundary, saying how much was cut."""
+    # Fast path: a character is at most 4 bytes, so short text cannot be over.
+    if len(text) * 4 <= max_bytes:
+        return text
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= max_bytes:
+        return text
+    note = f"\n[output truncated: {len(data) - max_bytes} of {len(data)} bytes not shown]"
+    keep = data[: max(0, max_bytes - len(note))]
+    return keep.decode("utf-8", "ignore") + note
+
+
+class _Registered:
+    __slots__ = ("info", "timeout_s", "tool", "validate")
+
+    def __init__(self, tool: Tool, validate: Callable[[Any], None], timeout_s: float) -> None:
+        self.tool = tool
+        self.validate = validate
+        self.timeout_s = timeout_s
+        self.info = tool.info()
+
+
+class Registry:
+    def __init__(
+        self,
+        policy: PolicyEngine,
+        scrubber: Scrubber | None = None,
+        limiter: SlidingWindowLimiter | None = None,
+        *,
+        default_timeout_s: float = 60.0,
+        max_output_bytes: int = 32 * 1024,
+    ) -> None:
+        self.policy = policy
+        self.scrubber = scrubber or Scrubber()
+        self.limiter = limiter or SlidingWindowLimiter(150, 3600.0)
+        self.default_timeout_s = default_timeout_s
+        self.max_output_bytes = max_output_bytes
+        self.stats = ToolStats()
+        self._tools: dict[str, _Registered] = {}
+        self._sinks: list[AuditSink] = []
+        self._in_flight: set[asyncio.Timeout] = set()
+        self._idle: asyncio.Event | None = None
+        self._stopping = False
+        self._definitions: dict[tuple[frozenset[str], str], list[dict[str, Any]]] = {}
+
+    # -- the tool table ----------------------------------------------------
+    def register(self, tool: Tool, *, replace: bool = False) -> None:
+        """Add a tool. Its schema is compiled now, so a bad schema fails at start-up, not mid-call."""
+        if tool.name in self._tools and not replace:
+            raise ValueError(f"a tool named {tool.name!r} is already registered")
+        validate = compile_schema(tool.parameters)
+        timeout = tool.timeout_s if tool.timeout_s is not None else self.default_timeout_s
+        self._tools[tool.name] = _Registered(tool, validate, timeout)
+        self._changed()
+
+    def register_all(self, tools: Iterable[Tool]) -> None:
+        for tool in tools:
+            self.register(tool)
+
+    def unregister(self, name: str) -> None:
+        if self._tools.pop(name, None) is not None:
+            self._changed()
+
+    def _changed(self) -> None:
+        self.policy.set_tools({name: r.info.group for name, r in self._tools.items()})
+        self._definitions.clear()
+
+    def get(self, name: str) -> Tool | None:
+        entry = self._tools.get(name)
+        return entry.tool if entry else None
+
+    def names(self) -> list[str]:
+        return sorted(self._tools)
+
+    def infos(self, ctx: ToolContext | None = None) -> list[ToolInfo]:
+        """Every registered tool, or only those the policy lets through for `ctx`."""
+        allowed = None if ctx is None else self.policy.allowed(ctx)
+        return [r.info for n, r in sorted(self._tools.items()) if allowed is None or n in allowed]
+
+    def definitions(self, ctx: ToolContext, fmt: str = "openai") -> list[dict[str, Any]]:
+        """Tool definitions for a provider request: OpenAI function format or Anthropic tool format."""
+        allowed = self.policy.allowed(ctx)
+        key = (allowed, fmt)
+        cached = self._definitions.get(key)
+        if cached is not None:
+            return cached
+        out: list[dict[str, Any]] = []
+        for info in self.infos(ctx):
+            if fmt == "openai":
+                out.append(
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": info.name,
+                            "description": info.description,
+                            "parameters": info.parameters,
+                        },
+                    }
+                )
+            elif fmt == "anthropic":
+                out.append({"name": info.name, "description": info.description, "input_schema": info.parameters})
+            else:
+                raise ValueError(f"unknown definition format {fmt!r} (expected 'openai' or 'anthropic')")
+        self._definitions[key] = out
+        return out
+
+    def add_audit_sink(self, sink: AuditSink) -> None:
+        self._sinks.append(sink)
+
+    def remove_audit_sink(self, sink: AuditSink) -> None:
+        if sink in self._sinks:
+            self._sinks.remove(sink)
+
+    # -- the call path -----------------------------------------------------
+    async def execute(
+        self,
+        name: str,
+        args: Mapping[str, Any] | str | None,
+        ctx: ToolContext,
+        *,
+        dry_run: bool = False,
+    ) -> CallOutcome:
+        started = time.perf_counter()
+        parsed: dict[str, Any] = {}
+        try:
+            entry = self._tools.get(name)
+            if entry is None:
+                return self._refuse(name, parsed, ctx, started, "unknown_tool", f"unknown tool {name!r}")
+            if self._stopping:
+                return self._refuse(name, parsed, ctx, started, "stopping", "the daemon is shutting down")
+            try:
+                parsed = _parse_args(args)
+                entry.validate(parsed)
+            except ArgumentError as e:
+                return self._refuse(name, parsed, ctx, started, "arguments", f"{name}: {e}")
+            if name not in self.policy.allowed(ctx):
+                why = self.policy.explain(name, ctx)
+                return self._refuse(name, parsed, ctx, started, "policy", f"tool {name!r} is not allowed here ({why})")
+            wait = self.limiter.retry_after(ctx.session_key) if dry_run else self.limiter.acquire(ctx.session_key)
+            if wait:
+                return self._refuse(
+                    name,
+                    parsed,
+                    ctx,
+                    started,
+                    "rate_limit",
+                    f"rate limit: at most {self.limiter.limit} tool calls per {self.limiter.window_s:g} s "
+                    f"for this session; try again in {wait:.0f} s",
+                )
+            return await self._run(entry, parsed, ctx, started, dry_run)
+        except asyncio.CancelledError:
+            self._finish(name, parsed, ctx, started, False, "cancelled", "cancelled", refused=False)
+            raise
+
+    async def _run(
+        self, entry: _Registered, args: dict[str, Any], ctx: ToolContext, started: float, dry_run: bool
+    ) -> CallOutcome:
+        name = entry.info.name
+        stage = "ok"
+        refused = False
+        result: ToolResult
+        timeout = asyncio.timeout(entry.timeout_s)
+        self._in_flight.add(timeout)
+        try:
+            async with timeout:
+                await entry.tool.check(args, ctx)
+                if dry_run:
+                    return self._finish(
+                        name, args, ctx, started, True, "dry_run", None, for_llm=f"dry run: {name} would run"
+                    )
+                raw = await entry.tool.execute(args, ctx)
+            result = raw if isinstance(raw, ToolResult) else ToolResult(for_llm=str(raw))
+            if result.is_error:
+                stage = "tool_error"
+        except ToolRefused as e:
+            result, stage, refused = ToolResult.error(f"{name}: {e}"), "bounds", True
+        except (ToolError, BackendError) as e:
+            result, stage = ToolResult.error(f"{name}: {e}"), "tool_error"
+        except TimeoutError:
+            if not timeout.expired():
+                # A TimeoutError of the tool's own (a socket, a bus), not our deadline.
+                result, stage = ToolResult.error(f"{name}: operation timed out"), "tool_error"
+            elif self._stopping:
+                result, stage = ToolResult.error(f"{name}: cancelled, the daemon is shutting down"), "cancelled"
+            else:
+                result, stage = ToolResult.error(f"{name}: timed out after {entry.timeout_s:g} s"), "timeout"
+        except Exception as e:
+            log.exception("tool %s raised", name)
+            result, stage = ToolResult.error(f"{name}: internal error: {type(e).__name__}: {e}"), "exception"
+        finally:
+            self._in_flight.discard(timeout)
+            if not self._in_flight and self._idle is not None:
+                self._idle.set()
+        ok = not result.is_error
+        return self._finish(
+            name,
+            args,
+            ctx,
+            started,
+            ok,
+            stage,
+            None if ok else result.for_llm,
+            for_llm=result.for_llm,
+            for_user=result.for_user,
+            refused=refused,
+        )
+
+    def _refuse(
+        self, name: str, args: dict[str, Any], ctx: ToolContext, started: float, stage: str, message: str
+    ) -> CallOutcome:
+        return self._finish(name, args, ctx, started, False, stage, message, for_llm=message, refused=True)
+
+    def _finish(
+        self,
+        name: str,
+        args: dict[str, Any],
+        ctx: ToolContext,
+        started: float,
+        ok: bool,
+        stage: str,
+        error: str | None,
+        *,
+        for_llm: str = "",
+        for_user: str | None = None,
+        refused: bool = False,
+    ) -> CallOutcome:
+        scrub = self.scrubber.scrub
+        cap = self.max_output_bytes
+        for_llm = scrub(cap_text(for_llm, cap))
+        if for_user is not None:
+            for_user = scrub(cap_text(for_user, cap))
+        if error is not None:
+            error = scrub(cap_text(error, cap))
+        duration_ms = (time.perf_counter() - started) * 1000.0
+        now = time.time()
+        # Unknown names come from the outside world: count them under one key so the table stays bounded.
+        stats_key = name if name in self._tools else "(unknown)"
+        self.stats.record(stats_key, ctx.session_key, ok, refused, duration_ms, now)
+        if self._sinks or audit_log.isEnabledFor(logging.DEBUG):
+            record = AuditRecord(
+                ts=now,
+                tool=name,
+                session=ctx.session_key,
+                channel=ctx.channel,
+                agent_id=ctx.agent_id,
+                ok=ok,
+                stage=stage,
+                duration_ms=duration_ms,
+                args_digest=args_digest(args),
+                error=error,
+            )
+            audit_log.debug("tool call %s", record.as_dict())
+            for sink in self._sinks:
+                try:
+                    sink(record)
+                except Exception:
+                    # An audit sink failing must not turn a good call into a failed one.
+                    log.exception("audit sink failed")
+        return CallOutcome(name, ok, for_llm, for_user, error, duration_ms, refused, stage)
+
+    # -- shutdown ----------------------------------------------------------
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    async def drain(self, grace_s: float) -> None:
+        """Refuse new calls; give in-flight calls `grace_s` seconds, then cancel them.
+
+        Cancelling works by pulling each call's own deadline in, so the call
+        ends through the normal path with a "shutting down" error result.
+        """
+        self._stopping = True
+        if not self._in_flight:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        for timeout in list(self._in_flight):
+            when = timeout.when()
+            if when is None or when > deadline:
+                timeout.reschedule(deadline)
+        self._idle = asyncio.Event()
+        if self._in_flight:
+            await self._idle.wait()
+
+
+def _parse_args(args: Mapping[str, Any] | str | None) -> dict[str, Any]:
+    """Arguments arrive as a mapping, or as JSON text straight from a model or a wire."""
+    if args is None:
+        return {}
+    if isinstance(args, str):
+        text = args.strip()
+        if not text:
+            return {}
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ArgumentError("", f"arguments are not valid JSON: {e.msg} at position {e.pos}") from None
+        args = value
+    if not isinstance(args, Mapping):
+        raise ArgumentError("", f"arguments must be a JSON object, got {type(args).__name__}")
+    return dict(args)

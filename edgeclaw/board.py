@@ -9,18 +9,13 @@ device-tree model against each profile's `[detect]` strings and falls back to
 from __future__ import annotations
 
 import logging
-import sys
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from edgeclaw.errors import ConfigError, ConfigErrors
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 log = logging.getLogger("edgeclaw.board")
 

@@ -22,14 +22,22 @@ EXIT_REFUSED = 2  # refused before running, or a usage / configuration error
 
 
 def _common(parser: argparse.ArgumentParser, board: bool = True) -> None:
-    parser.add_argument("--config", metavar="FILE", help="config file (default: $EDGECLAW_CONFIG, /etc/edgeclaw)")
+    parser.add_argument(
+        "--config", metavar="FILE", help="config file (default: $EDGECLAW_CONFIG, /etc/edgeclaw)"
+    )
     if board:
-        parser.add_argument("--board", metavar="NAME", help="board profile name or file (overrides the config)")
-    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="logging threshold")
+        parser.add_argument(
+            "--board", metavar="NAME", help="board profile name or file (overrides the config)"
+        )
+    parser.add_argument(
+        "--log-level", choices=["debug", "info", "warning", "error"], help="logging threshold"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="edgeclaw", description="LLM agent daemon for embedded Linux boards.")
+    parser = argparse.ArgumentParser(
+        prog="edgeclaw", description="LLM agent daemon for embedded Linux boards."
+    )
     parser.add_argument("--version", action="version", version=f"edgeclaw {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -45,7 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     tlist = tools_sub.add_parser("list", help="the tools the policy lets through, with groups")
     _common(tlist)
     tlist.add_argument("--json", action="store_true", help="print JSON")
-    tlist.add_argument("--profile", metavar="P", help="evaluate with this policy profile instead of the config's")
+    tlist.add_argument(
+        "--profile", metavar="P", help="evaluate with this policy profile instead of the config's"
+    )
 
     tool = sub.add_parser("tool", help="call one tool")
     tool_sub = tool.add_subparsers(dest="tool_command", metavar="SUBCOMMAND", required=True)

@@ -52,24 +52,51 @@ PIPELINE_CASES = [
     pytest.param(
         {"profile": "coding"},
         {},
-        {"read_file", "write_file", "list_files", "exec", "process", "memory_search", "sessions_list",
-         "sessions_history", "sessions_spawn", "subagents", "session_status", "image"},
+        {
+            "read_file",
+            "write_file",
+            "list_files",
+            "exec",
+            "process",
+            "memory_search",
+            "sessions_list",
+            "sessions_history",
+            "sessions_spawn",
+            "subagents",
+            "session_status",
+            "image",
+        },
         id="coding",
     ),
     pytest.param(
-        {"profile": "messaging"}, {}, {"message", "sessions_list", "sessions_history", "session_status"},
+        {"profile": "messaging"},
+        {},
+        {"message", "sessions_list", "sessions_history", "session_status"},
         id="messaging",
     ),
     pytest.param(
-        {"profile": "device"}, {}, {"read_file", "write_file", "list_files", "i2c", "gpio", "message",
-                                    "session_status"},
+        {"profile": "device"},
+        {},
+        {"read_file", "write_file", "list_files", "i2c", "gpio", "message", "session_status"},
         id="device-has-no-shell",
     ),
     pytest.param(
         {"profile": "minimal", "providers": {"local": PolicyLayer(profile="coding")}},
         {"provider": "local"},
-        {"read_file", "write_file", "list_files", "exec", "process", "memory_search", "sessions_list",
-         "sessions_history", "sessions_spawn", "subagents", "session_status", "image"},
+        {
+            "read_file",
+            "write_file",
+            "list_files",
+            "exec",
+            "process",
+            "memory_search",
+            "sessions_list",
+            "sessions_history",
+            "sessions_spawn",
+            "subagents",
+            "session_status",
+            "image",
+        },
         id="provider-profile-replaces-global",
     ),
     pytest.param(
@@ -78,8 +105,12 @@ PIPELINE_CASES = [
         {"session_status"},
         id="provider-profile-only-for-that-provider",
     ),
-    pytest.param({"allow": ["group:fs", "exec"]}, {}, {"read_file", "write_file", "list_files", "exec"},
-                 id="global-allow-narrows"),
+    pytest.param(
+        {"allow": ["group:fs", "exec"]},
+        {},
+        {"read_file", "write_file", "list_files", "exec"},
+        id="global-allow-narrows",
+    ),
     pytest.param(
         {"allow": ["group:fs", "exec"], "providers": {"cloud": PolicyLayer(allow=["read_file", "exec"])}},
         {"provider": "cloud"},
@@ -93,8 +124,14 @@ PIPELINE_CASES = [
         id="agent-allow",
     ),
     pytest.param(
-        {"agents": {"helper": AgentLayer(allow=("group:hardware", "read_file"),
-                                         providers={"cloud": PolicyLayer(allow=["read_file"])})}},
+        {
+            "agents": {
+                "helper": AgentLayer(
+                    allow=("group:hardware", "read_file"),
+                    providers={"cloud": PolicyLayer(allow=["read_file"])},
+                )
+            }
+        },
         {"agent_id": "helper", "provider": "cloud"},
         {"read_file"},
         id="agent-provider-allow",
@@ -109,18 +146,23 @@ PIPELINE_CASES = [
         {"channels": {"mqtt": PolicyLayer(allow=["i2c"])}}, {"channel": "mqtt"}, {"i2c"}, id="channel-allow"
     ),
     pytest.param(
-        {"channels": {"mqtt": PolicyLayer(allow=["i2c"])}}, {"channel": "console"}, set(TOOLS),
+        {"channels": {"mqtt": PolicyLayer(allow=["i2c"])}},
+        {"channel": "console"},
+        set(TOOLS),
         id="channel-rule-only-for-that-channel",
     ),
     pytest.param({"deny": ["group:runtime"]}, {}, set(TOOLS) - {"exec", "process"}, id="global-deny"),
     pytest.param(
         {"agents": {"main": AgentLayer(deny=("web_fetch",))}}, {}, set(TOOLS) - {"web_fetch"}, id="agent-deny"
     ),
-    pytest.param({"profile": "minimal", "also_allow": ["i2c"]}, {}, {"session_status", "i2c"},
-                 id="also-allow-adds"),
     pytest.param(
-        {"profile": "minimal", "agents": {"main": AgentLayer(also_allow=("gpio",))}}, {},
-        {"session_status", "gpio"}, id="agent-also-allow",
+        {"profile": "minimal", "also_allow": ["i2c"]}, {}, {"session_status", "i2c"}, id="also-allow-adds"
+    ),
+    pytest.param(
+        {"profile": "minimal", "agents": {"main": AgentLayer(also_allow=("gpio",))}},
+        {},
+        {"session_status", "gpio"},
+        id="agent-also-allow",
     ),
     pytest.param(
         {"profile": "minimal", "deny": ["exec"], "also_allow": ["exec", "i2c"]},

@@ -9,7 +9,7 @@ expected.
 from __future__ import annotations
 
 import os
-import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +17,13 @@ from edgeclaw.config.schema import Config
 from edgeclaw.config.typed import build_dataclass
 from edgeclaw.errors import ConfigError, ConfigErrors
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised only on older Pythons
-    import tomli as tomllib
-
 SYSTEM_CONFIG = Path("/etc/edgeclaw/edgeclaw.toml")
 KNOWN_CHANNELS = ("cli", "mqtt", "console", "agent")
 
 
-def find_config_path(explicit: str | os.PathLike[str] | None = None, environ: dict[str, str] | None = None) -> Path | None:
+def find_config_path(
+    explicit: str | os.PathLike[str] | None = None, environ: dict[str, str] | None = None
+) -> Path | None:
     """The config file to use, or None for built-in defaults.
 
     An explicitly named file (argument or $EDGECLAW_CONFIG) must exist: a typo

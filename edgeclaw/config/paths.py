@@ -18,7 +18,8 @@ def _writable_dir(path: Path) -> bool:
 
 
 def state_dir(configured: str = "", environ: Mapping[str, str] | None = None) -> Path:
-    """The config's state_dir, else $EDGECLAW_STATE_DIR, else /var/lib/edgeclaw when writable, else ~/.local/state."""
+    """The config's state_dir, else $EDGECLAW_STATE_DIR, else /var/lib/edgeclaw when writable,
+    else ~/.local/state/edgeclaw."""
     env = os.environ if environ is None else environ
     if configured:
         return Path(configured)

@@ -32,7 +32,9 @@ class SecretRef:
             # Strip only the trailing newline editors add; inner whitespace may be part of the secret.
             return Path(self.file).read_text(encoding="utf-8").rstrip("\r\n")
         except OSError as e:
-            raise ConfigError(source, self.key, f"cannot read secret file {self.file}: {e.strerror}") from None
+            raise ConfigError(
+                source, self.key, f"cannot read secret file {self.file}: {e.strerror}"
+            ) from None
 
 
 def secret_refs(config: Config) -> dict[str, SecretRef]:

@@ -17,7 +17,13 @@ from edgeclaw.errors import ConfigError
 
 T = TypeVar("T")
 
-_TYPE_WORDS = {str: "a string", int: "an integer", float: "a number", bool: "true or false", Path: "a path string"}
+_TYPE_WORDS = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    Path: "a path string",
+}
 
 
 def _describe(value: Any) -> str:

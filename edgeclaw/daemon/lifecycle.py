@@ -32,7 +32,9 @@ def configured_services(config: Config) -> list[ServiceFactory]:
     """The channels the config asks for. Each one that this version lacks is refused by name."""
     services: list[ServiceFactory] = []
     if config.mqtt.enabled:
-        raise NotImplementedFeature("mqtt.enabled = true: the MQTT channel is not implemented in this version")
+        raise NotImplementedFeature(
+            "mqtt.enabled = true: the MQTT channel is not implemented in this version"
+        )
     if config.console.ports:
         raise NotImplementedFeature("console.ports: the serial console is not implemented in this version")
     return services

@@ -64,7 +64,9 @@ def build_runtime(
     try:
         workspace.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise ConfigErrors([ConfigError(source, "workspace", f"cannot create {workspace}: {e.strerror}")]) from None
+        raise ConfigErrors(
+            [ConfigError(source, "workspace", f"cannot create {workspace}: {e.strerror}")]
+        ) from None
 
     t = config.tools
     policy = PolicyEngine(policy_rules(config))

@@ -73,13 +73,15 @@ MAX_SESSIONS_TRACKED = 4096
 
 @dataclass
 class ToolStats:
-    """Running totals since start: per tool and per session (the least recently active dropped past a bound)."""
+    """Running totals since start, per tool and per session (idlest sessions dropped past a bound)."""
 
     started: float = field(default_factory=time.time)
     tools: dict[str, ToolCounters] = field(default_factory=dict)
     sessions: dict[str, SessionCounters] = field(default_factory=dict)
 
-    def record(self, tool: str, session: str, ok: bool, refused: bool, duration_ms: float, now: float) -> None:
+    def record(
+        self, tool: str, session: str, ok: bool, refused: bool, duration_ms: float, now: float
+    ) -> None:
         t = self.tools.get(tool)
         if t is None:
             t = self.tools[tool] = ToolCounters()

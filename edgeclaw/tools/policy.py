@@ -227,14 +227,22 @@ class PolicyEngine:
         members = PROFILES[name]
         return set(self._tool_groups) if members is None else self._expand(members)
 
-    def _steps(self, agent_id: str, provider: str, channel: str, depth: int) -> list[tuple[str, str, set[str]]]:
+    def _steps(
+        self, agent_id: str, provider: str, channel: str, depth: int
+    ) -> list[tuple[str, str, set[str]]]:
         """The pipeline as (label, operation, operand) triples; operations: base, keep, drop, add."""
         r = self.rules
         agent = r.agents.get(agent_id) or AgentLayer()
         prov = r.providers.get(provider) if provider else None
         steps: list[tuple[str, str, set[str]]] = []
         if prov is not None and prov.profile:
-            steps.append((f"tools.providers.{provider}.profile = {prov.profile!r}", "base", self._profile_set(prov.profile)))
+            steps.append(
+                (
+                    f"tools.providers.{provider}.profile = {prov.profile!r}",
+                    "base",
+                    self._profile_set(prov.profile),
+                )
+            )
         else:
             steps.append((f"tools.profile = {r.profile!r}", "base", self._profile_set(r.profile)))
         if r.allow:
@@ -246,12 +254,20 @@ class PolicyEngine:
         agent_prov = agent.provider(provider) if provider else None
         if agent_prov is not None and agent_prov.allow:
             steps.append(
-                (f"tools.agents.{agent_id}.providers.{provider}.allow", "keep", self._expand(agent_prov.allow))
+                (
+                    f"tools.agents.{agent_id}.providers.{provider}.allow",
+                    "keep",
+                    self._expand(agent_prov.allow),
+                )
             )
         chan = r.channels.get(channel)
         if chan is not None and chan.profile:
             steps.append(
-                (f"tools.channels.{channel}.profile = {chan.profile!r}", "keep", self._profile_set(chan.profile))
+                (
+                    f"tools.channels.{channel}.profile = {chan.profile!r}",
+                    "keep",
+                    self._profile_set(chan.profile),
+                )
             )
         if chan is not None and chan.allow:
             steps.append((f"tools.channels.{channel}.allow", "keep", self._expand(chan.allow)))

@@ -31,6 +31,9 @@ from edgeclaw.tools.scrub import Scrubber
 log = logging.getLogger("edgeclaw.tools")
 audit_log = logging.getLogger("edgeclaw.audit")
 
+# Output beyond this many characters is never scrubbed, because it is never shown.
+SCRUB_WINDOW_CHARS = 1 << 20
+
 AuditSink = Callable[[AuditRecord], None]
 
 
@@ -159,7 +162,9 @@ class Registry:
                     }
                 )
             elif fmt == "anthropic":
-                out.append({"name": info.name, "description": info.description, "input_schema": info.parameters})
+                out.append(
+                    {"name": info.name, "description": info.description, "input_schema": info.parameters}
+                )
             else:
                 raise ValueError(f"unknown definition format {fmt!r} (expected 'openai' or 'anthropic')")
         self._definitions[key] = out
@@ -196,8 +201,14 @@ class Registry:
                 return self._refuse(name, parsed, ctx, started, "arguments", f"{name}: {e}")
             if name not in self.policy.allowed(ctx):
                 why = self.policy.explain(name, ctx)
-                return self._refuse(name, parsed, ctx, started, "policy", f"tool {name!r} is not allowed here ({why})")
-            wait = self.limiter.retry_after(ctx.session_key) if dry_run else self.limiter.acquire(ctx.session_key)
+                return self._refuse(
+                    name, parsed, ctx, started, "policy", f"tool {name!r} is not allowed here ({why})"
+                )
+            wait = (
+                self.limiter.retry_after(ctx.session_key)
+                if dry_run
+                else self.limiter.acquire(ctx.session_key)
+            )
             if wait:
                 return self._refuse(
                     name,
@@ -242,7 +253,10 @@ class Registry:
                 # A TimeoutError of the tool's own (a socket, a bus), not our deadline.
                 result, stage = ToolResult.error(f"{name}: operation timed out"), "tool_error"
             elif self._stopping:
-                result, stage = ToolResult.error(f"{name}: cancelled, the daemon is shutting down"), "cancelled"
+                result, stage = (
+                    ToolResult.error(f"{name}: cancelled, the daemon is shutting down"),
+                    "cancelled",
+                )
             else:
                 result, stage = ToolResult.error(f"{name}: timed out after {entry.timeout_s:g} s"), "timeout"
         except Exception as e:
@@ -266,6 +280,20 @@ class Registry:
             refused=refused,
         )
 
+    def _clean(self, text: str) -> str:
+        """Scrub, then cap: scrubbing first means the cut never leaves half a secret showing.
+
+        A huge output is first trimmed (at whitespace, where secrets do not run on)
+        so the scrubber's work stays bounded.
+        """
+        limit = max(2 * self.max_output_bytes, SCRUB_WINDOW_CHARS)
+        if len(text) > limit:
+            text = text[:limit]
+            cut = max(text.rfind(" "), text.rfind("\n"))
+            if cut > 0:
+                text = text[:cut]
+        return cap_text(self.scrubber.scrub(text), self.max_output_bytes)
+
     def _refuse(
         self, name: str, args: dict[str, Any], ctx: ToolContext, started: float, stage: str, message: str
     ) -> CallOutcome:
@@ -285,13 +313,11 @@ class Registry:
         for_user: str | None = None,
         refused: bool = False,
     ) -> CallOutcome:
-        scrub = self.scrubber.scrub
-        cap = self.max_output_bytes
-        for_llm = scrub(cap_text(for_llm, cap))
+        for_llm = self._clean(for_llm)
         if for_user is not None:
-            for_user = scrub(cap_text(for_user, cap))
+            for_user = self._clean(for_user)
         if error is not None:
-            error = scrub(cap_text(error, cap))
+            error = self._clean(error)
         duration_ms = (time.perf_counter() - started) * 1000.0
         now = time.time()
         # Unknown names come from the outside world: count them under one key so the table stays bounded.

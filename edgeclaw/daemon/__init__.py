@@ -1,0 +1,1 @@
+"""The daemon: wires channels, agent, tools and backends from config; lifecycle; sd_notify."""

@@ -1,0 +1,904 @@
+"""File-system tools: read, write, edit, append, list, search and glob inside a `Workspace`.
+
+Each tool resolves its paths twice: in `check` (so a dry run or the registry
+can refuse early) and again in `execute` (a `check` may be stale or skipped).
+All writes go through a verified directory descriptor, and whole-file writes
+are atomic (temp file in the same directory, fsync, `os.replace`), so a
+failed write leaves the old file intact.
+
+Blocking I/O on small files runs inline, because a thread hop costs more than
+reading a few kilobytes; big files and directory walks run in a thread.
+Walks never follow symlinks, never descend into the `SKIP_DIRS` caches and
+VCS directories (they can still be targeted explicitly), and stop after
+`WALK_MAX_ENTRIES` entries, so one call stays bounded even on a huge tree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import secrets
+import stat
+from abc import abstractmethod
+from collections import deque
+from collections.abc import Callable, Generator, Iterator
+from contextlib import closing, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, ParamSpec, TypeVar
+
+from edgeclaw.errors import ToolError, ToolRefused
+from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
+from edgeclaw.tools.workspace import Workspace
+
+__all__ = [
+    "EditFileTool",
+    "FileAppendTool",
+    "GlobTool",
+    "ListFilesTool",
+    "ReadFileTool",
+    "SearchTool",
+    "WriteFileTool",
+    "fs_tools",
+]
+
+READ_MAX_LINES = 2000  # lines per read_file call; the header says how to get the rest
+INLINE_IO_BYTES = 64 * 1024  # files up to this size are read/written without a thread hop
+BINARY_SNIFF_BYTES = 8192  # a NUL byte in this prefix marks a file as binary
+WALK_MAX_ENTRIES = 50_000  # directory entries one list/search/glob call may visit
+SEARCH_LINE_CHARS = 300  # matched lines are cut here (minified files have huge lines)
+# Walks list these directories but do not descend into them: VCS data and caches drown real results.
+SKIP_DIRS = frozenset(
+    {".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv"}
+    | {".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox"}
+)
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+# -- small helpers -------------------------------------------------------------
+
+
+async def _blocking(size_hint: int, fn: Callable[_P, _R], /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+    """Run blocking `fn` inline for small jobs, in a worker thread for big ones."""
+    if size_hint <= INLINE_IO_BYTES:
+        return fn(*args, **kwargs)
+    return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+def _os_error(verb: str, shown: str, exc: OSError) -> ToolError:
+    return ToolError(f"cannot {verb} {shown}: {exc.strerror or exc}")
+
+
+def _fmt_size(n: int) -> str:
+    if n < 1024:
+        return f"{n} bytes"
+    size = float(n)
+    for unit in ("KiB", "MiB", "GiB"):
+        size /= 1024
+        if size < 1024 or unit == "GiB":
+            break
+    return f"{size:.1f} {unit} ({n} bytes)"
+
+
+def _split_lines(text: str) -> list[str]:
+    """Lines split on '\\n' only (not `str.splitlines`, whose extra separators shift line numbers)."""
+    if not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # a final newline ends the last line; it does not start a new one
+    return lines
+
+
+def _result(text: str) -> ToolResult:
+    return ToolResult(for_llm=text, for_user=text)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _is_binary(data: bytes) -> bool:
+    return b"\x00" in data[:BINARY_SNIFF_BYTES]
+
+
+# -- argument parsing: the registry validates schemas strictly; direct callers (tests, CLI)
+# get the same clear errors here, and "10" / "true" are accepted since small models stringify.
+
+
+def _check_args(tool: Tool, args: Args) -> None:
+    props: dict[str, Any] = tool.parameters["properties"]
+    unknown = sorted(set(args) - set(props))
+    if unknown:
+        raise ToolError(f"{tool.name}: unknown argument(s) {', '.join(unknown)}; expected {', '.join(props)}")
+    missing = [name for name in tool.parameters.get("required", ()) if args.get(name) is None]
+    if missing:
+        raise ToolError(f"{tool.name}: missing required argument(s) {', '.join(missing)}")
+
+
+def _str_arg(args: Args, name: str, default: str | None = None) -> str:
+    value = args.get(name, default)
+    if not isinstance(value, str):
+        raise ToolError(f"argument {name} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _opt_int_arg(args: Args, name: str, *, minimum: int, maximum: int | None = None) -> int | None:
+    value = args.get(name)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        with suppress(ValueError):
+            value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ToolError(f"argument {name} must be an integer, got {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        upper = f" and at most {maximum}" if maximum is not None else ""
+        raise ToolError(f"argument {name} must be at least {minimum}{upper}, got {value}")
+    return value
+
+
+def _int_arg(args: Args, name: str, default: int, *, minimum: int, maximum: int | None = None) -> int:
+    value = _opt_int_arg(args, name, minimum=minimum, maximum=maximum)
+    return default if value is None else value
+
+
+def _bool_arg(args: Args, name: str, default: bool = False) -> bool:
+    value = args.get(name, default)
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if not isinstance(value, bool):
+        raise ToolError(f"argument {name} must be true or false, got {value!r}")
+    return value
+
+
+def _encode(content: str, ws: Workspace, shown: str) -> bytes:
+    try:
+        data = content.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ToolError(f"content for {shown} is not encodable as UTF-8: {exc.reason}") from exc
+    if len(data) > ws.max_file_bytes:
+        raise ToolRefused(
+            f"refused: content for {shown} is {_fmt_size(len(data))}, "
+            f"over the {_fmt_size(ws.max_file_bytes)} file limit"
+        )
+    return data
+
+
+# -- blocking file operations ----------------------------------------------------
+
+
+def _read_bytes(ws: Workspace, path: Path, shown: str) -> bytes:
+    """The whole regular file at `path`, refusing oversized and binary files."""
+    try:
+        # O_NONBLOCK: opening a FIFO must not hang the call; it is refused below anyway.
+        fd = ws.open(path, os.O_RDONLY | os.O_NONBLOCK, shown=shown)
+    except OSError as exc:
+        raise _os_error("read", shown, exc) from exc
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise ToolError(f"{shown} is a directory; use list_files")
+        if not stat.S_ISREG(st.st_mode):
+            raise ToolError(f"{shown} is not a regular file")
+        if st.st_size > ws.max_file_bytes:
+            raise ToolRefused(_too_big(ws, shown, st.st_size))
+        try:
+            data = f.read(ws.max_file_bytes + 1)  # +1: notice a file that grew after fstat
+        except OSError as exc:
+            raise _os_error("read", shown, exc) from exc
+    if len(data) > ws.max_file_bytes:
+        raise ToolRefused(_too_big(ws, shown, len(data)))
+    if _is_binary(data):
+        raise ToolError(f"{shown} is a binary file ({_fmt_size(len(data))}); only text files can be shown")
+    return data
+
+
+def _too_big(ws: Workspace, shown: str, size: int) -> str:
+    return f"refused: {shown} is {_fmt_size(size)}, over the {_fmt_size(ws.max_file_bytes)} file limit"
+
+
+def _read_text(ws: Workspace, path: Path, shown: str, *, strict: bool) -> str:
+    """Decode as UTF-8; `strict` for files that will be written back (no silent U+FFFD damage)."""
+    data = _read_bytes(ws, path, shown)
+    if not strict:
+        return data.decode("utf-8", errors="replace")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ToolError(f"{shown} is not valid UTF-8 (byte {exc.start}); it cannot be edited") from exc
+
+
+def _ensure_parent(ws: Workspace, path: Path, shown: str) -> int:
+    """Create `path`'s parent directories if needed and return a verified descriptor of the parent."""
+    try:
+        # The parent is a resolved path inside the workspace; a symlink raced in
+        # meanwhile is caught by open_dir's descriptor check before anything is written.
+        os.makedirs(path.parent, exist_ok=True)
+        return ws.open_dir(path.parent, shown=ws.display(path.parent))
+    except OSError as exc:
+        raise _os_error("create the directory for", shown, exc) from exc
+
+
+def _atomic_write(ws: Workspace, path: Path, data: bytes, shown: str) -> bool:
+    """Replace `path` with `data` atomically; True when the file was created."""
+    dir_fd = _ensure_parent(ws, path, shown)
+    name = path.name
+    # Hidden, unique, same directory (rename is only atomic within one file system);
+    # the name is cut so that the temp name stays within NAME_MAX.
+    tmp = f".{name[:200]}.{secrets.token_hex(4)}.tmp"
+    tmp_made = False
+    try:
+        try:
+            old: os.stat_result | None = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            old = None
+        if old is not None and stat.S_ISDIR(old.st_mode):
+            raise ToolError(f"{shown} is a directory, not a file")
+        if old is not None and stat.S_ISLNK(old.st_mode):
+            raise ToolRefused(f"refused path {shown!r}: it turned into a symlink during the call")
+        if old is not None and not stat.S_ISREG(old.st_mode):
+            raise ToolError(f"{shown} is not a regular file")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(tmp, flags, 0o666, dir_fd=dir_fd)  # 0o666 & ~umask, like any new file
+        tmp_made = True
+        try:
+            if old is not None:
+                os.fchmod(fd, stat.S_IMODE(old.st_mode))  # keep an existing file's permissions
+            _write_all(fd, data)
+            os.fsync(fd)  # boards lose power: the data must be on disk before the rename
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        tmp_made = False
+        # Make the rename itself durable; some file systems cannot fsync a directory,
+        # and the write has happened anyway.
+        with suppress(OSError):
+            os.fsync(dir_fd)
+        return old is None
+    except OSError as exc:
+        raise ToolError(
+            f"cannot write {shown}: {exc.strerror or exc}; the previous content is unchanged"
+        ) from exc
+    finally:
+        if tmp_made:
+            with suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+        os.close(dir_fd)
+
+
+def _append(ws: Workspace, path: Path, data: bytes, shown: str) -> int:
+    """Append `data` to `path` (created if missing); returns the new size."""
+    dir_fd = _ensure_parent(ws, path, shown)
+    try:
+        # Relative to a verified directory descriptor and with O_NOFOLLOW: no way out.
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        fd = os.open(path.name, flags, 0o666, dir_fd=dir_fd)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ToolError(f"{shown} is not a regular file")
+            if st.st_size + len(data) > ws.max_file_bytes:
+                raise ToolRefused(
+                    f"refused: appending {_fmt_size(len(data))} would make {shown} "
+                    f"{_fmt_size(st.st_size + len(data))}, over the {_fmt_size(ws.max_file_bytes)} limit"
+                )
+            _write_all(fd, data)
+            return os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise _os_error("append to", shown, exc) from exc
+    finally:
+        os.close(dir_fd)
+
+
+# -- directory walking -------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Walk:
+    """Budget and trouble of one walk, reported as notes under the output."""
+
+    max_entries: int = WALK_MAX_ENTRIES
+    seen: int = 0
+    exhausted: bool = False
+    errors: list[str] = field(default_factory=list)
+
+    def notes(self) -> list[str]:
+        notes = [f"(cannot read {e})" for e in self.errors[:5]]
+        if len(self.errors) > 5:
+            notes.append(f"(and {len(self.errors) - 5} more unreadable directories)")
+        if self.exhausted:
+            notes.append(f"(walk stopped after {self.max_entries} entries; use a narrower path)")
+        return notes
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    path: Path
+    name: str
+    dir_fd: int  # open while the entry is being consumed: open files relative to it
+    kind: str  # "dir" | "file" | "link" | "other"
+
+
+def _kind(entry: os.DirEntry[str]) -> str:
+    try:
+        if entry.is_symlink():
+            return "link"
+        if entry.is_dir(follow_symlinks=False):
+            return "dir"
+        if entry.is_file(follow_symlinks=False):
+            return "file"
+    except OSError:
+        pass
+    return "other"
+
+
+def _walk(ws: Workspace, start: Path, walk: _Walk, *, max_depth: int | None) -> Generator[_Entry, None, None]:
+    """Breadth-first, sorted per directory, never following symlinks.
+
+    Breadth-first so that a capped listing shows the top of the tree rather
+    than the bottom of its first branch. `max_depth` 0 = only `start`'s entries.
+    """
+    queue: deque[tuple[Path, int]] = deque([(start, 0)])
+    while queue:
+        directory, depth = queue.popleft()
+        try:
+            dir_fd = ws.open_dir(directory)
+        except (OSError, ToolRefused) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else str(exc)
+            walk.errors.append(f"{ws.display(directory)}: {reason}")
+            continue
+        try:
+            try:
+                with os.scandir(dir_fd) as it:
+                    entries = sorted(it, key=lambda e: e.name)
+            except OSError as exc:
+                walk.errors.append(f"{ws.display(directory)}: {exc.strerror}")
+                continue
+            for entry in entries:
+                if walk.seen >= walk.max_entries:
+                    walk.exhausted = True
+                    return
+                walk.seen += 1
+                kind = _kind(entry)
+                path = directory / entry.name
+                yield _Entry(path, entry.name, dir_fd, kind)
+                descend = max_depth is None or depth < max_depth
+                if kind == "dir" and descend and entry.name not in SKIP_DIRS:
+                    queue.append((path, depth + 1))
+        finally:
+            os.close(dir_fd)
+
+
+def _glob_segment(part: str) -> str:
+    """One path segment of a glob as a regex: `*`, `?` and `[...]` never match '/'."""
+    out: list[str] = []
+    i = 0
+    while i < len(part):
+        c = part[i]
+        if c == "*":
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[" and (end := part.find("]", i + 2)) != -1:
+            body = part[i + 1 : end]
+            negate = body.startswith("!")
+            if negate:
+                body = body[1:]
+            # Escape everything but '-' so ranges work and nothing else is special.
+            escaped = "".join("-" if ch == "-" else re.escape(ch) for ch in body)
+            out.append(f"[^/{escaped}]" if negate else f"[{escaped}]")
+            i = end
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """Compile a '/'-separated glob where a `**` segment spans any number of directories."""
+    parts = [p for p in pattern.split("/") if p]
+    out: list[str] = []
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if part == "**":
+            out.append(".+" if last else "(?:[^/]+/)*")
+        else:
+            out.append(_glob_segment(part) + ("" if last else "/"))
+    try:
+        return re.compile("".join(out))
+    except re.error as exc:
+        raise ToolError(f"invalid glob pattern {pattern!r}: {exc}") from exc
+
+
+def _has_magic(part: str) -> bool:
+    return any(c in part for c in "*?[")
+
+
+# -- the tools ---------------------------------------------------------------------
+
+
+def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+_PATH_PROP = {"type": "string", "description": "Path relative to the workspace root (or absolute inside it)."}
+
+
+class _FsTool(Tool):
+    """Shared plumbing: a workspace, argument checks, and `check` = prepare without doing."""
+
+    group: ClassVar[str] = "fs"
+
+    def __init__(self, workspace: Workspace) -> None:
+        self.ws = workspace
+
+    @abstractmethod
+    def _prepare(self, args: Args) -> Any:
+        """Validate arguments and resolve paths; raise ToolRefused/ToolError; touch no content."""
+
+    async def check(self, args: Args, ctx: ToolContext) -> None:
+        self._prepare(args)
+
+
+@dataclass(frozen=True, slots=True)
+class _ReadPlan:
+    path: Path
+    shown: str
+    size: int
+    start: int
+    end: int | None
+
+
+class ReadFileTool(_FsTool):
+    name = "read_file"
+    description = (
+        f"Read a UTF-8 text file. Shows at most {READ_MAX_LINES} lines per call; "
+        "start_line/end_line (1-based, inclusive) pick a range. The first output line states the range shown."
+    )
+    parameters = _schema(
+        {
+            "path": _PATH_PROP,
+            "start_line": {"type": "integer", "minimum": 1, "description": "First line to show (default 1)."},
+            "end_line": {"type": "integer", "minimum": 1, "description": "Last line to show (default: end)."},
+        },
+        ["path"],
+    )
+
+    def _prepare(self, args: Args) -> _ReadPlan:
+        _check_args(self, args)
+        user_path = _str_arg(args, "path")
+        start = _int_arg(args, "start_line", 1, minimum=1)
+        end = _opt_int_arg(args, "end_line", minimum=1)
+        if end is not None and end < start:
+            raise ToolError(f"end_line {end} is before start_line {start}")
+        path = self.ws.resolve(user_path, must_exist=True)
+        shown = self.ws.display(path)
+        try:
+            st = path.stat()
+        except OSError as exc:
+            raise _os_error("read", shown, exc) from exc
+        if stat.S_ISDIR(st.st_mode):
+            raise ToolError(f"{shown} is a directory; use list_files")
+        if st.st_size > self.ws.max_file_bytes:
+            raise ToolRefused(_too_big(self.ws, shown, st.st_size))
+        return _ReadPlan(path, shown, st.st_size, start, end)
+
+    async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
+        plan = self._prepare(args)
+        return _result(await _blocking(plan.size, self._read, plan))
+
+    def _read(self, plan: _ReadPlan) -> str:
+        """Load, decode and cut out the range (in the worker thread for big files: splitting costs too)."""
+        lines = _split_lines(_read_text(self.ws, plan.path, plan.shown, strict=False))
+        total = len(lines)
+        if total == 0:
+            return f"[{plan.shown}: empty file]"
+        if plan.start > total:
+            raise ToolError(f"start_line {plan.start} is past the end of {plan.shown} ({total} lines)")
+        end = min(plan.end or total, total, plan.start + READ_MAX_LINES - 1)
+        header = f"[{plan.shown}: lines {plan.start}-{end} of {total}"
+        if end < total:
+            header += f"; next: start_line={end + 1}"
+        body = "\n".join(lines[plan.start - 1 : end])
+        return f"{header}]\n{body}"
+
+
+class WriteFileTool(_FsTool):
+    name = "write_file"
+    description = (
+        "Create or overwrite a text file with the given content (atomic: on failure the old file stays). "
+        "Creates missing parent directories."
+    )
+    parameters = _schema(
+        {"path": _PATH_PROP, "content": {"type": "string", "description": "The complete new file content."}},
+        ["path", "content"],
+    )
+
+    def _prepare(self, args: Args) -> tuple[Path, str, bytes]:
+        _check_args(self, args)
+        path = self.ws.resolve(_str_arg(args, "path"), for_write=True)
+        shown = self.ws.display(path)
+        return path, shown, _encode(_str_arg(args, "content"), self.ws, shown)
+
+    async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
+        path, shown, data = self._prepare(args)
+        # Always in a thread, however small: the fsync can take tens of ms on SD cards and eMMC.
+        created = await asyncio.to_thread(_atomic_write, self.ws, path, data, shown)
+        lines = len(_split_lines(data.decode("utf-8")))
+        verb = "created" if created else "overwrote"
+        return _result(f"{verb} {shown} ({_fmt_size(len(data))}, {lines} lines)")
+
+
+class EditFileTool(_FsTool):
+    name = "edit_file"
+    description = (
+        "Replace exact text in a file. old_text must occur exactly once (include surrounding lines to make "
+        "it unique) unless replace_all is true. Whitespace and indentation must match exactly."
+    )
+    parameters = _schema(
+        {
+            "path": _PATH_PROP,
+            "old_text": {"type": "string", "description": "Exact text to find (non-empty)."},
+            "new_text": {"type": "string", "description": "Replacement text (may be empty)."},
+            "replace_all": {"type": "boolean", "description": "Replace every occurrence (default false)."},
+        },
+        ["path", "old_text", "new_text"],
+    )
+
+    def _prepare(self, args: Args) -> tuple[Path, str, str, str, bool]:
+        _check_args(self, args)
+        old_text = _str_arg(args, "old_text")
+        new_text = _str_arg(args, "new_text")
+        replace_all = _bool_arg(args, "replace_all")
+        if not old_text:
+            raise ToolError("old_text must not be empty")
+        path = self.ws.resolve(_str_arg(args, "path"), must_exist=True, for_write=True)
+        return path, self.ws.display(path), old_text, new_text, replace_all
+
+    async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
+        path, shown, old_text, new_text, replace_all = self._prepare(args)
+        # In a thread: it ends with an fsync'd write (see write_file).
+        return _result(await asyncio.to_thread(self._edit, path, shown, old_text, new_text, replace_all))
+
+    def _edit(self, path: Path, shown: str, old_text: str, new_text: str, replace_all: bool) -> str:
+        text = _read_text(self.ws, path, shown, strict=True)
+        count = text.count(old_text)
+        if count == 0:
+            hint = ""
+            if "\r\n" in text and "\r\n" not in old_text and old_text.replace("\n", "\r\n") in text:
+                hint = " (the file uses CRLF line endings; old_text uses LF)"
+            raise ToolError(f"old_text not found in {shown}{hint}")
+        if count > 1 and not replace_all:
+            raise ToolError(
+                f"old_text occurs {count} times in {shown}; add surrounding text to make it unique, "
+                "or set replace_all=true"
+            )
+        if old_text == new_text:
+            return f"no change to {shown}: old_text and new_text are identical"
+        first_line = text.count("\n", 0, text.index(old_text)) + 1
+        updated = text.replace(old_text, new_text) if replace_all else text.replace(old_text, new_text, 1)
+        _atomic_write(self.ws, path, _encode(updated, self.ws, shown), shown)
+        what = f"{count} occurrences" if count > 1 else "1 occurrence"
+        return f"edited {shown}: replaced {what} (first at line {first_line})"
+
+
+class FileAppendTool(_FsTool):
+    name = "file_append"
+    description = (
+        "Append text to the end of a file, creating it (and parent directories) if missing. "
+        "Content is added as-is: include a trailing newline if you want one."
+    )
+    parameters = _schema(
+        {"path": _PATH_PROP, "content": {"type": "string", "description": "Text to append."}},
+        ["path", "content"],
+    )
+
+    def _prepare(self, args: Args) -> tuple[Path, str, bytes]:
+        _check_args(self, args)
+        path = self.ws.resolve(_str_arg(args, "path"), for_write=True)
+        shown = self.ws.display(path)
+        return path, shown, _encode(_str_arg(args, "content"), self.ws, shown)
+
+    async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
+        path, shown, data = self._prepare(args)
+        size = await _blocking(len(data), _append, self.ws, path, data, shown)
+        return _result(f"appended {_fmt_size(len(data))} to {shown} (now {_fmt_size(size)})")
+
+
+class ListFilesTool(_FsTool):
+    name = "list_files"
+    description = (
+        "List a directory (default: workspace root). Directories end with '/'; symlinks show '-> target' "
+        "and are not followed. recursive=true walks subdirectories (not .git, node_modules, caches)."
+    )
+    parameters = _schema(
+        {
+            "path": {**_PATH_PROP, "description": "Directory to list (default '.')."},
+            "recursive": {"type": "boolean", "description": "Include subdirectories (default false)."},
+            "max_entries": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 5000,
+                "description": "Maximum entries shown (default 200).",
+            },
+        },
+        [],
+    )
+
+    def _prepare(self, args: Args) -> tuple[Path, str, bool, int]:
+        _check_args(self, args)
+        path = self.ws.resolve(_str_arg(args, "path", "."), must_exist=True)
+        shown = self.ws.display(path)
+        if not path.is_dir():
+            raise ToolError(f"{shown} is a file, not a directory; use read_file")
+        recursive = _bool_arg(args, "recursive")
+        return path, shown, recursive, _int_arg(args, "max_entries", 200, minimum=1, maximum=5000)
+
+    async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
+        path, shown, recursive, limit = self._prepare(args)
+        rows, truncated, walk = await asyncio.to_thread(self._list, path, recursive, limit)
+        if not rows:
+            lines = [f"[{shown}: empty directory]"]
+        else:
+            more = "+" if truncated else ""
+            lines = [f"[{shown}: {len(rows)}{more} entries{', recursive' if recursive else ''}]", *rows]
+        if truncated:
+            lines.append(f"(truncated at {limit} entries; list a subdirectory or raise max_entries)")
+        lines.extend(walk.notes())
+        return _result("\n".join(lines))
+
+    def _list(self, start: Path, recursive: bool, limit: int) -> tuple[list[str], bool, _Walk]:
+        walk = _Walk()
+        found: list[tuple[tuple[str, ...], str]] = []
+        truncated = False
+        with closing(_walk(self.ws, start, walk, max_depth=None if recursive else 0)) as entries:
+            for entry in entries:
+                if len(found) >= limit:
+                    truncated = True
+                    break
+                found.append((entry.path.parts, self._row(entry, recursive)))
+        # Collected breadth-first, shown in path order so that it reads like a tree.
+        found.sort()
+        return [row for _, row in found], truncated, walk
+
+    def _row(self, entry: _Entry, recursive: bool) -> str:
+        shown = self.ws.display(entry.path)
+        if entry.kind == "dir":
+            return f"{shown}/ (not descended)" if recursive and entry.name in SKIP_DIRS else f"{shown}/"
+        if entry.kind == "link":
+            try:
+                target = os.readlink(entry.name, dir_fd=entry.dir_fd)
+            except OSError:
+                return f"{shown} -> ?"
+            # Only classified, never followed: realpath just names where it leads.
+            real = Path(os.path.realpath(entry.path))
+            if not self.ws.contains(real):
+                return f"{shown} -> {target} (outside the workspace)"
+            if not real.exists():
+                return f"{shown} -> {target} (dangling)"
+            return f"{shown} -> {target}"
+        if entry.kind == "other":
+            return f"{shown} (special file)"
+        return shown
+
+
+class SearchTool(_FsTool):
+    name = "search"
+    description = (
+        "Search text files for a Python regular expression, line by line. Returns 'file:line: text'. "
+        "glob filters file names (e.g. '*.py'; with '/' it matches the path below `path`)."
+    )
+    parameters = _schema(
+        {
+            "pattern": {"type": "string", "description": "Python regular expression (re syntax)."},
+            "path": {**_PATH_PROP, "description": "File or directory to search (default '.')."},
+            "glob": {"type": "string", "description": "Only files matching this glob, e.g. '*.py'."},
+            "ignore_case": {"type": "boolean", "description": "Case-insensitive match (default false)."},
+            "max_results": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 1000,
+                "description": "Maximum matching lines (default 100).",
+            },
+        },
+        ["pattern"],
+    )
+
+    def _prepare(self, args: Args) -> tuple[re.Pattern[str], Path, re.Pattern[str] | None, bool, int]:
+        _check_args(self, args)
+        pattern = _str_arg(args, "pattern")
+        if not pattern:
+            raise ToolError("pattern must not be empty")
+        flags = re.IGNORECASE if _bool_arg(args, "ignore_case") else 0
+        try:
+            regex = re.compile(pattern, flags)
+        except re.error as exc:
+            raise ToolError(f"invalid regular expression {pattern!r}: {exc}") from exc
+        name_glob = args.get("glob")
+        glob_re = None
+        if name_glob is not None:
+            name_glob = _str_arg(args, "glob")
+            if not name_glob.strip("/"):
+                raise ToolError("glob must not be empty")
+            glob_re = _glob_regex(name_glob)
+        path = self.ws.resolve(_str_arg(args, "path", "."), must_exist=True)
+        limit = _int_arg(args, "max_results", 100, minimum=1, maximum=1000)
+        return regex, path, glob_re, "/" in (name_glob or ""), limit
+
+    async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
+        regex, path, glob_re, glob_on_path, limit = self._prepare(args)
+        hits, files, truncated, too_big, walk = await asyncio.to_thread(
+            self._search, regex, path, glob_re, glob_on_path, limit
+        )
+        where = self.ws.display(path)
+        lines = hits or [f"no matches for {regex.pattern!r} in {where}"]
+        if truncated:
+            lines.append(f"(stopped at {limit} matches; narrow the pattern or path, or raise max_results)")
+        elif hits:
+            lines.append(f"({len(hits)} matches in {files} files)")
+        if too_big:
+            lines.append(f"(skipped {too_big} files over the {_fmt_size(self.ws.max_file_bytes)} limit)")
+        lines.extend(walk.notes())
+        return _result("\n".join(lines))
+
+    def _search(
+        self,
+        regex: re.Pattern[str],
+        start: Path,
+        glob_re: re.Pattern[str] | None,
+        glob_on_path: bool,
+        limit: int,
+    ) -> tuple[list[str], int, bool, int, _Walk]:
+        walk = _Walk()
+        hits: list[str] = []
+        files = too_big = 0
+        if start.is_dir():
+            walker = _walk(self.ws, start, walk, max_depth=None)
+            candidates: Iterator[tuple[Path, int | None]] = (
+                (e.path, e.dir_fd)
+                for e in walker
+                if e.kind == "file" and self._glob_ok(glob_re, glob_on_path, e.path, start)
+            )
+        else:
+            walker = None
+            candidates = iter([(start, None)])
+        try:
+            for path, dir_fd in candidates:
+                data = self._load(path, dir_fd)
+                if data is None or _is_binary(data):
+                    continue
+                if len(data) > self.ws.max_file_bytes:
+                    too_big += 1
+                    continue
+                shown = self.ws.display(path)
+                matched = False
+                for lineno, line in enumerate(_split_lines(data.decode("utf-8", errors="replace")), 1):
+                    if regex.search(line) is None:
+                        continue
+                    matched = True
+                    text = line.rstrip("\r")
+                    if len(text) > SEARCH_LINE_CHARS:
+                        text = text[:SEARCH_LINE_CHARS] + "…"
+                    hits.append(f"{shown}:{lineno}: {text}")
+                    if len(hits) >= limit:
+                        return hits, files + 1, True, too_big, walk
+                files += matched
+            return hits, files, False, too_big, walk
+        finally:
+            if walker is not None:
+                walker.close()  # closes the walk's open directory descriptor right away
+
+    @staticmethod
+    def _glob_ok(glob_re: re.Pattern[str] | None, on_path: bool, path: Path, start: Path) -> bool:
+        if glob_re is None:
+            return True
+        subject = path.relative_to(start).as_posix() if on_path else path.name
+        return glob_re.fullmatch(subject) is not None
+
+    def _load(self, path: Path, dir_fd: int | None) -> bytes | None:
+        """File content, one byte over the limit at most; None for unreadable or non-regular files."""
+        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            if dir_fd is None:
+                fd = self.ws.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            else:
+                # Relative to the walk's verified directory descriptor, final component not followed.
+                fd = os.open(path.name, flags, dir_fd=dir_fd)
+        except (OSError, ToolRefused):
+            return None
+        with os.fdopen(fd, "rb") as f:
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    return None
+                return f.read(self.ws.max_file_bytes + 1)
+            except OSError:
+                return None
+
+
+class GlobTool(_FsTool):
+    name = "glob"
+    description = (
+        "Find paths matching a glob such as '**/*.toml' or 'src/*.py' ('**' spans directories). "
+        "Returns paths relative to the workspace, sorted; directories end with '/'."
+    )
+    parameters = _schema(
+        {
+            "pattern": {"type": "string", "description": "Glob relative to the workspace root."},
+            "max_results": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 5000,
+                "description": "Maximum paths returned (default 200).",
+            },
+        },
+        ["pattern"],
+    )
+
+    def _prepare(self, args: Args) -> tuple[str, Path, list[str], int]:
+        _check_args(self, args)
+        pattern = _str_arg(args, "pattern")
+        # Same text rules as a path ('..', '~', %-encoding, NUL...), before splitting it.
+        self.ws.check_syntax(pattern)
+        absolute = pattern.startswith("/")
+        parts = [p for p in pattern.split("/") if p]
+        # The literal leading directories are resolved like any path; only the rest is matched.
+        split = next((i for i, p in enumerate(parts) if _has_magic(p)), len(parts))
+        prefix = "/".join(parts[:split])
+        base_text = ("/" + prefix) if absolute else (prefix or ".")
+        base = self.ws.resolve(base_text)
+        limit = _int_arg(args, "max_results", 200, minimum=1, maximum=5000)
+        return pattern, base, parts[split:], limit
+
+    async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
+        pattern, base, rest, limit = self._prepare(args)
+        if not rest:  # no wildcard at all: the path itself, if it is there
+            matches = [self._shown(base, base.is_dir())] if base.exists() else []
+            walk = _Walk()
+        else:
+            matches, walk = await asyncio.to_thread(self._glob, base, rest)
+        matches.sort()
+        lines = matches[:limit] or [f"no paths match {pattern!r}"]
+        if len(matches) > limit:
+            lines.append(
+                f"(showing {limit} of {len(matches)} matches; narrow the pattern or raise max_results)"
+            )
+        lines.extend(walk.notes())
+        return _result("\n".join(lines))
+
+    def _glob(self, base: Path, rest: list[str]) -> tuple[list[str], _Walk]:
+        walk = _Walk()
+        matches: list[str] = []
+        if not base.is_dir():
+            return matches, walk
+        regex = _glob_regex("/".join(rest))
+        # Without '**' nothing deeper than the pattern's own depth can match.
+        max_depth = None if "**" in rest else len(rest) - 1
+        for entry in _walk(self.ws, base, walk, max_depth=max_depth):
+            if regex.fullmatch(entry.path.relative_to(base).as_posix()):
+                matches.append(self._shown(entry.path, entry.kind == "dir"))
+        return matches, walk
+
+    def _shown(self, path: Path, is_dir: bool) -> str:
+        shown = self.ws.display(path)
+        return f"{shown}/" if is_dir and shown != "." else shown
+
+
+def fs_tools(workspace: Workspace) -> list[Tool]:
+    """One instance of every fs tool, all bound to `workspace`."""
+    return [
+        ReadFileTool(workspace),
+        WriteFileTool(workspace),
+        EditFileTool(workspace),
+        FileAppendTool(workspace),
+        ListFilesTool(workspace),
+        SearchTool(workspace),
+        GlobTool(workspace),
+    ]

@@ -1,0 +1,213 @@
+"""The workspace: the directory tree (plus a few extra prefixes) that the fs tools may touch.
+
+Every path a model hands to a tool goes through `Workspace.resolve`, which
+returns a real absolute path or raises `ToolRefused`. The rules fail closed:
+a path that merely *looks* like a traversal attempt is refused even when it
+would end up inside, because a refusal that is easy to explain beats a clever
+normalisation that is easy to get wrong.
+
+Rules, in the order they are checked (`check_syntax`, then `resolve`):
+
+* the path must be a non-empty, non-blank string of at most 4096 characters;
+* no NUL byte and no other ASCII control character (a newline in a file name
+  would also corrupt `file:line: text` outputs);
+* no leading `~`: home-directory expansion is *not* performed, and creating a
+  literal `~` directory would surprise everyone, so such paths are refused;
+* no percent-encoded `.`, `/`, `\\` or NUL (`%2e`, `%2f`, `%5c`, `%00`) at any
+  of a few decoding depths (`%252e` is `%2e` after one round), and no `%c0` /
+  `%c1` bytes, which only occur in overlong UTF-8 encodings of those
+  characters. Other escapes (`report%20v2.txt`) are ordinary file names: the
+  tools never URL-decode anything, this is defence in depth;
+* no `..` component, splitting on `/` *and* `\\` (so `..\\..\\etc` is refused
+  too, although `\\` is an ordinary character in Linux file names);
+* after symlinks are resolved (`os.path.realpath`, non-strict, so the deepest
+  existing ancestor of a not-yet-existing path is what counts, and a dangling
+  symlink is judged by its target), the path must be the root, an extra path,
+  or below one of them, compared component-wise (`/ws2` is not inside `/ws`).
+
+Checking the name is not enough against a concurrent symlink swap, so files
+are opened with `O_NOFOLLOW` and the opened descriptor is checked again
+through `/proc/self/fd` (`Workspace.open`, `Workspace.open_dir`).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote
+
+from edgeclaw.errors import ToolError, ToolRefused
+
+__all__ = ["Workspace"]
+
+_MAX_PATH_CHARS = 4096
+# `%` + two hex digits; decoded a few rounds deep to catch `%252e` and friends.
+_PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
+_MAX_DECODE_ROUNDS = 4
+_PERCENT_FORBIDDEN = {ord("."): "'.'", ord("/"): "'/'", ord("\\"): "'\\'", 0: "NUL"}
+# 0xC0 and 0xC1 never start valid UTF-8; they only appear in overlong forms such as %c0%ae ('.').
+_OVERLONG_LEADS = frozenset({0xC0, 0xC1})
+_SEPARATORS = re.compile(r"[/\\]")
+_PROC_FD = "/proc/self/fd"
+
+
+def _real(path: Path | str) -> Path:
+    """Absolute, symlink-free form of an operator-given path (no `~` expansion: config does that)."""
+    return Path(os.path.realpath(os.fspath(path)))
+
+
+def _percent_problem(text: str) -> str | None:
+    """Why `text` looks like percent-encoded traversal, or None."""
+    current = text
+    for depth in range(_MAX_DECODE_ROUNDS + 1):
+        codes = [int(code, 16) for code in _PERCENT.findall(current)]
+        if not codes:
+            return None
+        for code in codes:
+            if code in _PERCENT_FORBIDDEN:
+                return f"percent-encoded {_PERCENT_FORBIDDEN[code]} is not allowed"
+            if code in _OVERLONG_LEADS:
+                return "overlong UTF-8 percent-encoding is not allowed"
+        if depth == _MAX_DECODE_ROUNDS:
+            return f"percent-encoding nested more than {_MAX_DECODE_ROUNDS} levels deep is not allowed"
+        current = unquote(current)
+    return None  # pragma: no cover - the loop always returns
+
+
+@dataclass(frozen=True, slots=True)
+class Workspace:
+    """The allowed tree: `root`, plus `extra_paths` as further allowed prefixes.
+
+    Both are resolved (symlinks included) at construction, so every later
+    comparison is between real paths. Immutable, hence safe to share between
+    sessions and threads.
+    """
+
+    root: Path
+    extra_paths: tuple[Path, ...] = ()
+    max_file_bytes: int = 10 * 1024 * 1024
+    # root first, then the extra paths; derived, kept for the hot path.
+    _roots: tuple[Path, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        root = _real(self.root)
+        extras: Iterable[Path | str] = self.extra_paths
+        extra = tuple(_real(p) for p in extras)
+        if self.max_file_bytes <= 0:
+            raise ValueError(f"max_file_bytes must be positive, got {self.max_file_bytes}")
+        # Frozen dataclass: normalise through object.__setattr__, once, here.
+        object.__setattr__(self, "root", root)
+        object.__setattr__(self, "extra_paths", extra)
+        object.__setattr__(self, "_roots", (root, *extra))
+
+    # -- checks -------------------------------------------------------------
+
+    def contains(self, path: Path) -> bool:
+        """True when the absolute, already-real `path` is a root or lies below one.
+
+        `Path.is_relative_to` compares whole components, so `/x/ws2` is not
+        inside `/x/ws` (the classic `str.startswith` bug).
+        """
+        return any(path == r or path.is_relative_to(r) for r in self._roots)
+
+    def check_syntax(self, user_path: str) -> None:
+        """Refuse a path (or glob pattern) by its text alone; touches nothing on disk."""
+        if not isinstance(user_path, str):
+            raise ToolRefused(f"refused path {user_path!r}: a path must be a string")
+        if not user_path.strip():
+            raise ToolRefused(f"refused path {user_path!r}: the path is empty")
+        if "\x00" in user_path:
+            raise ToolRefused(f"refused path {user_path!r}: it contains a NUL byte")
+        if len(user_path) > _MAX_PATH_CHARS:
+            raise ToolRefused(f"refused path {user_path[:60]!r}...: longer than {_MAX_PATH_CHARS} characters")
+        if any(ord(c) < 0x20 or ord(c) == 0x7F for c in user_path):
+            raise ToolRefused(f"refused path {user_path!r}: it contains a control character")
+        if user_path.startswith("~"):
+            raise ToolRefused(
+                f"refused path {user_path!r}: '~' is not expanded; use a path relative to the workspace"
+            )
+        problem = _percent_problem(user_path)
+        if problem is not None:
+            raise ToolRefused(f"refused path {user_path!r}: {problem}")
+        if ".." in _SEPARATORS.split(user_path):
+            raise ToolRefused(f"refused path {user_path!r}: '..' components are not allowed")
+
+    def resolve(self, user_path: str, *, must_exist: bool = False, for_write: bool = False) -> Path:
+        """Turn a model-given path into a real absolute path inside the workspace.
+
+        Relative paths are taken from the root; absolute paths are fine when
+        they lead inside. Raises `ToolRefused` when the path breaks a rule
+        (see the module docstring), and `ToolError` when `must_exist` and
+        nothing is there, or when `for_write` and the path names a directory.
+        """
+        self.check_syntax(user_path)
+        candidate = Path(user_path) if user_path.startswith("/") else self.root / user_path
+        real = _real(candidate)
+        if not self.contains(real):
+            lexical = Path(os.path.normpath(candidate))
+            if self.contains(lexical):
+                why = f"it leads through a symlink to {real}, outside the workspace"
+            else:
+                why = "it is outside the workspace"
+            raise ToolRefused(f"refused path {user_path!r}: {why}")
+        if must_exist and not real.exists():
+            raise ToolError(f"no such file or directory: {user_path!r}")
+        if for_write and (user_path.endswith("/") or real.is_dir()):
+            raise ToolError(f"{user_path!r} is a directory, not a file")
+        return real
+
+    # -- descriptor-level checks (against symlink swaps after resolve) -------
+
+    def verify_fd(self, fd: int, shown: str) -> None:
+        """Refuse when the open descriptor `fd` is, in truth, outside the workspace.
+
+        Uses /proc/self/fd; where /proc is missing the `O_NOFOLLOW` opens and
+        the name checks are all we have, so the check is skipped silently.
+        """
+        try:
+            target = os.readlink(f"{_PROC_FD}/{fd}")
+        except OSError:
+            return
+        target = target.removesuffix(" (deleted)")
+        if not self.contains(Path(target)):
+            raise ToolRefused(f"refused path {shown!r}: it was redirected to {target} while being opened")
+
+    def open(self, path: Path, flags: int, mode: int = 0o666, *, shown: str = "") -> int:
+        """`os.open` a resolved path without following a final symlink, then verify the descriptor.
+
+        A symlink appearing at `path` after `resolve` (ELOOP) becomes a
+        refusal; other `OSError`s propagate for the caller to word.
+        """
+        shown = shown or self.display(path)
+        try:
+            fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                why = "it is a symlink loop, or became a symlink meanwhile"
+                raise ToolRefused(f"refused path {shown!r}: {why}") from exc
+            raise
+        try:
+            self.verify_fd(fd, shown)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def open_dir(self, path: Path, *, shown: str = "") -> int:
+        """Open a resolved directory for `dir_fd=` use or `os.scandir`, verified like `open`."""
+        return self.open(path, os.O_RDONLY | os.O_DIRECTORY, shown=shown)
+
+    # -- output --------------------------------------------------------------
+
+    def display(self, path: Path | str) -> str:
+        """`path` relative to the root when inside it ("." for the root), else absolute."""
+        p = Path(path)
+        if p == self.root:
+            return "."
+        if p.is_relative_to(self.root):
+            return p.relative_to(self.root).as_posix()
+        return str(p)

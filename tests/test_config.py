@@ -1,0 +1,146 @@
+"""Config files: found where documented, and every mistake named by file, key and expectation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgeclaw.config import find_config_path, load_config
+from edgeclaw.config.paths import state_dir
+from edgeclaw.config.secrets import resolve_secrets
+from edgeclaw.errors import ConfigErrors
+
+FULL_EXAMPLE = """
+device_id = "greenhouse-07"
+board = "sim"
+workspace = "{ws}"
+
+[agent]
+providers = ["local", "cloud"]
+
+[providers.local]
+kind = "openai"
+base_url = "http://127.0.0.1:8080/v1"
+model = "qwen2.5-1.5b-instruct"
+api_key_env = "LOCAL_LLM_KEY"
+
+[providers.cloud]
+kind = "anthropic"
+model = "claude-haiku"
+api_key_file = "{keyfile}"
+
+[tools]
+profile = "coding"
+deny = ["exec"]
+also_allow = ["group:hardware"]
+
+[tools.channels.mqtt]
+profile = "device"
+
+[tools.agents.main]
+deny = ["web_fetch"]
+
+[mqtt]
+enabled = true
+host = "127.0.0.1"
+port = 1883
+topic_prefix = "edgeclaw"
+password_env = "MQTT_PASS"
+
+[console]
+ports = ["/dev/ttyGS0"]
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "edgeclaw.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def errors_of(path: Path) -> list[str]:
+    with pytest.raises(ConfigErrors) as info:
+        load_config(path, environ={})
+    return [str(e) for e in info.value.errors]
+
+
+def test_documented_example_loads(tmp_path):
+    key = write(tmp_path, "sk-file-secret\n", "key")
+    path = write(tmp_path, FULL_EXAMPLE.format(ws=tmp_path / "ws", keyfile=key))
+    config = load_config(path, environ={})
+    assert config.device_id == "greenhouse-07"
+    assert config.agent.providers == ["local", "cloud"]
+    assert config.providers["cloud"].kind == "anthropic"
+    assert config.tools.channels["mqtt"].profile == "device"
+    assert config.mqtt.enabled and config.mqtt.port == 1883
+    secrets, problems = resolve_secrets(config, {"LOCAL_LLM_KEY": "sk-local", "MQTT_PASS": "pw-1234"})
+    assert problems == []
+    assert secrets == {"providers.local": "sk-local", "providers.cloud": "sk-file-secret", "mqtt": "pw-1234"}
+
+
+def test_missing_secret_is_named(tmp_path):
+    key = write(tmp_path, "x", "key")
+    config = load_config(write(tmp_path, FULL_EXAMPLE.format(ws=tmp_path, keyfile=key)), environ={})
+    _, problems = resolve_secrets(config, {})
+    messages = [str(p) for p in problems]
+    assert any("providers.local.api_key_env" in m and "LOCAL_LLM_KEY is not set" in m for m in messages)
+    assert any("mqtt.password_env" in m and "MQTT_PASS" in m for m in messages)
+
+
+def test_no_file_means_defaults(tmp_path, monkeypatch):
+    monkeypatch.setattr("edgeclaw.config.loader.SYSTEM_CONFIG", tmp_path / "absent.toml")
+    assert find_config_path(None, {}) is None
+    config = load_config(None, environ={})
+    assert config.board == "auto" and config.tools.profile == "full" and config.tools.rate_limit == 150
+
+
+def test_search_order(tmp_path, monkeypatch):
+    system = write(tmp_path, "", "system.toml")
+    monkeypatch.setattr("edgeclaw.config.loader.SYSTEM_CONFIG", system)
+    assert find_config_path(None, {}) == system
+    assert find_config_path(None, {"EDGECLAW_CONFIG": "/x/env.toml"}) == Path("/x/env.toml")
+    assert find_config_path("/x/arg.toml", {"EDGECLAW_CONFIG": "/x/env.toml"}) == Path("/x/arg.toml")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('[mqtt]\nport = "1883"', "mqtt.port: expected an integer, got a string"),
+        ("[mqtt]\nport = true", "mqtt.port: expected an integer, got a boolean"),
+        ("[mqtt]\nport = 70000", "mqtt.port: expected a port number 1-65535"),
+        ("[mqtt]\nprot = 1", "mqtt.prot: unknown key (expected one of:"),
+        ("colour = 'red'", "colour: unknown key"),
+        ('[mqtt]\nprotocol = "4"', "mqtt.protocol: expected one of '5', '3.1.1', got '4'"),
+        ('[tools]\nprofile = "admin"', "tools.profile: unknown profile 'admin'"),
+        ('[tools]\ndeny = ["group:shell"]', "tools.deny[0]: unknown group 'group:shell'"),
+        ('[tools]\nallow = ["rm"]', "tools.allow[0]: unknown tool 'rm'"),
+        ('[tools]\ndeny = "exec"', "tools.deny: expected an array of strings, got a string"),
+        ('[tools.channels.sms]\nprofile = "minimal"', "tools.channels.sms: unknown channel"),
+        ('[agent]\nproviders = ["local"]', "agent.providers[0]: no [providers.local] table"),
+        ('[providers.local]\nkind = "openai"', "providers.local.model: required key is missing"),
+        ('[providers.local]\nkind = "gemini"\nmodel = "m"', "providers.local.kind: expected one of"),
+        ("[tools]\nrate_limit = -1", "tools.rate_limit: expected an integer >= 0"),
+        ("mqtt = 3", "mqtt: expected a table, got an integer"),
+        ('device_id = "a/b"', "device_id: expected a name without '/'"),
+        ("this is not toml", "not valid TOML"),
+    ],
+)
+def test_errors_name_file_key_and_expectation(tmp_path, text, expected):
+    path = write(tmp_path, text)
+    messages = errors_of(path)
+    assert any(m.startswith(f"{path}: ") and expected in m for m in messages), messages
+
+
+def test_all_errors_reported_at_once(tmp_path):
+    path = write(tmp_path, "[mqtt]\nport = 'x'\nhost = 5\n[tools]\ntimeout_s = 'slow'")
+    assert len(errors_of(path)) == 3
+
+
+def test_missing_explicit_file_is_an_error(tmp_path):
+    assert any("file not found" in m for m in errors_of(tmp_path / "nope.toml"))
+
+
+def test_state_dir_order(tmp_path):
+    assert state_dir("/cfg", {"EDGECLAW_STATE_DIR": "/env"}) == Path("/cfg")
+    assert state_dir("", {"EDGECLAW_STATE_DIR": "/env"}) == Path("/env")

@@ -1,0 +1,294 @@
+"""The registry path: every step a call goes through, observed from the caller's side."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from edgeclaw.errors import BackendError, ToolError, ToolRefused
+from edgeclaw.tools.audit import AuditRecord
+from edgeclaw.tools.base import Tool, ToolContext, ToolResult
+from edgeclaw.tools.policy import PolicyEngine, PolicyRules
+from edgeclaw.tools.ratelimit import SlidingWindowLimiter
+from edgeclaw.tools.registry import Registry, cap_text
+from edgeclaw.tools.schema import SchemaError
+from edgeclaw.tools.scrub import Scrubber
+
+
+class Echo(Tool):
+    name = "echo"
+    group = "messaging"
+    description = "Echo the text back."
+    parameters = {
+        "type": "object",
+        "properties": {"text": {"type": "string"}, "times": {"type": "integer", "minimum": 1, "maximum": 3}},
+        "required": ["text"],
+        "additionalProperties": False,
+    }
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def execute(self, args, ctx):
+        self.calls += 1
+        return ToolResult(for_llm=args["text"] * args.get("times", 1), for_user=f"user: {args['text']}")
+
+
+class Sleeper(Tool):
+    name = "sleeper"
+    group = "runtime"
+    description = "Sleep."
+    parameters = {"type": "object", "properties": {"s": {"type": "number"}}, "additionalProperties": False}
+    timeout_s = 0.2
+
+    def __init__(self) -> None:
+        self.cancelled = False
+
+    async def execute(self, args, ctx):
+        try:
+            await asyncio.sleep(args.get("s", 10))
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        return "woke"
+
+
+class Faulty(Tool):
+    name = "faulty"
+    group = "hardware"
+    description = "Fails in the way it is told to."
+    parameters = {
+        "type": "object",
+        "properties": {"how": {"enum": ["tool", "backend", "crash", "refuse", "flag", "own_timeout"]}},
+        "required": ["how"],
+        "additionalProperties": False,
+    }
+
+    async def check(self, args, ctx):
+        if args["how"] == "refuse":
+            raise ToolRefused("address 0x10 is not granted by the board profile")
+
+    async def execute(self, args, ctx):
+        how = args["how"]
+        if how == "tool":
+            raise ToolError("no device acknowledged at 0x48 on bus 1")
+        if how == "backend":
+            raise BackendError("bus 1 is busy")
+        if how == "crash":
+            raise KeyError("oops")
+        if how == "own_timeout":
+            raise TimeoutError
+        return ToolResult.error("reported failure")
+
+
+class Loud(Tool):
+    name = "loud"
+    group = "fs"
+    description = "Prints a lot, some of it secret."
+    parameters = {"type": "object", "properties": {"n": {"type": "integer"}}, "additionalProperties": False}
+
+    async def execute(self, args, ctx):
+        return ToolResult(
+            for_llm="key=" + "sk-proj-" + "A" * 40 + " pw hunter2-secret " + "x" * args.get("n", 0),
+            for_user="token: ghp_" + "b" * 36,
+        )
+
+
+def make(rules: PolicyRules | None = None, limit: int = 150, **kw) -> tuple[Registry, list[AuditRecord]]:
+    scrubber = Scrubber()
+    scrubber.add_secret("hunter2-secret")
+    reg = Registry(PolicyEngine(rules or PolicyRules()), scrubber, SlidingWindowLimiter(limit, 3600), **kw)
+    for tool in (Echo(), Sleeper(), Faulty(), Loud()):
+        reg.register(tool)
+    records: list[AuditRecord] = []
+    reg.add_audit_sink(records.append)
+    return reg, records
+
+
+CTX = ToolContext(session_key="s1")
+
+
+async def test_ok_call_returns_both_outputs_and_audits():
+    reg, records = make()
+    out = await reg.execute("echo", {"text": "hi", "times": 2}, CTX)
+    assert out.ok and out.for_llm == "hihi" and out.for_user == "user: hi" and out.error is None
+    assert out.duration_ms >= 0
+    assert [(r.tool, r.ok, r.stage, r.session) for r in records] == [("echo", True, "ok", "s1")]
+    assert len(records[0].args_digest) == 16
+    assert out.as_dict().keys() == {"ok", "tool", "for_llm", "for_user", "error", "duration_ms"}
+
+
+async def test_arguments_as_json_text():
+    reg, _ = make()
+    assert (await reg.execute("echo", '{"text": "x"}', CTX)).for_llm == "x"
+    bad = await reg.execute("echo", '{"text": ', CTX)
+    assert bad.refused and bad.stage == "arguments" and "not valid JSON" in bad.error
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        ({}, "text"),
+        ({"text": 5}, "'text'"),
+        ({"text": "a", "times": 9}, "'times'"),
+        ({"text": "a", "colour": "red"}, "'colour'"),
+        ([1, 2], "JSON object"),
+    ],
+)
+async def test_schema_errors_name_the_field_and_do_not_run(args, needle):
+    reg, records = make()
+    out = await reg.execute("echo", args, CTX)
+    assert not out.ok and out.refused and out.stage == "arguments"
+    assert needle in out.error and out.error.startswith("echo: ")
+    assert reg.get("echo").calls == 0
+    assert records[-1].stage == "arguments"
+
+
+async def test_unknown_tool_refused():
+    reg, _ = make()
+    out = await reg.execute("rm_rf", {}, CTX)
+    assert out.refused and out.stage == "unknown_tool" and "unknown tool 'rm_rf'" in out.error
+
+
+async def test_policy_refusal_says_why_and_does_not_run():
+    reg, _ = make(PolicyRules(deny=("echo",)))
+    out = await reg.execute("echo", {"text": "a"}, CTX)
+    assert out.refused and out.stage == "policy" and "tools.deny" in out.error
+    assert reg.get("echo").calls == 0
+    assert "echo" not in [i.name for i in reg.infos(CTX)]
+
+
+async def test_rate_limit_is_per_session_and_limited_calls_do_not_run():
+    reg, _ = make(limit=3)
+    for _ in range(3):
+        assert (await reg.execute("echo", {"text": "a"}, CTX)).ok
+    limited = await reg.execute("echo", {"text": "a"}, CTX)
+    assert limited.refused and limited.stage == "rate_limit" and "at most 3 tool calls" in limited.error
+    assert reg.get("echo").calls == 3
+    assert (await reg.execute("echo", {"text": "a"}, ToolContext(session_key="s2"))).ok
+
+
+def test_sliding_window_frees_slots_as_time_passes():
+    now = [0.0]
+    limiter = SlidingWindowLimiter(2, 10.0, clock=lambda: now[0])
+    assert limiter.acquire("a") == 0 and limiter.acquire("a") == 0
+    assert limiter.acquire("a") == pytest.approx(10.0)
+    now[0] = 5.0
+    assert limiter.acquire("a") == pytest.approx(5.0)
+    now[0] = 10.01
+    assert limiter.acquire("a") == 0
+    assert limiter.remaining("a") == 1
+    assert SlidingWindowLimiter(0, 1).acquire("a") == 0  # 0 = unlimited
+
+
+async def test_dry_run_runs_checks_but_not_the_body_and_uses_no_rate_slot():
+    reg, _ = make(limit=1)
+    out = await reg.execute("echo", {"text": "a"}, CTX, dry_run=True)
+    assert out.ok and out.stage == "dry_run" and reg.get("echo").calls == 0
+    refused = await reg.execute("faulty", {"how": "refuse"}, CTX, dry_run=True)
+    assert refused.refused and refused.stage == "bounds" and "not granted" in refused.error
+    assert (await reg.execute("echo", {"text": "a"}, CTX)).ok  # the slot was still free
+
+
+async def test_timeout_cancels_the_body():
+    reg, _ = make()
+    out = await reg.execute("sleeper", {"s": 5}, CTX)
+    assert not out.ok and not out.refused and out.stage == "timeout"
+    assert "timed out after 0.2 s" in out.error
+    assert reg.get("sleeper").cancelled
+
+
+@pytest.mark.parametrize(
+    ("how", "stage", "refused", "needle"),
+    [
+        ("tool", "tool_error", False, "no device acknowledged at 0x48 on bus 1"),
+        ("backend", "tool_error", False, "bus 1 is busy"),
+        ("crash", "exception", False, "internal error: KeyError"),
+        ("refuse", "bounds", True, "not granted by the board profile"),
+        ("flag", "tool_error", False, "reported failure"),
+        ("own_timeout", "tool_error", False, "operation timed out"),
+    ],
+)
+async def test_failures_become_results(how, stage, refused, needle):
+    reg, records = make()
+    out = await reg.execute("faulty", {"how": how}, CTX)
+    assert (out.ok, out.stage, out.refused) == (False, stage, refused)
+    assert needle in out.error and out.for_llm == out.error
+    assert records[-1].error == out.error
+
+
+async def test_outputs_are_scrubbed_and_capped():
+    reg, _ = make(max_output_bytes=2048)
+    out = await reg.execute("loud", {"n": 10_000}, CTX)
+    assert "sk-proj-" not in out.for_llm and "hunter2-secret" not in out.for_llm
+    assert "[REDACTED]" in out.for_llm and "ghp_" not in out.for_user
+    assert len(out.for_llm.encode()) <= 2048 + 100
+    assert "output truncated" in out.for_llm
+
+
+def test_cap_text_keeps_characters_whole():
+    text = "é" * 5000
+    capped = cap_text(text, 1024)
+    assert len(capped.encode()) <= 1024 and "truncated" in capped
+    assert capped.startswith("é")
+    assert cap_text("short", 1024) == "short"
+
+
+async def test_one_instance_serves_concurrent_sessions():
+    reg, records = make()
+    results = await asyncio.gather(
+        *(reg.execute("echo", {"text": str(i)}, ToolContext(session_key=f"s{i}")) for i in range(50))
+    )
+    assert [r.for_llm for r in results] == [str(i) for i in range(50)]
+    assert {r.session for r in records} == {f"s{i}" for i in range(50)}
+    assert reg.stats.tools["echo"].calls == 50
+
+
+async def test_definitions_follow_the_policy_in_both_formats():
+    reg, _ = make(PolicyRules(profile="minimal", also_allow=("echo",)))
+    openai = reg.definitions(CTX, "openai")
+    assert [d["function"]["name"] for d in openai] == ["echo"]
+    assert openai[0]["type"] == "function" and openai[0]["function"]["parameters"]["required"] == ["text"]
+    anthropic = reg.definitions(CTX, "anthropic")
+    assert anthropic == [
+        {"name": "echo", "description": "Echo the text back.", "input_schema": Echo.parameters}
+    ]
+
+
+def test_bad_schema_fails_at_registration():
+    class Broken(Echo):
+        name = "broken"
+        parameters = {"type": "object", "properties": {"x": {"type": "strnig"}}}
+
+    reg, _ = make()
+    with pytest.raises(SchemaError):
+        reg.register(Broken())
+    with pytest.raises(ValueError, match="already registered"):
+        reg.register(Echo())
+
+
+async def test_drain_gives_grace_then_cancels_in_flight_calls():
+    reg, _ = make()
+    reg.get("sleeper").timeout_s = 30
+    reg.register(reg.get("sleeper"), replace=True)
+    quick = asyncio.create_task(reg.execute("sleeper", {"s": 0.05}, CTX))
+    slow = asyncio.create_task(reg.execute("sleeper", {"s": 30}, CTX))
+    await asyncio.sleep(0.01)
+    assert reg.in_flight == 2
+    await asyncio.wait_for(reg.drain(0.3), 5)
+    assert (await quick).ok  # finished inside the grace period
+    out = await slow
+    assert out.stage == "cancelled" and "shutting down" in out.error
+    late = await reg.execute("echo", {"text": "a"}, CTX)
+    assert late.refused and "shutting down" in late.error
+
+
+async def test_a_failing_audit_sink_does_not_fail_the_call():
+    reg, _ = make()
+
+    def broken(record):
+        raise RuntimeError("sink down")
+
+    reg.add_audit_sink(broken)
+    assert (await reg.execute("echo", {"text": "a"}, CTX)).ok

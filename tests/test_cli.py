@@ -1,0 +1,102 @@
+"""The `edgeclaw` command: output shapes and exit statuses as documented."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import edgeclaw
+
+
+def test_version(run_cli):
+    out = run_cli("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"edgeclaw {edgeclaw.__version__}"
+
+
+def test_traversal_is_refused_with_exit_2(run_cli):
+    out = run_cli("tool", "call", "read_file", '{"path": "../../etc/passwd"}', "--json")
+    assert out.returncode == 2
+    result = json.loads(out.stdout)
+    assert result["ok"] is False and result["tool"] == "read_file"
+    assert "refused" in result["error"] and ".." in result["error"]
+    assert set(result) == {"ok", "tool", "for_llm", "for_user", "error", "duration_ms"}
+
+
+def test_write_then_read_round_trip(run_cli, state_env):
+    out = run_cli("tool", "call", "write_file", '{"path": "a/b.txt", "content": "one\\ntwo\\n"}', "--json")
+    assert out.returncode == 0 and json.loads(out.stdout)["ok"]
+    assert (Path(state_env["EDGECLAW_STATE_DIR"]) / "workspace/a/b.txt").read_text() == "one\ntwo\n"
+    read = run_cli("tool", "call", "read_file", '{"path": "a/b.txt", "start_line": 2}')
+    assert read.returncode == 0 and "two" in read.stdout and "one" not in read.stdout
+
+
+def test_tool_error_exits_1(run_cli):
+    out = run_cli("tool", "call", "read_file", '{"path": "missing.txt"}', "--json")
+    assert out.returncode == 1
+    assert "missing.txt" in json.loads(out.stdout)["error"]
+
+
+def test_refusals_exit_2(run_cli):
+    assert run_cli("tool", "call", "no_such_tool", "{}").returncode == 2
+    bad_args = run_cli("tool", "call", "read_file", '{"path": 3}', "--json")
+    assert bad_args.returncode == 2 and "'path'" in json.loads(bad_args.stdout)["error"]
+    assert run_cli("tool", "call", "read_file", "{not json").returncode == 2
+    assert run_cli("tool", "call").returncode == 2  # usage error
+
+
+def test_dry_run_checks_without_writing(run_cli, state_env):
+    out = run_cli("tool", "call", "write_file", '{"path": "x.txt", "content": "y"}', "--dry-run", "--json")
+    assert out.returncode == 0 and json.loads(out.stdout)["ok"]
+    assert not (Path(state_env["EDGECLAW_STATE_DIR"]) / "workspace/x.txt").exists()
+    refused = run_cli("tool", "call", "write_file", '{"path": "/etc/x", "content": "y"}', "--dry-run")
+    assert refused.returncode == 2 and "refused" in refused.stderr
+
+
+def test_policy_from_config_refuses(run_cli, state_env):
+    Path(state_env["EDGECLAW_CONFIG"]).write_text('board = "sim"\n[tools]\ndeny = ["group:fs"]\n')
+    out = run_cli("tool", "call", "list_files", "{}", "--json")
+    assert out.returncode == 2 and "tools.deny" in json.loads(out.stdout)["error"]
+    listed = run_cli("tools", "list", "--json")
+    assert [t["name"] for t in json.loads(listed.stdout)] == ["session_status"]
+
+
+def test_tools_list_with_profile(run_cli):
+    full = json.loads(run_cli("tools", "list", "--json").stdout)
+    assert {"read_file", "write_file", "session_status"} <= {t["name"] for t in full}
+    assert all(t["group"] for t in full)
+    minimal = run_cli("tools", "list", "--profile", "minimal")
+    assert minimal.returncode == 0 and minimal.stdout.split()[0] == "session_status"
+    assert run_cli("tools", "list", "--profile", "root").returncode == 2
+
+
+def test_config_check(run_cli, tmp_path):
+    good = tmp_path / "good.toml"
+    good.write_text('device_id = "greenhouse-07"\n[tools]\nprofile = "device"\n')
+    out = run_cli("config", "check", str(good))
+    assert out.returncode == 0 and "ok" in out.stdout
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[mqtt]\nport = "high"\n[tools]\nprofile = "admin"\n')
+    out = run_cli("config", "check", str(bad))
+    assert out.returncode == 1
+    assert f"{bad}: mqtt.port: expected an integer, got a string" in out.stderr
+
+
+def test_broken_config_refuses_tool_calls(run_cli, state_env):
+    Path(state_env["EDGECLAW_CONFIG"]).write_text("[tools\n")
+    out = run_cli("tool", "call", "session_status")
+    assert out.returncode == 2 and "not valid TOML" in out.stderr
+
+
+def test_unknown_board_is_refused(run_cli):
+    out = run_cli("tool", "call", "session_status", "--board", "toaster")
+    assert out.returncode == 2 and "unknown board profile 'toaster'" in out.stderr
+
+
+def test_board_show(run_cli):
+    out = run_cli("board", "show", "sim")
+    assert out.returncode == 0 and out.stdout.startswith("sim: ")
+
+
+def test_unfinished_commands_say_so(run_cli):
+    out = run_cli("doctor")
+    assert out.returncode == 2 and "not implemented" in out.stderr

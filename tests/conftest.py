@@ -14,7 +14,9 @@ import pytest
 def state_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """An environment whose state dir and config live under tmp_path (never /etc or /var/lib)."""
     state = tmp_path / "state"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("EDGECLAW_", "NOTIFY_SOCKET", "WATCHDOG_"))}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("EDGECLAW_", "NOTIFY_SOCKET", "WATCHDOG_"))
+    }
     env["EDGECLAW_STATE_DIR"] = str(state)
     env["EDGECLAW_CONFIG"] = str(tmp_path / "edgeclaw.toml")
     (tmp_path / "edgeclaw.toml").write_text('board = "sim"\n')
@@ -27,7 +29,9 @@ def state_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]
 def run_cli(state_env: dict[str, str]):
     """Run `python -m edgeclaw ARGS...` as a user would, returning the completed process."""
 
-    def run(*args: str, timeout: float = 30, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        *args: str, timeout: float = 30, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "edgeclaw", *args],
             capture_output=True,

@@ -81,23 +81,27 @@ class Daemon:
                 runtime.workspace,
                 len(runtime.registry.names()),
             )
-            async with AsyncExitStack() as stack:
-                for factory in self.services:
-                    await stack.enter_async_context(factory(runtime))
-                watchdog = LoopWatchdog.from_env(notifier, environ)
-                if watchdog is not None:
-                    await stack.enter_async_context(watchdog)
-                notifier.ready(f"serving: board {runtime.board.name}, {len(self.services)} channel(s)")
-                self.ready.set()
-                log.info("ready")
-                await self._stop.wait()
-                notifier.stopping("stopping: finishing in-flight tool calls")
-                log.info(
-                    "stopping: %d tool call(s) in flight, %.1f s grace",
-                    runtime.registry.in_flight,
-                    self.config.shutdown_grace_s,
-                )
-                await runtime.registry.drain(self.config.shutdown_grace_s)
+            try:
+                async with AsyncExitStack() as stack:
+                    for factory in self.services:
+                        await stack.enter_async_context(factory(runtime))
+                    watchdog = LoopWatchdog.from_env(notifier, environ)
+                    if watchdog is not None:
+                        await stack.enter_async_context(watchdog)
+                    notifier.ready(f"serving: board {runtime.board.name}, {len(self.services)} channel(s)")
+                    self.ready.set()
+                    log.info("ready")
+                    await self._stop.wait()
+                    notifier.stopping("stopping: finishing in-flight tool calls")
+                    log.info(
+                        "stopping: %d tool call(s) in flight, %.1f s grace",
+                        runtime.registry.in_flight,
+                        self.config.shutdown_grace_s,
+                    )
+                    await runtime.registry.drain(self.config.shutdown_grace_s)
+            finally:
+                # After the channels have closed: nothing can call a tool any more.
+                await runtime.aclose()
             log.info("stopped")
             return 0
         finally:

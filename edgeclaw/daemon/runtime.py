@@ -6,15 +6,18 @@ policy, limits and scrubbing, because both are built here.
 
 from __future__ import annotations
 
+import inspect
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgeclaw.board import BoardProfile
 from edgeclaw.config.paths import device_id, state_dir
 from edgeclaw.config.schema import Config
 from edgeclaw.errors import ConfigError, ConfigErrors
+from edgeclaw.store.db import Database
+from edgeclaw.tools.approval import ApprovalBroker
 from edgeclaw.tools.registry import Registry
 
 log = logging.getLogger("edgeclaw.runtime")
@@ -29,6 +32,31 @@ class Runtime:
     board: BoardProfile
     registry: Registry
     secrets: dict[str, str]
+    approvals: ApprovalBroker = field(default_factory=ApprovalBroker)
+    _db: Database | None = None
+    _closers: list[Callable[[], Awaitable[None] | None]] = field(default_factory=list)
+
+    @property
+    def db(self) -> Database:
+        """The state database, opened on first use (a `tool call` that needs none never opens it)."""
+        if self._db is None:
+            self._db = Database.in_state_dir(self.state_dir)
+            self.on_close(self._db.close)
+        return self._db
+
+    def on_close(self, closer: Callable[[], Awaitable[None] | None]) -> None:
+        """Register a release step (bus handles, child processes, the database); run in reverse on close."""
+        self._closers.append(closer)
+
+    async def aclose(self) -> None:
+        while self._closers:
+            closer = self._closers.pop()
+            try:
+                result = closer()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                log.exception("error while releasing %r", closer)
 
 
 def build_runtime(

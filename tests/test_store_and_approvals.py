@@ -70,7 +70,7 @@ async def test_allow_decisions_pass_through(answer):
 
 
 @pytest.mark.parametrize(
-    ("approver", "timeout", "needle"),
+    ("approver", "wait_s", "needle"),
     [
         (None, 1, "cannot ask"),
         (ScriptedApprover(Decision.DENY), 1, "denied"),
@@ -79,11 +79,11 @@ async def test_allow_decisions_pass_through(answer):
         (ScriptedApprover(fail=True), 1, "could not be asked"),
     ],
 )
-async def test_everything_else_denies(approver, timeout, needle):
+async def test_everything_else_denies(approver, wait_s, needle):
     broker = ApprovalBroker()
     if approver is not None:
         broker.register("console", approver)
-    decision, reason = await broker.request("exec", "rm -rf build", CTX, timeout_s=timeout)
+    decision, reason = await broker.request("exec", "rm -rf build", CTX, timeout_s=wait_s)
     assert decision is Decision.DENY and needle in reason
 
 

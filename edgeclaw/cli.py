@@ -216,6 +216,40 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_REFUSED
 
 
+def cmd_chat(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from edgeclaw.errors import ConfigErrors
+
+    try:
+        config = _load(args)
+    except ConfigErrors as e:
+        _print_config_errors(e)
+        return EXIT_REFUSED
+
+    async def chat() -> int:
+        from edgeclaw.channels.terminal import TerminalChannel, register_approver
+        from edgeclaw.daemon.agent import build_agent
+        from edgeclaw.daemon.runtime import build_runtime
+
+        runtime = build_runtime(config, board=args.board)
+        try:
+            terminal = TerminalChannel(build_agent(runtime))
+            register_approver(terminal, runtime.approvals)
+            if args.message is not None:
+                reply = await terminal.one_turn(args.message)
+                return EXIT_OK if reply.ok else EXIT_TOOL_ERROR
+            return await terminal.interactive_loop(runtime.state_dir / "chat_history")
+        finally:
+            await runtime.aclose()
+
+    try:
+        return asyncio.run(chat())
+    except ConfigErrors as e:
+        _print_config_errors(e)
+        return EXIT_REFUSED
+
+
 def _not_implemented(what: str) -> int:
     print(f"edgeclaw: {what} is not implemented in this version", file=sys.stderr)
     return EXIT_REFUSED
@@ -249,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "board":
         return cmd_board(args)
     if args.command == "chat":
-        return _not_implemented("`edgeclaw chat` (the agent loop)")
+        return cmd_chat(args)
     if args.command == "doctor":
         return _not_implemented("`edgeclaw doctor`")
     parser.error(f"unknown command {args.command!r}")

@@ -92,8 +92,14 @@ def check_config(config: Config) -> None:
         if name not in config.providers:
             known = ", ".join(sorted(config.providers)) or "none defined"
             fail(f"agent.providers[{i}]", f"no [providers.{name}] table (defined: {known})")
-    if config.agent.max_iterations < 1:
-        fail("agent.max_iterations", "expected an integer >= 1")
+    for key, value in (
+        ("agent.max_iterations", config.agent.max_iterations),
+        ("agent.history_budget_tokens", config.agent.history_budget_tokens),
+        ("agent.history_max_messages", config.agent.history_max_messages),
+        ("agent.provider_attempts", config.agent.provider_attempts),
+    ):
+        if value < 1:
+            fail(key, f"expected an integer >= 1, got {value}")
     for name, provider in config.providers.items():
         if provider.api_key_env and provider.api_key_file:
             fail(f"providers.{name}", "set api_key_env or api_key_file, not both")

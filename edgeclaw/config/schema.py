@@ -18,6 +18,11 @@ class AgentConfig:
     # Provider names from [providers.*], tried in this order; empty = slash commands only.
     providers: list[str] = field(default_factory=list)
     max_iterations: int = 20
+    system_prompt: str = ""  # added to the built-in prompt, before the workspace's context files
+    history_budget_tokens: int = 6000  # history sent to the model, trimmed by whole turns
+    history_max_messages: int = 400  # stored per session; older whole turns are dropped
+    provider_attempts: int = 3  # tries per provider before falling back to the next
+    max_retry_after_s: float = 30.0  # a longer Retry-After falls back at once instead of waiting
 
 
 @dataclass

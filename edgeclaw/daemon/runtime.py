@@ -17,6 +17,7 @@ from edgeclaw.config.paths import device_id, state_dir
 from edgeclaw.config.schema import Config
 from edgeclaw.errors import ConfigError, ConfigErrors
 from edgeclaw.store.db import Database
+from edgeclaw.store.sessions import SessionStore
 from edgeclaw.tools.approval import ApprovalBroker
 from edgeclaw.tools.registry import Registry
 
@@ -32,6 +33,7 @@ class Runtime:
     board: BoardProfile
     registry: Registry
     secrets: dict[str, str]
+    sessions: SessionStore
     approvals: ApprovalBroker = field(default_factory=ApprovalBroker)
     _db: Database | None = None
     _closers: list[Callable[[], Awaitable[None] | None]] = field(default_factory=list)
@@ -75,6 +77,7 @@ def build_runtime(
     from edgeclaw.tools.ratelimit import SlidingWindowLimiter
     from edgeclaw.tools.scrub import Scrubber
     from edgeclaw.tools.session_status import SessionStatusTool
+    from edgeclaw.tools.sessions import SessionsHistoryTool, SessionsListTool
     from edgeclaw.tools.workspace import Workspace
 
     source = config._source
@@ -102,15 +105,9 @@ def build_runtime(
     registry = Registry(
         policy, scrubber, limiter, default_timeout_s=t.timeout_s, max_output_bytes=t.max_output_bytes
     )
-    ws = Workspace(workspace, tuple(Path(p) for p in t.allowed_paths), t.max_file_bytes)
-    registry.register_all(fs_tools(ws))
-    registry.register(SessionStatusTool(registry.stats, limiter))
-
-    # Tool names can only be checked once the tools exist.
-    problems = [ConfigError(source, key, problem) for key, problem in policy.validate()]
-    if problems:
-        raise ConfigErrors(problems)
-    return Runtime(
+    # The closure reads `runtime` when a session is first touched, after it exists.
+    sessions = SessionStore(lambda: runtime.db)
+    runtime = Runtime(
         config=config,
         device_id=device_id(config.device_id),
         state_dir=state,
@@ -118,4 +115,15 @@ def build_runtime(
         board=profile,
         registry=registry,
         secrets=secrets,
+        sessions=sessions,
     )
+    ws = Workspace(workspace, tuple(Path(p) for p in t.allowed_paths), t.max_file_bytes)
+    registry.register_all(fs_tools(ws))
+    registry.register(SessionStatusTool(registry.stats, limiter, sessions))
+    registry.register_all([SessionsListTool(sessions), SessionsHistoryTool(sessions)])
+
+    # Tool names can only be checked once the tools exist.
+    problems = [ConfigError(source, key, problem) for key, problem in policy.validate()]
+    if problems:
+        raise ConfigErrors(problems)
+    return runtime

@@ -1,0 +1,1 @@
+"""The agent: the loop, conversation sessions, LLM providers and slash commands."""

@@ -1,0 +1,52 @@
+"""How a channel plugs into the agent: inbound messages, outbound replies, and asking a person.
+
+A channel (MQTT, the serial console, the local terminal) turns its wire into
+`InboundMessage`s, hands each to `AgentLoop.handle`, and delivers the `Reply`.
+To put a question to the person on the other end (tool approvals), it
+implements `ask_approval` and registers itself with the approval broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from edgeclaw.tools.approval import ApprovalRequest, Decision
+
+
+@dataclass(frozen=True)
+class InboundMessage:
+    channel: str  # "cli", "mqtt", "console", ...
+    text: str
+    chat_id: str = ""  # the conversation on that channel: a port, a topic, a terminal
+    sender: str = ""
+    session: str = ""  # an explicit session key; empty = derived from channel and chat id
+    peer_kind: str = "direct"
+    meta: Mapping[str, Any] = field(default_factory=dict)  # wire details the channel needs to answer
+
+    @property
+    def session_key(self) -> str:
+        if self.session:
+            return self.session
+        return f"{self.channel}:{self.chat_id or self.sender or 'default'}"
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str
+    session: str
+    ok: bool = True  # False when the turn failed (no model reachable, stopped, iteration limit)
+    in_reply_to: InboundMessage | None = None
+
+
+class Channel(Protocol):
+    name: str
+
+    async def send(self, reply: Reply) -> None:
+        """Deliver a reply to the person or machine that sent the message."""
+        ...
+
+    async def ask_approval(self, request: ApprovalRequest) -> Decision | None:
+        """Ask the person on this channel; None when nobody can be asked."""
+        ...

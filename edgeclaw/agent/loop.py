@@ -1,0 +1,260 @@
+"""The agent loop: one inbound message in, one reply out.
+
+Seed flow: the model returns tool calls → each is looked up, its arguments
+parsed, checked against policy and run, all through `Registry.execute` with
+the per-call context → the results (errors included, so the model can
+recover) are appended → the model is asked again, until it answers in text
+or `max_iterations` is reached.
+
+Turns are serial within a session (a lock per session key) and concurrent
+across sessions. Each turn runs in its own task so `/stop` (or Ctrl-C on a
+terminal, or shutdown) cancels just that turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+from edgeclaw import __version__
+from edgeclaw.agent import history, slash
+from edgeclaw.agent.channel import InboundMessage, Reply
+from edgeclaw.agent.messages import Message
+from edgeclaw.agent.prompt import PromptBuilder
+from edgeclaw.agent.providers.base import ProviderError
+from edgeclaw.agent.providers.chain import ProviderChain
+from edgeclaw.store.sessions import SessionStore
+from edgeclaw.tools.base import ToolContext
+from edgeclaw.tools.registry import Registry
+
+log = logging.getLogger("edgeclaw.agent")
+
+NO_MODEL = (
+    "No language model is configured on this device, so plain messages cannot be answered.\n" + slash.HELP
+)
+
+
+class AgentLoop:
+    def __init__(
+        self,
+        registry: Registry,
+        sessions: SessionStore,
+        chain: ProviderChain,
+        prompt: PromptBuilder,
+        *,
+        agent_id: str = "main",
+        max_iterations: int = 20,
+        history_budget_tokens: int = 6000,
+        history_max_messages: int = 400,
+        facts: Mapping[str, str] | None = None,
+    ) -> None:
+        self.registry = registry
+        self.sessions = sessions
+        self.chain = chain
+        self.prompt = prompt
+        self.agent_id = agent_id
+        self.max_iterations = max_iterations
+        self.history_budget_tokens = history_budget_tokens
+        self.history_max_messages = history_max_messages
+        self.facts = dict(facts or {})
+        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._turns: dict[str, asyncio.Task[str]] = {}
+        self._stopping = False
+
+    # -- entry point -------------------------------------------------------
+    async def handle(self, msg: InboundMessage) -> Reply:
+        key = msg.session_key
+        command = slash.parse(msg.text)
+        if command is not None:
+            text, ok = await self._slash(command, msg)
+            return Reply(text, key, ok, msg)
+        if not msg.text.strip():
+            return Reply("(empty message) " + slash.HELP.splitlines()[0], key, False, msg)
+        if not self.chain:
+            return Reply(NO_MODEL, key, False, msg)
+        if self._stopping:
+            return Reply("The daemon is shutting down; try again in a moment.", key, False, msg)
+        async with self._locks[key]:
+            turn = asyncio.create_task(self._turn(key, msg))
+            self._turns[key] = turn
+            try:
+                await asyncio.wait({turn})
+            except asyncio.CancelledError:
+                turn.cancel()
+                raise
+            finally:
+                self._turns.pop(key, None)
+        if turn.cancelled():
+            return Reply("Stopped.", key, False, msg)
+        error = turn.exception()
+        if isinstance(error, ProviderError):
+            return Reply(f"{error}.\nSlash commands still work:\n{slash.HELP}", key, False, msg)
+        if error is not None:
+            log.error("turn failed in session %s", key, exc_info=error)
+            return Reply(f"The turn failed: {type(error).__name__}: {error}", key, False, msg)
+        text = turn.result()
+        return Reply(text, key, not text.startswith(_LIMIT_PREFIX), msg)
+
+    def stop_turn(self, session_key: str) -> bool:
+        """Cancel the turn running in this session, if any."""
+        turn = self._turns.get(session_key)
+        if turn is None or turn.done():
+            return False
+        turn.cancel()
+        return True
+
+    async def shutdown(self) -> None:
+        """Refuse new turns and cancel the running ones."""
+        self._stopping = True
+        turns = list(self._turns.values())
+        for turn in turns:
+            turn.cancel()
+        if turns:
+            await asyncio.wait(turns)
+
+    # -- a model turn ------------------------------------------------------
+    def _load(self, key: str) -> list[Message]:
+        return history.repair([m for _, m in history.decode(self.sessions.load(key))])
+
+    def _store(self, key: str, channel: str, message: Message, provider: str = "") -> None:
+        self.sessions.append(key, channel, message.to_json(), message.estimated_tokens(), provider)
+
+    async def _turn(self, key: str, msg: InboundMessage) -> str:
+        messages = self._load(key)
+        user = Message("user", msg.text)
+        self._store(key, msg.channel, user)
+        messages.append(user)
+        base_ctx = ToolContext(
+            channel=msg.channel,
+            chat_id=msg.chat_id,
+            peer_kind=msg.peer_kind,
+            session_key=key,
+            agent_id=self.agent_id,
+            sender=msg.sender,
+        )
+        system = self.prompt.build()
+
+        def tools_for(provider: str, fmt: str) -> list[dict[str, Any]]:
+            return self.registry.definitions(dataclasses.replace(base_ctx, provider=provider), fmt)
+
+        try:
+            for _ in range(self.max_iterations):
+                window = history.trim(messages, self.history_budget_tokens)
+                completion = await self.chain.complete(system, window, tools_for)
+                reply = Message("assistant", completion.text, list(_unique_ids(completion.tool_calls)))
+                self._store(key, msg.channel, reply, completion.provider)
+                messages.append(reply)
+                if not reply.tool_calls:
+                    return completion.text.strip() or "(the model gave an empty answer)"
+                ctx = dataclasses.replace(base_ctx, provider=completion.provider)
+                for call in reply.tool_calls:
+                    outcome = await self.registry.execute(call.name, call.arguments, ctx)
+                    result = Message(
+                        "tool",
+                        outcome.for_llm if outcome.ok else (outcome.error or outcome.for_llm),
+                        tool_call_id=call.id,
+                        name=call.name,
+                        is_error=not outcome.ok,
+                    )
+                    self._store(key, msg.channel, result)
+                    messages.append(result)
+            return (
+                f"{_LIMIT_PREFIX} {self.max_iterations} model steps without a final answer; "
+                "the work so far is in the session history. Send a follow-up to continue."
+            )
+        finally:
+            self._cap_storage(key)
+
+    def _cap_storage(self, key: str) -> None:
+        """Drop the oldest whole turns beyond history_max_messages, so a long-lived session stays bounded."""
+        rows = self.sessions.load(key)
+        excess = len(rows) - self.history_max_messages
+        if excess <= 0:
+            return
+        decoded = history.decode(rows)
+        for row_id, m in decoded[excess:]:
+            if m.role == "user":
+                self.sessions.prune(key, row_id)
+                return
+
+    # -- slash commands ----------------------------------------------------
+    async def _slash(self, command: slash.SlashCommand, msg: InboundMessage) -> tuple[str, bool]:
+        key = msg.session_key
+        ctx = ToolContext(
+            channel=msg.channel,
+            chat_id=msg.chat_id,
+            peer_kind=msg.peer_kind,
+            session_key=key,
+            agent_id=self.agent_id,
+            sender=msg.sender,
+        )
+        name = command.name
+        if name in ("help", "?"):
+            return slash.HELP, True
+        if name == "tools":
+            infos = self.registry.infos(ctx)
+            if not infos:
+                return "No tools are allowed here.", True
+            width = max(len(i.name) for i in infos)
+            return "\n".join(f"{i.name:<{width}}  {i.description.split('. ')[0]}" for i in infos), True
+        if name == "call":
+            tool, args = slash.split_call(command.argument)
+            if not tool:
+                return "usage: /call TOOL {json arguments}", False
+            outcome = await self.registry.execute(tool, args, ctx)
+            if not outcome.ok:
+                return f"error: {outcome.error}", False
+            return outcome.for_user if outcome.for_user is not None else outcome.for_llm, True
+        if name == "status":
+            return self._status(key), True
+        if name == "stop":
+            return ("Stopping the turn in progress." if self.stop_turn(key) else "Nothing is running."), True
+        if name == "new":
+            if key in self._turns:
+                return "A turn is in progress; /stop it first.", False
+            archived = self.sessions.archive(key)
+            return (
+                "Started a fresh conversation." + (f" The old one is kept as {archived}." if archived else "")
+            ), True
+        return f"unknown command /{name}\n{slash.HELP}", False
+
+    def _status(self, key: str) -> str:
+        lines = [f"edgeclaw {__version__}"]
+        lines += [f"{k}: {v}" for k, v in self.facts.items() if v]
+        if not self.chain:
+            lines.append("models: none configured (slash commands only)")
+        for provider in self.chain.providers:
+            h = self.chain.health[provider.name]
+            state = "not tried yet" if h.ok is None else ("ok" if h.ok else f"failing: {h.last_error}")
+            lines.append(f"model {provider.name} ({provider.kind}, {provider.model}): {state}")
+        summary = self.sessions.summary(key)
+        if summary is not None:
+            lines.append(f"session {key}: {summary.messages} messages, ~{summary.tokens} tokens")
+        else:
+            lines.append(f"session {key}: empty")
+        totals = self.registry.stats.totals()
+        lines.append(
+            f"tool calls: {totals['calls']} ({totals['errors']} failed, {totals['refused']} refused)"
+        )
+        lines.append("turn in progress" if key in self._turns else "idle")
+        return "\n".join(lines)
+
+
+_LIMIT_PREFIX = "Stopped after"
+
+
+def _unique_ids(calls: Any) -> list[Any]:
+    """Models sometimes repeat or omit call ids; results must map one-to-one, so make them unique."""
+    seen: set[str] = set()
+    out = []
+    for i, call in enumerate(calls):
+        call_id = call.id or f"call_{i}"
+        while call_id in seen:
+            call_id = f"{call_id}_{i}"
+        seen.add(call_id)
+        out.append(dataclasses.replace(call, id=call_id) if call_id != call.id else call)
+    return out

@@ -1,0 +1,72 @@
+"""The conversation as the agent keeps it, independent of any provider's wire format."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # raw JSON text, exactly as the model produced it (it may be invalid)
+
+
+@dataclass(slots=True)
+class Message:
+    role: Role
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str = ""  # for role == "tool": which call this answers
+    name: str = ""  # for role == "tool": the tool's name
+    is_error: bool = False  # for role == "tool"
+
+    def estimated_tokens(self) -> int:
+        """A cheap estimate (4 characters a token) used for history budgets and status figures."""
+        size = len(self.content) + sum(len(c.name) + len(c.arguments) for c in self.tool_calls)
+        return size // 4 + 4
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            data["tool_calls"] = [
+                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.tool_calls
+            ]
+        if self.tool_call_id:
+            data["tool_call_id"] = self.tool_call_id
+            data["name"] = self.name
+            data["is_error"] = self.is_error
+        return json.dumps(data, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> Message:
+        data = json.loads(text)
+        return cls(
+            role=data["role"],
+            content=data.get("content", ""),
+            tool_calls=[ToolCall(c["id"], c["name"], c["arguments"]) for c in data.get("tool_calls", ())],
+            tool_call_id=data.get("tool_call_id", ""),
+            name=data.get("name", ""),
+            is_error=data.get("is_error", False),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One model reply: text, tool calls, or both."""
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = Usage()
+    provider: str = ""
+    model: str = ""

@@ -1,0 +1,1 @@
+"""LLM providers over HTTP: OpenAI-compatible chat completions and Anthropic messages."""

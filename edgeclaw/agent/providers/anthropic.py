@@ -1,0 +1,126 @@
+"""Anthropic Messages API with tool_use / tool_result blocks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from edgeclaw.agent.messages import Completion, Message, ToolCall, Usage
+from edgeclaw.agent.providers.http import malformed, post_json
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+API_VERSION = "2023-06-01"
+
+
+class AnthropicProvider:
+    kind = "anthropic"
+
+    def __init__(
+        self,
+        name: str,
+        client: httpx.AsyncClient,
+        *,
+        model: str,
+        base_url: str = "",
+        api_key: str = "",
+        timeout_s: float = 60.0,
+        max_tokens: int = 1024,
+    ) -> None:
+        self.name = name
+        self.model = model
+        self._client = client
+        base = (base_url or DEFAULT_BASE_URL).rstrip("/")
+        self._url = base + ("/messages" if base.endswith("/v1") else "/v1/messages")
+        self._headers = {"anthropic-version": API_VERSION}
+        if api_key:
+            self._headers["x-api-key"] = api_key
+        self._timeout_s = timeout_s
+        self._max_tokens = max_tokens
+
+    @staticmethod
+    def _wire_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+        """Anthropic wants alternating user/assistant turns; tool results ride in a user turn."""
+        out: list[dict[str, Any]] = []
+
+        def add(role: str, blocks: list[dict[str, Any]]) -> None:
+            if out and out[-1]["role"] == role:
+                out[-1]["content"].extend(blocks)
+            else:
+                out.append({"role": role, "content": blocks})
+
+        for m in messages:
+            if m.role == "tool":
+                add(
+                    "user",
+                    [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": m.tool_call_id,
+                            "content": m.content,
+                            "is_error": m.is_error,
+                        }
+                    ],
+                )
+            elif m.role == "assistant":
+                blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
+                for c in m.tool_calls:
+                    try:
+                        value = json.loads(c.arguments) if c.arguments.strip() else {}
+                    except json.JSONDecodeError:
+                        value = None
+                    # The API only takes an object here; a model's broken arguments are kept as text.
+                    blocks.append(
+                        {
+                            "type": "tool_use",
+                            "id": c.id,
+                            "name": c.name,
+                            "input": value if isinstance(value, dict) else {"_raw": c.arguments},
+                        }
+                    )
+                add("assistant", blocks or [{"type": "text", "text": ""}])
+            elif m.role == "user":
+                add("user", [{"type": "text", "text": m.content}])
+        return out
+
+    async def complete(
+        self, system: str, messages: Sequence[Message], tools: list[dict[str, Any]]
+    ) -> Completion:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self._max_tokens,
+            "messages": self._wire_messages(messages),
+        }
+        if system:
+            body["system"] = system
+        if tools:
+            body["tools"] = tools
+        data = await post_json(self._client, self.name, self._url, body, self._headers, self._timeout_s)
+        content = data.get("content")
+        if not isinstance(content, list):
+            raise malformed(self.name, "no content blocks")
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "text":
+                texts.append(str(block.get("text", "")))
+            elif block.get("type") == "tool_use":
+                calls.append(
+                    ToolCall(
+                        str(block.get("id", "")),
+                        str(block.get("name", "")),
+                        json.dumps(block.get("input", {})),
+                    )
+                )
+        usage = data.get("usage") or {}
+        return Completion(
+            text="".join(texts),
+            tool_calls=tuple(calls),
+            usage=Usage(int(usage.get("input_tokens", 0) or 0), int(usage.get("output_tokens", 0) or 0)),
+            provider=self.name,
+            model=str(data.get("model") or self.model),
+        )

@@ -1,0 +1,97 @@
+"""The fallback chain: each provider in the configured order, with retries, until one answers.
+
+Retryable failures (429, 5xx, connection trouble, timeouts, truncated
+bodies) are retried on the same provider with jittered exponential backoff,
+honouring Retry-After up to a cap; a Retry-After beyond the cap moves on to
+the next provider at once rather than stalling a technician's turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from edgeclaw.agent.messages import Completion, Message
+from edgeclaw.agent.providers.base import Provider, ProviderError
+
+log = logging.getLogger("edgeclaw.providers")
+
+# (provider name, definition format) -> tool definitions filtered for that provider
+ToolsFor = Callable[[str, str], list[dict[str, Any]]]
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class AllProvidersFailed(ProviderError):
+    def __init__(self, failures: list[str]) -> None:
+        self.failures = failures
+        summary = "; ".join(failures) if failures else "no provider is configured"
+        super().__init__(f"no language model could answer ({summary})", retryable=False)
+
+
+@dataclass
+class ProviderHealth:
+    ok: bool | None = None  # None = not tried yet
+    last_error: str = ""
+    last_ok: float = 0.0
+    requests: int = 0
+    failures: int = 0
+
+
+@dataclass
+class RetryPolicy:
+    attempts: int = 3  # per provider
+    base_delay_s: float = 0.5
+    max_delay_s: float = 8.0
+    max_retry_after_s: float = 30.0
+
+
+@dataclass
+class ProviderChain:
+    providers: Sequence[Provider]
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    sleep: Sleep = asyncio.sleep
+    health: dict[str, ProviderHealth] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for p in self.providers:
+            self.health.setdefault(p.name, ProviderHealth())
+
+    def __bool__(self) -> bool:
+        return bool(self.providers)
+
+    def _delay(self, attempt: int, error: ProviderError) -> float | None:
+        """Seconds to wait before the next attempt, or None to give up on this provider."""
+        if error.retry_after is not None:
+            if error.retry_after > self.retry.max_retry_after_s:
+                return None
+            return error.retry_after
+        ceiling = min(self.retry.max_delay_s, self.retry.base_delay_s * (2**attempt))
+        return random.uniform(ceiling / 2, ceiling)  # jitter: a fleet does not retry in lockstep
+
+    async def complete(self, system: str, messages: Sequence[Message], tools_for: ToolsFor) -> Completion:
+        failures: list[str] = []
+        for provider in self.providers:
+            health = self.health[provider.name]
+            tools = tools_for(provider.name, provider.kind)
+            for attempt in range(self.retry.attempts):
+                health.requests += 1
+                try:
+                    completion = await provider.complete(system, messages, tools)
+                except ProviderError as e:
+                    health.ok, health.last_error = False, str(e)
+                    health.failures += 1
+                    log.warning("%s (attempt %d of %d)", e, attempt + 1, self.retry.attempts)
+                    delay = self._delay(attempt, e) if e.retryable else None
+                    if delay is None or attempt + 1 >= self.retry.attempts:
+                        failures.append(str(e))
+                        break
+                    await self.sleep(delay)
+                    continue
+                health.ok, health.last_error, health.last_ok = True, "", time.time()
+                return completion
+        raise AllProvidersFailed(failures)

@@ -1,0 +1,44 @@
+"""The one HTTP path every provider request takes: errors mapped once, for all providers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from edgeclaw.agent.providers.base import ProviderError, http_error
+
+
+async def post_json(
+    client: httpx.AsyncClient,
+    provider: str,
+    url: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    timeout_s: float,
+) -> dict[str, Any]:
+    """POST a JSON body and return the JSON object answered. Raises ProviderError."""
+    try:
+        response = await client.post(url, json=body, headers=headers, timeout=timeout_s)
+    except httpx.TimeoutException:
+        raise ProviderError(f"{provider}: no answer within {timeout_s:g} s", retryable=True) from None
+    except httpx.TransportError as e:
+        reason = str(e) or type(e).__name__
+        raise ProviderError(f"{provider}: cannot reach {url}: {reason}", retryable=True) from None
+    if response.status_code != 200:
+        raise http_error(provider, response.status_code, response.text, response.headers.get("retry-after"))
+    try:
+        data = response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        # Usually a connection cut mid-body by a proxy or a crashing server: worth another try.
+        raise ProviderError(
+            f"{provider}: the answer was not valid JSON (truncated?)", retryable=True
+        ) from None
+    if not isinstance(data, dict):
+        raise ProviderError(f"{provider}: the answer was not a JSON object", retryable=True)
+    return data
+
+
+def malformed(provider: str, what: str) -> ProviderError:
+    return ProviderError(f"{provider}: malformed answer: {what}", retryable=True)

@@ -1,0 +1,101 @@
+"""OpenAI-compatible chat completions with tool calls.
+
+The same wire format serves OpenAI, OpenRouter, vLLM, LM Studio, Ollama and
+llama.cpp's server, which is why it is the default for a local model.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from edgeclaw.agent.messages import Completion, Message, ToolCall, Usage
+from edgeclaw.agent.providers.http import malformed, post_json
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+class OpenAIProvider:
+    kind = "openai"
+
+    def __init__(
+        self,
+        name: str,
+        client: httpx.AsyncClient,
+        *,
+        model: str,
+        base_url: str = "",
+        api_key: str = "",
+        timeout_s: float = 60.0,
+        max_tokens: int = 1024,
+    ) -> None:
+        self.name = name
+        self.model = model
+        self._client = client
+        self._url = (base_url or DEFAULT_BASE_URL).rstrip("/") + "/chat/completions"
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._timeout_s = timeout_s
+        self._max_tokens = max_tokens
+
+    def _wire_messages(self, system: str, messages: Sequence[Message]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+        for m in messages:
+            if m.role == "tool":
+                out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
+            elif m.role == "assistant" and m.tool_calls:
+                out.append(
+                    {
+                        "role": "assistant",
+                        "content": m.content or None,
+                        "tool_calls": [
+                            {
+                                "id": c.id,
+                                "type": "function",
+                                "function": {"name": c.name, "arguments": c.arguments},
+                            }
+                            for c in m.tool_calls
+                        ],
+                    }
+                )
+            else:
+                out.append({"role": m.role, "content": m.content})
+        return out
+
+    async def complete(
+        self, system: str, messages: Sequence[Message], tools: list[dict[str, Any]]
+    ) -> Completion:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": self._wire_messages(system, messages),
+            "max_tokens": self._max_tokens,
+        }
+        if tools:
+            body["tools"] = tools
+            body["tool_choice"] = "auto"
+        data = await post_json(self._client, self.name, self._url, body, self._headers, self._timeout_s)
+        try:
+            message = data["choices"][0]["message"]
+        except (KeyError, IndexError, TypeError):
+            raise malformed(self.name, "no choices[0].message") from None
+        calls = []
+        for raw in message.get("tool_calls") or ():
+            fn = raw.get("function") or {}
+            arguments = fn.get("arguments", "")
+            if not isinstance(arguments, str):
+                # Some servers send an object instead of the JSON text the spec asks for.
+                arguments = json.dumps(arguments)
+            calls.append(
+                ToolCall(raw.get("id") or f"call_{uuid.uuid4().hex[:12]}", str(fn.get("name", "")), arguments)
+            )
+        usage = data.get("usage") or {}
+        return Completion(
+            text=message.get("content") or "",
+            tool_calls=tuple(calls),
+            usage=Usage(int(usage.get("prompt_tokens", 0) or 0), int(usage.get("completion_tokens", 0) or 0)),
+            provider=self.name,
+            model=str(data.get("model") or self.model),
+        )

@@ -1,0 +1,1 @@
+"""Channels: the only code that knows a wire (terminal, MQTT, serial console)."""

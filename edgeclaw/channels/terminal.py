@@ -1,0 +1,153 @@
+"""The local terminal: `edgeclaw chat`, one turn or interactive.
+
+Interactive mode keeps readline history in the state directory; Ctrl-C
+cancels the turn in flight (at the prompt it just says how to leave), Ctrl-D
+quits. Approval questions are asked on the same terminal when there is one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from edgeclaw.agent.channel import InboundMessage, Reply
+from edgeclaw.agent.loop import AgentLoop
+from edgeclaw.tools.approval import ApprovalBroker, ApprovalRequest, Decision
+
+CHANNEL = "cli"
+_ANSWERS = {
+    "a": Decision.ALLOW_ONCE,
+    "o": Decision.ALLOW_ONCE,
+    "y": Decision.ALLOW_ONCE,
+    "allow": Decision.ALLOW_ONCE,
+    "always": Decision.ALLOW_ALWAYS,
+    "A": Decision.ALLOW_ALWAYS,
+    "d": Decision.DENY,
+    "n": Decision.DENY,
+    "deny": Decision.DENY,
+}
+
+
+def _user() -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):
+        return str(os.getuid())
+
+
+class TerminalChannel:
+    name = CHANNEL
+
+    def __init__(
+        self, agent: AgentLoop, *, out: TextIO = sys.stdout, interactive: bool | None = None
+    ) -> None:
+        self.agent = agent
+        self.out = out
+        self.user = _user()
+        self.interactive = sys.stdin.isatty() if interactive is None else interactive
+
+    def message(self, text: str) -> InboundMessage:
+        return InboundMessage(
+            channel=CHANNEL, text=text, chat_id=self.user, sender=self.user, peer_kind="local"
+        )
+
+    async def send(self, reply: Reply) -> None:
+        print(reply.text, file=self.out, flush=True)
+
+    async def ask_approval(self, request: ApprovalRequest) -> Decision | None:
+        """Ask on the terminal; without one nobody can answer, which the broker turns into a deny."""
+        if not self.interactive:
+            return None
+        question = (
+            f"\napproval needed: {request.tool}: {request.summary}\n"
+            f"[a]llow once, allow al[w]ays, [d]eny ({request.seconds_left:.0f} s)? "
+        )
+        answer = await asyncio.get_running_loop().run_in_executor(None, _read_line, question)
+        if answer is None:
+            return Decision.DENY
+        answer = answer.strip()
+        if answer == "w":
+            return Decision.ALLOW_ALWAYS
+        return _ANSWERS.get(answer, _ANSWERS.get(answer.lower(), Decision.DENY))
+
+    async def one_turn(self, text: str) -> Reply:
+        reply = await self.agent.handle(self.message(text))
+        await self.send(reply)
+        return reply
+
+    async def interactive_loop(self, history_file: Path | None = None) -> int:
+        _load_history(history_file)
+        loop = asyncio.get_running_loop()
+        session = self.message("").session_key
+        current: asyncio.Task[Reply] | None = None
+
+        def on_interrupt() -> None:
+            if current is not None and not current.done():
+                self.agent.stop_turn(session)
+            else:
+                print("\n(Ctrl-D quits)", file=self.out, flush=True)
+
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGINT, on_interrupt)
+        print(
+            "edgeclaw chat — /help for commands, Ctrl-C stops a turn, Ctrl-D quits", file=self.out, flush=True
+        )
+        try:
+            while True:
+                line = await loop.run_in_executor(None, _read_line, "you> ")
+                if line is None:
+                    print(file=self.out)
+                    return 0
+                if not line.strip():
+                    continue
+                current = asyncio.create_task(self.agent.handle(self.message(line)))
+                reply = await current
+                current = None
+                await self.send(reply)
+        finally:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(signal.SIGINT)
+            _save_history(history_file)
+
+
+def register_approver(channel: TerminalChannel, broker: ApprovalBroker) -> None:
+    broker.register(CHANNEL, channel)
+
+
+def _read_line(prompt: str) -> str | None:
+    try:
+        return input(prompt)
+    except EOFError:
+        return None
+
+
+def _load_history(path: Path | None) -> None:
+    if path is None:
+        return
+    try:
+        import readline
+
+        readline.set_history_length(500)
+        if path.is_file():
+            readline.read_history_file(path)
+    except (ImportError, OSError):
+        pass
+
+
+def _save_history(path: Path | None) -> None:
+    if path is None:
+        return
+    try:
+        import readline
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        readline.write_history_file(path)
+    except (ImportError, OSError):
+        pass

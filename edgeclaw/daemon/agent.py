@@ -1,0 +1,66 @@
+"""Build the agent loop from the runtime: providers from config, one shared HTTP client."""
+
+from __future__ import annotations
+
+from edgeclaw.agent.loop import AgentLoop
+from edgeclaw.agent.prompt import PromptBuilder
+from edgeclaw.agent.providers.base import Provider
+from edgeclaw.agent.providers.chain import ProviderChain, RetryPolicy
+from edgeclaw.daemon.runtime import Runtime
+
+
+def build_agent(runtime: Runtime) -> AgentLoop:
+    config = runtime.config
+    providers: list[Provider] = []
+    if config.agent.providers:
+        import httpx
+
+        # One client for every provider: connection pooling, and a single place to close.
+        client = httpx.AsyncClient(follow_redirects=False)
+        runtime.on_close(client.aclose)
+        for name in config.agent.providers:
+            providers.append(_provider(name, runtime, client))
+    chain = ProviderChain(
+        providers,
+        RetryPolicy(
+            attempts=config.agent.provider_attempts, max_retry_after_s=config.agent.max_retry_after_s
+        ),
+    )
+    facts = {
+        "device": runtime.device_id,
+        "board": f"{runtime.board.name} ({runtime.board.description})" if runtime.board.description else "",
+        "soc": runtime.board.soc,
+        "workspace": str(runtime.workspace),
+    }
+    prompt = PromptBuilder(runtime.workspace, facts, config.agent.system_prompt)
+    agent = AgentLoop(
+        runtime.registry,
+        runtime.sessions,
+        chain,
+        prompt,
+        max_iterations=config.agent.max_iterations,
+        history_budget_tokens=config.agent.history_budget_tokens,
+        history_max_messages=config.agent.history_max_messages,
+        facts={"device": runtime.device_id, "board": runtime.board.name},
+    )
+    runtime.on_close(agent.shutdown)
+    return agent
+
+
+def _provider(name: str, runtime: Runtime, client: object) -> Provider:
+    cfg = runtime.config.providers[name]
+    api_key = runtime.secrets.get(f"providers.{name}", "")
+    kwargs = {
+        "model": cfg.model,
+        "base_url": cfg.base_url,
+        "api_key": api_key,
+        "timeout_s": cfg.timeout_s,
+        "max_tokens": cfg.max_tokens,
+    }
+    if cfg.kind == "anthropic":
+        from edgeclaw.agent.providers.anthropic import AnthropicProvider
+
+        return AnthropicProvider(name, client, **kwargs)  # type: ignore[arg-type]
+    from edgeclaw.agent.providers.openai import OpenAIProvider
+
+    return OpenAIProvider(name, client, **kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,314 @@
+"""The agent loop against a scripted LLM server on loopback, through the real provider clients."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from edgeclaw.agent.channel import InboundMessage
+from edgeclaw.agent.history import trim
+from edgeclaw.agent.messages import Message, ToolCall
+from edgeclaw.config.loader import config_from_dict
+from edgeclaw.daemon.agent import build_agent
+from edgeclaw.daemon.runtime import build_runtime
+from tests.llm_server import (
+    Scripted,
+    ScriptedLLM,
+    anthropic_text,
+    anthropic_tools,
+    openai_text,
+    openai_tools,
+)
+
+
+@pytest.fixture
+def llm():
+    with ScriptedLLM() as server:
+        yield server
+
+
+@pytest.fixture
+def second_llm():
+    with ScriptedLLM() as server:
+        yield server
+
+
+def make_runtime(tmp_path: Path, providers: dict, order: list[str], **agent):
+    config = config_from_dict(
+        {
+            "board": "sim",
+            "state_dir": str(tmp_path / "state"),
+            "agent": {"providers": order, "provider_attempts": 2, **agent},
+            "providers": providers,
+        },
+        "test.toml",
+    )
+    return build_runtime(config, environ={"LLM_KEY": "sk-test-key-0123456789abcdefghij"})
+
+
+@pytest.fixture
+async def agent_for(tmp_path):
+    runtimes = []
+
+    def make(providers: dict, order: list[str], **agent):
+        runtime = make_runtime(tmp_path, providers, order, **agent)
+        runtimes.append(runtime)
+        loop = build_agent(runtime)
+        # Backoff is not what these tests measure: keep waits short.
+        loop.chain.retry.base_delay_s = 0.01
+        loop.chain.retry.max_delay_s = 0.02
+        return loop
+
+    yield make
+    for runtime in runtimes:
+        await runtime.aclose()
+
+
+def openai_cfg(server: ScriptedLLM, **extra):
+    return {"kind": "openai", "model": "m", "base_url": server.url + "/v1", "api_key_env": "LLM_KEY", **extra}
+
+
+def msg(text: str, chat: str = "t1") -> InboundMessage:
+    return InboundMessage(channel="cli", text=text, chat_id=chat, peer_kind="local")
+
+
+async def test_tool_call_then_final_answer(llm, agent_for, tmp_path):
+    llm.reply(
+        openai_tools(("write_file", {"path": "t.txt", "content": "21.5 C"})),
+        openai_tools(("read_file", {"path": "t.txt"})),
+        openai_text("It is 21.5 C."),
+    )
+    agent = agent_for({"local": openai_cfg(llm)}, ["local"])
+    reply = await agent.handle(msg("what is the temperature?"))
+    assert reply.ok and reply.text == "It is 21.5 C."
+    # The second request carried the first tool's result; the third the file's content.
+    tool_msgs = [m for m in llm.requests[2]["messages"] if m["role"] == "tool"]
+    assert "21.5 C" in tool_msgs[-1]["content"]
+    assert llm.requests[0]["tools"] and llm.requests[0]["tool_choice"] == "auto"
+    assert llm.headers[0]["authorization"] == "Bearer sk-test-key-0123456789abcdefghij"
+    assert llm.paths[0] == "/v1/chat/completions"
+    assert "embedded Linux board" in llm.requests[0]["messages"][0]["content"]
+
+
+async def test_several_tool_calls_in_one_reply_run_in_order(llm, agent_for):
+    llm.reply(
+        openai_tools(
+            ("file_append", {"path": "log", "content": "a"}), ("file_append", {"path": "log", "content": "b"})
+        ),
+        openai_text("done"),
+    )
+    agent = agent_for({"local": openai_cfg(llm)}, ["local"])
+    assert (await agent.handle(msg("go"))).text == "done"
+    assert (agent.prompt.workspace / "log").read_text() == "ab"
+    results = [m for m in llm.requests[1]["messages"] if m["role"] == "tool"]
+    assert [r["tool_call_id"] for r in results] == ["call_0", "call_1"]
+
+
+async def test_unknown_tool_and_bad_arguments_become_error_results(llm, agent_for):
+    llm.reply(
+        openai_tools(("launch_rocket", {}), ("read_file", '{"path": '), ("read_file", {"path": 7})),
+        openai_text("recovered"),
+    )
+    agent = agent_for({"local": openai_cfg(llm)}, ["local"])
+    reply = await agent.handle(msg("try"))
+    assert reply.ok and reply.text == "recovered"
+    results = [m["content"] for m in llm.requests[1]["messages"] if m["role"] == "tool"]
+    assert "unknown tool 'launch_rocket'" in results[0]
+    assert "not valid JSON" in results[1]
+    assert "'path'" in results[2]
+
+
+async def test_anthropic_wire_protocol(llm, agent_for):
+    llm.reply(anthropic_tools(("session_status", {}), text="checking"), anthropic_text("all good"))
+    agent = agent_for(
+        {"cloud": {"kind": "anthropic", "model": "c", "base_url": llm.url, "api_key_env": "LLM_KEY"}},
+        ["cloud"],
+    )
+    reply = await agent.handle(msg("status?"))
+    assert reply.ok and reply.text == "all good"
+    assert llm.paths[0] == "/v1/messages"
+    assert llm.headers[0]["x-api-key"] == "sk-test-key-0123456789abcdefghij"
+    assert llm.headers[0]["anthropic-version"]
+    first = llm.requests[0]
+    assert "system" in first and first["tools"][0].keys() == {"name", "description", "input_schema"}
+    second = llm.requests[1]["messages"]
+    assert second[1]["role"] == "assistant" and second[1]["content"][1]["type"] == "tool_use"
+    assert second[2]["role"] == "user" and second[2]["content"][0]["type"] == "tool_result"
+    assert second[2]["content"][0]["tool_use_id"] == "toolu_0"
+
+
+async def test_429_with_retry_after_is_honoured_then_succeeds(llm, agent_for):
+    llm.reply(Scripted(429, {"error": "slow down"}, headers={"Retry-After": "1"}), openai_text("ok now"))
+    agent = agent_for({"local": openai_cfg(llm)}, ["local"])
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    reply = await agent.handle(msg("hi"))
+    assert reply.text == "ok now" and len(llm.requests) == 2
+    assert loop.time() - started >= 0.9
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        Scripted(500, {"error": "boom"}),
+        Scripted(200, raw=b'{"choices": [{"message": {"content": "trunc'),
+        Scripted(503, {"error": "down"}),
+    ],
+    ids=["500", "truncated-json", "503"],
+)
+async def test_transient_failures_are_retried(llm, agent_for, failure):
+    llm.reply(failure, openai_text("fine"))
+    agent = agent_for({"local": openai_cfg(llm)}, ["local"])
+    assert (await agent.handle(msg("hi"))).text == "fine"
+
+
+async def test_falls_back_to_the_next_provider(llm, second_llm, agent_for):
+    llm.reply(Scripted(401, {"error": "bad key"}))
+    second_llm.reply(openai_text("from the cloud"))
+    agent = agent_for({"local": openai_cfg(llm), "cloud": openai_cfg(second_llm)}, ["local", "cloud"])
+    reply = await agent.handle(msg("hi"))
+    assert reply.ok and reply.text == "from the cloud"
+    assert len(llm.requests) == 1  # 401 is not retried
+    assert "failing" in (await agent.handle(msg("/status"))).text
+
+
+async def test_a_provider_that_never_answers_times_out_and_falls_back(llm, second_llm, agent_for):
+    llm.reply(Scripted(hang_s=3), Scripted(hang_s=3))
+    second_llm.reply(openai_text("backup"))
+    agent = agent_for(
+        {"local": openai_cfg(llm, timeout_s=0.3), "cloud": openai_cfg(second_llm)}, ["local", "cloud"]
+    )
+    assert (await agent.handle(msg("hi"))).text == "backup"
+
+
+async def test_all_providers_down_gives_one_clear_message(llm, agent_for):
+    llm.reply(Scripted(500, {}), Scripted(500, {}))
+    agent = agent_for(
+        {
+            "local": openai_cfg(llm),
+            "cloud": {"kind": "openai", "model": "m", "base_url": "http://127.0.0.1:9/v1"},
+        },
+        ["local", "cloud"],
+    )
+    reply = await agent.handle(msg("hi"))
+    assert not reply.ok
+    assert "no language model could answer" in reply.text and "/call" in reply.text
+    assert "local: server error (HTTP 500)" in reply.text and "cloud: cannot reach" in reply.text
+    # The daemon carries on: slash commands still work.
+    assert (await agent.handle(msg("/call session_status {}"))).ok
+
+
+async def test_sessions_persist_across_a_restart(llm, tmp_path, agent_for):
+    llm.reply(openai_text("first answer"), openai_text("second answer"))
+    agent = agent_for({"local": openai_cfg(llm)}, ["local"])
+    await agent.handle(msg("remember the code 4711"))
+    # A second runtime on the same state directory is what a restarted daemon sees.
+    again = agent_for({"local": openai_cfg(llm)}, ["local"])
+    await again.handle(msg("what was the code?"))
+    sent = [m["content"] for m in llm.requests[1]["messages"] if m["role"] in ("user", "assistant")]
+    assert sent == ["remember the code 4711", "first answer", "what was the code?"]
+    status = await again.handle(msg("/call session_status {}"))
+    assert "messages: 4" in status.text
+
+
+async def test_history_is_trimmed_by_whole_turns(llm, agent_for):
+    llm.reply(*[openai_text(f"answer {i}") for i in range(6)])
+    agent = agent_for({"local": openai_cfg(llm)}, ["local"], history_budget_tokens=60)
+    for i in range(6):
+        await agent.handle(msg(f"question {i} " + "x" * 80))
+    last = llm.requests[-1]["messages"]
+    assert last[1]["role"] == "user" and len(last) < 12
+    assert last[-1]["content"].startswith("question 5")
+
+
+def test_trim_never_orphans_a_tool_result():
+    call = ToolCall("c1", "read_file", "{}")
+    history = [
+        Message("user", "a" * 400),
+        Message("assistant", "", [call]),
+        Message("tool", "r" * 400, tool_call_id="c1", name="read_file"),
+        Message("assistant", "done"),
+        Message("user", "next"),
+    ]
+    window = trim(history, 50)
+    assert [m.role for m in window] == ["user"]
+    window = trim(history, 10_000)
+    assert window == history
+    for budget in range(0, 400, 7):
+        w = trim(history, budget)
+        ids = {c.id for m in w for c in m.tool_calls}
+        assert all(m.tool_call_id in ids for m in w if m.role == "tool")
+        assert w[0].role == "user"
+
+
+async def test_max_iterations_ends_the_turn_clearly(llm, agent_for):
+    llm.reply(*[openai_tools(("session_status", {})) for _ in range(3)])
+    agent = agent_for({"local": openai_cfg(llm)}, ["local"], max_iterations=3)
+    reply = await agent.handle(msg("loop forever"))
+    assert not reply.ok and "3 model steps" in reply.text
+    assert len(llm.requests) == 3
+
+
+async def test_stop_cancels_the_turn_in_flight(llm, agent_for):
+    llm.reply(Scripted(hang_s=2, body={}))
+    agent = agent_for({"local": openai_cfg(llm, timeout_s=10)}, ["local"])
+    turn = asyncio.create_task(agent.handle(msg("slow question")))
+    await asyncio.sleep(0.3)
+    stop = await agent.handle(msg("/stop"))
+    assert "Stopping" in stop.text
+    reply = await asyncio.wait_for(turn, 5)
+    assert not reply.ok and reply.text == "Stopped."
+
+
+async def test_sessions_are_serial_inside_and_concurrent_across(llm, agent_for):
+    llm.reply(*[Scripted(hang_s=0.4, body=openai_text(f"r{i}").body) for i in range(4)])
+    agent = agent_for({"local": openai_cfg(llm)}, ["local"])
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await asyncio.gather(agent.handle(msg("a", "s1")), agent.handle(msg("b", "s2")))
+    assert loop.time() - started < 0.75  # two sessions at once
+    started = loop.time()
+    replies = await asyncio.gather(agent.handle(msg("c", "s3")), agent.handle(msg("d", "s3")))
+    assert loop.time() - started >= 0.75 and all(r.ok for r in replies)  # one after the other
+    # The second turn saw the first one's exchange in its history.
+    assert [m["content"] for m in llm.requests[-1]["messages"] if m["role"] == "user"] == ["c", "d"]
+
+
+async def test_slash_commands_without_any_provider(agent_for):
+    agent = agent_for({}, [])
+    reply = await agent.handle(msg("hello"))
+    assert not reply.ok and "/call TOOL" in reply.text
+    tools = await agent.handle(msg("/tools"))
+    assert "read_file" in tools.text
+    call = await agent.handle(msg('/call write_file {"path": "n.txt", "content": "x"}'))
+    assert call.ok and "n.txt" in call.text
+    refused = await agent.handle(msg('/call read_file {"path": "../x"}'))
+    assert not refused.ok and "refused" in refused.text
+    assert "models: none configured" in (await agent.handle(msg("/status"))).text
+    assert "unknown command" in (await agent.handle(msg("/frobnicate"))).text
+
+
+async def test_new_archives_the_session(llm, agent_for):
+    llm.reply(openai_text("one"), openai_text("two"))
+    agent = agent_for({"local": openai_cfg(llm)}, ["local"])
+    await agent.handle(msg("first"))
+    new = await agent.handle(msg("/new"))
+    assert "fresh conversation" in new.text and "cli:t1@" in new.text
+    await agent.handle(msg("second"))
+    assert [m["content"] for m in llm.requests[1]["messages"] if m["role"] == "user"] == ["second"]
+    listing = await agent.handle(msg("/call sessions_list {}"))
+    assert "cli:t1@" in listing.text and "cli:t1 " in listing.text
+
+
+async def test_history_tool_respects_channel_boundaries(agent_for):
+    agent = agent_for({}, [])
+    from edgeclaw.tools.base import ToolContext
+
+    out = await agent.registry.execute(
+        "sessions_history", {"session": "console:ttyGS0"}, ToolContext(channel="mqtt", session_key="mqtt:x")
+    )
+    assert out.refused and "another channel" in out.error
+    assert json.loads((await agent.registry.execute("sessions_history", {}, ToolContext())).for_llm) == []

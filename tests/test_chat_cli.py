@@ -1,0 +1,99 @@
+"""`edgeclaw chat` as a person uses it: one turn with --message, and interactive on a terminal."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pexpect
+import pytest
+
+from tests.llm_server import Scripted, ScriptedLLM, openai_text, openai_tools
+
+
+@pytest.fixture
+def llm():
+    with ScriptedLLM() as server:
+        yield server
+
+
+def configure(state_env: dict[str, str], llm: ScriptedLLM | None) -> None:
+    text = 'board = "sim"\n'
+    if llm is not None:
+        text += (
+            '[agent]\nproviders = ["local"]\nprovider_attempts = 1\n'
+            f'[providers.local]\nkind = "openai"\nmodel = "m"\nbase_url = "{llm.url}/v1"\ntimeout_s = 10\n'
+        )
+    Path(state_env["EDGECLAW_CONFIG"]).write_text(text)
+
+
+def test_message_runs_the_tool_and_prints_the_answer(run_cli, state_env, llm):
+    configure(state_env, llm)
+    workspace = Path(state_env["EDGECLAW_STATE_DIR"]) / "workspace"
+    workspace.mkdir(parents=True)
+    (workspace / "greenhouse.txt").write_text("temperature: 21.5 C\n")
+    llm.reply(openai_tools(("read_file", {"path": "greenhouse.txt"})), openai_text("It is 21.5 °C."))
+    out = run_cli("chat", "--message", "what is the temperature?")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "It is 21.5 °C."
+    tool_result = next(m for m in llm.requests[1]["messages"] if m["role"] == "tool")
+    assert "21.5 C" in tool_result["content"]
+
+
+def test_message_exits_1_when_the_turn_fails(run_cli, state_env, llm):
+    configure(state_env, llm)
+    llm.reply(Scripted(500, {}))
+    out = run_cli("chat", "--message", "hi")
+    assert out.returncode == 1 and "no language model could answer" in out.stdout
+
+
+def test_slash_call_works_with_no_provider(run_cli, state_env):
+    configure(state_env, None)
+    out = run_cli("chat", "--message", "/call session_status {}")
+    assert out.returncode == 0 and "session: cli:" in out.stdout
+    plain = run_cli("chat", "--message", "hello?")
+    assert plain.returncode == 1 and "/call TOOL" in plain.stdout
+
+
+def _spawn(state_env: dict[str, str]) -> pexpect.spawn:
+    child = pexpect.spawn(
+        sys.executable, ["-m", "edgeclaw", "chat"], env=state_env, encoding="utf-8", timeout=15
+    )
+    child.expect("Ctrl-D quits")
+    return child
+
+
+def test_interactive_session(state_env, llm):
+    configure(state_env, llm)
+    llm.reply(openai_text("hello technician"))
+    child = _spawn(state_env)
+    child.expect("you> ")
+    child.sendline("/call session_status {}")
+    child.expect("channel: cli")
+    child.expect("you> ")
+    child.sendline("hi there")
+    child.expect("hello technician")
+    child.expect("you> ")
+    child.sendeof()
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert (Path(state_env["EDGECLAW_STATE_DIR"]) / "chat_history").is_file()
+
+
+def test_ctrl_c_cancels_the_turn_in_flight(state_env, llm):
+    configure(state_env, llm)
+    llm.reply(Scripted(hang_s=8, body={}), openai_text("after the stop"))
+    child = _spawn(state_env)
+    child.expect("you> ")
+    child.sendline("a slow question")
+    child.expect(r"\r\n")  # the line was taken
+    time.sleep(0.5)  # let the turn reach the provider before interrupting it
+    child.sendintr()
+    child.expect("Stopped.")
+    child.expect("you> ")
+    child.sendline("/status")
+    child.expect("idle")
+    child.sendeof()
+    child.expect(pexpect.EOF)

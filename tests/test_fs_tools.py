@@ -21,6 +21,7 @@ from edgeclaw.tools.fs import (
     WriteFileTool,
     fs_tools,
 )
+from edgeclaw.tools.schema import ArgumentError, compile_schema
 from edgeclaw.tools.workspace import Workspace
 
 CTX = ToolContext()
@@ -76,13 +77,18 @@ def test_fs_tools_shape(ws: Workspace) -> None:
         assert tool.info().name == tool.name
 
 
-async def test_unknown_and_missing_arguments(ws: Workspace) -> None:
-    with pytest.raises(ToolError, match="unknown argument"):
-        await ReadFileTool(ws).check({"path": "lines.txt", "bogus": 1}, CTX)
-    with pytest.raises(ToolError, match="missing required"):
-        await WriteFileTool(ws).check({"path": "x.txt"}, CTX)
-    with pytest.raises(ToolError, match="integer"):
-        await ReadFileTool(ws).check({"path": "lines.txt", "start_line": True}, CTX)
+def test_schemas_refuse_unknown_missing_and_mistyped_arguments(ws: Workspace) -> None:
+    # The registry validates against these schemas before a tool runs, so they are the guard.
+    read = compile_schema(ReadFileTool(ws).parameters)
+    write = compile_schema(WriteFileTool(ws).parameters)
+    with pytest.raises(ArgumentError, match="unknown argument"):
+        read({"path": "lines.txt", "bogus": 1})
+    with pytest.raises(ArgumentError, match="missing required argument 'content'"):
+        write({"path": "x.txt"})
+    with pytest.raises(ArgumentError, match="start_line"):
+        read({"path": "lines.txt", "start_line": True})
+    with pytest.raises(ArgumentError, match="start_line"):
+        read({"path": "lines.txt", "start_line": 0})
 
 
 # -- every tool refuses traversal in check() and execute() -----------------------------------------

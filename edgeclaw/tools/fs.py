@@ -107,54 +107,8 @@ def _is_binary(data: bytes) -> bool:
     return b"\x00" in data[:BINARY_SNIFF_BYTES]
 
 
-# -- argument parsing: the registry validates schemas strictly; direct callers (tests, CLI)
-# get the same clear errors here, and "10" / "true" are accepted since small models stringify.
-
-
-def _check_args(tool: Tool, args: Args) -> None:
-    props: dict[str, Any] = tool.parameters["properties"]
-    unknown = sorted(set(args) - set(props))
-    if unknown:
-        raise ToolError(f"{tool.name}: unknown argument(s) {', '.join(unknown)}; expected {', '.join(props)}")
-    missing = [name for name in tool.parameters.get("required", ()) if args.get(name) is None]
-    if missing:
-        raise ToolError(f"{tool.name}: missing required argument(s) {', '.join(missing)}")
-
-
-def _str_arg(args: Args, name: str, default: str | None = None) -> str:
-    value = args.get(name, default)
-    if not isinstance(value, str):
-        raise ToolError(f"argument {name} must be a string, got {type(value).__name__}")
-    return value
-
-
-def _opt_int_arg(args: Args, name: str, *, minimum: int, maximum: int | None = None) -> int | None:
-    value = args.get(name)
-    if value is None:
-        return None
-    if isinstance(value, str):
-        with suppress(ValueError):
-            value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ToolError(f"argument {name} must be an integer, got {value!r}")
-    if value < minimum or (maximum is not None and value > maximum):
-        upper = f" and at most {maximum}" if maximum is not None else ""
-        raise ToolError(f"argument {name} must be at least {minimum}{upper}, got {value}")
-    return value
-
-
-def _int_arg(args: Args, name: str, default: int, *, minimum: int, maximum: int | None = None) -> int:
-    value = _opt_int_arg(args, name, minimum=minimum, maximum=maximum)
-    return default if value is None else value
-
-
-def _bool_arg(args: Args, name: str, default: bool = False) -> bool:
-    value = args.get(name, default)
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    if not isinstance(value, bool):
-        raise ToolError(f"argument {name} must be true or false, got {value!r}")
-    return value
+# Arguments reach the tools through the registry, which has already checked them against each
+# tool's schema (types, bounds, required and unknown names), so the tools read them as given.
 
 
 def _encode(content: str, ws: Workspace, shown: str) -> bytes:
@@ -473,10 +427,9 @@ class ReadFileTool(_FsTool):
     )
 
     def _prepare(self, args: Args) -> _ReadPlan:
-        _check_args(self, args)
-        user_path = _str_arg(args, "path")
-        start = _int_arg(args, "start_line", 1, minimum=1)
-        end = _opt_int_arg(args, "end_line", minimum=1)
+        user_path = args["path"]
+        start = args.get("start_line", 1)
+        end = args.get("end_line")
         if end is not None and end < start:
             raise ToolError(f"end_line {end} is before start_line {start}")
         path = self.ws.resolve(user_path, must_exist=True)
@@ -523,10 +476,9 @@ class WriteFileTool(_FsTool):
     )
 
     def _prepare(self, args: Args) -> tuple[Path, str, bytes]:
-        _check_args(self, args)
-        path = self.ws.resolve(_str_arg(args, "path"), for_write=True)
+        path = self.ws.resolve(args["path"], for_write=True)
         shown = self.ws.display(path)
-        return path, shown, _encode(_str_arg(args, "content"), self.ws, shown)
+        return path, shown, _encode(args["content"], self.ws, shown)
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
         path, shown, data = self._prepare(args)
@@ -554,13 +506,12 @@ class EditFileTool(_FsTool):
     )
 
     def _prepare(self, args: Args) -> tuple[Path, str, str, str, bool]:
-        _check_args(self, args)
-        old_text = _str_arg(args, "old_text")
-        new_text = _str_arg(args, "new_text")
-        replace_all = _bool_arg(args, "replace_all")
+        old_text = args["old_text"]
+        new_text = args["new_text"]
+        replace_all = args.get("replace_all", False)
         if not old_text:
             raise ToolError("old_text must not be empty")
-        path = self.ws.resolve(_str_arg(args, "path"), must_exist=True, for_write=True)
+        path = self.ws.resolve(args["path"], must_exist=True, for_write=True)
         return path, self.ws.display(path), old_text, new_text, replace_all
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
@@ -602,10 +553,9 @@ class FileAppendTool(_FsTool):
     )
 
     def _prepare(self, args: Args) -> tuple[Path, str, bytes]:
-        _check_args(self, args)
-        path = self.ws.resolve(_str_arg(args, "path"), for_write=True)
+        path = self.ws.resolve(args["path"], for_write=True)
         shown = self.ws.display(path)
-        return path, shown, _encode(_str_arg(args, "content"), self.ws, shown)
+        return path, shown, _encode(args["content"], self.ws, shown)
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
         path, shown, data = self._prepare(args)
@@ -634,13 +584,12 @@ class ListFilesTool(_FsTool):
     )
 
     def _prepare(self, args: Args) -> tuple[Path, str, bool, int]:
-        _check_args(self, args)
-        path = self.ws.resolve(_str_arg(args, "path", "."), must_exist=True)
+        path = self.ws.resolve(args.get("path", "."), must_exist=True)
         shown = self.ws.display(path)
         if not path.is_dir():
             raise ToolError(f"{shown} is a file, not a directory; use read_file")
-        recursive = _bool_arg(args, "recursive")
-        return path, shown, recursive, _int_arg(args, "max_entries", 200, minimum=1, maximum=5000)
+        recursive = args.get("recursive", False)
+        return path, shown, recursive, args.get("max_entries", 200)
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
         path, shown, recursive, limit = self._prepare(args)
@@ -713,11 +662,10 @@ class SearchTool(_FsTool):
     )
 
     def _prepare(self, args: Args) -> tuple[re.Pattern[str], Path, re.Pattern[str] | None, bool, int]:
-        _check_args(self, args)
-        pattern = _str_arg(args, "pattern")
+        pattern = args["pattern"]
         if not pattern:
             raise ToolError("pattern must not be empty")
-        flags = re.IGNORECASE if _bool_arg(args, "ignore_case") else 0
+        flags = re.IGNORECASE if args.get("ignore_case", False) else 0
         try:
             regex = re.compile(pattern, flags)
         except re.error as exc:
@@ -725,12 +673,12 @@ class SearchTool(_FsTool):
         name_glob = args.get("glob")
         glob_re = None
         if name_glob is not None:
-            name_glob = _str_arg(args, "glob")
+            name_glob = args["glob"]
             if not name_glob.strip("/"):
                 raise ToolError("glob must not be empty")
             glob_re = _glob_regex(name_glob)
-        path = self.ws.resolve(_str_arg(args, "path", "."), must_exist=True)
-        limit = _int_arg(args, "max_results", 100, minimum=1, maximum=1000)
+        path = self.ws.resolve(args.get("path", "."), must_exist=True)
+        limit = args.get("max_results", 100)
         return regex, path, glob_re, "/" in (name_glob or ""), limit
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
@@ -843,8 +791,7 @@ class GlobTool(_FsTool):
     )
 
     def _prepare(self, args: Args) -> tuple[str, Path, list[str], int]:
-        _check_args(self, args)
-        pattern = _str_arg(args, "pattern")
+        pattern = args["pattern"]
         # Same text rules as a path ('..', '~', %-encoding, NUL...), before splitting it.
         self.ws.check_syntax(pattern)
         absolute = pattern.startswith("/")
@@ -854,7 +801,7 @@ class GlobTool(_FsTool):
         prefix = "/".join(parts[:split])
         base_text = ("/" + prefix) if absolute else (prefix or ".")
         base = self.ws.resolve(base_text)
-        limit = _int_arg(args, "max_results", 200, minimum=1, maximum=5000)
+        limit = args.get("max_results", 200)
         return pattern, base, parts[split:], limit
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:

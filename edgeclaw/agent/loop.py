@@ -116,6 +116,17 @@ class AgentLoop:
         if turns:
             await asyncio.wait(turns)
 
+    def _context(self, msg: InboundMessage) -> ToolContext:
+        """The per-call values for tool calls made on behalf of this message."""
+        return ToolContext(
+            channel=msg.channel,
+            chat_id=msg.chat_id,
+            peer_kind=msg.peer_kind,
+            session_key=msg.session_key,
+            agent_id=self.agent_id,
+            sender=msg.sender,
+        )
+
     # -- a model turn ------------------------------------------------------
     def _load(self, key: str) -> list[Message]:
         return history.repair([m for _, m in history.decode(self.sessions.load(key))])
@@ -128,14 +139,7 @@ class AgentLoop:
         user = Message("user", msg.text)
         self._store(key, msg.channel, user)
         messages.append(user)
-        base_ctx = ToolContext(
-            channel=msg.channel,
-            chat_id=msg.chat_id,
-            peer_kind=msg.peer_kind,
-            session_key=key,
-            agent_id=self.agent_id,
-            sender=msg.sender,
-        )
+        base_ctx = self._context(msg)
         system = self.prompt.build()
 
         def tools_for(provider: str, fmt: str) -> list[dict[str, Any]]:
@@ -184,14 +188,7 @@ class AgentLoop:
     # -- slash commands ----------------------------------------------------
     async def _slash(self, command: slash.SlashCommand, msg: InboundMessage) -> tuple[str, bool]:
         key = msg.session_key
-        ctx = ToolContext(
-            channel=msg.channel,
-            chat_id=msg.chat_id,
-            peer_kind=msg.peer_kind,
-            session_key=key,
-            agent_id=self.agent_id,
-            sender=msg.sender,
-        )
+        ctx = self._context(msg)
         name = command.name
         if name in ("help", "?"):
             return slash.HELP, True

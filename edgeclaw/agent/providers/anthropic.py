@@ -6,39 +6,27 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-import httpx
-
 from edgeclaw.agent.messages import Completion, Message, ToolCall, Usage
-from edgeclaw.agent.providers.http import malformed, post_json
+from edgeclaw.agent.providers.http import HttpProvider, malformed
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
 
 
-class AnthropicProvider:
+class AnthropicProvider(HttpProvider):
     kind = "anthropic"
+    default_base_url = DEFAULT_BASE_URL
 
-    def __init__(
-        self,
-        name: str,
-        client: httpx.AsyncClient,
-        *,
-        model: str,
-        base_url: str = "",
-        api_key: str = "",
-        timeout_s: float = 60.0,
-        max_tokens: int = 1024,
-    ) -> None:
-        self.name = name
-        self.model = model
-        self._client = client
-        base = (base_url or DEFAULT_BASE_URL).rstrip("/")
-        self._url = base + ("/messages" if base.endswith("/v1") else "/v1/messages")
-        self._headers = {"anthropic-version": API_VERSION}
-        if api_key:
-            self._headers["x-api-key"] = api_key
-        self._timeout_s = timeout_s
-        self._max_tokens = max_tokens
+    @property
+    def _url(self) -> str:
+        return self._base_url + ("/messages" if self._base_url.endswith("/v1") else "/v1/messages")
+
+    @property
+    def _headers(self) -> dict[str, str]:
+        headers = {"anthropic-version": API_VERSION}
+        if self._api_key:
+            headers["x-api-key"] = self._api_key
+        return headers
 
     @staticmethod
     def _wire_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -97,7 +85,7 @@ class AnthropicProvider:
             body["system"] = system
         if tools:
             body["tools"] = tools
-        data = await post_json(self._client, self.name, self._url, body, self._headers, self._timeout_s)
+        data = await self._post(self._url, body, self._headers)
         content = data.get("content")
         if not isinstance(content, list):
             raise malformed(self.name, "no content blocks")

@@ -42,3 +42,32 @@ async def post_json(
 
 def malformed(provider: str, what: str) -> ProviderError:
     return ProviderError(f"{provider}: malformed answer: {what}", retryable=True)
+
+
+class HttpProvider:
+    """What every HTTP provider shares: its name, model, endpoint, headers and limits."""
+
+    kind: str
+    default_base_url: str
+
+    def __init__(
+        self,
+        name: str,
+        client: httpx.AsyncClient,
+        *,
+        model: str,
+        base_url: str = "",
+        api_key: str = "",
+        timeout_s: float = 60.0,
+        max_tokens: int = 1024,
+    ) -> None:
+        self.name = name
+        self.model = model
+        self._client = client
+        self._base_url = (base_url or self.default_base_url).rstrip("/")
+        self._api_key = api_key
+        self._timeout_s = timeout_s
+        self._max_tokens = max_tokens
+
+    async def _post(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+        return await post_json(self._client, self.name, url, body, headers, self._timeout_s)

@@ -11,35 +11,23 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-import httpx
-
 from edgeclaw.agent.messages import Completion, Message, ToolCall, Usage
-from edgeclaw.agent.providers.http import malformed, post_json
+from edgeclaw.agent.providers.http import HttpProvider, malformed
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
 
-class OpenAIProvider:
+class OpenAIProvider(HttpProvider):
     kind = "openai"
+    default_base_url = DEFAULT_BASE_URL
 
-    def __init__(
-        self,
-        name: str,
-        client: httpx.AsyncClient,
-        *,
-        model: str,
-        base_url: str = "",
-        api_key: str = "",
-        timeout_s: float = 60.0,
-        max_tokens: int = 1024,
-    ) -> None:
-        self.name = name
-        self.model = model
-        self._client = client
-        self._url = (base_url or DEFAULT_BASE_URL).rstrip("/") + "/chat/completions"
-        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._timeout_s = timeout_s
-        self._max_tokens = max_tokens
+    @property
+    def _url(self) -> str:
+        return self._base_url + "/chat/completions"
+
+    @property
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
 
     def _wire_messages(self, system: str, messages: Sequence[Message]) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
@@ -76,7 +64,7 @@ class OpenAIProvider:
         if tools:
             body["tools"] = tools
             body["tool_choice"] = "auto"
-        data = await post_json(self._client, self.name, self._url, body, self._headers, self._timeout_s)
+        data = await self._post(self._url, body, self._headers)
         try:
             message = data["choices"][0]["message"]
         except (KeyError, IndexError, TypeError):

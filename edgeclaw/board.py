@@ -1,20 +1,30 @@
-"""Which board profile the daemon runs with: by name, by file, or detected.
+"""Which board profile the daemon runs with: by name, by file, or detected; and what it grants.
 
-A profile names the board and grants what the hardware tools may touch;
-anything it does not grant, they refuse. `board = "auto"` matches the
-device-tree model against each profile's `[detect]` strings and falls back to
-`sim` off-board, saying so in the log.
+A profile (`board_profiles/NAME.toml`) names the board, says how to recognise
+it from the device tree, and grants what the hardware tools may touch: I2C
+buses and the addresses that may be read or written, SPI devices and their
+clock cap, GPIO pins by name, memory regions, the debug-probe target and an
+ESP32 bridge. Anything it does not grant, the tools refuse; writes are off
+unless granted.
+
+Profiles are validated on load exactly like the config: the TOML is turned
+into the dataclasses below by `config.typed.build_dataclass`, then checked
+across keys, and every problem names the file, the key and what was expected.
+`board = "auto"` matches the device tree against each profile's `[detect]`
+strings and falls back to `sim` off-board, saying so in the log.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from edgeclaw.config.typed import build_dataclass
 from edgeclaw.errors import ConfigError, ConfigErrors
 
 log = logging.getLogger("edgeclaw.board")
@@ -22,6 +32,8 @@ log = logging.getLogger("edgeclaw.board")
 FALLBACK_BOARD = "sim"
 DEVICE_TREE_MODEL = Path("/proc/device-tree/model")
 DEVICE_TREE_COMPATIBLE = Path("/proc/device-tree/compatible")
+
+Access = Literal["ro", "rw"]
 
 
 def profile_dirs() -> list[Path]:
@@ -34,6 +46,209 @@ def profile_dirs() -> list[Path]:
     ]
 
 
+# -- the profile schema: one dataclass per TOML table ---------------------------------------------
+
+
+@dataclass
+class BoardSection:
+    name: str
+    description: str = ""
+    soc: str = ""
+    # true: every bus, pin and region of this profile is served by the simulated backends.
+    simulated: bool = False
+    cpu_temp_path: str = "/sys/class/thermal/thermal_zone0/temp"
+
+
+@dataclass
+class DetectSection:
+    # Device-tree model prefixes ("Raspberry Pi 4 Model B") and exact compatible strings.
+    models: list[str] = field(default_factory=list)
+    compatible: list[str] = field(default_factory=list)
+
+
+@dataclass
+class AddressRange:
+    first: int
+    last: int
+
+    def __contains__(self, address: int) -> bool:
+        return self.first <= address <= self.last
+
+
+@dataclass
+class I2CDeviceLabel:
+    address: int
+    name: str
+
+
+@dataclass
+class I2CBusGrant:
+    bus: int
+    device: str = ""  # empty = /dev/i2c-BUS
+    scan: bool = True
+    # Addresses that may be read / written: single addresses or {first, last} ranges. Empty = none.
+    read: list[AddressRange | int] = field(default_factory=list)
+    write: list[AddressRange | int] = field(default_factory=list)
+    devices: list[I2CDeviceLabel] = field(default_factory=list)  # names shown by hardware_info
+
+    @property
+    def device_path(self) -> str:
+        return self.device or f"/dev/i2c-{self.bus}"
+
+    def may_read(self, address: int) -> bool:
+        return _in_ranges(address, self.read)
+
+    def may_write(self, address: int) -> bool:
+        return _in_ranges(address, self.write)
+
+
+@dataclass
+class SPIDeviceGrant:
+    bus: int
+    chip_select: int
+    max_speed_hz: int
+    name: str = ""
+    device: str = ""  # empty = /dev/spidevBUS.CS
+    modes: list[int] = field(default_factory=lambda: [0, 1, 2, 3])
+    bits_per_word: list[int] = field(default_factory=lambda: [8])
+    # Every SPI transfer clocks bytes out, so "read-only" is defined by the command byte:
+    # on an "ro" device only transfers whose first byte is in read_commands are allowed.
+    access: Access = "ro"
+    read_commands: list[int] = field(default_factory=list)
+
+    @property
+    def device_path(self) -> str:
+        return self.device or f"/dev/spidev{self.bus}.{self.chip_select}"
+
+
+@dataclass
+class GPIOPinGrant:
+    pin: int
+    name: str
+    direction: Literal["in", "out"]
+    pull: Literal["up", "down", "none"] = "none"
+    active_high: bool = True
+    pwm: bool = False  # an output pin that may be driven with a PWM duty cycle
+
+
+@dataclass
+class MemoryRegionGrant:
+    name: str
+    base: int
+    size: int
+    access: Access = "ro"
+    device: str = "/dev/mem"  # or /dev/gpiomem; ignored on a simulated board (a file in the state dir)
+    # Offset of `base` inside `device`; unset = `base` itself (right for /dev/mem; /dev/gpiomem maps at 0).
+    device_offset: int | None = None
+
+    @property
+    def end(self) -> int:
+        return self.base + self.size
+
+    def file_offset(self) -> int:
+        return self.base if self.device_offset is None else self.device_offset
+
+
+@dataclass
+class TargetRegion:
+    name: str
+    base: int
+    size: int
+    access: Access = "ro"
+
+    @property
+    def end(self) -> int:
+        return self.base + self.size
+
+
+@dataclass
+class ProbeGrant:
+    transport: Literal["gdb", "pyocd"]
+    target: str  # e.g. "stm32f401retx" (a pyocd target type) or a description for a GDB server
+    # gdb: "HOST:PORT" of a GDB server (OpenOCD, pyocd gdbserver, probe-rs, QEMU),
+    # or "qemu" to have the daemon start qemu-system-arm itself (the sim board).
+    gdb_address: str = ""
+    probe_id: str = ""  # pyocd: the probe's unique id; empty = the only probe attached
+    qemu_machine: str = "stm32vldiscovery"
+    # gdb: a monitor command that resets the target ("reset halt" for OpenOCD, "system_reset" for
+    # QEMU); empty = a Cortex-M system reset request through AIRCR, which any stub can pass on.
+    reset_command: str = ""
+    control: bool = False  # halt / resume / reset allowed
+    flash: bool = False  # flashing a firmware image allowed
+    flash_base: int = 0x0800_0000
+    flash_size: int = 0
+    regions: list[TargetRegion] = field(default_factory=list)
+
+
+@dataclass
+class ESP32PinGrant:
+    pin: int
+    name: str
+    direction: Literal["in", "out"]
+
+
+@dataclass
+class ESP32AdcGrant:
+    pin: int
+    name: str
+
+
+@dataclass
+class ESP32Grant:
+    port: str  # a serial device, or "sim" for the reference firmware run in-process behind a pty
+    baud: int = 115200
+    gpio: list[ESP32PinGrant] = field(default_factory=list)
+    adc: list[ESP32AdcGrant] = field(default_factory=list)
+    i2c: list[I2CBusGrant] = field(default_factory=list)
+
+
+@dataclass
+class SerialPortGrant:
+    path: str
+    name: str = ""
+
+
+@dataclass
+class ProfileSchema:
+    board: BoardSection
+    detect: DetectSection = field(default_factory=DetectSection)
+    i2c: list[I2CBusGrant] = field(default_factory=list)
+    spi: list[SPIDeviceGrant] = field(default_factory=list)
+    gpio: list[GPIOPinGrant] = field(default_factory=list)
+    memory: list[MemoryRegionGrant] = field(default_factory=list)
+    probe: ProbeGrant | None = None
+    esp32: ESP32Grant | None = None
+    serial: list[SerialPortGrant] = field(default_factory=list)
+
+
+def _in_ranges(address: int, ranges: list[AddressRange | int]) -> bool:
+    for r in ranges:
+        if isinstance(r, int):
+            if r == address:
+                return True
+        elif r.first <= address <= r.last:
+            return True
+    return False
+
+
+def format_ranges(ranges: list[AddressRange | int]) -> str:
+    """`0x03-0x77, 0x48` for people; "none" when empty."""
+    if not ranges:
+        return "none"
+    parts = []
+    for r in ranges:
+        if isinstance(r, int):
+            parts.append(f"0x{r:02x}")
+        elif r.first == r.last:
+            parts.append(f"0x{r.first:02x}")
+        else:
+            parts.append(f"0x{r.first:02x}-0x{r.last:02x}")
+    return ", ".join(parts)
+
+
+# -- the loaded profile ---------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class BoardProfile:
     name: str
@@ -43,6 +258,139 @@ class BoardProfile:
     models: tuple[str, ...] = ()
     compatible: tuple[str, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
+    spec: ProfileSchema | None = field(default=None, compare=False)
+
+    @property
+    def simulated(self) -> bool:
+        return self.spec is not None and self.spec.board.simulated
+
+    # Lookups the tools use; None = not granted.
+    def i2c_bus(self, bus: int) -> I2CBusGrant | None:
+        return next((g for g in self._spec.i2c if g.bus == bus), None)
+
+    def spi_device(self, bus: int, chip_select: int) -> SPIDeviceGrant | None:
+        return next((g for g in self._spec.spi if g.bus == bus and g.chip_select == chip_select), None)
+
+    def gpio_pin(self, pin_or_name: int | str) -> GPIOPinGrant | None:
+        for g in self._spec.gpio:
+            if g.pin == pin_or_name or g.name == pin_or_name:
+                return g
+        return None
+
+    def memory_region_at(self, address: int, length: int) -> MemoryRegionGrant | None:
+        """The region holding all of [address, address+length), if one does."""
+        for g in self._spec.memory:
+            if g.base <= address and address + length <= g.end:
+                return g
+        return None
+
+    @property
+    def _spec(self) -> ProfileSchema:
+        if self.spec is None:
+            raise RuntimeError(f"board profile {self.name!r} was built without its schema")
+        return self.spec
+
+
+def _check_profile(spec: ProfileSchema, source: str) -> list[ConfigError]:
+    """Checks across keys that the types alone cannot express."""
+    errors: list[ConfigError] = []
+
+    def fail(key: str, problem: str) -> None:
+        errors.append(ConfigError(source, key, problem))
+
+    def check_ranges(key: str, ranges: list[AddressRange | int]) -> None:
+        for i, r in enumerate(ranges):
+            first, last = (r, r) if isinstance(r, int) else (r.first, r.last)
+            if not (0 <= first <= 0x7F and 0 <= last <= 0x7F):
+                fail(f"{key}[{i}]", f"expected 7-bit I2C addresses 0x00-0x7f, got 0x{first:x}-0x{last:x}")
+            elif first > last:
+                fail(f"{key}[{i}]", f"expected first <= last, got 0x{first:02x} > 0x{last:02x}")
+
+    def check_i2c(prefix: str, grants: list[I2CBusGrant]) -> None:
+        seen: set[int] = set()
+        for i, g in enumerate(grants):
+            key = f"{prefix}[{i}]"
+            if g.bus < 0:
+                fail(f"{key}.bus", f"expected a bus number >= 0, got {g.bus}")
+            if g.bus in seen:
+                fail(f"{key}.bus", f"bus {g.bus} is granted twice")
+            seen.add(g.bus)
+            check_ranges(f"{key}.read", g.read)
+            check_ranges(f"{key}.write", g.write)
+
+    check_i2c("i2c", spec.i2c)
+    seen_spi: set[tuple[int, int]] = set()
+    for i, s in enumerate(spec.spi):
+        key = f"spi[{i}]"
+        if (s.bus, s.chip_select) in seen_spi:
+            fail(key, f"SPI {s.bus}.{s.chip_select} is granted twice")
+        seen_spi.add((s.bus, s.chip_select))
+        if s.max_speed_hz <= 0:
+            fail(f"{key}.max_speed_hz", f"expected a clock in Hz > 0, got {s.max_speed_hz}")
+        if not s.modes or any(m not in (0, 1, 2, 3) for m in s.modes):
+            fail(f"{key}.modes", f"expected SPI modes from 0, 1, 2, 3, got {s.modes}")
+        if not s.bits_per_word or any(not 1 <= b <= 32 for b in s.bits_per_word):
+            fail(f"{key}.bits_per_word", f"expected word sizes 1-32, got {s.bits_per_word}")
+        if any(not 0 <= c <= 0xFF for c in s.read_commands):
+            fail(f"{key}.read_commands", "expected bytes 0x00-0xff")
+    pins: set[int] = set()
+    names: set[str] = set()
+    for i, p in enumerate(spec.gpio):
+        key = f"gpio[{i}]"
+        if p.pin < 0:
+            fail(f"{key}.pin", f"expected a pin number >= 0, got {p.pin}")
+        if p.pin in pins:
+            fail(f"{key}.pin", f"pin {p.pin} is granted twice")
+        if not p.name or p.name in names or p.name.isdigit():
+            fail(f"{key}.name", f"expected a unique, non-numeric pin name, got {p.name!r}")
+        if p.pwm and p.direction != "out":
+            fail(f"{key}.pwm", "PWM needs direction = 'out'")
+        pins.add(p.pin)
+        names.add(p.name)
+
+    def check_regions(prefix: str, regions: list[Any]) -> None:
+        seen_names: set[str] = set()
+        for i, r in enumerate(regions):
+            key = f"{prefix}[{i}]"
+            if r.name in seen_names or not r.name:
+                fail(f"{key}.name", f"expected a unique region name, got {r.name!r}")
+            seen_names.add(r.name)
+            if r.base < 0 or r.size <= 0 or r.base + r.size > 1 << 64:
+                fail(
+                    key,
+                    f"expected 0 <= base and 0 < size within 64 bits, got base 0x{r.base:x} size {r.size}",
+                )
+        ordered = sorted(regions, key=lambda r: r.base)
+        for a, b in itertools.pairwise(ordered):
+            if b.base < a.base + a.size:
+                fail(prefix, f"regions {a.name!r} and {b.name!r} overlap")
+
+    check_regions("memory", spec.memory)
+    for i, m in enumerate(spec.memory):
+        if m.device_offset is not None and m.device_offset < 0:
+            fail(f"memory[{i}].device_offset", "expected an offset >= 0")
+    if spec.probe is not None:
+        p = spec.probe
+        if p.transport == "gdb" and not p.gdb_address:
+            fail("probe.gdb_address", "required for transport = 'gdb' (expected 'HOST:PORT' or 'qemu')")
+        if p.transport == "gdb" and p.gdb_address not in ("", "qemu"):
+            host, _, port = p.gdb_address.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                fail("probe.gdb_address", f"expected 'HOST:PORT' or 'qemu', got {p.gdb_address!r}")
+        if p.flash and p.flash_size <= 0:
+            fail("probe.flash_size", "required (> 0) when flash = true")
+        check_regions("probe.regions", p.regions)
+    if spec.esp32 is not None:
+        e = spec.esp32
+        if not e.port:
+            fail("esp32.port", "expected a serial device path or 'sim'")
+        if e.baud <= 0:
+            fail("esp32.baud", f"expected a baud rate > 0, got {e.baud}")
+        check_i2c("esp32.i2c", e.i2c)
+        esp_pins = [g.pin for g in e.gpio] + [a.pin for a in e.adc]
+        if len(set(esp_pins)) != len(esp_pins):
+            fail("esp32", "a pin is granted twice (gpio and adc pins must be distinct)")
+    return errors
 
 
 def _read(path: Path) -> BoardProfile:
@@ -53,19 +401,26 @@ def _read(path: Path) -> BoardProfile:
         raise ConfigErrors([ConfigError(source, "", f"cannot read board profile: {e.strerror}")]) from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigErrors([ConfigError(source, "", f"not valid TOML: {e}")]) from None
-    board = data.get("board")
-    if not isinstance(board, dict) or not isinstance(board.get("name"), str) or not board["name"]:
-        raise ConfigErrors([ConfigError(source, "board.name", "required key is missing (expected a string)")])
-    detect = data.get("detect", {})
+    spec, errors = build_dataclass(ProfileSchema, data, source)
+    if spec is not None:
+        errors = _check_profile(spec, source)
+    if errors or spec is None:
+        raise ConfigErrors(errors)
     return BoardProfile(
-        name=board["name"],
-        description=str(board.get("description", "")),
-        soc=str(board.get("soc", "")),
+        name=spec.board.name,
+        description=spec.board.description,
+        soc=spec.board.soc,
         path=path,
-        models=tuple(detect.get("models", ())),
-        compatible=tuple(detect.get("compatible", ())),
+        models=tuple(spec.detect.models),
+        compatible=tuple(spec.detect.compatible),
         raw=data,
+        spec=spec,
     )
+
+
+def read_profile(path: Path) -> BoardProfile:
+    """Load and validate one profile file (ConfigErrors naming file, key and expectation)."""
+    return _read(path)
 
 
 def iter_profiles() -> Iterator[BoardProfile]:
@@ -97,22 +452,50 @@ def load_profile(name: str, source: str = "board") -> BoardProfile:
 
 
 def _read_dt(path: Path) -> list[str]:
+    """A device-tree string property: NUL-separated strings (model has one, compatible several)."""
     try:
         return [s for s in path.read_bytes().decode("utf-8", "replace").split("\0") if s]
     except OSError:
         return []
 
 
-def detect() -> BoardProfile | None:
-    """The profile whose detect strings match this machine's device tree, if any."""
-    models = _read_dt(DEVICE_TREE_MODEL)
-    compatible = _read_dt(DEVICE_TREE_COMPATIBLE)
-    for profile in iter_profiles():
-        if any(m.startswith(pat) for m in models for pat in profile.models if pat):
-            return profile
-        if any(c == pat for c in compatible for pat in profile.compatible if pat):
-            return profile
-    return None
+def _match_score(profile: BoardProfile, models: list[str], compatible: list[str]) -> int:
+    """How specifically `profile` matches; 0 = not at all.
+
+    A longer model prefix beats a shorter one ("Raspberry Pi Zero 2 W" over
+    "Raspberry Pi Zero"); a compatible string earlier in the device's list
+    (the board's own, before the SoC's) beats a later one.
+    """
+    score = 0
+    for pattern in profile.models:
+        if pattern and any(m.startswith(pattern) for m in models):
+            score = max(score, 10_000 + len(pattern))
+    for pattern in profile.compatible:
+        if pattern in compatible:
+            score = max(score, 1_000 - compatible.index(pattern))
+    return score
+
+
+def detect(
+    model_path: Path | None = None,
+    compatible_path: Path | None = None,
+    profiles: list[BoardProfile] | None = None,
+) -> BoardProfile | None:
+    """The profile whose detect strings best match this machine's device tree, if any.
+
+    The paths default to /proc/device-tree; tests pass files of their own.
+    """
+    models = _read_dt(model_path or DEVICE_TREE_MODEL)
+    compatible = _read_dt(compatible_path or DEVICE_TREE_COMPATIBLE)
+    if not models and not compatible:
+        return None
+    best: BoardProfile | None = None
+    best_score = 0
+    for profile in profiles if profiles is not None else iter_profiles():
+        score = _match_score(profile, models, compatible)
+        if score > best_score:
+            best, best_score = profile, score
+    return best
 
 
 def resolve(name: str, source: str = "board") -> BoardProfile:
@@ -125,3 +508,69 @@ def resolve(name: str, source: str = "board") -> BoardProfile:
         return found
     log.info("no board profile matches this machine; using the %r board", FALLBACK_BOARD)
     return load_profile(FALLBACK_BOARD, source)
+
+
+def describe_grants(profile: BoardProfile) -> list[str]:
+    """What a profile lets the tools touch, one line per grant, in plain words."""
+    spec = profile._spec
+    lines: list[str] = []
+    for g in spec.i2c:
+        labels = ", ".join(f"0x{d.address:02x} {d.name}" for d in g.devices)
+        lines.append(
+            f"i2c bus {g.bus} ({'sim' if spec.board.simulated else g.device_path}): "
+            f"read {format_ranges(g.read)}; write {format_ranges(g.write)}; scan {'yes' if g.scan else 'no'}"
+            + (f"; devices {labels}" if labels else "")
+        )
+    for s in spec.spi:
+        access = (
+            "any transfer"
+            if s.access == "rw"
+            else "read-only: commands " + (", ".join(f"0x{c:02x}" for c in s.read_commands) or "none")
+        )
+        name = f" {s.name}" if s.name else ""
+        lines.append(
+            f"spi {s.bus}.{s.chip_select}{name}: up to {s.max_speed_hz} Hz, modes "
+            f"{', '.join(map(str, s.modes))}, {access}"
+        )
+    for p in spec.gpio:
+        extra = " with PWM" if p.pwm else ""
+        pull = f", pull-{p.pull}" if p.pull != "none" else ""
+        verb = "output (may be written)" if p.direction == "out" else "input (read only)"
+        lines.append(f"gpio {p.pin} {p.name!r}: {verb}{extra}{pull}")
+    for m in spec.memory:
+        where = "sim file" if spec.board.simulated else m.device
+        lines.append(
+            f"memory {m.name!r}: 0x{m.base:08x}-0x{m.end - 1:08x} ({m.size} bytes) "
+            f"{'read-write' if m.access == 'rw' else 'read-only'} via {where}"
+        )
+    if spec.probe is not None:
+        p = spec.probe
+        via = f"GDB remote at {p.gdb_address}" if p.transport == "gdb" else "pyocd"
+        lines.append(
+            f"probe: target {p.target} via {via}; halt/resume/reset {'yes' if p.control else 'no'}; "
+            f"flash {'yes' if p.flash else 'no'}"
+            + (f" (0x{p.flash_base:08x}, {p.flash_size} bytes)" if p.flash else "")
+        )
+        for r in p.regions:
+            lines.append(
+                f"probe memory {r.name!r}: 0x{r.base:08x}-0x{r.end - 1:08x} "
+                f"{'read-write' if r.access == 'rw' else 'read-only'}"
+            )
+    if spec.esp32 is not None:
+        e = spec.esp32
+        lines.append(f"esp32 bridge on {e.port} at {e.baud} baud")
+        for pin in e.gpio:
+            lines.append(
+                f"esp32 gpio {pin.pin} {pin.name!r}: {'output' if pin.direction == 'out' else 'input'}"
+            )
+        for a in e.adc:
+            lines.append(f"esp32 adc {a.pin} {a.name!r}")
+        for g in e.i2c:
+            lines.append(
+                f"esp32 i2c bus {g.bus}: read {format_ranges(g.read)}; write {format_ranges(g.write)}"
+            )
+    for s in spec.serial:
+        lines.append(f"serial {s.path}" + (f" ({s.name})" if s.name else ""))
+    if not lines:
+        lines.append("nothing: no buses, pins, memory regions, probe or bridge")
+    return lines

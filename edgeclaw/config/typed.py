@@ -155,6 +155,11 @@ class _Converter:
             self.fail(key, f"required key is missing (expected {_expected(hints[name])})")
         if missing:
             return None  # type: ignore[return-value]
+        if any(
+            n not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            for n, f in fields.items()
+        ):
+            return None  # type: ignore[return-value]  # a required table had errors of its own
         return cls(**kwargs)
 
 

@@ -1,0 +1,132 @@
+"""What every hardware backend shares: its error family and the gate each bus operation passes.
+
+A backend is a small synchronous driver (smbus2, spidev, a sim device model)
+wrapped in a `BusGate`: one asyncio lock per bus, so two sessions never
+interleave transactions on the same wires, and one deadline per operation,
+so a wedged bus cannot hang a tool call. Real drivers block in the kernel, so
+their calls run on a single worker thread owned by the bus (ordering is kept,
+and a hung ioctl holds up only its own bus); sim drivers answer in
+microseconds and run inline, where a thread hop would cost more than the work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import errno
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from edgeclaw.errors import BackendError
+
+D = TypeVar("D")
+R = TypeVar("R")
+
+
+class BusTimeout(BackendError):
+    """An operation did not finish within its deadline."""
+
+
+class DeviceUnavailable(BackendError):
+    """The bus, device file, library or peer needed for the operation is not there."""
+
+
+class TargetError(BackendError):
+    """A debug target or a bridge peer answered with an error."""
+
+
+def missing_library(module: str, extra: str, distro_hint: str = "") -> DeviceUnavailable:
+    """The error for an optional library that is not installed, saying how to get it."""
+    hint = f" or {distro_hint}" if distro_hint else ""
+    return DeviceUnavailable(
+        f"the Python module {module!r} is not installed (pip install 'edgeclaw[{extra}]'{hint})"
+    )
+
+
+def os_error_words(exc: OSError) -> str:
+    """A short plain-words description of an errno, for messages built by the caller."""
+    return {
+        errno.EACCES: "permission denied",
+        errno.EPERM: "operation not permitted",
+        errno.ENOENT: "no such device",
+        errno.ENODEV: "no such device",
+        errno.EBUSY: "in use by a kernel driver",
+        errno.ETIMEDOUT: "timed out",
+        errno.EREMOTEIO: "no acknowledgement",
+        errno.ENXIO: "no acknowledgement",
+        errno.EIO: "input/output error",
+        errno.EOPNOTSUPP: "not supported by the adapter",
+        errno.EINVAL: "rejected as invalid by the driver",
+    }.get(exc.errno or 0, exc.strerror or str(exc))
+
+
+class BusGate(Generic[D]):
+    """Serialises and bounds every operation on one bus (or one pin, or one link).
+
+    `run(fn, *args)` calls `fn(driver, *args)` holding the bus lock, under the
+    operation deadline, inline or on the bus's own worker thread. `OSError`s
+    from the driver are turned into `BackendError`s by `describe_error`, which
+    each backend supplies so messages name the bus and address in plain words.
+    """
+
+    def __init__(
+        self,
+        driver: D,
+        *,
+        label: str,
+        timeout_s: float,
+        threaded: bool,
+        describe_error: Callable[[OSError, tuple[object, ...]], BackendError] | None = None,
+        owns_driver: bool = True,
+    ) -> None:
+        self.driver = driver
+        self.label = label
+        self.timeout_s = timeout_s
+        self.lock = asyncio.Lock()
+        self._describe = describe_error
+        self._owns_driver = owns_driver  # False: the driver closes itself (it owns the gate)
+        self._executor = (
+            concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"bus-{label}")
+            if threaded
+            else None
+        )
+
+    async def run(self, fn: Callable[..., R], *args: object, timeout_s: float | None = None) -> R:
+        """`fn(driver, *args)` holding the lock, under the deadline (waiting for the lock counts).
+
+        `timeout_s` overrides the bus's deadline for one long operation (flashing a target).
+        """
+        limit = timeout_s or self.timeout_s
+        try:
+            async with asyncio.timeout(limit):
+                async with self.lock:
+                    return await self._call(fn, args)
+        except TimeoutError:
+            raise BusTimeout(f"{self.label}: no answer within {limit:g} s") from None
+
+    async def call(self, fn: Callable[..., R], *args: object) -> R:
+        """Like `run`, for a caller already holding `lock` across several steps (a GPIO pulse)."""
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await self._call(fn, args)
+        except TimeoutError:
+            raise BusTimeout(f"{self.label}: no answer within {self.timeout_s:g} s") from None
+
+    async def _call(self, fn: Callable[..., R], args: tuple[object, ...]) -> R:
+        try:
+            if self._executor is None:
+                return fn(self.driver, *args)
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._executor, fn, self.driver, *args)
+        except OSError as e:
+            if self._describe is not None:
+                raise self._describe(e, args) from None
+            raise BackendError(f"{self.label}: {os_error_words(e)}") from None
+
+    def close(self) -> None:
+        close = getattr(self.driver, "close", None) if self._owns_driver else None
+        if self._executor is not None:
+            # The worker may be stuck in the kernel; do not wait for it, just stop handing it work.
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        if close is not None:
+            close()

@@ -1,0 +1,246 @@
+"""I2C: the driver protocol, the smbus2 driver for /dev/i2c-N, and the async bus the tools use.
+
+The driver protocol is the set of SMBus/I2C transactions the `i2c` tool
+needs. `SMBus2Driver` maps them onto the kernel's i2c-dev interface through
+smbus2 (SMBus ioctls where the adapter has them, combined I2C_RDWR messages
+for 16-bit register addresses and long blocks); the sim board's `SimI2CBus`
+serves the same protocol from device models. Errors keep the kernel's errno
+(`OSError`), and `I2CBus` words them: errno 121 becomes "no device
+acknowledged at 0x48 on bus 1".
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from edgeclaw.backends.base import BusGate, DeviceUnavailable, missing_library
+from edgeclaw.errors import BackendError
+
+# i2cdetect's defaults: 0x00-0x02 and 0x78-0x7f are reserved addresses (general call, CBUS,
+# 10-bit addressing, HS mode...), never probed.
+SCAN_FIRST = 0x03
+SCAN_LAST = 0x77
+SMBUS_BLOCK_MAX = 32
+
+
+def probe_with_read(address: int) -> bool:
+    """i2cdetect's rule: a quick write can corrupt EEPROMs (0x50-0x5f) and lock up some chips at
+    0x30-0x37, so those ranges are probed with a receive-byte instead."""
+    return 0x30 <= address <= 0x37 or 0x50 <= address <= 0x5F
+
+
+class I2CDriver(Protocol):
+    """The blocking transactions of one I2C bus. Errors are `OSError` with the kernel's errno."""
+
+    number: int
+
+    def supports_quick(self) -> bool: ...
+    def quick_write(self, address: int) -> None: ...
+    def read_byte(self, address: int) -> int: ...
+    def read_byte_data(self, address: int, register: int) -> int: ...
+    def read_word_data(self, address: int, register: int) -> int: ...
+    def read_block(self, address: int, register: bytes, length: int) -> bytes: ...
+    def write_byte_data(self, address: int, register: int, value: int) -> None: ...
+    def write_word_data(self, address: int, register: int, value: int) -> None: ...
+    def write_block(self, address: int, data: bytes) -> None: ...
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    found: tuple[int, ...]
+    busy: tuple[int, ...]  # claimed by a kernel driver (i2cdetect's "UU")
+
+
+def scan_bus(driver: I2CDriver, addresses: Iterable[int]) -> ScanResult:
+    """Probe each address the way i2cdetect does; only addresses that acknowledge are reported.
+
+    A probe that is not acknowledged raises (EREMOTEIO / ENXIO / EIO, by
+    adapter); that is the normal "nobody there" answer, not an error.
+    """
+    found: list[int] = []
+    busy: list[int] = []
+    quick = driver.supports_quick()
+    for address in addresses:
+        if not SCAN_FIRST <= address <= SCAN_LAST:
+            continue
+        try:
+            if probe_with_read(address) or not quick:
+                driver.read_byte(address)
+            else:
+                driver.quick_write(address)
+        except OSError as e:
+            if e.errno == errno.EBUSY:
+                busy.append(address)
+            elif e.errno in (errno.EREMOTEIO, errno.ENXIO, errno.EIO, errno.ETIMEDOUT):
+                continue
+            else:
+                raise
+        else:
+            found.append(address)
+    return ScanResult(tuple(found), tuple(busy))
+
+
+class SMBus2Driver:
+    """An i2c-dev bus through smbus2 (a real kernel bus: /dev/i2c-N)."""
+
+    def __init__(self, number: int, device_path: str) -> None:
+        try:
+            import smbus2
+        except ImportError:
+            raise missing_library("smbus2", "hw") from None
+        self._smbus2 = smbus2
+        self.number = number
+        self.device_path = device_path
+        try:
+            self._bus = smbus2.SMBus(device_path)
+        except OSError as e:
+            raise _open_error(number, device_path, e) from None
+
+    def supports_quick(self) -> bool:
+        return bool(self._bus.funcs & self._smbus2.I2cFunc.SMBUS_QUICK)
+
+    def quick_write(self, address: int) -> None:
+        self._bus.write_quick(address)
+
+    def read_byte(self, address: int) -> int:
+        return int(self._bus.read_byte(address))
+
+    def read_byte_data(self, address: int, register: int) -> int:
+        return int(self._bus.read_byte_data(address, register))
+
+    def read_word_data(self, address: int, register: int) -> int:
+        return int(self._bus.read_word_data(address, register))
+
+    def read_block(self, address: int, register: bytes, length: int) -> bytes:
+        if len(register) == 1 and length <= SMBUS_BLOCK_MAX:
+            return bytes(self._bus.read_i2c_block_data(address, register[0], length))
+        # A 16-bit register address or a long block: one combined transaction (repeated start).
+        msg = self._smbus2.i2c_msg
+        write, read = msg.write(address, register), msg.read(address, length)
+        self._bus.i2c_rdwr(write, read)
+        return bytes(read)
+
+    def write_byte_data(self, address: int, register: int, value: int) -> None:
+        self._bus.write_byte_data(address, register, value)
+
+    def write_word_data(self, address: int, register: int, value: int) -> None:
+        self._bus.write_word_data(address, register, value)
+
+    def write_block(self, address: int, data: bytes) -> None:
+        if 1 <= len(data) <= SMBUS_BLOCK_MAX + 1:
+            self._bus.write_i2c_block_data(address, data[0], list(data[1:]))
+        else:
+            self._bus.i2c_rdwr(self._smbus2.i2c_msg.write(address, data))
+
+    def close(self) -> None:
+        self._bus.close()
+
+
+def _open_error(number: int, path: str, e: OSError) -> BackendError:
+    if e.errno in (errno.ENOENT, errno.ENODEV):
+        return DeviceUnavailable(
+            f"I2C bus {number} does not exist ({path} is missing; is the I2C interface enabled?)"
+        )
+    if e.errno in (errno.EACCES, errno.EPERM):
+        return DeviceUnavailable(f"permission denied opening {path} (add the daemon's user to the i2c group)")
+    return DeviceUnavailable(f"cannot open I2C bus {number} ({path}): {e.strerror}")
+
+
+def describe_i2c_error(number: int, e: OSError, address: int | None) -> BackendError:
+    """The kernel's errno in plain words, naming the bus and the address."""
+    at = f" at 0x{address:02x}" if address is not None else ""
+    code = e.errno
+    if code in (errno.EREMOTEIO, errno.ENXIO):
+        return BackendError(f"no device acknowledged{at} on bus {number}")
+    if code == errno.EIO:
+        return BackendError(f"I/O error{at} on bus {number} (no acknowledgement, or a noisy bus)")
+    if code == errno.ETIMEDOUT:
+        return BackendError(f"bus {number} timed out{at} (is SDA or SCL held low?)")
+    if code == errno.EBUSY:
+        return BackendError(f"address{at or ''} on bus {number} is in use by a kernel driver")
+    if code == errno.EAGAIN:
+        return BackendError(f"bus {number} lost arbitration{at}; try again")
+    if code == errno.EOPNOTSUPP:
+        return BackendError(f"the bus {number} adapter does not support this transfer")
+    if code == errno.EINVAL:
+        return BackendError(f"the bus {number} driver rejected the transfer{at} as invalid")
+    return BackendError(f"bus {number}{at}: {e.strerror or e}")
+
+
+class I2CBus:
+    """One bus as the tools see it: async, locked, bounded, with errors in plain words."""
+
+    def __init__(self, driver: I2CDriver, *, timeout_s: float, threaded: bool) -> None:
+        self.number = driver.number
+        self.driver = driver
+        self._gate: BusGate[I2CDriver] = BusGate(
+            driver,
+            label=f"I2C bus {driver.number}",
+            timeout_s=timeout_s,
+            threaded=threaded,
+            # Every driver call takes the device address as its first argument.
+            describe_error=lambda e, args: describe_i2c_error(
+                driver.number, e, args[0] if args and isinstance(args[0], int) else None
+            ),
+        )
+
+    async def scan(self, addresses: Iterable[int]) -> ScanResult:
+        return await self._gate.run(scan_bus, list(addresses))
+
+    async def read_byte(self, address: int) -> int:
+        return await self._gate.run(_read_byte, address)
+
+    async def read_byte_data(self, address: int, register: int) -> int:
+        return await self._gate.run(_read_byte_data, address, register)
+
+    async def read_word_data(self, address: int, register: int) -> int:
+        return await self._gate.run(_read_word_data, address, register)
+
+    async def read_block(self, address: int, register: bytes, length: int) -> bytes:
+        return await self._gate.run(_read_block, address, register, length)
+
+    async def write_byte_data(self, address: int, register: int, value: int) -> None:
+        await self._gate.run(_write_byte_data, address, register, value)
+
+    async def write_word_data(self, address: int, register: int, value: int) -> None:
+        await self._gate.run(_write_word_data, address, register, value)
+
+    async def write_block(self, address: int, data: bytes) -> None:
+        await self._gate.run(_write_block, address, data)
+
+    def close(self) -> None:
+        self._gate.close()
+
+
+# Module-level functions rather than lambdas: the gate calls fn(driver, *args), and these cost
+# nothing to build per call.
+def _read_byte(d: I2CDriver, a: int) -> int:
+    return d.read_byte(a)
+
+
+def _read_byte_data(d: I2CDriver, a: int, r: int) -> int:
+    return d.read_byte_data(a, r)
+
+
+def _read_word_data(d: I2CDriver, a: int, r: int) -> int:
+    return d.read_word_data(a, r)
+
+
+def _read_block(d: I2CDriver, a: int, r: bytes, n: int) -> bytes:
+    return d.read_block(a, r, n)
+
+
+def _write_byte_data(d: I2CDriver, a: int, r: int, v: int) -> None:
+    d.write_byte_data(a, r, v)
+
+
+def _write_word_data(d: I2CDriver, a: int, r: int, v: int) -> None:
+    d.write_word_data(a, r, v)
+
+
+def _write_block(d: I2CDriver, a: int, data: bytes) -> None:
+    d.write_block(a, data)

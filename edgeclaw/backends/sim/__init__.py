@@ -1,0 +1,1 @@
+"""The sim board's parts: datasheet-accurate device models behind the hardware's driver protocols."""

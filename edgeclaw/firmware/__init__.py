@@ -1,0 +1,1 @@
+"""Firmware edgeclaw ships for the microcontrollers it talks to (see docs/hardware.md)."""

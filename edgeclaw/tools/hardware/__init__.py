@@ -1,0 +1,51 @@
+"""The hardware tools (group `hardware`), one module per tool, all bounded by the board profile.
+
+`hardware_tools()` builds them for the runtime; they share one `BoardBackends`,
+which opens buses, pins, regions, the probe and the bridge on first use and
+releases them on shutdown.
+"""
+
+from __future__ import annotations
+
+from edgeclaw.backends.hub import BoardBackends
+from edgeclaw.board import BoardProfile
+from edgeclaw.config.schema import HardwareConfig
+from edgeclaw.tools.base import Tool
+from edgeclaw.tools.hardware.esp32 import ESP32Tool
+from edgeclaw.tools.hardware.gpio import GPIOTool
+from edgeclaw.tools.hardware.i2c import I2CTool
+from edgeclaw.tools.hardware.info import HardwareInfoTool
+from edgeclaw.tools.hardware.memory import HardwareMemoryTool
+from edgeclaw.tools.hardware.probe import ProbeTool
+from edgeclaw.tools.hardware.spi import SPITool
+from edgeclaw.tools.workspace import Workspace
+
+__all__ = [
+    "ESP32Tool",
+    "GPIOTool",
+    "HardwareInfoTool",
+    "HardwareMemoryTool",
+    "I2CTool",
+    "ProbeTool",
+    "SPITool",
+    "hardware_tools",
+]
+
+
+def hardware_tools(
+    profile: BoardProfile,
+    config: HardwareConfig,
+    backends: BoardBackends,
+    workspace: Workspace | None = None,
+) -> list[Tool]:
+    """Every hardware tool. Tools for things the profile does not grant are still registered: they
+    refuse with a message naming the profile, which tells a model more than a missing tool does."""
+    return [
+        HardwareInfoTool(profile, config, backends),
+        I2CTool(profile, config, backends),
+        SPITool(profile, config, backends),
+        GPIOTool(profile, config, backends),
+        HardwareMemoryTool(profile, config, backends),
+        ProbeTool(profile, config, backends, workspace),
+        ESP32Tool(profile, config, backends),
+    ]

@@ -1,0 +1,195 @@
+"""Board profiles: every shipped one validates, errors name file/key/expectation, detection, the CLI."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from edgeclaw import board
+from edgeclaw.errors import ConfigErrors
+from tests.hw_support import write_profile
+
+SHIPPED = [
+    "rpi-zero-w",
+    "rpi-zero-2w",
+    "rpi3b",
+    "rpi4b",
+    "rpi5",
+    "generic-linux",
+    "nucleo-f401re",
+    "esp32-bridge",
+    "sim",
+]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_profiles_load_and_describe(name):
+    profile = board.load_profile(name)
+    assert profile.name == name and profile.spec is not None
+    assert board.describe_grants(profile)
+
+
+@pytest.mark.parametrize(
+    ("name", "region", "base"),
+    [
+        ("rpi-zero-w", "gpio", 0x2020_0000),  # BCM2835 peripherals at 0x2000_0000
+        ("rpi-zero-2w", "gpio", 0x3F20_0000),  # BCM2837 (RP3A0) at 0x3F00_0000
+        ("rpi3b", "system-timer", 0x3F00_3000),
+        ("rpi4b", "gpio", 0xFE20_0000),  # BCM2711 at 0xFE00_0000
+        ("rpi5", "rp1-gpio", 0x1F_000D_0000),  # RP1 io_bank0 behind PCIe
+    ],
+)
+def test_pi_profiles_use_the_real_peripheral_addresses(name, region, base):
+    regions = {r.name: r for r in board.load_profile(name).spec.memory}
+    assert regions[region].base == base and regions[region].access == "ro"
+
+
+def test_shipped_real_boards_grant_no_writes():
+    for name in ("rpi-zero-w", "rpi-zero-2w", "rpi3b", "rpi4b", "rpi5"):
+        spec = board.load_profile(name).spec
+        assert all(not g.write for g in spec.i2c)
+        assert all(g.direction == "in" for g in spec.gpio)
+        assert all(m.access == "ro" for m in spec.memory)
+        assert all(s.access == "ro" for s in spec.spi)
+
+
+def test_profile_errors_name_file_key_and_expectation(tmp_path):
+    path = write_profile(
+        tmp_path,
+        "broken",
+        '[[i2c]]\nbus = 1\nread = [{ first = 0x50, last = 0x40 }]\nwrite = [0x90]\nscan = "yes"\n'
+        '[[memory]]\nname = "a"\nbase = 0x1000\nsize = 0x100\naccess = "rwx"\n'
+        '[[gpio]]\npin = 4\nname = "in4"\ndirection = "in"\npwm = true\n'
+        '[probe]\ntransport = "gdb"\ntarget = "x"\ngdb_address = "nowhere"\n',
+    )
+    with pytest.raises(ConfigErrors) as caught:
+        board.read_profile(Path(path))
+    text = str(caught.value)
+    assert f"{path}: i2c[0].scan: expected true or false, got a string" in text
+    assert f"{path}: memory[0].access: expected one of 'ro', 'rw', got 'rwx'" in text
+    # Type errors come first; once the types are right the cross-key checks run.
+    fixed = write_profile(
+        tmp_path,
+        "broken2",
+        "[[i2c]]\nbus = 1\nread = [{ first = 0x50, last = 0x40 }]\nwrite = [0x90]\n"
+        '[[gpio]]\npin = 4\nname = "in4"\ndirection = "in"\npwm = true\n'
+        '[probe]\ntransport = "gdb"\ntarget = "x"\ngdb_address = "nowhere"\n'
+        '[[memory]]\nname = "a"\nbase = 0x1000\nsize = 0x100\n'
+        '[[memory]]\nname = "b"\nbase = 0x1080\nsize = 0x100\n',
+    )
+    with pytest.raises(ConfigErrors) as caught:
+        board.load_profile(fixed)
+    text = str(caught.value)
+    assert f"{fixed}: i2c[0].read[0]: expected first <= last, got 0x50 > 0x40" in text
+    assert f"{fixed}: i2c[0].write[0]: expected 7-bit I2C addresses" in text
+    assert f"{fixed}: gpio[0].pwm: PWM needs direction = 'out'" in text
+    assert f"{fixed}: probe.gdb_address: expected 'HOST:PORT' or 'qemu', got 'nowhere'" in text
+    assert "regions 'a' and 'b' overlap" in text
+
+
+def test_unknown_keys_and_missing_name_are_errors(tmp_path):
+    path = tmp_path / "x.toml"
+    path.write_text('[board]\ndescription = "no name"\n[[i2c]]\nbus = 1\nspeed = 100000\n')
+    with pytest.raises(ConfigErrors) as caught:
+        board.read_profile(path)
+    text = str(caught.value)
+    assert "board.name: required key is missing (expected a string)" in text
+    assert "i2c[0].speed: unknown key (expected one of:" in text
+
+
+# -- detection from device-tree files -------------------------------------------------------------
+def _dt(tmp_path, model: str | None, compatible: list[str]):
+    model_path, compat_path = tmp_path / "model", tmp_path / "compatible"
+    if model is not None:
+        model_path.write_bytes(model.encode() + b"\0")
+    compat_path.write_bytes(b"".join(c.encode() + b"\0" for c in compatible))
+    return model_path, compat_path
+
+
+@pytest.mark.parametrize(
+    ("model", "compatible", "expected"),
+    [
+        ("Raspberry Pi 4 Model B Rev 1.4", ["raspberrypi,4-model-b", "brcm,bcm2711"], "rpi4b"),
+        ("Raspberry Pi 3 Model B Plus Rev 1.3", ["raspberrypi,3-model-b-plus", "brcm,bcm2837"], "rpi3b"),
+        ("Raspberry Pi Zero 2 W Rev 1.0", ["raspberrypi,model-zero-2-w", "brcm,bcm2837"], "rpi-zero-2w"),
+        ("Raspberry Pi Zero W Rev 1.1", ["raspberrypi,model-zero-w", "brcm,bcm2835"], "rpi-zero-w"),
+        ("Raspberry Pi 5 Model B Rev 1.0", ["raspberrypi,5-model-b", "brcm,bcm2712"], "rpi5"),
+        (None, ["raspberrypi,4-model-b", "brcm,bcm2711"], "rpi4b"),  # compatible alone suffices
+        ("Pine64 RockPro64", ["pine64,rockpro64", "rockchip,rk3399"], None),
+    ],
+)
+def test_detection_from_device_tree_files(tmp_path, model, compatible, expected):
+    model_path, compat_path = _dt(tmp_path, model, compatible)
+    found = board.detect(model_path, compat_path)
+    assert (found.name if found else None) == expected
+
+
+def test_no_device_tree_means_no_match(tmp_path):
+    assert board.detect(tmp_path / "missing-model", tmp_path / "missing-compatible") is None
+
+
+def test_auto_falls_back_to_sim_with_a_log_line(monkeypatch, tmp_path, caplog):
+    monkeypatch.setattr(board, "DEVICE_TREE_MODEL", tmp_path / "none")
+    monkeypatch.setattr(board, "DEVICE_TREE_COMPATIBLE", tmp_path / "none")
+    with caplog.at_level("INFO", logger="edgeclaw.board"):
+        assert board.resolve("auto").name == "sim"
+    assert "no board profile matches this machine; using the 'sim' board" in caplog.text
+
+
+# -- the command line -----------------------------------------------------------------------------
+def test_board_show_rpi4b_prints_the_grants(run_cli):
+    out = run_cli("board", "show", "rpi4b")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("rpi4b: Raspberry Pi 4 Model B (BCM2711)")
+    assert "i2c bus 1 (/dev/i2c-1): read 0x03-0x77; write none; scan yes" in out.stdout
+    assert "memory 'gpio': 0xfe200000-0xfe2000f3 (244 bytes) read-only via /dev/gpiomem" in out.stdout
+    assert "gpio 17 'gpio17': input (read only)" in out.stdout
+
+
+def test_board_show_bad_profile_exits_2(run_cli, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[board]\nname = "bad"\n[[gpio]]\npin = "x"\n')
+    out = run_cli("board", "show", str(bad))
+    assert out.returncode == 2 and f"{bad}: gpio[0].pin: expected an integer, got a string" in out.stderr
+
+
+def test_board_detect_off_board(run_cli):
+    out = run_cli("board", "detect")
+    if board.DEVICE_TREE_MODEL.exists():  # pragma: no cover - running on a real board
+        return
+    assert out.returncode == 1 and "the daemon would use 'sim'" in out.stdout
+
+
+def test_done_when_i2c_scan_lists_exactly_the_sim_devices(run_cli):
+    out = run_cli("tool", "call", "i2c", '{"action": "scan", "bus": 1}', "--board", "sim", "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["ok"] is True
+    assert json.loads(result["for_llm"])["addresses"] == ["0x48", "0x50", "0x76"]
+
+
+@pytest.mark.skipif(shutil.which("qemu-system-arm") is None, reason="qemu-system-arm is not installed")
+def test_done_when_probe_reads_the_vector_table_from_qemu(run_cli):
+    args = '{"action": "read_memory", "address": 134217728, "length": 8}'
+    out = run_cli("tool", "call", "probe", args, "--board", "sim", "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(json.loads(out.stdout)["for_llm"])
+    assert result["words_le"] == [0x2000_2000, 0x0800_0011]  # initial SP, reset vector (Thumb)
+    # The CLI stopped the QEMU it started.
+    left = subprocess.run(["pgrep", "-f", "stm32-vector-table.bin"], capture_output=True, text=True)
+    assert left.stdout.strip() == ""
+
+
+def test_dry_run_from_the_cli_refuses_an_ungranted_write(run_cli):
+    out = run_cli(
+        "tool", "call", "i2c", '{"action": "write_byte", "bus": 1, "address": 72, "register": 1, "value": 0}',
+        "--board", "rpi4b", "--dry-run", "--json",
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert (
+        "writing to 0x48 on I2C bus 1 is not granted by the rpi4b profile" in json.loads(out.stdout)["error"]
+    )

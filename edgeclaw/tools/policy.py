@@ -153,6 +153,7 @@ class PolicyEngine:
         self.rules = rules
         self._tool_groups: dict[str, str] = {}
         self._runtime_groups: dict[str, set[str]] = {}
+        self._scopes: dict[str, str] = {}  # tool name -> the only agent id that may see it
         self._cache: dict[tuple[str, str, str, int], frozenset[str]] = {}
 
     # -- what exists -------------------------------------------------------
@@ -164,6 +165,14 @@ class PolicyEngine:
     def register_group(self, name: str, members: Iterable[str]) -> None:
         """Add or replace a runtime group (e.g. `mcp:weather`)."""
         self._runtime_groups[name] = set(members)
+        self._cache.clear()
+
+    def set_scope(self, name: str, agent_id: str | None) -> None:
+        """Limit a tool to one agent (per-agent custom tools), after every step; None lifts it."""
+        if agent_id:
+            self._scopes[name] = agent_id
+        else:
+            self._scopes.pop(name, None)
         self._cache.clear()
 
     def validate(self) -> list[tuple[str, str]]:
@@ -314,6 +323,7 @@ class PolicyEngine:
         current: set[str] = set()
         for _label, op, operand in self._steps(*key):
             current = self._apply(current, op, operand)
+        current -= {n for n, agent in self._scopes.items() if agent != ctx.agent_id}
         result = frozenset(current)
         self._cache[key] = result
         return result
@@ -332,6 +342,9 @@ class PolicyEngine:
                 reason = f"removed by {label}"
             elif not before and name not in current and op == "base":
                 reason = f"not in {label}"
+        scope = self._scopes.get(name)
+        if name in current and scope is not None and scope != ctx.agent_id:
+            return f"the tool belongs to agent {scope!r}"
         if name in current:
             return "allowed"
         return reason

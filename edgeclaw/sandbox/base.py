@@ -1,0 +1,140 @@
+"""What a sandbox backend is: something that wraps a command line so it runs confined.
+
+A backend only builds an argument vector (`wrap`); starting, watching and
+killing the process is `edgeclaw.sandbox.process`, and choosing a backend is
+`edgeclaw.sandbox.manager`. The `SandboxSpec` says what one command may see
+and do, independent of the backend that enforces it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+# /etc entries a shell command usually needs; everything else in /etc (shadow,
+# ssh host keys, Wi-Fi passwords, /etc/edgeclaw) stays out of sight.
+DEFAULT_ETC_ALLOW: tuple[str, ...] = (
+    "alternatives",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "group",
+    "host.conf",
+    "hostname",
+    "hosts",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "mime.types",
+    "nsswitch.conf",
+    "os-release",
+    "passwd",
+    "protocols",
+    "resolv.conf",
+    "services",
+    "ssl",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Resource limits for one sandboxed command (and everything it starts)."""
+
+    max_processes: int = 64
+    max_memory_bytes: int = 512 * 1024 * 1024  # address space, per process
+    max_file_bytes: int = 64 * 1024 * 1024  # largest file it may write
+    max_open_files: int = 256
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxSpec:
+    """What one command may see and do.
+
+    `workspace` is the only writable tree. Every path in `hidden` is made
+    invisible (directories become empty, files become empty and unreadable
+    where the backend can manage it). `etc_allow` names the /etc entries that
+    stay visible; the rest of /etc is replaced.
+    """
+
+    workspace: Path
+    cwd: Path
+    hidden: tuple[Path, ...] = ()
+    network: bool = False
+    limits: Limits = field(default_factory=Limits)
+    etc_allow: tuple[str, ...] = DEFAULT_ETC_ALLOW
+    timeout_s: float = 300.0
+
+
+class SandboxBackend(ABC):
+    """One way of confining a command: firejail, bubblewrap, or none."""
+
+    name: ClassVar[str]
+    # False only for the host backend: callers pick the host timeout and say so.
+    confines: ClassVar[bool] = True
+    # Lines the backend itself prints on the command's stderr that mean nothing to the caller.
+    noise_lines: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, binary: str = "") -> None:
+        self.binary = binary
+
+    def locate(self) -> str | None:
+        """The backend's executable, or None when it is not installed."""
+        if not self.binary:
+            return ""
+        return shutil.which(self.binary)
+
+    @abstractmethod
+    def wrap(self, argv: Sequence[str], spec: SandboxSpec) -> list[str]:
+        """The argument vector that runs `argv` confined by `spec`."""
+
+
+def prlimit_prefix(limits: Limits, *, nproc: bool = True) -> list[str]:
+    """`prlimit` (util-linux) sets the limits and execs the command: no Python runs in the child."""
+    prefix = [
+        shutil.which("prlimit") or "/usr/bin/prlimit",
+        f"--as={limits.max_memory_bytes}",
+        f"--fsize={limits.max_file_bytes}",
+        f"--nofile={limits.max_open_files}",
+    ]
+    if nproc:
+        prefix.append(f"--nproc={limits.max_processes}")
+    # prlimit does not take `--` before the command on every util-linux version; the
+    # command here is always an absolute path, so it cannot be mistaken for an option.
+    return prefix
+
+
+def hidden_entries(state_dir: Path, workspace: Path) -> list[Path]:
+    """What to hide so that the state directory is invisible but a workspace inside it is not.
+
+    When the workspace lies below the state directory (the default layout),
+    hiding the whole state directory would hide the workspace too, so every
+    entry beside the path down to the workspace is hidden instead. Computed
+    per command, so a database or key file created later is covered too.
+    """
+    state = Path(os.path.realpath(state_dir))
+    ws = Path(os.path.realpath(workspace))
+    if not state.exists():
+        return []
+    if ws == state:
+        # An odd layout: the workspace is the state directory. Hide what edgeclaw keeps there.
+        return [p for p in state.iterdir() if p.name.startswith("edgeclaw.db") or p.suffix == ".key"]
+    if state.is_relative_to(ws):
+        return [state]
+    if not ws.is_relative_to(state):
+        return [state]
+    out: list[Path] = []
+    level = state
+    for part in ws.relative_to(state).parts:
+        nxt = level / part
+        with contextlib.suppress(OSError):
+            out.extend(p for p in level.iterdir() if p != nxt)
+        level = nxt
+    return out

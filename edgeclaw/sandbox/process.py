@@ -1,0 +1,277 @@
+"""Starting, watching and killing a sandboxed command.
+
+Every command starts in a new session (so it leads its own process group)
+and, where available, in its own pids cgroup. Killing it kills the whole
+group and everything in the cgroup, grandchildren included, and the child is
+always waited for, so nothing is left running and nothing is left a zombie.
+Output (stdout and stderr interleaved, as a terminal shows them) is read
+continuously so the child never blocks on a full pipe; only a bounded amount
+is kept, and what was cut is stated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edgeclaw.errors import BackendError
+from edgeclaw.sandbox.cgroup import PidsCgroup
+
+log = logging.getLogger("edgeclaw.sandbox")
+
+READ_CHUNK = 64 * 1024
+# The shell wrapper that moves itself into the cgroup before exec'ing the sandbox, so that
+# no Python runs between fork and exec and the command is inside from its first instruction.
+_JOIN_CGROUP = 'echo $$ > "$0" || exit 125; exec "$@"'
+CGROUP_JOIN_FAILED = 125
+# After a kill, how long to wait for the output pipe to close before giving up on it.
+_POST_KILL_DRAIN_S = 2.0
+
+
+@dataclass
+class Launch:
+    """Everything needed to start one command: the wrapped argv and its surroundings."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+    backend: str
+    cgroup: PidsCgroup | None = None
+    noise_lines: frozenset[str] = frozenset()
+
+    def full_argv(self) -> list[str]:
+        if self.cgroup is None:
+            return list(self.argv)
+        return ["/bin/sh", "-c", _JOIN_CGROUP, str(self.cgroup.procs_file), *self.argv]
+
+
+@dataclass
+class RunResult:
+    exit_code: int | None  # None when killed by us
+    output: str
+    total_bytes: int
+    timed_out: bool = False
+    output_limit_hit: bool = False
+    fork_failures: int = 0
+    duration_s: float = 0.0
+    signal: int | None = None  # the signal that ended it, when one did
+
+
+class HeadTailBuffer:
+    """Keeps the first and the last part of a stream, and counts what was dropped in between."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.head_max = max(0, max_bytes * 3 // 4)
+        self.tail_max = max(0, max_bytes - self.head_max)
+        self.head = bytearray()
+        self.tail: deque[bytes] = deque()
+        self.tail_len = 0
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_max - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if not data or self.tail_max == 0:
+            return
+        self.tail.append(data)
+        self.tail_len += len(data)
+        while self.tail_len - len(self.tail[0]) >= self.tail_max:
+            self.tail_len -= len(self.tail.popleft())
+
+    def text(self, noise: frozenset[str] = frozenset()) -> str:
+        tail = b"".join(self.tail)[-self.tail_max :] if self.tail_max else b""
+        dropped = self.total - len(self.head) - len(tail)
+        head_text = _clean(self.head.decode("utf-8", "replace"), noise)
+        if dropped <= 0:
+            return head_text + _clean(tail.decode("utf-8", "replace"), noise)
+        note = f"\n[... output truncated: {dropped} of {self.total} bytes not shown ...]\n"
+        return head_text + note + _clean(tail.decode("utf-8", "replace"), noise)
+
+
+def _clean(text: str, noise: frozenset[str]) -> str:
+    if not noise or not text:
+        return text
+    return "".join(line for line in text.splitlines(keepends=True) if line.rstrip("\r\n") not in noise)
+
+
+class ChildProcess:
+    """A started command. Use `start`, then `run_to_end` or the background methods; always `close`."""
+
+    def __init__(self, launch: Launch, proc: asyncio.subprocess.Process) -> None:
+        self.launch = launch
+        self.proc = proc
+        self.started = time.monotonic()
+        self.killed_by_us = False
+
+    @classmethod
+    async def start(cls, launch: Launch, *, stdin: bool = False) -> ChildProcess:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *launch.full_argv(),
+                stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                cwd=str(launch.cwd),
+                env=dict(launch.env),
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as e:
+            if launch.cgroup is not None:
+                launch.cgroup.remove()
+            raise BackendError(f"cannot start the command ({launch.backend}): {e.strerror or e}") from None
+        return cls(launch, proc)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def running(self) -> bool:
+        return self.proc.returncode is None
+
+    def signal_group(self, sig: int) -> None:
+        """Signal the whole process group (the child leads its own session)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL the process group and everything in the cgroup."""
+        self.killed_by_us = True
+        self.signal_group(signal.SIGKILL)
+        if self.launch.cgroup is not None:
+            self.launch.cgroup.kill()
+
+    async def terminate(self, grace_s: float = 2.0) -> None:
+        """SIGTERM, `grace_s` to go, then SIGKILL; waits for the child either way."""
+        if self.running:
+            self.killed_by_us = True
+            self.signal_group(signal.SIGTERM)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace_s):
+                    await self.proc.wait()
+        await self.close()
+
+    async def close(self) -> None:
+        """Kill whatever is left of the command, reap the child, remove its cgroup."""
+        self.kill()
+        with contextlib.suppress(ProcessLookupError):
+            await self.proc.wait()
+        # Members of the group may outlive the direct child for a moment (they were killed,
+        # not reaped by us); kill the group again now that the leader is gone.
+        self.signal_group(signal.SIGKILL)
+        if self.launch.cgroup is not None:
+            await asyncio.to_thread(self.launch.cgroup.remove)
+
+    def fork_failures(self) -> int:
+        return self.launch.cgroup.fork_failures() if self.launch.cgroup is not None else 0
+
+    async def run_to_end(self, timeout_s: float, max_output_bytes: int, drain_limit: int) -> RunResult:
+        """Wait for the command, keeping at most `max_output_bytes` of output.
+
+        Output beyond `drain_limit` bytes kills the command: a runaway
+        `yes` should not burn the CPU until the timeout.
+        """
+        buffer = HeadTailBuffer(max_output_bytes)
+        timed_out = over_limit = False
+        assert self.proc.stdout is not None
+        stdout = self.proc.stdout
+
+        async def pump() -> None:
+            nonlocal over_limit
+            while chunk := await stdout.read(READ_CHUNK):
+                buffer.feed(chunk)
+                if buffer.total > drain_limit and not over_limit:
+                    over_limit = True
+                    self.kill()
+
+        reader = asyncio.create_task(pump())
+        try:
+            try:
+                async with asyncio.timeout(timeout_s):
+                    await asyncio.shield(reader)
+                    await self.proc.wait()
+            except TimeoutError:
+                timed_out = True
+                self.kill()
+            if not reader.done():
+                # Killed: the pipe closes once every holder is dead. A process that escaped
+                # both the group and the cgroup could hold it open; do not wait for it forever.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(_POST_KILL_DRAIN_S):
+                        await asyncio.shield(reader)
+        finally:
+            if not reader.done():
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reader
+            failures = self.fork_failures()
+            await self.close()
+        code = self.proc.returncode
+        sig = -code if code is not None and code < 0 else None
+        if (
+            self.launch.cgroup is not None
+            and code == CGROUP_JOIN_FAILED
+            and buffer.total < 200
+            and b"cgroup" in bytes(buffer.head)
+        ):
+            raise BackendError("the command could not be placed in its pids cgroup")
+        return RunResult(
+            exit_code=None if (timed_out or over_limit) else code,
+            output=buffer.text(self.launch.noise_lines),
+            total_bytes=buffer.total,
+            timed_out=timed_out,
+            output_limit_hit=over_limit,
+            fork_failures=failures,
+            duration_s=time.monotonic() - self.started,
+            signal=sig,
+        )
+
+
+@dataclass
+class StreamBuffer:
+    """Background output: the last `max_bytes` kept, read incrementally by a cursor."""
+
+    max_bytes: int
+    data: bytearray = field(default_factory=bytearray)
+    start: int = 0  # stream offset of data[0]
+    cursor: int = 0  # stream offset the next poll reads from
+
+    @property
+    def total(self) -> int:
+        return self.start + len(self.data)
+
+    def feed(self, chunk: bytes) -> None:
+        self.data += chunk
+        extra = len(self.data) - self.max_bytes
+        if extra > 0:
+            del self.data[:extra]
+            self.start += extra
+
+    def read_new(self, limit: int) -> tuple[bytes, int]:
+        """Bytes since the last read (at most `limit`), and how many were lost to the buffer bound."""
+        lost = max(0, self.start - self.cursor)
+        begin = max(self.cursor, self.start)
+        chunk = bytes(self.data[begin - self.start : begin - self.start + limit])
+        self.cursor = begin + len(chunk)
+        return chunk, lost
+
+
+def child_env(allow: list[str] | tuple[str, ...], base: Mapping[str, str], home: Path) -> dict[str, str]:
+    """The child's environment, built from an allowlist, never from the daemon's whole environment."""
+    env = {name: base[name] for name in allow if name in base}
+    env.setdefault("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    env.setdefault("LANG", "C.UTF-8")
+    env["HOME"] = str(home)
+    return env

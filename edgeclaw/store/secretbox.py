@@ -1,0 +1,94 @@
+"""Encryption at rest for small secrets in the state database (custom tools' environment values).
+
+AES-256-GCM from the `cryptography` package, imported only when a secret is
+actually sealed or opened. The 32-byte key lives in a file of its own in the
+state directory, created with mode 0600; a key file that others may read is
+refused rather than used. Each sealed value is `nonce (12 bytes) ||
+ciphertext+tag`, and the caller's `context` (the tool name) is bound in as
+associated data, so a value copied to another row does not decrypt.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from edgeclaw.errors import BackendError
+
+KEY_FILENAME = "secrets.key"
+KEY_BYTES = 32
+NONCE_BYTES = 12
+
+
+class SecretBox:
+    def __init__(self, key_path: Path) -> None:
+        self.key_path = key_path
+        self._key: bytes | None = None
+
+    @classmethod
+    def in_state_dir(cls, state_dir: Path) -> SecretBox:
+        return cls(state_dir / KEY_FILENAME)
+
+    def _load_key(self) -> bytes:
+        if self._key is not None:
+            return self._key
+        path = self.key_path
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            self._key = self._create_key()
+            return self._key
+        except OSError as e:
+            raise BackendError(f"cannot open the key file {path}: {e.strerror}") from None
+        try:
+            info = os.fstat(fd)
+            if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+                raise BackendError(
+                    f"the key file {path} is readable by others (mode {stat.S_IMODE(info.st_mode):04o}); "
+                    "refusing to use it: chmod 0600 it, or remove it (secrets sealed with it are then lost)"
+                )
+            key = os.read(fd, KEY_BYTES + 1)
+        finally:
+            os.close(fd)
+        if len(key) != KEY_BYTES:
+            raise BackendError(f"the key file {path} is not a {KEY_BYTES}-byte key")
+        self._key = key
+        return key
+
+    def _create_key(self) -> bytes:
+        key = os.urandom(KEY_BYTES)
+        self.key_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            # O_EXCL: two processes racing to create it must not end up with different keys.
+            fd = os.open(self.key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            return self._load_key()
+        try:
+            os.fchmod(fd, 0o600)  # whatever the umask
+            os.write(fd, key)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return key
+
+    def seal(self, plaintext: bytes, context: str) -> bytes:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        nonce = os.urandom(NONCE_BYTES)
+        return nonce + AESGCM(self._load_key()).encrypt(nonce, plaintext, context.encode())
+
+    def open(self, sealed: bytes, context: str) -> bytes:
+        from cryptography.exceptions import InvalidTag
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        if len(sealed) < NONCE_BYTES + 16:
+            raise BackendError("a sealed secret is truncated")
+        nonce, body = sealed[:NONCE_BYTES], sealed[NONCE_BYTES:]
+        try:
+            return AESGCM(self._load_key()).decrypt(nonce, body, context.encode())
+        except InvalidTag:
+            raise BackendError(
+                f"a sealed secret for {context!r} does not decrypt with {self.key_path} "
+                "(wrong key, or the data was altered)"
+            ) from None

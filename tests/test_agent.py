@@ -312,3 +312,18 @@ async def test_history_tool_respects_channel_boundaries(agent_for):
     )
     assert out.refused and "another channel" in out.error
     assert json.loads((await agent.registry.execute("sessions_history", {}, ToolContext())).for_llm) == []
+
+
+async def test_new_ends_the_sessions_background_processes(agent_for):
+    agent = agent_for({}, [])
+    ended: list[str] = []
+
+    async def hook(key: str) -> None:
+        ended.append(key)
+
+    agent.session_end_hooks.append(hook)
+    await agent.handle(msg("/call session_status {}"))
+    await agent.handle(msg("/new"))
+    assert ended == ["cli:t1"]
+    # The daemon wires the process tool's cleanup to the same hook.
+    assert any(getattr(h, "__self__", None) is not None for h in agent.session_end_hooks[:-1])

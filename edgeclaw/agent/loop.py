@@ -17,7 +17,7 @@ import asyncio
 import dataclasses
 import logging
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from edgeclaw import __version__
@@ -64,6 +64,8 @@ class AgentLoop:
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._turns: dict[str, asyncio.Task[str]] = {}
         self._stopping = False
+        # Called with the session key when a conversation ends (/new): e.g. stop its background processes.
+        self.session_end_hooks: list[Callable[[str], Awaitable[object]]] = []
 
     # -- entry point -------------------------------------------------------
     async def handle(self, msg: InboundMessage) -> Reply:
@@ -214,6 +216,11 @@ class AgentLoop:
             if key in self._turns:
                 return "A turn is in progress; /stop it first.", False
             archived = self.sessions.archive(key)
+            for hook in self.session_end_hooks:
+                try:
+                    await hook(key)
+                except Exception:
+                    log.exception("session-end hook failed for %s", key)
             return (
                 "Started a fresh conversation." + (f" The old one is kept as {archived}." if archived else "")
             ), True

@@ -17,22 +17,10 @@ from typing import TextIO
 
 from edgeclaw.agent.channel import InboundMessage, Reply
 from edgeclaw.agent.loop import AgentLoop
+from edgeclaw.channels.cli_approver import TerminalApprover
 from edgeclaw.tools.approval import ApprovalBroker, ApprovalRequest, Decision
 
 CHANNEL = "cli"
-_ANSWERS = {
-    "a": Decision.ALLOW_ONCE,
-    "o": Decision.ALLOW_ONCE,
-    "y": Decision.ALLOW_ONCE,
-    "allow": Decision.ALLOW_ONCE,
-    "always": Decision.ALLOW_ALWAYS,
-    "A": Decision.ALLOW_ALWAYS,
-    "d": Decision.DENY,
-    "n": Decision.DENY,
-    "deny": Decision.DENY,
-}
-
-
 def _user() -> str:
     try:
         import pwd
@@ -52,6 +40,8 @@ class TerminalChannel:
         self.out = out
         self.user = _user()
         self.interactive = sys.stdin.isatty() if interactive is None else interactive
+        # Questions go to stdout here: in a chat, that is where the person is looking.
+        self._approver = TerminalApprover(0, out)
 
     def message(self, text: str) -> InboundMessage:
         return InboundMessage(
@@ -65,17 +55,7 @@ class TerminalChannel:
         """Ask on the terminal; without one nobody can answer, which the broker turns into a deny."""
         if not self.interactive:
             return None
-        question = (
-            f"\napproval needed: {request.tool}: {request.summary}\n"
-            f"[a]llow once, allow al[w]ays, [d]eny ({request.seconds_left:.0f} s)? "
-        )
-        answer = await asyncio.get_running_loop().run_in_executor(None, _read_line, question)
-        if answer is None:
-            return Decision.DENY
-        answer = answer.strip()
-        if answer == "w":
-            return Decision.ALLOW_ALWAYS
-        return _ANSWERS.get(answer, _ANSWERS.get(answer.lower(), Decision.DENY))
+        return await self._approver.ask_approval(request)
 
     async def one_turn(self, text: str) -> Reply:
         reply = await self.agent.handle(self.message(text))

@@ -7,6 +7,7 @@ from edgeclaw.agent.prompt import PromptBuilder
 from edgeclaw.agent.providers.base import Provider
 from edgeclaw.agent.providers.chain import ProviderChain, RetryPolicy
 from edgeclaw.daemon.runtime import Runtime
+from edgeclaw.tools.process import ProcessTool
 
 
 def build_agent(runtime: Runtime) -> AgentLoop:
@@ -43,6 +44,9 @@ def build_agent(runtime: Runtime) -> AgentLoop:
         history_max_messages=config.agent.history_max_messages,
         facts={"device": runtime.device_id, "board": runtime.board.name},
     )
+    process = runtime.registry.get("process")
+    if isinstance(process, ProcessTool):
+        agent.session_end_hooks.append(process.manager.end_session)
     runtime.on_close(agent.shutdown)
     return agent
 

@@ -36,7 +36,6 @@ from edgeclaw.tools.exec_policy import CommandGate, ExecPolicies
 from edgeclaw.tools.workspace import Workspace
 
 if TYPE_CHECKING:
-    from edgeclaw.daemon.runtime import Runtime
     from edgeclaw.tools.custom import CustomTools
     from edgeclaw.tools.process import ProcessManager
     from edgeclaw.tools.registry import Registry
@@ -251,15 +250,20 @@ class ShellTools:
     def use_broker(self, broker: ApprovalBroker) -> None:
         self._wiring.broker = broker
 
-    def attach(self, runtime: Runtime) -> Runtime:
-        """Use the runtime's approval broker and database; stop background processes when it closes."""
-        self._wiring = _Wiring(broker=runtime.approvals, database=lambda: runtime.db)
+    def attach(
+        self,
+        *,
+        approvals: ApprovalBroker,
+        database: Callable[[], Database],
+        on_close: Callable[[Callable[[], object]], None],
+    ) -> None:
+        """Use the daemon's approval broker and database; stop background processes when it closes."""
+        self._wiring = _Wiring(broker=approvals, database=database)
         self._approvals = None
-        runtime.on_close(self.aclose)
+        on_close(self.aclose)
         if self.custom is not None and self.has_database():
             # Runtime-defined tools exist only once the database does; a `tool call` with none never opens it.
             self.custom.load_stored()
-        return runtime
 
     async def aclose(self) -> None:
         if self.processes is not None:

@@ -1,0 +1,487 @@
+"""One technician's session on one console port: banner, login, prompt, turns, approvals, paging.
+
+Three tasks run per session: the reader (bytes from the port), the writer
+(paced output) and the main flow (banner → login → prompt loop). The reader
+never waits on anything but the port, so a keystroke is seen at once even in
+the middle of a long turn or a long reply. What a keystroke means depends on
+what the main flow (or an approval question) is waiting for:
+
+- a line (the PIN, the prompt, an approval answer): the line editor gets it;
+- one key (the `-- more --` prompt): the next chunk answers it;
+- nothing (a turn is running, output is being written): Ctrl-C stops the turn
+  or the output, anything else is kept as type-ahead for the next prompt
+  (except before an approval question, where type-ahead is thrown away so a
+  stray key can never answer it).
+
+The session ends only when the port fails; logging out starts over at the
+banner on the same port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from enum import Enum
+
+from edgeclaw.agent.channel import InboundMessage
+from edgeclaw.agent.loop import AgentLoop
+from edgeclaw.channels.console.editor import CTRL_C, CTRL_D, ERASE_LINE, EventKind, LineEditor, LineEvent
+from edgeclaw.channels.console.login import LoginGate, LoginResult, log_logout
+from edgeclaw.channels.console.port import PacedWriter, PortGone, SerialPort
+from edgeclaw.channels.console.render import bound, encode_rows, to_rows
+from edgeclaw.tools.approval import ApprovalRequest, Decision
+
+CHANNEL = "console"
+TYPEAHEAD_MAX = 1024
+WORKING_NOTICE_S = 2.0  # a turn running longer than this gets a line saying Ctrl-C stops it
+LOGOUT_COMMANDS = ("/logout", "/exit", "/quit")
+CONSOLE_HELP = """On this console:
+  /logout               log out (so does Ctrl-D on an empty line)
+  Ctrl-C                stop the turn or the output in progress
+  Ctrl-U, Ctrl-W        erase the line, the last word; Ctrl-L redraws it"""
+
+# The same letters as `edgeclaw chat` and `tool call`: "a" (allow) is once, "w" is always, so a
+# technician's habit from one never grants more than meant on the other.
+_ANSWERS = {
+    "o": Decision.ALLOW_ONCE,
+    "once": Decision.ALLOW_ONCE,
+    "allow once": Decision.ALLOW_ONCE,
+    "a": Decision.ALLOW_ONCE,
+    "allow": Decision.ALLOW_ONCE,
+    "y": Decision.ALLOW_ONCE,
+    "yes": Decision.ALLOW_ONCE,
+    "w": Decision.ALLOW_ALWAYS,
+    "always": Decision.ALLOW_ALWAYS,
+    "allow always": Decision.ALLOW_ALWAYS,
+    "d": Decision.DENY,
+    "deny": Decision.DENY,
+    "n": Decision.DENY,
+    "no": Decision.DENY,
+}
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    echo: bool = True
+    width: int = 80  # 0 = no wrapping
+    page_lines: int = 22  # 0 = no paging
+    max_output_lines: int = 400
+    idle_logout_s: float = 900.0  # 0 = never; only with a login gate
+    pace: bool = True
+
+
+@dataclass(frozen=True)
+class Banner:
+    version: str
+    device_id: str
+    board: str
+
+
+# The banner's line about the language model, e.g. "LLM: local (qwen) reachable".
+LlmStatus = Callable[[], Awaitable[str]]
+
+
+class _Mode(Enum):
+    BUSY = "busy"  # nobody reads: Ctrl-C interrupts, the rest is type-ahead
+    LINE = "line"
+    KEY = "key"
+
+
+class ConsoleSession:
+    def __init__(
+        self,
+        port: SerialPort,
+        agent: AgentLoop,
+        *,
+        banner: Banner,
+        llm_status: LlmStatus,
+        gate: LoginGate | None = None,
+        options: SessionOptions | None = None,
+    ) -> None:
+        self.port = port
+        self.agent = agent
+        self.banner = banner
+        self.llm_status = llm_status
+        self.gate = gate
+        self.options = options or SessionOptions()
+        self.chat_id = port.path
+        self.session_key = InboundMessage(CHANNEL, "", chat_id=port.path).session_key
+        self.prompt = f"{banner.device_id}> "
+        self.out = PacedWriter(port, pace=self.options.pace)
+        self.editor = LineEditor(echo=self.options.echo)
+        self.logged_in = False
+        self._mode = _Mode.BUSY
+        self._line_future: asyncio.Future[LineEvent] | None = None
+        self._key_future: asyncio.Future[bytes] | None = None
+        self._typeahead = bytearray()
+        self._last_activity = time.monotonic()
+        self._handle_task: asyncio.Task[str] | None = None
+        self._output_active = False
+        self._output_stopped = False
+        self._approval_lock = asyncio.Lock()
+        self._asking = False
+        self._key_after_cr = False
+
+    # -- running -----------------------------------------------------------
+    async def run(self) -> None:
+        """Serve the port until it fails (PortGone) or the task is cancelled."""
+        tasks = [
+            asyncio.create_task(self._read_loop(), name=f"console reader {self.chat_id}"),
+            asyncio.create_task(self.out.run(), name=f"console writer {self.chat_id}"),
+            asyncio.create_task(self._main(), name=f"console session {self.chat_id}"),
+        ]
+        reason = "session failed"
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # PortGone (or a bug) surfaces here
+        except PortGone:
+            reason = "port lost"
+            raise
+        except asyncio.CancelledError:
+            reason = "console stopped"
+            raise
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if self._handle_task is not None:
+                self._handle_task.cancel()
+            if self.logged_in and self.gate is not None:
+                log_logout(self.chat_id, reason)
+            self.logged_in = False
+
+    async def _read_loop(self) -> None:
+        while True:
+            self._on_input(await self.port.read())
+
+    # -- input dispatch ------------------------------------------------------
+    def _on_input(self, data: bytes) -> None:
+        self._last_activity = time.monotonic()
+        if self._key_after_cr:
+            # A CR answered the -- more -- prompt; a CRLF terminal's LF follows and means nothing.
+            self._key_after_cr = False
+            if data.startswith(b"\n"):
+                data = data[1:]
+                if not data:
+                    return
+        if self._mode is _Mode.LINE:
+            self._feed_line(data)
+            return
+        if self._mode is _Mode.KEY:
+            if self._key_future is not None and not self._key_future.done():
+                self._key_future.set_result(data)
+            return
+        if CTRL_C in data:
+            self._interrupt()
+            data = data[data.rindex(CTRL_C) + 1 :]  # what was typed before Ctrl-C is abandoned too
+            self._typeahead.clear()
+        room = TYPEAHEAD_MAX - len(self._typeahead)
+        self._typeahead += data[: max(room, 0)]
+
+    def _feed_line(self, data: bytes) -> None:
+        echo, event, rest = self.editor.feed(data)
+        self.out.write(echo)
+        if event is None:
+            return
+        self._mode = _Mode.BUSY
+        self._typeahead[:0] = rest
+        if self._line_future is not None and not self._line_future.done():
+            self._line_future.set_result(event)
+
+    def _interrupt(self) -> None:
+        """Ctrl-C while nobody reads a line: stop the output being written and the turn in flight."""
+        stopped = False
+        if self._output_active:
+            self.out.discard()
+            self._output_stopped = stopped = True
+        task = self._handle_task
+        if task is not None and not task.done():
+            # A model turn is stopped through the loop; a slash command (no turn) by cancelling it.
+            if not self.agent.stop_turn(self.session_key):
+                task.cancel()
+            stopped = True
+        if stopped:
+            self.out.write(b"^C\r\n")
+
+    async def _read_line(
+        self, prompt: str, *, mask: str | None = None, idle_s: float = 0
+    ) -> LineEvent | None:
+        """The next line from the editor; None when `idle_s` pass with no keystroke."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[LineEvent] = loop.create_future()
+        self._line_future = fut
+        self.out.write(self.editor.start(prompt, mask=mask))
+        self._mode = _Mode.LINE
+        if self._typeahead:
+            data = bytes(self._typeahead)
+            self._typeahead.clear()
+            self._feed_line(data)
+        try:
+            while True:
+                if not idle_s:
+                    return await fut
+                left = self._last_activity + idle_s - time.monotonic()
+                if left <= 0:
+                    return None
+                with contextlib.suppress(TimeoutError):
+                    return await asyncio.wait_for(asyncio.shield(fut), left)
+        finally:
+            self._mode = _Mode.BUSY
+            self._line_future = None
+
+    async def _read_key(self, idle_s: float = 0) -> bytes | None:
+        """The next chunk of keys; None after `idle_s` without one."""
+        fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._key_future = fut
+        self._mode = _Mode.KEY
+        try:
+            if not idle_s:
+                return await fut
+            try:
+                return await asyncio.wait_for(fut, idle_s)
+            except TimeoutError:
+                return None
+        finally:
+            self._mode = _Mode.BUSY
+            self._key_future = None
+
+    # -- output --------------------------------------------------------------
+    def say(self, text: str) -> None:
+        """Queue text (wrapped, made safe) followed by a newline."""
+        self.out.write(encode_rows(to_rows(text, self.options.width)))
+
+    async def deliver(self, text: str) -> None:
+        """A message from outside the prompt loop (Channel.send): keep the line being typed intact."""
+        if self._mode is _Mode.LINE:
+            self.out.write(ERASE_LINE)
+            self.say(text)
+            self.out.write(self.editor.redraw())
+        else:
+            self.say(text)
+        await self.out.drain()
+
+    async def show(self, text: str) -> None:
+        """A reply: wrapped, cut at max_output_lines, paged every page_lines rows; Ctrl-C stops it."""
+        opts = self.options
+        bounded = bound(to_rows(text, opts.width), opts.max_output_lines)
+        rows = bounded.rows
+        total = len(rows)
+        page = opts.page_lines or total
+        shown = 0
+        self._output_active, self._output_stopped = True, False
+        try:
+            while shown < total:
+                end = min(shown + page, total)
+                # A few rows at a time, so Ctrl-C takes effect within a row or two.
+                for i in range(shown, end, 4):
+                    if self._output_stopped:
+                        break
+                    self.out.write(encode_rows(rows[i : min(i + 4, end)]))
+                    await self.out.drain()
+                if self._output_stopped:
+                    self.say("[output stopped]")
+                    return
+                shown = end
+                if shown < total and opts.page_lines:
+                    choice = await self._more(shown, total + bounded.cut)
+                    if choice == "quit":
+                        self.say(f"[{total - shown + bounded.cut} more rows not shown]")
+                        return
+                    if choice == "all":
+                        page = total
+            if bounded.cut:
+                self.say(
+                    f"[{bounded.cut} more rows cut: the console shows at most {opts.max_output_lines}; "
+                    "ask for less, or read it in parts]"
+                )
+        finally:
+            self._output_active = False
+            await self.out.drain()
+
+    async def _more(self, shown: int, total: int) -> str:
+        prompt = f"-- more: {shown} of {total} rows; Space/Enter next page, a all, q quit --"
+        self.out.write(prompt.encode())
+        try:
+            while True:
+                keys = await self._read_key(self._idle_s())
+                if keys is None:
+                    return "quit"
+                key = keys[:1]
+                if key in (b" ", b"\r", b"\n"):
+                    self._key_after_cr = key == b"\r"
+                    return "next"
+                if key in (b"a", b"A"):
+                    return "all"
+                if key in (b"q", b"Q", bytes([CTRL_C]), bytes([CTRL_D])):
+                    return "quit"
+        finally:
+            self.out.write(ERASE_LINE)
+
+    def _idle_s(self) -> float:
+        return self.options.idle_logout_s if self.gate is not None else 0.0
+
+    # -- the flow ------------------------------------------------------------
+    async def _main(self) -> None:
+        while True:
+            await self._show_banner()
+            if self.gate is not None and not await self._login():
+                continue
+            self.logged_in = True
+            reason = await self._shell()
+            self.logged_in = False
+            if self.gate is not None:
+                log_logout(self.chat_id, reason)
+            self.say(f"Logged out ({reason}).")
+            self.out.write(b"\r\n")
+
+    async def _show_banner(self) -> None:
+        b = self.banner
+        self.say(f"edgeclaw {b.version} · device {b.device_id} · board {b.board}")
+        await self.out.drain()
+        self.say(await self.llm_status())
+        self.say("Type a message for the agent, or /help. Ctrl-C stops a turn, Ctrl-D logs out.")
+        await self.out.drain()
+
+    async def _login(self) -> bool:
+        """True once the right PIN is entered; False to show the banner again (Ctrl-D, empty entry)."""
+        assert self.gate is not None
+        while True:
+            left = self.gate.locked_for()
+            if left > 0:
+                self.say(f"Locked after too many wrong entries; try again in {math.ceil(left)} s.")
+            event = await self._read_line("PIN: ", mask="*")
+            assert event is not None
+            if event.kind is EventKind.INTERRUPT:
+                continue
+            if event.kind is EventKind.EOF or not event.text:
+                return False
+            attempt = await self.gate.attempt(event.text, self.chat_id)
+            if attempt.result is LoginResult.OK:
+                self.say("Logged in.")
+                return True
+            if attempt.result is LoginResult.LOCKED:
+                continue  # the loop head says for how long
+            if attempt.locked_for_s:
+                self.say("Wrong PIN.")
+            else:
+                self.say(f"Wrong PIN ({attempt.tries_left} tries left before a lockout).")
+
+    async def _shell(self) -> str:
+        """The prompt loop; returns why it ended."""
+        self._last_activity = time.monotonic()
+        while True:
+            event = await self._read_line(self.prompt, idle_s=self._idle_s())
+            if event is None:
+                self.out.write(b"\r\n")
+                return f"idle for {self.options.idle_logout_s:g} s"
+            if event.invalid_bytes:
+                self.say(
+                    f"({event.invalid_bytes} byte(s) that were not UTF-8 were ignored: "
+                    "check the terminal is set to UTF-8 and the port's speed and framing)"
+                )
+            if event.kind is EventKind.EOF:
+                return "Ctrl-D"
+            if event.kind is EventKind.INTERRUPT:
+                continue
+            text = event.text.strip()
+            if not text:
+                continue
+            if text.lower() in LOGOUT_COMMANDS:
+                return text.lower()
+            reply = await self._handle(text)
+            if text.lower() in ("/help", "/?"):
+                reply += "\n" + CONSOLE_HELP
+            await self.show(reply)
+            self._last_activity = time.monotonic()
+
+    async def _handle(self, text: str) -> str:
+        msg = InboundMessage(CHANNEL, text, chat_id=self.chat_id, sender="technician", peer_kind="local")
+        task = asyncio.create_task(self._reply_text(msg), name=f"console turn {self.chat_id}")
+        self._handle_task = task
+        notice = asyncio.get_running_loop().call_later(WORKING_NOTICE_S, self._working_notice)
+        try:
+            await asyncio.wait({task})
+        finally:
+            notice.cancel()
+            self._handle_task = None
+            if not task.done():
+                task.cancel()
+        if task.cancelled():
+            return "Stopped."
+        error = task.exception()
+        if error is not None:
+            return f"error: {type(error).__name__}: {error}"
+        return task.result()
+
+    async def _reply_text(self, msg: InboundMessage) -> str:
+        reply = await self.agent.handle(msg)
+        return reply.text
+
+    def _working_notice(self) -> None:
+        if not self._asking and self._handle_task is not None:
+            self.say("(working; Ctrl-C stops it)")
+
+    # -- approvals -----------------------------------------------------------
+    async def ask_approval(self, request: ApprovalRequest) -> Decision | None:
+        """Ask on this console; None when no turn of this session is waiting for it."""
+        if self._handle_task is None or not self.logged_in:
+            return None
+        async with self._approval_lock:
+            self._asking = True
+            self._typeahead.clear()  # only an answer typed after the question counts
+            rows = ["", f"Approval needed: {request.tool} wants to run:"]
+            rows += ["  " + r for r in to_rows(request.summary, max(self.options.width - 2, 0))]
+            self.out.write(encode_rows(rows))
+            ticker = asyncio.create_task(self._count_down(request))
+            try:
+                while True:
+                    event = await self._read_line(_approval_prompt(request))
+                    assert event is not None
+                    if event.kind is not EventKind.LINE:
+                        self.say("Denied.")
+                        if event.kind is EventKind.INTERRUPT:
+                            self._interrupt_from_turn()
+                        return Decision.DENY
+                    decision = _ANSWERS.get(event.text.strip().lower())
+                    if decision is None:
+                        self.say("Answer o (allow once), w (allow always) or d (deny).")
+                        continue
+                    self.say(
+                        {"allow-once": "Allowed once.", "allow-always": "Allowed from now on."}.get(
+                            decision.value, "Denied."
+                        )
+                    )
+                    return decision
+            except asyncio.CancelledError:
+                self.out.write(b"\r\n")
+                # The broker cancels at the deadline; anything earlier is the turn or the console stopping.
+                self.say("No answer in time: denied." if request.seconds_left < 1 else "Cancelled.")
+                raise
+            finally:
+                ticker.cancel()
+                self._asking = False
+
+    def _interrupt_from_turn(self) -> None:
+        task = self._handle_task
+        if task is not None and not task.done() and not self.agent.stop_turn(self.session_key):
+            task.cancel()
+
+    async def _count_down(self, request: ApprovalRequest) -> None:
+        while True:
+            # Wake at whole seconds of the deadline, so the count steps evenly.
+            await asyncio.sleep((request.seconds_left % 1.0) or 1.0)
+            if self._mode is _Mode.LINE:
+                self.out.write(self.editor.redraw(_approval_prompt(request)))
+
+    def goodbye(self, text: str) -> None:
+        """A last line on shutdown, without waiting for a slow terminal."""
+        self.port.write_nowait(b"\r\n" + text.encode() + b"\r\n")
+
+
+def _approval_prompt(request: ApprovalRequest) -> str:
+    return f"allow once / always / deny [o/w/d] ({math.ceil(request.seconds_left)} s)? "

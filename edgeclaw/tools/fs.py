@@ -464,7 +464,16 @@ class ReadFileTool(_FsTool):
         return f"{header}]\n{body}"
 
 
-class WriteFileTool(_FsTool):
+class _ContentTool(_FsTool):
+    """A tool that writes given content to a path: both are checked before anything is touched."""
+
+    def _prepare(self, args: Args) -> tuple[Path, str, bytes]:
+        path = self.ws.resolve(args["path"], for_write=True)
+        shown = self.ws.display(path)
+        return path, shown, _encode(args["content"], self.ws, shown)
+
+
+class WriteFileTool(_ContentTool):
     name = "write_file"
     description = (
         "Create or overwrite a text file with the given content (atomic: on failure the old file stays). "
@@ -474,11 +483,6 @@ class WriteFileTool(_FsTool):
         {"path": _PATH_PROP, "content": {"type": "string", "description": "The complete new file content."}},
         ["path", "content"],
     )
-
-    def _prepare(self, args: Args) -> tuple[Path, str, bytes]:
-        path = self.ws.resolve(args["path"], for_write=True)
-        shown = self.ws.display(path)
-        return path, shown, _encode(args["content"], self.ws, shown)
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
         path, shown, data = self._prepare(args)
@@ -541,7 +545,7 @@ class EditFileTool(_FsTool):
         return f"edited {shown}: replaced {what} (first at line {first_line})"
 
 
-class FileAppendTool(_FsTool):
+class FileAppendTool(_ContentTool):
     name = "file_append"
     description = (
         "Append text to the end of a file, creating it (and parent directories) if missing. "
@@ -551,11 +555,6 @@ class FileAppendTool(_FsTool):
         {"path": _PATH_PROP, "content": {"type": "string", "description": "Text to append."}},
         ["path", "content"],
     )
-
-    def _prepare(self, args: Args) -> tuple[Path, str, bytes]:
-        path = self.ws.resolve(args["path"], for_write=True)
-        shown = self.ws.display(path)
-        return path, shown, _encode(args["content"], self.ws, shown)
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
         path, shown, data = self._prepare(args)

@@ -11,8 +11,23 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from edgeclaw.backends.hub import BoardBackends
+from edgeclaw.board import BoardProfile
+from edgeclaw.config.schema import HardwareConfig
 from edgeclaw.errors import ToolRefused
-from edgeclaw.tools.base import Args, ToolResult
+from edgeclaw.tools.base import Args, Tool, ToolResult
+
+
+class HardwareTool(Tool):
+    """A tool bounded by the board profile, reaching devices through the board's backends."""
+
+    group = "hardware"
+
+    def __init__(self, profile: BoardProfile, config: HardwareConfig, backends: BoardBackends) -> None:
+        self.profile = profile
+        self.config = config
+        self.backends = backends
+
 
 HEX_PATTERN = "^0[xX][0-9a-fA-F]{1,16}$"
 

@@ -9,20 +9,25 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from edgeclaw.backends.hub import BoardBackends
-from edgeclaw.board import BoardProfile, ESP32Grant, ESP32PinGrant, I2CBusGrant
-from edgeclaw.config.schema import HardwareConfig
+from edgeclaw.board import ESP32Grant, ESP32PinGrant, I2CBusGrant
 from edgeclaw.errors import ToolRefused
-from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
-from edgeclaw.tools.hardware.common import bytes_schema, data_bytes, hexbytes, int_or_hex, number, result
+from edgeclaw.tools.base import Args, ToolContext, ToolResult
+from edgeclaw.tools.hardware.common import (
+    HardwareTool,
+    bytes_schema,
+    data_bytes,
+    hexbytes,
+    int_or_hex,
+    number,
+    result,
+)
 
 ACTIONS = ("info", "version", "gpio_read", "gpio_write", "adc_read", "i2c_scan", "i2c_read", "i2c_write")
 BRIDGE_MAX_BYTES = 64  # the firmware's per-request I2C limit
 
 
-class ESP32Tool(Tool):
+class ESP32Tool(HardwareTool):
     name = "esp32"
-    group = "hardware"
     description = (
         "The ESP32 attached over serial (edgeclaw bridge firmware). Actions: info, version, gpio_read / "
         "gpio_write (pin number or name, value 0/1), adc_read (pin), i2c_scan (bus), i2c_read (bus, address, "
@@ -48,11 +53,6 @@ class ESP32Tool(Tool):
         "required": ["action"],
         "additionalProperties": False,
     }
-
-    def __init__(self, profile: BoardProfile, config: HardwareConfig, backends: BoardBackends) -> None:
-        self.profile = profile
-        self.config = config
-        self.backends = backends
 
     def _grant(self) -> ESP32Grant:
         grant = self.profile._spec.esp32

@@ -9,19 +9,16 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from edgeclaw.backends.hub import BoardBackends
-from edgeclaw.board import BoardProfile, GPIOPinGrant
-from edgeclaw.config.schema import HardwareConfig
+from edgeclaw.board import GPIOPinGrant
 from edgeclaw.errors import ToolRefused
-from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
-from edgeclaw.tools.hardware.common import result
+from edgeclaw.tools.base import Args, ToolContext, ToolResult
+from edgeclaw.tools.hardware.common import HardwareTool, result
 
 WRITES = ("write", "pulse", "pwm")
 
 
-class GPIOTool(Tool):
+class GPIOTool(HardwareTool):
     name = "gpio"
-    group = "hardware"
     description = (
         "GPIO pins the board profile grants, by number or name. Actions: list, read, "
         "write (value true/false), pulse (active for duration_ms, then inactive), "
@@ -41,11 +38,6 @@ class GPIOTool(Tool):
         "required": ["action"],
         "additionalProperties": False,
     }
-
-    def __init__(self, profile: BoardProfile, config: HardwareConfig, backends: BoardBackends) -> None:
-        self.profile = profile
-        self.config = config
-        self.backends = backends
 
     def _pin(self, args: Args) -> GPIOPinGrant:
         pin = args.get("pin")

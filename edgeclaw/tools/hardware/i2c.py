@@ -13,21 +13,26 @@ from __future__ import annotations
 import asyncio
 from typing import Any, ClassVar
 
-from edgeclaw.backends.hub import BoardBackends
 from edgeclaw.backends.i2c import SCAN_FIRST, SCAN_LAST
-from edgeclaw.board import BoardProfile, I2CBusGrant
-from edgeclaw.config.schema import HardwareConfig
+from edgeclaw.board import I2CBusGrant
 from edgeclaw.errors import ToolRefused
-from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
-from edgeclaw.tools.hardware.common import bytes_schema, data_bytes, hexbytes, int_or_hex, number, result
+from edgeclaw.tools.base import Args, ToolContext, ToolResult
+from edgeclaw.tools.hardware.common import (
+    HardwareTool,
+    bytes_schema,
+    data_bytes,
+    hexbytes,
+    int_or_hex,
+    number,
+    result,
+)
 
 READS = ("read_byte", "read_word", "read_block")
 WRITES = ("write_byte", "write_word", "write_block")
 
 
-class I2CTool(Tool):
+class I2CTool(HardwareTool):
     name = "i2c"
-    group = "hardware"
     description = (
         "I2C bus access bounded by the board profile. Actions: scan (list devices that acknowledge), "
         "read_byte / read_word / read_block from a register, write_byte / write_word / write_block to a "
@@ -60,11 +65,6 @@ class I2CTool(Tool):
         "required": ["action", "bus"],
         "additionalProperties": False,
     }
-
-    def __init__(self, profile: BoardProfile, config: HardwareConfig, backends: BoardBackends) -> None:
-        self.profile = profile
-        self.config = config
-        self.backends = backends
 
     def _grant(self, bus: int) -> I2CBusGrant:
         grant = self.profile.i2c_bus(bus)

@@ -7,12 +7,10 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-from edgeclaw.backends.hub import BoardBackends
 from edgeclaw.backends.qemu import qemu_available
-from edgeclaw.board import BoardProfile, describe_grants
-from edgeclaw.config.schema import HardwareConfig
-from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
-from edgeclaw.tools.hardware.common import result
+from edgeclaw.board import describe_grants
+from edgeclaw.tools.base import Args, ToolContext, ToolResult
+from edgeclaw.tools.hardware.common import HardwareTool, result
 
 
 def _read_text(path: str) -> str | None:
@@ -46,19 +44,13 @@ def uptime_s() -> float | None:
     return float(text.split()[0]) if text else None
 
 
-class HardwareInfoTool(Tool):
+class HardwareInfoTool(HardwareTool):
     name = "hardware_info"
-    group = "hardware"
     description = (
         "The board: name, SoC, CPU temperature, memory, uptime, what the board profile grants (buses, "
         "pins, memory regions, probe, ESP32 bridge) and which hardware backends are open."
     )
     parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {}, "additionalProperties": False}
-
-    def __init__(self, profile: BoardProfile, config: HardwareConfig, backends: BoardBackends) -> None:
-        self.profile = profile
-        self.config = config
-        self.backends = backends
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
         spec = self.profile._spec

@@ -10,20 +10,25 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from edgeclaw.backends.hub import BoardBackends
-from edgeclaw.board import BoardProfile, MemoryRegionGrant
-from edgeclaw.config.schema import HardwareConfig
+from edgeclaw.board import MemoryRegionGrant
 from edgeclaw.errors import ToolRefused
-from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
-from edgeclaw.tools.hardware.common import bytes_schema, data_bytes, hex_dump, int_or_hex, number, result
+from edgeclaw.tools.base import Args, ToolContext, ToolResult
+from edgeclaw.tools.hardware.common import (
+    HardwareTool,
+    bytes_schema,
+    data_bytes,
+    hex_dump,
+    int_or_hex,
+    number,
+    result,
+)
 
 ADDRESS_LIMIT = 1 << 64
 WIDTHS = {8: 1, 16: 2, 32: 4}
 
 
-class HardwareMemoryTool(Tool):
+class HardwareMemoryTool(HardwareTool):
     name = "hardware_memory"
-    group = "hardware"
     description = (
         "Read or write memory-mapped registers inside a region the board profile grants. Actions: regions "
         "(list them), read (width 8/16/32, count values), write (one value), read_block (length bytes), "
@@ -43,11 +48,6 @@ class HardwareMemoryTool(Tool):
         "required": ["action"],
         "additionalProperties": False,
     }
-
-    def __init__(self, profile: BoardProfile, config: HardwareConfig, backends: BoardBackends) -> None:
-        self.profile = profile
-        self.config = config
-        self.backends = backends
 
     def _plan(self, args: Args) -> tuple[MemoryRegionGrant, int, int]:
         """(region, address, size in bytes) of the access, or a refusal saying what is wrong."""

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from edgeclaw.backends.hub import BoardBackends
-from edgeclaw.board import BoardProfile, SPIDeviceGrant
-from edgeclaw.config.schema import HardwareConfig
+from edgeclaw.board import SPIDeviceGrant
 from edgeclaw.errors import ToolRefused
-from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
-from edgeclaw.tools.hardware.common import bytes_schema, data_bytes, hexbytes, result
+from edgeclaw.tools.base import Args, ToolContext, ToolResult
+from edgeclaw.tools.hardware.common import HardwareTool, bytes_schema, data_bytes, hexbytes, result
 
 
-class SPITool(Tool):
+class SPITool(HardwareTool):
     name = "spi"
-    group = "hardware"
     description = (
         "Full-duplex SPI transfer on a device the board profile grants: sends `data` and returns as many "
         "bytes read back. Optional mode (0-3), speed_hz (capped by the profile) and bits_per_word. "
@@ -39,11 +36,6 @@ class SPITool(Tool):
         "required": ["bus", "chip_select", "data"],
         "additionalProperties": False,
     }
-
-    def __init__(self, profile: BoardProfile, config: HardwareConfig, backends: BoardBackends) -> None:
-        self.profile = profile
-        self.config = config
-        self.backends = backends
 
     def _checked(self, args: Args) -> tuple[SPIDeviceGrant, bytes, int, int, int]:
         bus, cs = args["bus"], args["chip_select"]

@@ -79,6 +79,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     doctor = sub.add_parser("doctor", help="check buses, permissions, sandbox, broker and provider")
     _common(doctor)
+
+    approvals = sub.add_parser("approvals", help="stored allow-always decisions for shell commands")
+    approvals_sub = approvals.add_subparsers(dest="approvals_command", metavar="SUBCOMMAND", required=True)
+    alist = approvals_sub.add_parser("list", help="every stored decision, with its id")
+    _common(alist, board=False)
+    alist.add_argument("--json", action="store_true", help="print JSON")
+    arevoke = approvals_sub.add_parser("revoke", help="delete a stored decision (asked about again)")
+    _common(arevoke, board=False)
+    arevoke.add_argument("id", type=int, help="the id shown by `approvals list`")
+
+    console = sub.add_parser("console", help="the serial console")
+    console_sub = console.add_subparsers(dest="console_command", metavar="SUBCOMMAND", required=True)
+    hash_pin = console_sub.add_parser(
+        "hash-pin", help="print a hash of a PIN or password for console.login_hash"
+    )
+    hash_pin.add_argument("--stdin", action="store_true", help="read the PIN from standard input, no prompt")
+    hash_pin.add_argument(
+        "--algorithm", choices=["scrypt", "pbkdf2-sha256"], default="scrypt", help="default: scrypt"
+    )
     return parser
 
 
@@ -113,7 +132,19 @@ def cmd_tool_call(args: argparse.Namespace) -> int:
         _print_config_errors(e)
         return EXIT_REFUSED
     ctx = ToolContext(channel="cli", peer_kind="local", session_key=f"cli:{os.getuid()}", sender=_user())
-    outcome = asyncio.run(runtime.registry.execute(args.name, args.args, ctx, dry_run=args.dry_run))
+    if sys.stdin.isatty():
+        # Approval questions go to this terminal; without one the broker has nobody to ask (= deny).
+        from edgeclaw.channels.cli_approver import TerminalApprover
+
+        runtime.approvals.register("cli", TerminalApprover())
+
+    async def call_once() -> Any:
+        try:
+            return await runtime.registry.execute(args.name, args.args, ctx, dry_run=args.dry_run)
+        finally:
+            await runtime.aclose()  # release buses and child processes (the sim board's QEMU)
+
+    outcome = asyncio.run(call_once())
     if args.json:
         print(json.dumps(outcome.as_dict(), ensure_ascii=False))
     elif outcome.ok:
@@ -123,6 +154,43 @@ def cmd_tool_call(args: argparse.Namespace) -> int:
     if outcome.ok:
         return EXIT_OK
     return EXIT_REFUSED if outcome.refused else EXIT_TOOL_ERROR
+
+
+def cmd_approvals(args: argparse.Namespace) -> int:
+    from edgeclaw.config.paths import state_dir
+    from edgeclaw.errors import ConfigErrors
+    from edgeclaw.store.approvals import ApprovalStore
+    from edgeclaw.store.db import DB_FILENAME, Database
+
+    try:
+        config = _load(args)
+    except ConfigErrors as e:
+        _print_config_errors(e)
+        return EXIT_REFUSED
+    state = state_dir(config.state_dir)
+    # Listing must not create a state database where there is none.
+    store = ApprovalStore(Database.in_state_dir(state)) if (state / DB_FILENAME).exists() else None
+    if args.approvals_command == "revoke":
+        if store is None or not store.revoke(args.id):
+            print(f"edgeclaw: no stored approval with id {args.id}", file=sys.stderr)
+            return EXIT_TOOL_ERROR
+        print(f"revoked approval {args.id}")
+        return EXIT_OK
+    rows = store.list() if store is not None else []
+    if args.json:
+        print(json.dumps([r.as_dict() for r in rows], ensure_ascii=False))
+        return EXIT_OK
+    if not rows:
+        print("no stored approvals")
+        return EXIT_OK
+    import time
+
+    for r in rows:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created_at))
+        who = r.created_by or "?"
+        print(f"{r.id:>4}  {r.tool:<10} agent={r.agent_id:<8} {when}  by {who}  uses={r.uses}")
+        print(f"      {r.pattern}")
+    return EXIT_OK
 
 
 def cmd_tools_list(args: argparse.Namespace) -> int:
@@ -191,8 +259,13 @@ def cmd_board(args: argparse.Namespace) -> int:
         print(e, file=sys.stderr)
         return EXIT_REFUSED
     print(f"{profile.name}: {profile.description}")
+    print(f"soc: {profile.soc or 'unknown'}{' (simulated)' if profile.simulated else ''}")
     print(f"file: {profile.path}")
-    print(json.dumps({k: v for k, v in profile.raw.items() if k != "board"}, indent=2))
+    if profile.models or profile.compatible:
+        print(f"detected by: {', '.join(repr(m) for m in (*profile.models, *profile.compatible))}")
+    print("grants (anything not listed is refused; writes only where a line says so):")
+    for line in board.describe_grants(profile):
+        print(f"  {line}")
     return EXIT_OK
 
 
@@ -250,6 +323,30 @@ def cmd_chat(args: argparse.Namespace) -> int:
         return EXIT_REFUSED
 
 
+def cmd_console_hash_pin(args: argparse.Namespace) -> int:
+    import getpass
+
+    from edgeclaw.channels.console.login import hash_pin
+
+    if args.stdin or not sys.stdin.isatty():
+        pin = sys.stdin.readline().rstrip("\r\n")
+    else:
+        pin = getpass.getpass("PIN or password: ")
+        if getpass.getpass("again: ") != pin:
+            print("edgeclaw: the two entries differ", file=sys.stderr)
+            return EXIT_REFUSED
+    try:
+        print(hash_pin(pin, args.algorithm))
+    except ValueError as e:
+        print(f"edgeclaw: {e}", file=sys.stderr)
+        return EXIT_REFUSED
+    print(
+        'put it in the config: [console] login_hash = "..." (or in a file named by login_hash_file)',
+        file=sys.stderr,
+    )
+    return EXIT_OK
+
+
 def _not_implemented(what: str) -> int:
     print(f"edgeclaw: {what} is not implemented in this version", file=sys.stderr)
     return EXIT_REFUSED
@@ -284,6 +381,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_board(args)
     if args.command == "chat":
         return cmd_chat(args)
+    if args.command == "console":
+        return cmd_console_hash_pin(args)
+    if args.command == "approvals":
+        return cmd_approvals(args)
     if args.command == "doctor":
         return _not_implemented("`edgeclaw doctor`")
     parser.error(f"unknown command {args.command!r}")

@@ -66,10 +66,11 @@ def test_run_notifies_ready_watchdog_and_stopping(tmp_path, state_env):
     assert "ready" in err and "stopped" in err
 
 
-def test_run_refuses_a_channel_this_version_lacks(run_cli, state_env):
-    Path(state_env["EDGECLAW_CONFIG"]).write_text('board = "sim"\n[mqtt]\nenabled = true\n')
+def test_run_refuses_a_bad_channel_config_by_key(run_cli, state_env):
+    config = 'board = "sim"\n[mqtt]\nenabled = true\ninbound_queue = 0\n'
+    Path(state_env["EDGECLAW_CONFIG"]).write_text(config)
     out = run_cli("run")
-    assert out.returncode == 2 and "not implemented" in out.stderr
+    assert out.returncode == 2 and "mqtt.inbound_queue" in out.stderr
 
 
 class Stubborn(Tool):

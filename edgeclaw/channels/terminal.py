@@ -21,6 +21,8 @@ from edgeclaw.channels.cli_approver import TerminalApprover
 from edgeclaw.tools.approval import ApprovalBroker, ApprovalRequest, Decision
 
 CHANNEL = "cli"
+
+
 def _user() -> str:
     try:
         import pwd

@@ -8,7 +8,7 @@ variable and a `*_file` key names a file holding the value.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 LogLevel = Literal["debug", "info", "warning", "error"]
 
@@ -44,6 +44,61 @@ class PolicyOverride:
     allow: list[str] = field(default_factory=list)
 
 
+ExecSecurity = Literal["deny", "allowlist", "full"]
+ExecAsk = Literal["off", "on-miss", "always"]
+
+# Programs the exec tool runs without asking in `allowlist` mode: read-only look-arounds.
+DEFAULT_EXEC_ALLOWLIST = [
+    "ls", "cat", "head", "tail", "grep", "wc", "echo", "printf", "pwd", "date", "uname", "df", "du",
+    "free", "uptime", "sort", "uniq", "cut", "stat", "file", "id", "whoami", "hostname", "basename",
+    "dirname", "true", "false", "sleep", "diff", "tr", "i2cdetect", "i2cget", "i2cdump", "gpioinfo",
+    "gpioget",
+]  # fmt: skip
+
+
+@dataclass
+class ExecConfig:
+    """[tools.exec]: the shell tools (exec, process) and what custom tools share with them."""
+
+    security: ExecSecurity = "allowlist"  # deny: no exec; allowlist: listed programs; full: any
+    ask: ExecAsk = "on-miss"  # when to ask a person: never, off-allowlist (and package installs), always
+    allowlist: list[str] = field(default_factory=lambda: list(DEFAULT_EXEC_ALLOWLIST))
+    deny_groups: dict[str, bool] = field(default_factory=dict)  # group -> on/off; all on by default
+    network: bool = False  # commands may use the network
+    host_timeout_s: float = 60.0  # default and longest run without a sandbox
+    sandbox_timeout_s: float = 300.0  # default and longest run in a sandbox
+    approval_timeout_s: float = 120.0  # an unanswered approval request is a deny
+    env_allow: list[str] = field(default_factory=lambda: ["PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ"])
+    max_processes_per_session: int = 4  # background processes (the process tool)
+    process_timeout_s: float = 3600.0  # a background process is killed after this long
+    process_buffer_bytes: int = 65536  # output kept per background process
+
+
+@dataclass
+class AgentExecConfig:
+    """[tools.agents.ID.exec]: one agent's departures from [tools.exec]; unset keys inherit."""
+
+    security: ExecSecurity | None = None
+    ask: ExecAsk | None = None
+    allowlist: list[str] | None = None
+    deny_groups: dict[str, bool] = field(default_factory=dict)  # merged over tools.exec.deny_groups
+    network: bool | None = None
+
+
+@dataclass
+class CustomToolConfig:
+    """One [[tools.custom]] table: a shell command template offered to the model as a tool."""
+
+    name: str
+    command: str  # {{.key}} placeholders become shell-quoted argument values
+    description: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)  # JSON schema of the arguments
+    timeout_s: float = 60.0
+    cwd: str = ""  # relative to the workspace; empty = the workspace
+    env: dict[str, str] = field(default_factory=dict)
+    agent: str = ""  # empty = every agent; else only this agent id sees it
+
+
 @dataclass
 class AgentPolicy:
     allow: list[str] = field(default_factory=list)
@@ -51,6 +106,7 @@ class AgentPolicy:
     also_allow: list[str] = field(default_factory=list)
     # agent+provider allow: [tools.agents.ID.providers.NAME] allow = [...]
     providers: dict[str, PolicyOverride] = field(default_factory=dict)
+    exec: AgentExecConfig = field(default_factory=AgentExecConfig)
 
 
 @dataclass
@@ -76,12 +132,23 @@ class ToolsConfig:
     allowed_paths: list[str] = field(default_factory=list)  # extra path prefixes beside the workspace
     rate_limit: int = 150  # calls per session per window; 0 = unlimited
     rate_window_s: float = 3600.0
+    exec: ExecConfig = field(default_factory=ExecConfig)
+    custom: list[CustomToolConfig] = field(default_factory=list)
 
 
 @dataclass
 class SandboxConfig:
     backend: Literal["auto", "firejail", "bubblewrap", "none"] = "auto"
     required: bool = True  # refuse shell tools when no sandbox is available
+    firejail_path: str = "firejail"
+    bubblewrap_path: str = "bwrap"
+    max_processes: int = 64  # per command (a pids cgroup; RLIMIT_NPROC for non-root)
+    max_memory_mb: int = 512  # address space per process
+    max_file_mb: int = 64  # largest file a command may write
+    max_open_files: int = 256
+    pids_cgroup: str = "auto"  # "auto", "" (none) or a writable cgroup directory
+    etc_allow: list[str] = field(default_factory=list)  # /etc entries commands see; empty = built-in list
+    hide_paths: list[str] = field(default_factory=list)  # more paths commands must not see
 
 
 @dataclass
@@ -103,6 +170,22 @@ class MqttConfig:
     password_file: str = ""
     keepalive_s: int = 60
     tls: TlsConfig | None = None
+    client_id: str = ""  # empty = the device id
+    connect_timeout_s: float = 10.0  # for the CONNACK (and subscribe acknowledgements)
+    session_expiry_s: int = 3600  # how long the broker keeps our session (and queued QoS 1 commands) offline
+    telemetry_interval_s: float = 60.0  # 0 = no telemetry
+    max_payload_bytes: int = 65536  # larger requests are answered with an error, not parsed
+    inbound_queue: int = 64  # requests waiting or running at once; beyond it the answer is "busy"
+    max_concurrent: int = 8  # requests running at once
+    outbox_max: int = 10000  # messages kept while the broker is unreachable
+    dedup_window_s: float = 600.0  # a repeated request id within this window is answered, not run again
+    hmac_secret_env: str = ""  # shared secret for signed commands: an environment variable ...
+    hmac_secret_file: str = ""  # ... or a file (never inline)
+    hmac_max_age_s: float = 0.0  # > 0: signed commands must carry a "ts" no older than this
+    events: bool = True  # one audit event per tool call on {prefix}/{dev}/events
+    discovery: bool = True  # Home Assistant device discovery
+    discovery_prefix: str = "homeassistant"
+    admin_unsigned: bool = False  # accept admin/tools without a signature when no HMAC secret is set
 
 
 @dataclass
@@ -112,11 +195,30 @@ class ConsoleConfig:
     parity: Literal["N", "E", "O"] = "N"
     stop_bits: Literal[1, 2] = 1
     flow_control: Literal["none", "rtscts", "xonxoff"] = "none"
+    # The login gate: "auto" = on when a hash is configured. Only a hash is ever stored
+    # (`edgeclaw console hash-pin`), inline or in a file.
+    login: Literal["auto", "on", "off"] = "auto"
+    login_hash: str = ""
+    login_hash_file: str = ""
+    max_login_failures: int = 5  # wrong entries in a row before the lockout
+    lockout_s: float = 300.0
+    login_delay_s: float = 1.0  # pause after each wrong entry
+    idle_logout_s: float = 900.0  # 0 = never
+    echo: bool = True  # false for terminals that echo locally
+    width: int = 80  # wrap output at this many columns; 0 = no wrapping
+    page_lines: int = 22  # rows before a "-- more --" prompt; 0 = no paging
+    max_output_lines: int = 400  # longer replies are cut with a note
+    pace: bool = True  # write no faster than the line rate (baud / bits per character)
+    reconnect_min_s: float = 1.0  # backoff when a port is missing or lost
+    reconnect_max_s: float = 30.0
 
 
 @dataclass
 class HardwareConfig:
     op_timeout_s: float = 2.0  # every bus operation gets this deadline
+    flash_timeout_s: float = 50.0  # flashing a target (must fit inside tools.timeout_s)
+    max_read_bytes: int = 4096  # longest memory / probe / SPI / I2C block one call may move
+    max_pulse_s: float = 10.0  # longest GPIO pulse
 
 
 @dataclass

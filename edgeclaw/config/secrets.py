@@ -50,6 +50,10 @@ def secret_refs(config: Config) -> dict[str, SecretRef]:
         refs["mqtt"] = SecretRef("mqtt.password_env", env=m.password_env)
     elif m.password_file:
         refs["mqtt"] = SecretRef("mqtt.password_file", file=m.password_file)
+    if m.hmac_secret_env:
+        refs["mqtt.hmac"] = SecretRef("mqtt.hmac_secret_env", env=m.hmac_secret_env)
+    elif m.hmac_secret_file:
+        refs["mqtt.hmac"] = SecretRef("mqtt.hmac_secret_file", file=m.hmac_secret_file)
     return refs
 
 

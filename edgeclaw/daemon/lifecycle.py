@@ -20,7 +20,6 @@ from edgeclaw import __version__
 from edgeclaw.config.schema import Config
 from edgeclaw.daemon.runtime import Runtime, build_runtime
 from edgeclaw.daemon.sdnotify import LoopWatchdog, SystemdNotifier
-from edgeclaw.errors import NotImplementedFeature
 
 log = logging.getLogger("edgeclaw.daemon")
 
@@ -32,11 +31,14 @@ def configured_services(config: Config) -> list[ServiceFactory]:
     """The channels the config asks for. Each one that this version lacks is refused by name."""
     services: list[ServiceFactory] = []
     if config.mqtt.enabled:
-        raise NotImplementedFeature(
-            "mqtt.enabled = true: the MQTT channel is not implemented in this version"
-        )
+        # Imported here: aiomqtt and paho load only when MQTT is configured.
+        from edgeclaw.daemon.mqtt import mqtt_service
+
+        services.append(mqtt_service)
     if config.console.ports:
-        raise NotImplementedFeature("console.ports: the serial console is not implemented in this version")
+        from edgeclaw.daemon.console import console_service
+
+        services.append(console_service)
     return services
 
 

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edgeclaw.board import BoardProfile
 from edgeclaw.config.paths import device_id, state_dir
@@ -20,6 +21,9 @@ from edgeclaw.store.db import Database
 from edgeclaw.store.sessions import SessionStore
 from edgeclaw.tools.approval import ApprovalBroker
 from edgeclaw.tools.registry import Registry
+
+if TYPE_CHECKING:
+    from edgeclaw.agent.loop import AgentLoop
 
 log = logging.getLogger("edgeclaw.runtime")
 
@@ -37,6 +41,16 @@ class Runtime:
     approvals: ApprovalBroker = field(default_factory=ApprovalBroker)
     _db: Database | None = None
     _closers: list[Callable[[], Awaitable[None] | None]] = field(default_factory=list)
+    _agent: AgentLoop | None = None
+
+    @property
+    def agent(self) -> AgentLoop:
+        """The daemon's one agent loop, built on first use and shared by every channel."""
+        if self._agent is None:
+            from edgeclaw.daemon.agent import build_agent
+
+            self._agent = build_agent(self)
+        return self._agent
 
     @property
     def db(self) -> Database:
@@ -70,9 +84,11 @@ def build_runtime(
 ) -> Runtime:
     """Wire the registry and its tools. Raises ConfigErrors for anything that cannot be honoured."""
     from edgeclaw import board as boards
+    from edgeclaw.backends.hub import BoardBackends
     from edgeclaw.config.loader import policy_rules
     from edgeclaw.config.secrets import resolve_secrets
     from edgeclaw.tools.fs import fs_tools
+    from edgeclaw.tools.hardware import hardware_tools
     from edgeclaw.tools.policy import PolicyEngine
     from edgeclaw.tools.ratelimit import SlidingWindowLimiter
     from edgeclaw.tools.scrub import Scrubber
@@ -119,8 +135,16 @@ def build_runtime(
     )
     ws = Workspace(workspace, tuple(Path(p) for p in t.allowed_paths), t.max_file_bytes)
     registry.register_all(fs_tools(ws))
+    from edgeclaw.tools.shell import install_shell_tools  # exec, process and custom tools
+
+    install_shell_tools(registry, config, ws, state, secrets, scrubber, environ).attach(
+        approvals=runtime.approvals, database=lambda: runtime.db, on_close=runtime.on_close
+    )
     registry.register(SessionStatusTool(registry.stats, limiter, sessions))
     registry.register_all([SessionsListTool(sessions), SessionsHistoryTool(sessions)])
+    hardware = BoardBackends(profile, config.hardware, state)  # opens devices on first use only
+    registry.register_all(hardware_tools(profile, config.hardware, hardware, ws))
+    runtime.on_close(hardware.aclose)
 
     # Tool names can only be checked once the tools exist.
     problems = [ConfigError(source, key, problem) for key, problem in policy.validate()]

@@ -1,0 +1,685 @@
+"""The MQTT channel: chat and tool calls in, answers, status, telemetry and events out.
+
+Flow of a request (`tool/call` or `chat/in`):
+
+  receive loop (never waits) → size check → signature → parse → request
+  ledger (a repeat is answered from the stored result, or joins the running
+  original) → admission (at most `inbound_queue` requests waiting or running;
+  beyond that the answer is "busy") → a task per request, at most
+  `max_concurrent` running → `Registry.execute` / `AgentLoop.handle` →
+  exactly one answer per delivered request, to the MQTT 5 Response Topic
+  with its Correlation Data, else to `tool/result` / `chat/out`.
+
+Answers, events and telemetry go through the store-and-forward `Sender`, so
+nothing produced while the broker is unreachable is lost (within the outbox
+bound). Status is retained, `online` after each connect and `offline` on a
+clean stop; the same `offline` is the Last Will for an unclean one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiomqtt
+
+from edgeclaw import __version__
+from edgeclaw.agent.channel import InboundMessage, Reply
+from edgeclaw.agent.loop import AgentLoop
+from edgeclaw.channels.mqtt.approvals import MqttApprover
+from edgeclaw.channels.mqtt.connection import (
+    Connection,
+    ConnectionSettings,
+    PublishFailed,
+    TlsSettings,
+)
+from edgeclaw.channels.mqtt.dedup import PURGE_CHUNK, Lookup, RequestLedger, Seen, request_key
+from edgeclaw.channels.mqtt.discovery import discovery_payload
+from edgeclaw.channels.mqtt.outbox import Kind, Outbox
+from edgeclaw.channels.mqtt.protocol import (
+    AdminRequest,
+    ChatRequest,
+    Route,
+    ToolCallRequest,
+    WireError,
+    admin_error,
+    chat_answer,
+    chat_error,
+    check_fresh,
+    encode,
+    parse_admin,
+    parse_approval,
+    parse_chat,
+    parse_json_object,
+    parse_tool_call,
+    replayed,
+    safe_response_topic,
+    tool_answer,
+    tool_error,
+)
+from edgeclaw.channels.mqtt.sender import Sender
+from edgeclaw.channels.mqtt.signing import Verifier
+from edgeclaw.channels.mqtt.telemetry import HealthSources, TelemetryCollector
+from edgeclaw.channels.mqtt.topics import DeviceTopics
+from edgeclaw.config.schema import MqttConfig
+from edgeclaw.errors import ConfigError, ConfigErrors
+from edgeclaw.store.db import Database
+from edgeclaw.tools.approval import ApprovalBroker, ApprovalRequest, Decision
+from edgeclaw.tools.audit import AuditRecord
+from edgeclaw.tools.base import ToolContext
+from edgeclaw.tools.custom import CustomTools, InvalidDefinition
+from edgeclaw.tools.registry import Registry
+
+log = logging.getLogger("edgeclaw.mqtt")
+
+CHANNEL = "mqtt"
+# On a clean stop, requests still running get this long before they are cancelled (and answered so).
+STOP_GRACE_S = 5.0
+HOUSEKEEPING_S = 60.0
+MAX_PURGE_CHUNKS = 1000  # per housekeeping round; whatever is left waits for the next
+# Events and ledger records wait this long after an answer (see MqttChannel._after_answers).
+AFTER_ANSWERS_S = 0.002
+
+# Builds the error answer for one request: (code, message) -> payload.
+ErrorAnswer = Callable[[str, str], bytes]
+
+
+class MqttChannel:
+    """An async context manager: entering starts the connection loop, leaving stops it cleanly."""
+
+    name = CHANNEL
+
+    def __init__(
+        self,
+        config: MqttConfig,
+        *,
+        device_id: str,
+        board: str,
+        registry: Registry,
+        approvals: ApprovalBroker,
+        db: Database,
+        agent: AgentLoop | None = None,
+        password: str = "",
+        hmac_secret: str = "",
+        version: str = __version__,
+        health: HealthSources | None = None,
+        source: str = "<config>",
+        custom_tools: CustomTools | None = None,
+    ) -> None:
+        self.config = config
+        self.source = source  # the config file, for error messages
+        self.device_id = device_id
+        self.board = board
+        self.registry = registry
+        self.approvals = approvals
+        self.db = db
+        self.agent = agent
+        self.custom_tools = custom_tools
+        self.version = version
+        self.topics = DeviceTopics(config.topic_prefix, device_id, config.discovery_prefix)
+        self.verifier = Verifier(hmac_secret) if hmac_secret else None
+        tls = None
+        if config.tls is not None:
+            tls = TlsSettings(config.tls.ca_file, config.tls.cert_file, config.tls.key_file)
+        self.settings = ConnectionSettings(
+            host=config.host,
+            port=config.port,
+            client_id=config.client_id or device_id,
+            protocol=config.protocol,
+            username=config.username,
+            password=password,
+            keepalive_s=config.keepalive_s,
+            connect_timeout_s=config.connect_timeout_s,
+            session_expiry_s=config.session_expiry_s,
+            tls=tls,
+            # admin/tools is always subscribed, so that even a refused admin command is answered.
+            subscriptions=tuple(self.topics.subscriptions(admin=True, discovery=config.discovery)),
+            will_topic=self.topics.status,
+            will_payload=lambda: self._status_payload("offline"),
+        )
+        self.connection = Connection(
+            self.settings, self._on_message, on_connect=self._on_connect, on_disconnect=None
+        )
+        self.outbox = Outbox(db, config.outbox_max)
+        self.ledger: RequestLedger[Route] = RequestLedger(db, config.dedup_window_s)
+        self.sender = Sender(self.connection, self.outbox)
+        self.approver = MqttApprover(self.connection, self.topics.approval_request)
+        self.collector = TelemetryCollector(
+            board, version, registry.stats, health or HealthSources(disk=Path(db.path).parent)
+        )
+        self.counters = {"requests": 0, "answered": 0, "busy": 0, "replayed": 0, "rejected": 0}
+        self._slots = asyncio.Semaphore(config.max_concurrent)
+        self._admitted = 0
+        self._requests: set[asyncio.Task[None]] = set()
+        self._background: list[asyncio.Task[None]] = []
+        self._spawned: set[asyncio.Task[None]] = set()
+        self._runner: asyncio.Task[None] | None = None
+        self._events: list[AuditRecord] = []
+        self._finished: list[tuple[str, bytes]] = []
+        self._flush_handle: asyncio.TimerHandle | None = None
+        self._closing = False
+
+    # -- lifecycle -----------------------------------------------------------
+    async def __aenter__(self) -> MqttChannel:
+        try:
+            self.connection.open()
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigErrors(
+                [ConfigError(self.source, "mqtt.tls", f"cannot use the TLS files: {e}")]
+            ) from None
+        self.approvals.register(CHANNEL, self)
+        if self.config.events:
+            self.registry.add_audit_sink(self._audit)
+        loop = asyncio.get_running_loop()
+        self._runner = loop.create_task(self.connection.run(), name="mqtt-connection")
+        if self.config.telemetry_interval_s > 0:
+            self._background.append(loop.create_task(self._telemetry_loop(), name="mqtt-telemetry"))
+        if self.ledger.enabled:
+            self._background.append(loop.create_task(self._housekeeping(), name="mqtt-housekeeping"))
+        log.info(
+            "MQTT channel for %s on %s:%d (prefix %s)",
+            self.device_id,
+            self.config.host,
+            self.config.port,
+            self.config.topic_prefix,
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._closing = True
+        if self._requests:
+            _, running = await asyncio.wait(set(self._requests), timeout=STOP_GRACE_S)
+            for task in running:
+                task.cancel()
+            if running:
+                await asyncio.wait(running)
+        for task in [*self._background, *self._spawned]:
+            task.cancel()
+        if self._background or self._spawned:
+            await asyncio.wait([*self._background, *self._spawned])
+        self.registry.remove_audit_sink(self._audit)
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+        self._flush_after_answers()  # what was still waiting for its moment
+        self.approvals.unregister(CHANNEL, self)
+        await self.sender.close()
+        if self._runner is not None:
+            await self.connection.stop(self._runner, (self.topics.status, self._status_payload("offline")))
+        log.info("MQTT channel stopped (%d message(s) left in the outbox)", self.outbox.depth)
+
+    # -- the Channel protocol ------------------------------------------------
+    async def send(self, reply: Reply) -> None:
+        """Deliver a reply: to the route of the message it answers, else to `chat/out`."""
+        route = Route(self.topics.chat_out)
+        request_id = None
+        if reply.in_reply_to is not None:
+            route = reply.in_reply_to.meta.get("route", route)
+            request_id = reply.in_reply_to.meta.get("id")
+        self._answer(route, encode(chat_answer(reply.text, reply.session, reply.ok, request_id)))
+
+    async def ask_approval(self, request: ApprovalRequest) -> Decision | None:
+        return await self.approver.ask_approval(request)
+
+    # -- status, discovery, telemetry ----------------------------------------
+    def _status_payload(self, state: str) -> bytes:
+        return encode(
+            {"state": state, "version": self.version, "board": self.board, "ts": round(time.time(), 3)}
+        )
+
+    def _discovery_payload(self) -> bytes:
+        return encode(
+            discovery_payload(
+                self.topics,
+                board=self.board,
+                version=self.version,
+                telemetry_interval_s=self.config.telemetry_interval_s,
+            )
+        )
+
+    def telemetry_snapshot(self) -> dict[str, Any]:
+        return self.collector.snapshot(
+            outbox_depth=self.outbox.depth,
+            outbox_dropped=self.outbox.dropped,
+            mqtt_connects=self.connection.connects,
+            mqtt_requests=self.counters["requests"],
+            mqtt_busy=self.counters["busy"],
+            mqtt_replayed=self.counters["replayed"],
+            mqtt_rejected=self.counters["rejected"],
+        )
+
+    def _on_connect(self) -> None:
+        self._spawn(self._announce())
+
+    async def _announce(self) -> None:
+        """After each connect: status online, discovery, a first telemetry, then the outbox backlog."""
+        try:
+            await self.connection.publish(self.topics.status, self._status_payload("online"), retain=True)
+            if self.config.discovery:
+                await self.connection.publish(self.topics.discovery, self._discovery_payload(), retain=True)
+        except PublishFailed as e:
+            log.warning("could not announce the device: %s", e)
+            return
+        self.sender.on_connect()
+        if self.config.telemetry_interval_s > 0:
+            self._send_telemetry()
+
+    def _send_telemetry(self) -> None:
+        self.sender.send(Kind.TELEMETRY, self.topics.telemetry, encode(self.telemetry_snapshot()))
+
+    async def _telemetry_loop(self) -> None:
+        interval = self.config.telemetry_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self._send_telemetry()
+            except Exception:
+                log.exception("telemetry failed")
+
+    async def _housekeeping(self) -> None:
+        period = max(1.0, min(HOUSEKEEPING_S, self.config.dedup_window_s / 2))
+        while True:
+            await asyncio.sleep(period)
+            try:
+                # In chunks, letting requests in between, so a big ledger never stalls the loop.
+                for _ in range(MAX_PURGE_CHUNKS):
+                    if self.ledger.purge() < PURGE_CHUNK:
+                        break
+                    await asyncio.sleep(0)
+            except Exception:
+                log.exception("purging the request ledger failed")
+
+    async def _republish_discovery(self) -> None:
+        try:
+            await self.connection.publish(self.topics.discovery, self._discovery_payload(), retain=True)
+        except PublishFailed as e:
+            log.warning("could not re-send discovery: %s", e)
+
+    # -- events ----------------------------------------------------------------
+    def _audit(self, record: AuditRecord) -> None:
+        """One event per tool call, whatever channel it came from (published by `_publish_events`)."""
+        self._events.append(record)
+        self._after_answers()
+
+    def _publish_events(self) -> None:
+        records, self._events = self._events, []
+        for record in records:
+            event = record.as_dict()
+            event["device"] = self.device_id
+            # The registry already scrubbed the error text; the whole event is scrubbed again because
+            # session keys and tool names come from callers too.
+            text = self.registry.scrubber.scrub(json.dumps(event, ensure_ascii=False, separators=(",", ":")))
+            self.sender.send(Kind.EVENT, self.topics.events, text.encode("utf-8", "surrogatepass"))
+
+    # -- work kept off the caller's critical path -------------------------------
+    def _after_answers(self) -> None:
+        """Flush ledger records (and any events not yet sent) a moment after this turn's answers.
+
+        Neither is something a caller waits for. A short timer, rather than the next loop turn,
+        lets the answers reach the wire first and batches the ledger writes into one transaction
+        when calls come fast.
+        """
+        if self._flush_handle is None:
+            self._flush_handle = asyncio.get_running_loop().call_later(
+                AFTER_ANSWERS_S, self._flush_after_answers
+            )
+
+    def _flush_after_answers(self) -> None:
+        self._flush_handle = None
+        finished, self._finished = self._finished, []
+        if finished:
+            for answer, waiters in self.ledger.finish_many(finished):
+                for waiter in waiters:
+                    self._answer(waiter, replayed(answer))
+        self._publish_events()
+
+    # -- inbound ---------------------------------------------------------------
+    def _on_message(self, message: aiomqtt.Message) -> None:
+        topic = message.topic.value
+        payload = message.payload if isinstance(message.payload, bytes) else str(message.payload).encode()
+        props = message.properties
+        t = self.topics
+        if topic == t.ha_status:
+            if payload.strip().lower() == b"online":
+                self._spawn(self._republish_discovery())
+            return
+        response_topic = getattr(props, "ResponseTopic", None) if props is not None else None
+        correlation = getattr(props, "CorrelationData", None) if props is not None else None
+        user_props = getattr(props, "UserProperty", None) if props is not None else None
+        if topic == t.tool_call:
+            self._inbound(topic, payload, user_props, message.retain, response_topic, correlation, "tool")
+        elif topic == t.chat_in:
+            self._inbound(topic, payload, user_props, message.retain, response_topic, correlation, "chat")
+        elif topic == t.admin_tools:
+            self._inbound(topic, payload, user_props, message.retain, response_topic, correlation, "admin")
+        elif topic == t.approval_response:
+            self._inbound_approval(topic, payload, user_props, message.retain, response_topic, correlation)
+        else:
+            log.debug("ignoring a message on %s", topic)
+
+    def _inbound(
+        self,
+        topic: str,
+        payload: bytes,
+        user_props: list[tuple[str, str]] | None,
+        retained: bool,
+        response_topic: str | None,
+        correlation: bytes | None,
+        kind: str,
+    ) -> None:
+        self.counters["requests"] += 1
+        fallback = {"tool": self.topics.tool_result, "chat": self.topics.chat_out}.get(
+            kind, self.topics.admin_result
+        )
+        route = Route(fallback, correlation)
+        bad_route = response_topic is not None and not safe_response_topic(response_topic)
+        if response_topic is not None and not bad_route:
+            route = Route(response_topic, correlation)
+
+        def error(code: str, message: str, request_id: str | None = None, session: str = "") -> bytes:
+            if kind == "tool":
+                return encode(tool_error(request_id, None, code, message))
+            if kind == "admin":
+                return encode(admin_error(request_id, None, code, message))
+            return encode(chat_error(request_id, session, code, message))
+
+        problem: WireError | None = None
+        if bad_route:
+            problem = WireError("bad_response_topic", f"refused Response Topic {response_topic!r}")
+        elif retained:
+            # A retained command would run again on every reconnect.
+            problem = WireError("retained", "commands must not be published with the retain flag")
+        elif kind == "admin" and self.verifier is None and not self.config.admin_unsigned:
+            problem = WireError(
+                "admin_disabled",
+                "admin/tools needs signed commands: set mqtt.hmac_secret_env or mqtt.hmac_secret_file "
+                "(or mqtt.admin_unsigned = true where the broker's ACLs protect this topic)",
+            )
+        elif len(payload) > self.config.max_payload_bytes:
+            problem = WireError(
+                "too_large",
+                f"the payload is {len(payload)} bytes; the limit is {self.config.max_payload_bytes}",
+            )
+        if problem is not None:
+            self.counters["rejected"] += 1
+            self._answer(route, error(problem.code, problem.message, _peek_id(payload)))
+            return
+        try:
+            body = self._authenticate(topic, payload, user_props)
+            if kind == "tool":
+                obj = parse_json_object(body, "tool/call")
+                if self.verifier is not None and self.config.hmac_max_age_s > 0:
+                    check_fresh(obj, self.config.hmac_max_age_s)
+                call = parse_tool_call(obj)
+            elif kind == "admin":
+                obj = parse_json_object(body, "admin/tools")
+                if self.verifier is not None and self.config.hmac_max_age_s > 0:
+                    check_fresh(obj, self.config.hmac_max_age_s)
+                admin = parse_admin(obj)
+            else:
+                chat = parse_chat(body)
+                if self.verifier is not None and self.config.hmac_max_age_s > 0:
+                    check_fresh(parse_json_object(body, "chat/in"), self.config.hmac_max_age_s)
+        except WireError as e:
+            self.counters["rejected"] += 1
+            request_id = e.request_id or (_peek_id(payload) if e.code == "bad_signature" else None)
+            self._answer(route, error(e.code, e.message, request_id))
+            return
+        if kind == "tool":
+            key = request_key("tool", call.id, [call.tool, call.args, call.session])
+            self._submit(
+                key,
+                route,
+                lambda: self._run_tool(call, route),
+                lambda code, message: error(code, message, call.id),
+            )
+        elif kind == "admin":
+            key = request_key("admin", admin.id, [admin.action, admin.definition, admin.name])
+            self._submit(
+                key,
+                route,
+                lambda: self._run_admin(admin),
+                lambda code, message: encode(admin_error(admin.id, admin.action, code, message)),
+            )
+        else:
+            key = request_key("chat", chat.id, [chat.text, chat.session, chat.sender]) if chat.id else None
+            session = f"mqtt:{chat.session}" if chat.session else ""
+            self._submit(
+                key,
+                route,
+                lambda: self._run_chat(chat, route, response_topic if route.topic != fallback else topic),
+                lambda code, message: error(code, message, chat.id, session),
+            )
+
+    def _authenticate(self, topic: str, payload: bytes, user_props: list[tuple[str, str]] | None) -> bytes:
+        if self.verifier is None:
+            return payload
+        return self.verifier.verify(topic, payload, user_props)
+
+    def _submit(
+        self,
+        key: str | None,
+        route: Route,
+        work: Callable[[], Awaitable[bytes]],
+        error: ErrorAnswer,
+    ) -> None:
+        if not self.ledger.enabled:
+            key = None
+        if self._closing:
+            self._answer(route, error("stopping", "the daemon is shutting down; try again shortly"))
+            return
+        if self._admitted >= self.config.inbound_queue:
+            # A repeat of a known request needs no slot: answer it from the ledger even when busy.
+            if key is not None and self._answered_from_ledger(key, self.ledger.lookup(key), route, error):
+                return
+            self.counters["busy"] += 1
+            self._answer(
+                route,
+                error("busy", f"busy: {self._admitted} requests are waiting or running; try again shortly"),
+            )
+            return
+        if key is not None and self._answered_from_ledger(key, self.ledger.begin(key), route, error):
+            return
+        self._admitted += 1
+        task = asyncio.get_running_loop().create_task(self._serve(key, route, work, error))
+        self._requests.add(task)
+        task.add_done_callback(self._requests.discard)
+
+    def _answered_from_ledger(self, key: str, found: Lookup, route: Route, error: ErrorAnswer) -> bool:
+        """Handle a request the ledger already knows; False when it is new (and must run)."""
+        if found.seen is Seen.DONE and found.answer is not None:
+            self.counters["replayed"] += 1
+            self._answer(route, replayed(found.answer))
+            return True
+        if found.seen is Seen.RUNNING:
+            self.counters["replayed"] += 1
+            self.ledger.wait(key, route)
+            return True
+        if found.seen is Seen.INTERRUPTED:
+            answer = error(
+                "interrupted",
+                "this request was running when the daemon stopped; it is not run again "
+                "(send it with a new id to run it)",
+            )
+            self.ledger.finish(key, answer)
+            self._answer(route, answer)
+            return True
+        return False
+
+    async def _serve(
+        self, key: str | None, route: Route, work: Callable[[], Awaitable[bytes]], error: ErrorAnswer
+    ) -> None:
+        started = False
+        try:
+            async with self._slots:
+                started = True
+                answer = await work()
+        except asyncio.CancelledError:
+            # Stopping: still one answer. A request that never started may be sent again and run.
+            answer = error("stopping", "the daemon stopped before this request finished")
+            self._answer(route, answer)
+            self._conclude(key, answer, ran=started)
+            raise
+        except Exception as e:
+            log.exception("request failed")
+            answer = error("internal", f"internal error: {type(e).__name__}: {e}")
+        finally:
+            self._admitted -= 1
+        self._conclude(key, answer, ran=True)
+        self.counters["answered"] += 1
+        if self._events:
+            # The call's event goes out in the same socket write as its answer (it is queued before
+            # the write happens): a separate write for every event costs more than the event.
+            asyncio.get_running_loop().call_soon(self._publish_events)
+        # Published from this task (no hop to another): the answer is what the caller waits for.
+        await self.sender.deliver(Kind.ANSWER, route.topic, answer, correlation=route.correlation)
+
+    def _conclude(self, key: str | None, answer: bytes, *, ran: bool) -> None:
+        """Record the answer in the ledger (copies that waited on it are answered then)."""
+        if key is None:
+            return
+        if ran:
+            # Recorded just after the answer is on its way (see `_after_answers`). Until then the key
+            # counts as running, so a copy arriving in between waits and is answered from the record.
+            self._finished.append((key, answer))
+            self._after_answers()
+        else:
+            # It never ran: copies that waited for it get the same refusal, and may be sent again.
+            for waiter in self.ledger.abandon(key):
+                self._answer(waiter, answer)
+
+    async def _run_tool(self, call: ToolCallRequest, route: Route) -> bytes:
+        if call.session:
+            session_key = f"mqtt:{call.session}"
+        elif call.sender:
+            session_key = f"mqtt:{call.sender}"
+        else:
+            session_key = "mqtt:tools"
+        ctx = ToolContext(
+            channel=CHANNEL,
+            chat_id=route.topic,
+            peer_kind="device",
+            session_key=session_key,
+            sender=call.sender,
+        )
+        outcome = await self.registry.execute(call.tool, call.args, ctx)
+        return encode(tool_answer(call.id, outcome))
+
+    async def _run_chat(self, chat: ChatRequest, route: Route, topic: str | None) -> bytes:
+        """One agent turn. The session is the payload's `session`, else the sender, else the topic
+        (the Response Topic when there is one, else chat/in)."""
+        session = f"mqtt:{chat.session}" if chat.session else ""
+        message = InboundMessage(
+            channel=CHANNEL,
+            text=chat.text,
+            chat_id=chat.sender or topic or route.topic,
+            sender=chat.sender,
+            session=session,
+            peer_kind="direct",
+            meta={"route": route, "id": chat.id},
+        )
+        if self.agent is None:
+            return encode(chat_error(chat.id, message.session_key, "no_agent", "chat is not available here"))
+        reply = await self.agent.handle(message)
+        return encode(chat_answer(reply.text, reply.session, reply.ok, chat.id))
+
+    async def _run_admin(self, admin: AdminRequest) -> bytes:
+        """Define, remove or list runtime custom tools. Definitions take effect at once and are kept
+        across restarts (edgeclaw.tools.custom); environment values are never echoed back."""
+        custom = self.custom_tools
+        if custom is None:
+            return encode(
+                admin_error(admin.id, admin.action, "unavailable", "custom tools are not available here")
+            )
+        answer: dict[str, Any] = {"id": admin.id, "ok": True, "action": admin.action}
+        try:
+            if admin.action == "define":
+                assert admin.definition is not None
+                spec = custom.define(admin.definition)
+                answer["tool"] = spec.public()
+                log.info("custom tool %s defined over MQTT", spec.name)
+            elif admin.action == "remove":
+                if not custom.remove(admin.name):
+                    return encode(
+                        admin_error(
+                            admin.id, admin.action, "not_found", f"no custom tool named {admin.name!r}"
+                        )
+                    )
+                answer["name"] = admin.name
+                log.info("custom tool %s removed over MQTT", admin.name)
+            else:
+                answer["tools"] = [spec.public() for spec in custom.list()]
+        except InvalidDefinition as e:
+            return encode(admin_error(admin.id, admin.action, "invalid_definition", str(e)))
+        # A definition may carry a command line with a secret in it: scrubbed like tool output.
+        return self.registry.scrubber.scrub(json.dumps(answer, ensure_ascii=False)).encode("utf-8")
+
+    def _inbound_approval(
+        self,
+        topic: str,
+        payload: bytes,
+        user_props: list[tuple[str, str]] | None,
+        retained: bool,
+        response_topic: str | None,
+        correlation: bytes | None,
+    ) -> None:
+        """A decision for a pending approval. Answered only when the sender asked for an answer
+        (a Response Topic); otherwise problems are logged."""
+        result: dict[str, Any]
+        try:
+            if retained:
+                raise WireError("retained", "approval responses must not be retained")
+            body = self._authenticate(topic, payload, user_props)
+            obj = parse_json_object(body, "approval/response")
+            if self.verifier is not None and self.config.hmac_max_age_s > 0:
+                check_fresh(obj, self.config.hmac_max_age_s)
+            decision = parse_approval(obj)
+            if self.approver.answer(decision):
+                result = {"id": decision.id, "ok": True}
+            else:
+                result = {
+                    "id": decision.id,
+                    "ok": False,
+                    "code": "unknown_approval",
+                    "error": f"no approval request {decision.id!r} is waiting (expired or never asked)",
+                }
+        except WireError as e:
+            result = {"id": e.request_id, "ok": False, "code": e.code, "error": e.message}
+        if not result["ok"]:
+            log.warning("approval response refused: %s", result["error"])
+        if response_topic is not None and safe_response_topic(response_topic):
+            self._answer(Route(response_topic, correlation), encode(result))
+
+    # -- outbound --------------------------------------------------------------
+    def _answer(self, route: Route, payload: bytes) -> None:
+        self.counters["answered"] += 1
+        self.sender.send(Kind.ANSWER, route.topic, payload, correlation=route.correlation)
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._spawned.add(task)
+        task.add_done_callback(self._spawned.discard)
+
+
+def _peek_id(payload: bytes) -> str | None:
+    """Best effort: the id of a request we refuse, so the caller can match the error to it."""
+    if len(payload) > 1 << 20:
+        return None
+    try:
+        obj = json.loads(payload)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if isinstance(obj, dict) and isinstance(obj.get("signed"), str):
+        try:
+            obj = json.loads(obj["signed"])
+        except json.JSONDecodeError:
+            return None
+    if isinstance(obj, dict) and isinstance(obj.get("id"), str | int) and not isinstance(obj.get("id"), bool):
+        text = str(obj["id"])
+        return text if len(text) <= 200 else None
+    return None

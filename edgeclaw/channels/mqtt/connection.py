@@ -1,0 +1,386 @@
+"""The broker connection: one aiomqtt `Client`, reconnected forever with jittered backoff.
+
+aiomqtt does not reconnect by itself, so one `Client` is reused in a
+`while True: try: async with client: ... except MqttError: backoff` loop and
+the subscriptions are made again on every connection. The session is
+persistent (clean start off, a configurable session expiry), so QoS 1
+commands sent while we are away are queued by the broker and reach us after
+reconnecting.
+
+Publishing is only attempted while connected; a publish that is waiting for
+its PUBACK when the connection drops fails at once (rather than after
+aiomqtt's timeout) so the caller can keep the message in its own outbox.
+Because of that, paho's own in-memory retransmission of unacknowledged
+messages is switched off by dropping them before each reconnect: the outbox
+is the one place a message is retried from, so it is never sent twice by two
+mechanisms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+import socket
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import aiomqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.subscribeoptions import SubscribeOptions
+
+log = logging.getLogger("edgeclaw.mqtt")
+
+# The house backoff: 1 s doubling to 60 s.
+BACKOFF_FIRST_S = 1.0
+BACKOFF_CAP_S = 60.0
+# A connection that lived at least this long resets the backoff; one the broker drops at once does not,
+# so a broker that accepts and immediately kicks us is not hammered every second.
+STABLE_CONNECTION_S = 10.0
+# paho's default, and mosquitto's default receive maximum: more in flight is queued inside paho.
+MAX_INFLIGHT = 20
+
+
+def _dispatching_queue(handler: Callable[[aiomqtt.Message], None]) -> type[asyncio.Queue[aiomqtt.Message]]:
+    """An aiomqtt `queue_type` that queues nothing: each message goes to `handler` as it is read.
+
+    aiomqtt puts every inbound message on an (unbounded) asyncio.Queue and hands it out through an
+    iterator that costs a task and two loop turns per message. Our handler never blocks -- it
+    parses, checks, records and starts a task, and answers "busy" past its own bound -- so it runs
+    right in the socket's read callback instead.
+    """
+
+    class DispatchingQueue(asyncio.Queue):  # type: ignore[type-arg]
+        def put_nowait(self, item: aiomqtt.Message) -> None:
+            try:
+                handler(item)
+            except Exception:
+                # Never into paho: an exception there would tear down the connection.
+                log.exception("error handling a message on %s", item.topic)
+
+    return DispatchingQueue
+
+
+class PublishFailed(Exception):
+    """The message did not reach the broker (not connected, or the connection dropped before PUBACK)."""
+
+
+@dataclass(frozen=True)
+class TlsSettings:
+    ca_file: str = ""  # empty = the system's CA store
+    cert_file: str = ""
+    key_file: str = ""
+
+
+@dataclass(frozen=True)
+class ConnectionSettings:
+    host: str
+    port: int
+    client_id: str
+    protocol: str = "5"  # "5" or "3.1.1"
+    username: str = ""
+    password: str = ""
+    keepalive_s: int = 60
+    connect_timeout_s: float = 10.0
+    session_expiry_s: int = 3600
+    tls: TlsSettings | None = None
+    subscriptions: tuple[str, ...] = ()
+    will_topic: str = ""
+    # Called before every connection attempt, so the Last Will carries a fresh timestamp.
+    will_payload: Callable[[], bytes] | None = field(default=None, compare=False)
+
+    @property
+    def v5(self) -> bool:
+        return self.protocol == "5"
+
+
+class Backoff:
+    """Exponential backoff with "equal jitter": half the delay fixed, half random.
+
+    The jitter spreads a fleet's reconnects after a broker restart instead of
+    having every device knock at the same second.
+    """
+
+    def __init__(
+        self,
+        first_s: float = BACKOFF_FIRST_S,
+        cap_s: float = BACKOFF_CAP_S,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self.first_s = first_s
+        self.cap_s = cap_s
+        self._rng = rng
+        self._attempt = 0
+
+    def next(self) -> float:
+        delay = min(self.cap_s, self.first_s * (2**self._attempt))
+        if delay < self.cap_s:
+            self._attempt += 1
+        return delay / 2 + self._rng() * delay / 2
+
+    def reset(self) -> None:
+        self._attempt = 0
+
+
+def publish_properties(
+    response_topic: str | None = None, correlation: bytes | None = None
+) -> Properties | None:
+    """MQTT 5 PUBLISH properties carrying a request's Correlation Data (and a Response Topic)."""
+    if response_topic is None and correlation is None:
+        return None
+    props = Properties(PacketTypes.PUBLISH)
+    if response_topic is not None:
+        props.ResponseTopic = response_topic
+    if correlation is not None:
+        props.CorrelationData = correlation
+    return props
+
+
+class Connection:
+    """Owns the client and its reconnect loop; hands every inbound message to `on_message`.
+
+    `on_message` is called on the receive loop and must not block: it is the
+    caller's job to queue real work elsewhere. `on_connect` is called after
+    each successful connect and subscribe, `on_disconnect` when the
+    connection is lost.
+    """
+
+    def __init__(
+        self,
+        settings: ConnectionSettings,
+        on_message: Callable[[aiomqtt.Message], None],
+        *,
+        on_connect: Callable[[], None] | None = None,
+        on_disconnect: Callable[[], None] | None = None,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self.settings = settings
+        self._on_message = on_message
+        self._on_connect = on_connect
+        self._on_disconnect = on_disconnect
+        self.backoff = backoff or Backoff()
+        self._client: aiomqtt.Client | None = None
+        self._lost: asyncio.Future[None] | None = None  # resolved when the current connection ends
+        self._connected = asyncio.Event()
+        self.connects = 0  # successful connections since start
+        self.last_error = ""
+        self._stopping = False
+
+    # -- state ---------------------------------------------------------------
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    async def wait_connected(self, within_s: float | None = None) -> bool:
+        try:
+            async with asyncio.timeout(within_s):
+                await self._connected.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    # -- the client ----------------------------------------------------------
+    def open(self) -> None:
+        """Build the client now, so bad settings (an unreadable certificate) fail at start-up.
+
+        Raises OSError or ssl.SSLError for TLS files that cannot be used.
+        """
+        if self._client is None:
+            self._client = self._build_client()
+
+    def _build_client(self) -> aiomqtt.Client:
+        s = self.settings
+        properties = None
+        if s.v5:
+            properties = Properties(PacketTypes.CONNECT)
+            # The broker keeps our subscriptions and queues QoS 1 commands this long after we go away.
+            properties.SessionExpiryInterval = s.session_expiry_s
+        tls_context = None
+        if s.tls is not None:
+            tls_context = ssl.create_default_context(cafile=s.tls.ca_file or None)
+            if s.tls.cert_file:
+                tls_context.load_cert_chain(s.tls.cert_file, s.tls.key_file or None)
+        client = aiomqtt.Client(
+            s.host,
+            s.port,
+            identifier=s.client_id,
+            username=s.username or None,
+            password=s.password or None,
+            protocol=aiomqtt.ProtocolVersion.V5 if s.v5 else aiomqtt.ProtocolVersion.V311,
+            # A persistent session either way: MQTT 5 says so with clean start off (paho refuses
+            # that flag for 3.1.1, where clean session off says the same).
+            clean_session=None if s.v5 else False,
+            **({"clean_start": False} if s.v5 else {}),
+            keepalive=s.keepalive_s,
+            timeout=s.connect_timeout_s,
+            properties=properties,
+            tls_context=tls_context,
+            max_inflight_messages=MAX_INFLIGHT,
+            logger=logging.getLogger("edgeclaw.mqtt.client"),
+            # Requests and answers are small and answered at once: without TCP_NODELAY, Nagle's
+            # algorithm meets the peer's delayed ACK and every round trip gains ~40 ms.
+            socket_options=((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),),
+            queue_type=_dispatching_queue(self._on_message),
+        )
+        # aiomqtt warns past 10 pending publishes; we keep many in flight on purpose.
+        client.pending_calls_threshold = 1 << 30
+        return client
+
+    def _prepare_reconnect(self, client: aiomqtt.Client) -> None:
+        """Reset the parts of paho's state aiomqtt does not expose (it is pinned below 3, which keeps them).
+
+        * Unacknowledged publishes from the last connection are dropped: our
+          outbox re-sends what did not get through, and paho re-sending the
+          same messages too would deliver them twice.
+        * The Last Will is set again so its timestamp is this connection's.
+        """
+        paho = client._client
+        paho.drop_out_messages()
+        s = self.settings
+        if s.will_topic and s.will_payload is not None:
+            paho.will_set(s.will_topic, s.will_payload(), qos=1, retain=True)
+
+    async def _subscribe(self, client: aiomqtt.Client) -> None:
+        topics = self.settings.subscriptions
+        if not topics:
+            return
+        if self.settings.v5:
+            # no_local: never receive our own publishes (we publish to none of these, but a
+            # misconfigured prefix shared by two daemons must not loop). retain_as_published: keep the
+            # retain flag on live deliveries too, so a retained command is recognised at once.
+            options = SubscribeOptions(qos=1, noLocal=True, retainAsPublished=True)
+            await client.subscribe([(t, options) for t in topics])
+        else:
+            await client.subscribe([(t, 1) for t in topics])
+
+    async def run(self) -> None:
+        """Connect, serve, reconnect; forever, until cancelled."""
+        self.open()
+        client = self._client
+        assert client is not None
+        while not self._stopping:
+            started = time.monotonic()
+            self._prepare_reconnect(client)
+            try:
+                async with client:
+                    self._lost = asyncio.get_running_loop().create_future()
+                    await self._subscribe(client)
+                    self.connects += 1
+                    self.last_error = ""
+                    self._connected.set()
+                    log.info(
+                        "connected to %s:%d as %s (MQTT %s)",
+                        self.settings.host,
+                        self.settings.port,
+                        self.settings.client_id,
+                        self.settings.protocol,
+                    )
+                    if self._on_connect is not None:
+                        self._on_connect()
+                    # Messages are dispatched as they are read (see _dispatching_queue), so this
+                    # iterator yields nothing: it is how aiomqtt tells us the connection is gone.
+                    async for message in client.messages:
+                        self._on_message(message)
+            except aiomqtt.MqttError as e:
+                self.last_error = str(e) or type(e).__name__
+                if self._connected.is_set():
+                    log.warning("connection to the broker lost: %s", self.last_error)
+                else:
+                    log.warning(
+                        "cannot connect to %s:%d: %s", self.settings.host, self.settings.port, self.last_error
+                    )
+            except Exception as e:
+                # Anything else (a TLS handshake failure surfacing as ssl.SSLError, a paho surprise)
+                # must not end the loop: the device has to come back by itself.
+                self.last_error = f"{type(e).__name__}: {e}"
+                log.exception("unexpected error in the MQTT connection")
+            finally:
+                was_connected = self._connected.is_set()
+                self._connected.clear()
+                if self._lost is not None and not self._lost.done():
+                    self._lost.set_result(None)
+                if was_connected and self._on_disconnect is not None:
+                    self._on_disconnect()
+            if time.monotonic() - started >= STABLE_CONNECTION_S:
+                self.backoff.reset()
+            delay = self.backoff.next()
+            log.info("reconnecting in %.1f s", delay)
+            await asyncio.sleep(delay)
+
+    # -- publishing ----------------------------------------------------------
+    async def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        *,
+        qos: int = 1,
+        retain: bool = False,
+        properties: Properties | None = None,
+    ) -> None:
+        """Publish and wait for the broker's PUBACK; PublishFailed if it cannot be confirmed.
+
+        A message that fails here may still have reached the broker (the PUBACK
+        was lost): QoS 1 is at-least-once, and the request ledger on the other
+        side of the wire is what keeps that from running anything twice.
+        """
+        client, lost = self._client, self._lost
+        if client is None or lost is None or lost.done() or not self._connected.is_set():
+            raise PublishFailed("not connected to the broker")
+        if not self.settings.v5:
+            properties = None
+        # When the connection drops, the wait for the PUBACK is cancelled at once (aiomqtt itself
+        # would wait for its timeout). Cancelling this task, rather than racing a second task
+        # against `lost`, keeps the common path at one task per message.
+        me = asyncio.current_task()
+        assert me is not None
+        waiting = True
+        dropped = False
+
+        def on_lost(_: object) -> None:
+            nonlocal dropped
+            # Future callbacks run a loop turn after the result is set: by then this publish may be
+            # done and the task doing something else, which must not be cancelled.
+            if waiting:
+                dropped = True
+                me.cancel()
+
+        lost.add_done_callback(on_lost)
+        try:
+            await client.publish(
+                topic, payload, qos=qos, retain=retain, properties=properties, timeout=math.inf
+            )
+        except asyncio.CancelledError:
+            # Ours (the connection dropped) unless someone else cancelled the task as well.
+            if dropped and me.uncancel() == 0:
+                raise PublishFailed(
+                    "the connection dropped before the broker confirmed the message"
+                ) from None
+            raise
+        except aiomqtt.MqttError as e:
+            raise PublishFailed(str(e) or type(e).__name__) from e
+        finally:
+            waiting = False
+            lost.remove_done_callback(on_lost)
+
+    async def stop(self, runner: asyncio.Task[None], last_will: tuple[str, bytes] | None = None) -> None:
+        """Publish `last_will` (topic, payload; retained) if connected, then disconnect cleanly.
+
+        A clean DISCONNECT means the broker does not send the Last Will, so the
+        offline status is published here by us instead.
+        """
+        self._stopping = True
+        if last_will is not None and self.connected:
+            try:
+                async with asyncio.timeout(5):
+                    await self.publish(last_will[0], last_will[1], retain=True)
+            except (PublishFailed, TimeoutError) as e:
+                log.warning("could not publish the offline status: %s", e)
+        runner.cancel()
+        # wait() rather than awaiting the task: its CancelledError is expected, ours would not be.
+        await asyncio.wait((runner,))
+        if not runner.cancelled() and runner.exception() is not None:
+            log.debug("error while disconnecting: %s", runner.exception())

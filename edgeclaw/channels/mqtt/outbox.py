@@ -1,0 +1,184 @@
+"""The outbox: messages that could not be published yet, kept in SQLite until the broker is back.
+
+Bounded, because a device may be cut off for days. When the bound is hit the
+least valuable message goes first: the oldest telemetry, then the oldest
+event, and answers only when nothing else is left (an answer is the one thing
+a caller is waiting for). Every drop is counted, persistently, and the count
+is reported in telemetry so a fleet dashboard can see that history was lost.
+
+Messages leave in the order they were made (`ord`, handed out by
+`next_order`), not the order they were stored: a publish that failed after
+others were queued behind it is put back in its place.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import IntEnum
+
+from edgeclaw.store.db import Database, Migration
+
+MIGRATIONS = [
+    Migration(
+        "mqtt-outbox-1",
+        [
+            """CREATE TABLE mqtt_outbox (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                ord INTEGER NOT NULL,
+                kind INTEGER NOT NULL,
+                topic TEXT NOT NULL,
+                payload BLOB NOT NULL,
+                qos INTEGER NOT NULL,
+                retain INTEGER NOT NULL,
+                correlation BLOB,
+                attempts INTEGER NOT NULL DEFAULT 0,
+                created REAL NOT NULL
+            )""",
+            "CREATE INDEX mqtt_outbox_by_ord ON mqtt_outbox (ord)",
+            "CREATE INDEX mqtt_outbox_by_kind ON mqtt_outbox (kind, ord)",
+            "CREATE TABLE mqtt_state (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+        ],
+    )
+]
+
+# A message the broker refused this many times is dropped (and counted) rather than blocking the queue.
+MAX_ATTEMPTS = 10
+
+
+class Kind(IntEnum):
+    """What a message is; the order is the drop order when the outbox is full (lowest first)."""
+
+    TELEMETRY = 0
+    EVENT = 1
+    ANSWER = 2
+
+
+@dataclass(frozen=True, slots=True)
+class OutMessage:
+    kind: Kind
+    topic: str
+    payload: bytes
+    ord: int
+    qos: int = 1
+    retain: bool = False
+    correlation: bytes | None = None  # MQTT 5 Correlation Data of the request being answered
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    seq: int
+    message: OutMessage
+
+
+class Outbox:
+    def __init__(self, db: Database, max_messages: int) -> None:
+        self.db = db
+        self.max_messages = max_messages
+        db.migrate(MIGRATIONS)
+        self._depth = int(db.query("SELECT count(*) FROM mqtt_outbox")[0][0])
+        row = db.query("SELECT value FROM mqtt_state WHERE name = 'outbox_dropped'")
+        self._dropped = int(row[0][0]) if row else 0
+        last = db.query("SELECT max(ord) FROM mqtt_outbox")[0][0]
+        self._orders = itertools.count((last or 0) + 1)
+
+    @property
+    def depth(self) -> int:
+        return self._depth
+
+    @property
+    def dropped(self) -> int:
+        """Messages dropped since the database was created (bound hit, or refused too often)."""
+        return self._dropped
+
+    def next_order(self) -> int:
+        return next(self._orders)
+
+    def put(self, message: OutMessage) -> bool:
+        """Store a message; returns False when it was itself the one dropped to keep the bound."""
+        with self.db.transaction() as conn:
+            if self._depth >= self.max_messages:
+                lowest = conn.execute("SELECT min(kind) FROM mqtt_outbox").fetchone()[0]
+                if lowest is None or message.kind < lowest:
+                    # Everything stored is worth more than this message.
+                    self._count_dropped(conn, 1)
+                    return False
+                victim = conn.execute(
+                    "SELECT seq FROM mqtt_outbox WHERE kind = ? ORDER BY ord LIMIT 1", (lowest,)
+                ).fetchone()[0]
+                conn.execute("DELETE FROM mqtt_outbox WHERE seq = ?", (victim,))
+                self._depth -= 1
+                self._count_dropped(conn, 1)
+            conn.execute(
+                "INSERT INTO mqtt_outbox (ord, kind, topic, payload, qos, retain, correlation, created)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    message.ord,
+                    int(message.kind),
+                    message.topic,
+                    message.payload,
+                    message.qos,
+                    int(message.retain),
+                    message.correlation,
+                    time.time(),
+                ),
+            )
+            self._depth += 1
+        return True
+
+    def peek(self, limit: int) -> list[StoredMessage]:
+        """The oldest `limit` messages, in the order they were made."""
+        rows = self.db.query(
+            "SELECT seq, ord, kind, topic, payload, qos, retain, correlation FROM mqtt_outbox"
+            " ORDER BY ord LIMIT ?",
+            (limit,),
+        )
+        return [
+            StoredMessage(
+                r["seq"],
+                OutMessage(
+                    Kind(r["kind"]),
+                    r["topic"],
+                    bytes(r["payload"]),
+                    r["ord"],
+                    r["qos"],
+                    bool(r["retain"]),
+                    None if r["correlation"] is None else bytes(r["correlation"]),
+                ),
+            )
+            for r in rows
+        ]
+
+    def delete(self, seqs: Iterable[int]) -> None:
+        seqs = list(seqs)
+        if not seqs:
+            return
+        with self.db.transaction() as conn:
+            for seq in seqs:
+                self._depth -= conn.execute("DELETE FROM mqtt_outbox WHERE seq = ?", (seq,)).rowcount
+
+    def failed(self, seqs: Iterable[int]) -> int:
+        """Count a failed attempt for each; drop those that failed MAX_ATTEMPTS times. Returns how many."""
+        seqs = list(seqs)
+        if not seqs:
+            return 0
+        with self.db.transaction() as conn:
+            conn.executemany(
+                "UPDATE mqtt_outbox SET attempts = attempts + 1 WHERE seq = ?", [(s,) for s in seqs]
+            )
+            dropped = conn.execute("DELETE FROM mqtt_outbox WHERE attempts >= ?", (MAX_ATTEMPTS,)).rowcount
+            if dropped:
+                self._depth -= dropped
+                self._count_dropped(conn, dropped)
+        return dropped
+
+    def _count_dropped(self, conn: sqlite3.Connection, n: int) -> None:
+        self._dropped += n
+        conn.execute(
+            "INSERT INTO mqtt_state (name, value) VALUES ('outbox_dropped', ?)"
+            " ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+            (self._dropped,),
+        )

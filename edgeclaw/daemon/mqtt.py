@@ -1,0 +1,25 @@
+"""Wire the MQTT channel from the runtime: the shared agent loop, registry, approvals, database,
+secrets and the custom tools' definition API."""
+
+from __future__ import annotations
+
+from edgeclaw.channels.mqtt import MqttChannel
+from edgeclaw.daemon.runtime import Runtime
+from edgeclaw.tools.custom import custom_tools_for
+
+
+def mqtt_service(runtime: Runtime) -> MqttChannel:
+    """The MQTT channel as a daemon service (an async context manager)."""
+    return MqttChannel(
+        runtime.config.mqtt,
+        device_id=runtime.device_id,
+        board=runtime.board.name,
+        registry=runtime.registry,
+        approvals=runtime.approvals,
+        db=runtime.db,
+        agent=runtime.agent,
+        password=runtime.secrets.get("mqtt", ""),
+        hmac_secret=runtime.secrets.get("mqtt.hmac", ""),
+        source=runtime.config._source,
+        custom_tools=custom_tools_for(runtime.registry),
+    )

@@ -1,0 +1,349 @@
+"""The MQTT channel's parts on their own: backoff, outbox, request ledger, payloads, signing,
+telemetry, discovery and the [mqtt] config checks. No broker needed."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from edgeclaw.channels.mqtt.connection import Backoff
+from edgeclaw.channels.mqtt.dedup import RequestLedger, Seen, request_key
+from edgeclaw.channels.mqtt.discovery import SENSORS, discovery_payload
+from edgeclaw.channels.mqtt.outbox import MAX_ATTEMPTS, Kind, Outbox, OutMessage
+from edgeclaw.channels.mqtt.protocol import (
+    WireError,
+    check_fresh,
+    parse_approval,
+    parse_chat,
+    parse_json_object,
+    parse_tool_call,
+    replayed,
+    safe_response_topic,
+    tool_answer,
+)
+from edgeclaw.channels.mqtt.signing import Verifier, envelope, mac
+from edgeclaw.channels.mqtt.telemetry import HealthSources, TelemetryCollector, cpu_temperature_c
+from edgeclaw.channels.mqtt.topics import DeviceTopics
+from edgeclaw.config.loader import config_from_dict
+from edgeclaw.config.secrets import resolve_secrets
+from edgeclaw.errors import ConfigErrors
+from edgeclaw.store.db import Database
+from edgeclaw.tools.approval import Decision
+from edgeclaw.tools.audit import ToolStats
+from edgeclaw.tools.registry import CallOutcome
+
+
+@pytest.fixture
+def db(tmp_path: Path):
+    database = Database(tmp_path / "state.db")
+    yield database
+    database.close()
+
+
+# -- backoff ----------------------------------------------------------------------
+def test_backoff_doubles_from_one_second_to_sixty_with_jitter_and_resets():
+    low = Backoff(rng=lambda: 0.0)
+    high = Backoff(rng=lambda: 1.0)
+    lows = [low.next() for _ in range(9)]
+    highs = [high.next() for _ in range(9)]
+    assert highs == [1, 2, 4, 8, 16, 32, 60, 60, 60]
+    assert lows == [h / 2 for h in highs]  # never less than half: no thundering retries at 0 s
+    high.reset()
+    assert high.next() == 1
+
+
+# -- outbox -----------------------------------------------------------------------
+def _msg(box: Outbox, kind: Kind, text: str, corr: bytes | None = None) -> OutMessage:
+    return OutMessage(kind, f"t/{text}", text.encode(), box.next_order(), correlation=corr)
+
+
+def test_outbox_keeps_order_and_correlation_across_reopen(db, tmp_path):
+    box = Outbox(db, 100)
+    first = _msg(box, Kind.ANSWER, "a", b"\x01\x02")
+    second = _msg(box, Kind.EVENT, "b")
+    # Stored out of order (a failed publish going back in): leaves in the order made.
+    box.put(second)
+    box.put(first)
+    assert [m.message.payload for m in box.peek(10)] == [b"a", b"b"]
+    db.close()
+    reopened = Outbox(Database(tmp_path / "state.db"), 100)
+    stored = reopened.peek(10)
+    assert reopened.depth == 2 and [m.message.correlation for m in stored] == [b"\x01\x02", None]
+    assert reopened.next_order() > second.ord
+    reopened.delete([stored[0].seq])
+    assert reopened.depth == 1 and reopened.peek(10)[0].message.payload == b"b"
+
+
+def test_outbox_bound_drops_oldest_telemetry_then_events_and_answers_last(db):
+    box = Outbox(db, 4)
+    for text, kind in (
+        ("t1", Kind.TELEMETRY),
+        ("a1", Kind.ANSWER),
+        ("e1", Kind.EVENT),
+        ("t2", Kind.TELEMETRY),
+    ):
+        assert box.put(_msg(box, kind, text))
+    box.put(_msg(box, Kind.ANSWER, "a2"))  # t1 goes
+    box.put(_msg(box, Kind.ANSWER, "a3"))  # t2 goes
+    box.put(_msg(box, Kind.EVENT, "e2"))  # e1 goes (oldest event)
+    assert [m.message.payload for m in box.peek(10)] == [b"a1", b"a2", b"a3", b"e2"]
+    assert box.dropped == 3
+    # Telemetry arriving at a box full of answers and events is itself the one dropped.
+    assert box.put(_msg(box, Kind.TELEMETRY, "t3")) is False
+    assert box.dropped == 4 and box.depth == 4
+    box.put(_msg(box, Kind.ANSWER, "a4"))  # e2 goes
+    box.put(_msg(box, Kind.ANSWER, "a5"))  # only answers left: the oldest answer goes
+    assert [m.message.payload for m in box.peek(10)] == [b"a2", b"a3", b"a4", b"a5"]
+    assert Outbox(db, 4).dropped == 6  # persisted
+
+
+def test_outbox_drops_a_message_the_broker_keeps_refusing(db):
+    box = Outbox(db, 10)
+    box.put(_msg(box, Kind.ANSWER, "poison"))
+    seq = box.peek(1)[0].seq
+    for _ in range(MAX_ATTEMPTS - 1):
+        assert box.failed([seq]) == 0
+    assert box.failed([seq]) == 1 and box.depth == 0 and box.dropped == 1
+
+
+# -- request ledger ---------------------------------------------------------------
+def test_ledger_states_and_the_window(db):
+    ledger: RequestLedger[str] = RequestLedger(db, window_s=60)
+    key = request_key("tool", "1", ["work", {"n": "1"}])
+    assert key != request_key("tool", "1", ["work", {"n": "2"}])  # same id, other content: another request
+    assert request_key("tool", "1", ["w", {"a": 1, "b": 2}]) == request_key(
+        "tool", "1", ["w", {"b": 2, "a": 1}]
+    )
+    assert ledger.lookup(key).seen is Seen.NEW
+    ledger.start(key)
+    assert ledger.lookup(key).seen is Seen.RUNNING
+    ledger.wait(key, "route-2")
+    assert ledger.finish(key, b'{"ok":true}') == ["route-2"]
+    found = ledger.lookup(key)
+    assert found.seen is Seen.DONE and found.answer == b'{"ok":true}'
+
+    # Running when the daemon stopped: another process sees it as interrupted, not as new.
+    other = request_key("tool", "2", [])
+    ledger.start(other)
+    restarted: RequestLedger[str] = RequestLedger(db, window_s=60)
+    assert restarted.lookup(other).seen is Seen.INTERRUPTED
+    assert restarted.lookup(key).seen is Seen.DONE
+
+    # Beyond the window an id is new again, and purge forgets it.
+    db.execute("UPDATE mqtt_requests SET created = ?", (time.time() - 120,))
+    assert restarted.lookup(key).seen is Seen.NEW
+    assert restarted.purge() == 2
+
+
+def test_ledger_abandon_lets_a_request_that_never_ran_run_later(db):
+    ledger: RequestLedger[str] = RequestLedger(db, window_s=60)
+    ledger.start("k")
+    ledger.wait("k", "r")
+    assert ledger.abandon("k") == ["r"]
+    assert ledger.lookup("k").seen is Seen.NEW
+
+
+# -- payloads ---------------------------------------------------------------------
+def test_tool_call_parsing_names_each_problem():
+    call = parse_tool_call({"id": 7, "tool": "i2c", "args": {"bus": 1}, "session": "s"})
+    assert (call.id, call.tool, call.args, call.session) == ("7", "i2c", {"bus": 1}, "s")
+    assert parse_tool_call({"id": "x", "tool": "t"}).args == {}
+    for obj, code, words in (
+        ({"tool": "t"}, "missing_field", "'id'"),
+        ({"id": "", "tool": "t"}, "missing_field", "'id' is empty"),
+        ({"id": "x"}, "missing_field", "'tool'"),
+        ({"id": "x", "tool": ["t"]}, "bad_field", "'tool' must be a string"),
+        ({"id": "x", "tool": "t", "args": "{}"}, "bad_field", "'args'"),
+        ({"id": True, "tool": "t"}, "bad_field", "'id'"),
+        ({"id": "x" * 500, "tool": "t"}, "bad_field", "longer than"),
+    ):
+        with pytest.raises(WireError) as e:
+            parse_tool_call(obj)
+        assert e.value.code == code and words in e.value.message
+    with pytest.raises(WireError, match="malformed JSON") as e:
+        parse_json_object(b'{"id": ', "tool/call")
+    assert e.value.code == "bad_json"
+    with pytest.raises(WireError, match="not UTF-8"):
+        parse_json_object(b'{"id": "\xff"}', "tool/call")
+
+
+def test_chat_parsing_json_or_plain_text():
+    assert parse_chat(b"hello there").text == "hello there"
+    chat = parse_chat(b'{"text": "hi", "session": "s", "sender": "bob", "id": "m1"}')
+    assert (chat.text, chat.session, chat.sender, chat.id) == ("hi", "s", "bob", "m1")
+    with pytest.raises(WireError, match="'text'"):
+        parse_chat(b'{"session": "s"}')
+    with pytest.raises(WireError, match="malformed"):
+        parse_chat(b"{oops")
+    with pytest.raises(WireError, match="neither JSON nor UTF-8"):
+        parse_chat(b"\xff")
+
+
+def test_approval_parsing():
+    assert parse_approval({"id": "a", "decision": "allow-always"}).decision is Decision.ALLOW_ALWAYS
+    with pytest.raises(WireError, match="allow-once, allow-always, deny"):
+        parse_approval({"id": "a", "decision": "yes"})
+
+
+def test_answers_and_replays():
+    outcome = CallOutcome("i2c", False, "i2c: nope", None, "i2c: nope", 1.23456, True, "policy")
+    answer = tool_answer("9", outcome)
+    assert answer == {
+        "id": "9",
+        "ok": False,
+        "tool": "i2c",
+        "for_llm": "i2c: nope",
+        "error": "i2c: nope",
+        "code": "policy",
+        "duration_ms": 1.235,
+    }
+    again = json.loads(replayed(json.dumps(answer).encode()))
+    assert again.pop("replay") is True and again == answer
+
+
+def test_response_topics_that_are_refused():
+    assert safe_response_topic("reply/x")
+    for topic in ("", "a/#", "a/+/b", "$SYS/x", "edgeclaw/other/tool/call", "edgeclaw/x/chat/in"):
+        assert not safe_response_topic(topic), topic
+
+
+def test_freshness_of_signed_commands():
+    now = 1_000_000.0
+    check_fresh({"ts": now - 10}, 60, now)
+    for obj in ({}, {"ts": "now"}, {"ts": now - 61}, {"ts": now + 61}):
+        with pytest.raises(WireError) as e:
+            check_fresh(obj, 60, now)
+        assert e.value.code == "stale"
+
+
+# -- signing ----------------------------------------------------------------------
+def test_hmac_user_property_and_envelope():
+    secret = "s3cret-value"
+    verifier = Verifier(secret)
+    topic = "edgeclaw/d/tool/call"
+    body = b'{"id":"1","tool":"t"}'
+    assert verifier.verify(topic, body, [("hmac", mac(secret.encode(), topic, body))]) == body
+    assert verifier.verify(topic, body, [("hmac", mac(secret.encode(), topic, body).upper())]) == body
+    env = envelope(secret.encode(), topic, {"id": "1", "tool": "t"})
+    assert json.loads(verifier.verify(topic, env, None)) == {"id": "1", "tool": "t"}
+    assert env.replace(b'\\"1\\"', b'\\"2\\"') != env  # the tampering below really changes it
+    for payload, props in (
+        (body, None),
+        (body, [("hmac", "00" * 32)]),
+        (body, [("hmac", mac(secret.encode(), "edgeclaw/other/tool/call", body))]),
+        (env.replace(b'\\"1\\"', b'\\"2\\"'), None),
+        (envelope(b"other", topic, {"id": "1"}), None),
+    ):
+        with pytest.raises(WireError) as e:
+            verifier.verify(topic, payload, props)
+        assert e.value.code == "bad_signature"
+    with pytest.raises(ValueError):
+        Verifier("")
+
+
+# -- telemetry and discovery ------------------------------------------------------
+def _fake_tree(root: Path, zones: dict[str, tuple[str, str]]) -> HealthSources:
+    thermal = root / "thermal"
+    for name, (kind, temp) in zones.items():
+        (thermal / name).mkdir(parents=True)
+        (thermal / name / "type").write_text(kind + "\n")
+        (thermal / name / "temp").write_text(temp + "\n")
+    proc = root / "proc"
+    proc.mkdir()
+    (proc / "loadavg").write_text("0.50 0.25 0.10 1/123 4567\n")
+    (proc / "meminfo").write_text("MemTotal:        1000000 kB\nMemFree: 1 kB\nMemAvailable:     250000 kB\n")
+    (proc / "uptime").write_text("12345.67 100.00\n")
+    return HealthSources(thermal=thermal, proc=proc, disk=root)
+
+
+def test_telemetry_reads_the_cpu_zone_load_memory_disk_and_tool_stats(tmp_path):
+    sources = _fake_tree(
+        tmp_path, {"thermal_zone0": ("acpitz", "30000"), "thermal_zone1": ("cpu-thermal", "47312")}
+    )
+    stats = ToolStats()
+    stats.record("i2c", "s", True, False, 2.0, time.time())
+    stats.record("i2c", "s", False, False, 4.0, time.time())
+    snap = TelemetryCollector("sim", "1.0", stats, sources).snapshot(outbox_depth=3)
+    assert snap["cpu_temp_c"] == 47.3  # the CPU's zone, not the first one
+    assert (snap["load_1m"], snap["load_5m"], snap["load_15m"]) == (0.5, 0.25, 0.1)
+    assert snap["mem_used_pct"] == 75.0 and snap["system_uptime_s"] == 12345.67
+    assert snap["disk_total_bytes"] > 0 and 0 <= snap["disk_used_pct"] <= 100
+    assert snap["tool_calls"] == 2 and snap["tool_errors"] == 1
+    assert snap["tools"]["i2c"] == {"calls": 2, "errors": 1, "refused": 0, "avg_ms": 3.0}
+    assert snap["outbox_depth"] == 3 and snap["board"] == "sim"
+    json.dumps(snap)
+
+
+def test_telemetry_without_thermal_zones_or_proc_reports_null(tmp_path):
+    assert cpu_temperature_c(tmp_path / "missing") is None
+    only = _fake_tree(tmp_path, {"thermal_zone0": ("acpitz", "31000")})
+    assert cpu_temperature_c(only.thermal) == 31.0
+    snap = TelemetryCollector(
+        "sim", "1", ToolStats(), HealthSources(tmp_path / "x", tmp_path / "y", tmp_path / "z")
+    ).snapshot()
+    assert snap["cpu_temp_c"] is None and snap["load_1m"] is None and snap["mem_used_pct"] is None
+
+
+def test_discovery_payload_shape():
+    topics = DeviceTopics("edgeclaw", "green house/7")
+    p = discovery_payload(topics, board="rpi4", version="1.2", telemetry_interval_s=30)
+    assert topics.discovery == "homeassistant/device/green house/7/config"
+    assert p["dev"] == {
+        "ids": ["edgeclaw_green_house_7"],
+        "name": "green house/7",
+        "mf": "edgeclaw",
+        "mdl": "rpi4",
+        "sw": "1.2",
+    }
+    assert p["o"] == {"name": "edgeclaw", "sw": "1.2"}
+    assert len(p["cmps"]) == len(SENSORS)
+    for uid, comp in p["cmps"].items():
+        assert comp["p"] == "sensor" and comp["unique_id"] == uid and comp["expire_after"] == 90
+        assert all(c.isalnum() or c in "_-" for c in uid)
+
+
+# -- config -----------------------------------------------------------------------
+def test_mqtt_config_checks_name_the_key():
+    with pytest.raises(ConfigErrors) as e:
+        config_from_dict(
+            {
+                "mqtt": {
+                    "inbound_queue": 0,
+                    "max_concurrent": 0,
+                    "telemetry_interval_s": 0.01,
+                    "dedup_window_s": -1,
+                    "hmac_secret_env": "A",
+                    "hmac_secret_file": "/x",
+                    "discovery_prefix": "home/#",
+                    "tls": {"cert_file": "c.pem"},
+                }
+            },
+            "e.toml",
+        )
+    text = str(e.value)
+    for key in (
+        "mqtt.inbound_queue",
+        "mqtt.max_concurrent",
+        "mqtt.telemetry_interval_s",
+        "mqtt.dedup_window_s",
+        "hmac_secret_env or hmac_secret_file",
+        "mqtt.discovery_prefix",
+        "mqtt.tls",
+    ):
+        assert key in text, key
+    with pytest.raises(ConfigErrors, match=r"mqtt\.hmac_max_age_s"):
+        config_from_dict({"mqtt": {"hmac_max_age_s": 30}}, "e.toml")
+
+
+def test_hmac_secret_comes_from_the_environment_or_a_file(tmp_path):
+    config = config_from_dict({"mqtt": {"hmac_secret_env": "EC_SECRET"}}, "c.toml")
+    values, problems = resolve_secrets(config, {"EC_SECRET": "from-env"})
+    assert values["mqtt.hmac"] == "from-env" and not problems
+    _, problems = resolve_secrets(config, {})
+    assert "mqtt.hmac_secret_env" in str(problems[0])
+    (tmp_path / "secret").write_text("from-file\n")
+    config = config_from_dict({"mqtt": {"hmac_secret_file": str(tmp_path / "secret")}}, "c.toml")
+    assert resolve_secrets(config, {})[0]["mqtt.hmac"] == "from-file"

@@ -347,9 +347,30 @@ def cmd_console_hash_pin(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _not_implemented(what: str) -> int:
-    print(f"edgeclaw: {what} is not implemented in this version", file=sys.stderr)
-    return EXIT_REFUSED
+def cmd_doctor(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from edgeclaw.daemon.doctor import Finding, diagnose
+    from edgeclaw.daemon.runtime import build_runtime
+    from edgeclaw.errors import ConfigErrors
+
+    try:
+        # Missing secrets are reported per provider below rather than stopping the whole check.
+        runtime = build_runtime(_load(args), board=args.board, require_secrets=False)
+    except ConfigErrors as e:
+        print(Finding("FAIL", "config", str(e).replace("\n", "; ")))
+        return EXIT_TOOL_ERROR
+
+    async def run() -> list[Finding]:
+        try:
+            return await diagnose(runtime)
+        finally:
+            await runtime.aclose()
+
+    findings = [Finding("ok", "config", runtime.config._source), *asyncio.run(run())]
+    for finding in findings:
+        print(finding)
+    return EXIT_TOOL_ERROR if any(f.level == "FAIL" for f in findings) else EXIT_OK
 
 
 def _user() -> str:
@@ -386,6 +407,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "approvals":
         return cmd_approvals(args)
     if args.command == "doctor":
-        return _not_implemented("`edgeclaw doctor`")
+        return cmd_doctor(args)
     parser.error(f"unknown command {args.command!r}")
     return EXIT_REFUSED

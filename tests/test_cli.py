@@ -96,8 +96,3 @@ def test_unknown_board_is_refused(run_cli):
 def test_board_show(run_cli):
     out = run_cli("board", "show", "sim")
     assert out.returncode == 0 and out.stdout.startswith("sim: ")
-
-
-def test_unfinished_commands_say_so(run_cli):
-    out = run_cli("doctor")
-    assert out.returncode == 2 and "not implemented" in out.stderr

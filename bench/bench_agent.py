@@ -105,9 +105,12 @@ def main() -> int:
         )
         base = hwm_mib("pass", env)
         built = hwm_mib(build, env)
+        # The HTTP client (httpx, TLS context) is created by the first model request.
+        talking = hwm_mib(build + "a.chain.providers[0]._client.get()\n", env)
         print(
             f"memory: `python -c pass` {base:.1f} MiB, agent loop built with all tools {built:.1f} MiB "
-            f"(nanobot: {NANOBOT_RSS_MIB:.0f} MiB; target <= {RSS_TARGET_MIB:.0f} MiB)"
+            f"(nanobot: {NANOBOT_RSS_MIB:.0f} MiB; target <= {RSS_TARGET_MIB:.0f} MiB); "
+            f"{talking:.1f} MiB once the first model request has created the HTTP client"
         )
         tools = subprocess.run(
             [sys.executable, "-c", build + "print(len(r.registry.names()))"],

@@ -13,16 +13,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeclaw.backends.base import DeviceUnavailable
-from edgeclaw.backends.esp32 import Esp32Bridge
-from edgeclaw.backends.gpio import GPIOController, GpiozeroDriver
 from edgeclaw.backends.i2c import I2CBus, SMBus2Driver
-from edgeclaw.backends.memory import MemoryAccess, MemoryWindow, sim_region_file
-from edgeclaw.backends.probe import DebugProbe, GdbProbe, PyocdProbe, sim_probe
-from edgeclaw.backends.spi import SpidevDriver, SPIDevice
 from edgeclaw.board import BoardProfile, MemoryRegionGrant
+
+# Everything but I2C is imported when first opened: a daemon that never touches the
+# probe never loads the GDB client, QEMU launcher or ctypes.
+if TYPE_CHECKING:
+    from edgeclaw.backends.esp32 import Esp32Bridge
+    from edgeclaw.backends.gpio import GPIOController
+    from edgeclaw.backends.memory import MemoryAccess
+    from edgeclaw.backends.probe import DebugProbe
+    from edgeclaw.backends.spi import SPIDevice
 from edgeclaw.config.schema import HardwareConfig
 from edgeclaw.errors import BackendError
 
@@ -78,6 +82,8 @@ class BoardBackends:
         found = self._spi.get(key)
         if found is not None:
             return found
+        from edgeclaw.backends.spi import SpidevDriver, SPIDevice
+
         if self.profile.spi_device(bus, chip_select) is None:
             raise DeviceUnavailable(f"SPI {bus}.{chip_select} is not granted by the board profile")
         if self.simulated:
@@ -94,6 +100,8 @@ class BoardBackends:
 
     def gpio(self) -> GPIOController:
         if self._gpio is None:
+            from edgeclaw.backends.gpio import GPIOController, GpiozeroDriver
+
             if not self.spec.gpio:
                 raise DeviceUnavailable("the board profile grants no GPIO pins")
             driver = GpiozeroDriver(self.spec.gpio, mock=self.simulated)
@@ -106,6 +114,8 @@ class BoardBackends:
         found = self._memory.get(region.name)
         if found is not None:
             return found
+        from edgeclaw.backends.memory import MemoryAccess, MemoryWindow, sim_region_file
+
         writable = region.access == "rw"
         if self.simulated:
             window = MemoryWindow(region, str(sim_region_file(self.state_dir, region)), 0, writable)
@@ -121,6 +131,8 @@ class BoardBackends:
         grant = self.spec.probe
         if grant is None:
             raise DeviceUnavailable("the board profile names no probe target")
+        from edgeclaw.backends.probe import GdbProbe, PyocdProbe, sim_probe
+
         timeouts = {"timeout_s": self.config.op_timeout_s, "flash_timeout_s": self.config.flash_timeout_s}
         probe: DebugProbe
         if grant.transport == "pyocd":
@@ -140,6 +152,8 @@ class BoardBackends:
         grant = self.spec.esp32
         if grant is None:
             raise DeviceUnavailable("the board profile names no ESP32 bridge")
+        from edgeclaw.backends.esp32 import Esp32Bridge
+
         port = grant.port
         if port == "sim":
             from edgeclaw.backends.sim.esp32 import SimEsp32

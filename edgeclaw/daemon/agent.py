@@ -6,6 +6,7 @@ from edgeclaw.agent.loop import AgentLoop
 from edgeclaw.agent.prompt import PromptBuilder
 from edgeclaw.agent.providers.base import Provider
 from edgeclaw.agent.providers.chain import ProviderChain, RetryPolicy
+from edgeclaw.agent.providers.http import SharedClient
 from edgeclaw.daemon.runtime import Runtime
 from edgeclaw.tools.process import ProcessTool
 
@@ -14,10 +15,8 @@ def build_agent(runtime: Runtime) -> AgentLoop:
     config = runtime.config
     providers: list[Provider] = []
     if config.agent.providers:
-        import httpx
-
         # One client for every provider: connection pooling, and a single place to close.
-        client = httpx.AsyncClient(follow_redirects=False)
+        client = SharedClient()
         runtime.on_close(client.aclose)
         for name in config.agent.providers:
             providers.append(_provider(name, runtime, client))
@@ -51,7 +50,7 @@ def build_agent(runtime: Runtime) -> AgentLoop:
     return agent
 
 
-def _provider(name: str, runtime: Runtime, client: object) -> Provider:
+def _provider(name: str, runtime: Runtime, client: SharedClient) -> Provider:
     cfg = runtime.config.providers[name]
     api_key = runtime.secrets.get(f"providers.{name}", "")
     kwargs = {

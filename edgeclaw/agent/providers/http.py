@@ -3,11 +3,35 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
+if TYPE_CHECKING:
+    import httpx
 
 from edgeclaw.agent.providers.base import ProviderError, http_error
+
+
+class SharedClient:
+    """One HTTP client for every provider, created on the first request.
+
+    httpx and its TLS context (the CA bundle) cost a few MiB; a board that only
+    ever answers slash commands, or whose model is not used yet, does not pay it.
+    """
+
+    def __init__(self) -> None:
+        self._client: httpx.AsyncClient | None = None
+
+    def get(self) -> httpx.AsyncClient:
+        if self._client is None:
+            import httpx
+
+            self._client = httpx.AsyncClient(follow_redirects=False)
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
 
 
 async def post_json(
@@ -19,6 +43,8 @@ async def post_json(
     timeout_s: float,
 ) -> dict[str, Any]:
     """POST a JSON body and return the JSON object answered. Raises ProviderError."""
+    import httpx
+
     try:
         response = await client.post(url, json=body, headers=headers, timeout=timeout_s)
     except httpx.TimeoutException:
@@ -53,7 +79,7 @@ class HttpProvider:
     def __init__(
         self,
         name: str,
-        client: httpx.AsyncClient,
+        client: SharedClient,
         *,
         model: str,
         base_url: str = "",
@@ -70,4 +96,4 @@ class HttpProvider:
         self._max_tokens = max_tokens
 
     async def _post(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
-        return await post_json(self._client, self.name, url, body, headers, self._timeout_s)
+        return await post_json(self._client.get(), self.name, url, body, headers, self._timeout_s)

@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 from typing import Any, ClassVar
 
-from edgeclaw.backends.qemu import qemu_available
 from edgeclaw.board import describe_grants
 from edgeclaw.tools.base import Args, ToolContext, ToolResult
 from edgeclaw.tools.hardware.common import HardwareTool, result
@@ -42,6 +41,12 @@ def memory_kib() -> dict[str, int]:
 def uptime_s() -> float | None:
     text = _read_text("/proc/uptime")
     return float(text.split()[0]) if text else None
+
+
+def _qemu_available() -> bool:
+    from edgeclaw.backends.qemu import qemu_available  # ctypes and the launcher only when asked
+
+    return qemu_available()
 
 
 class HardwareInfoTool(HardwareTool):
@@ -80,7 +85,7 @@ class HardwareInfoTool(HardwareTool):
             "grants": describe_grants(self.profile),
             "live_backends": self.backends.live(),
             "libraries": libraries,
-            "qemu_available": qemu_available() if spec.probe and spec.probe.gdb_address == "qemu" else None,
+            "qemu_available": _qemu_available() if spec.probe and spec.probe.gdb_address == "qemu" else None,
         }
         lines = [
             f"board {self.profile.name}: {self.profile.description}",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import os
 from pathlib import Path
 from typing import Any
@@ -197,6 +199,35 @@ async def test_read_fifo_does_not_hang(ws: Workspace) -> None:
         await ReadFileTool(ws).execute({"path": "pipe"}, CTX)
 
 
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        (ReadFileTool, {"path": "pipe"}),
+        (SearchTool, {"pattern": "x", "path": "pipe"}),
+        (FileAppendTool, {"path": "pipe", "content": "x"}),
+        (WriteFileTool, {"path": "pipe", "content": "x"}),
+        (EditFileTool, {"path": "pipe", "old_text": "a", "new_text": "b"}),
+    ],
+)
+async def test_special_files_are_refused_before_they_are_opened(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch, tool: type[Tool], args: dict[str, Any]
+) -> None:
+    # Opening a device can act on it (a serial port's DTR resets the board behind it); a FIFO
+    # stands in for one here, and no open() of it may happen at all.
+    os.mkfifo(ws.root / "pipe")
+    opened: list[str] = []
+    real_open = os.open
+
+    def watching_open(path: Any, *a: Any, **kw: Any) -> int:
+        opened.append(os.fspath(path))
+        return real_open(path, *a, **kw)
+
+    monkeypatch.setattr(os, "open", watching_open)
+    with pytest.raises(ToolError, match="not a regular file"):
+        await tool(ws).execute(args, CTX)
+    assert not [p for p in opened if p.endswith("pipe")]
+
+
 async def test_read_big_file_goes_through_thread(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fs, "INLINE_IO_BYTES", 10)
     out = await run(ReadFileTool(ws), path="lines.txt", start_line=10)
@@ -329,6 +360,76 @@ async def test_append_size_limit_counts_existing(ws: Workspace) -> None:
     with pytest.raises(ToolRefused, match="over the"):
         await FileAppendTool(ws).execute({"path": "grow.txt", "content": "c"}, CTX)
     assert (ws.root / "grow.txt").stat().st_size == LIMIT
+
+
+async def test_append_that_fails_half_way_leaves_the_file_as_it_was(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (ws.root / "log.txt").write_text("kept\n")
+    real_write = os.write
+
+    def disk_fills_up(fd: int, data: bytes | memoryview) -> int:
+        if len(data) > 4:
+            return real_write(fd, data[:4])  # a short write, then the disk is full
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fs.os, "write", disk_fills_up)
+    with pytest.raises(ToolError, match="No space left"):
+        await FileAppendTool(ws).execute({"path": "log.txt", "content": "half of this\n"}, CTX)
+    monkeypatch.undo()
+    assert (ws.root / "log.txt").read_text() == "kept\n"
+
+
+async def test_racing_appends_cannot_pass_the_size_limit_together(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Big appends run in threads; make a second one start while the first is writing.
+    (ws.root / "grow.txt").write_text("x" * (LIMIT - 10))
+    path, shown = ws.resolve("grow.txt"), "grow.txt"
+    real_write_all = fs._write_all
+    second: list[BaseException | int] = []
+
+    def write_all_with_a_rival(fd: int, data: bytes) -> None:
+        if not second:
+            try:
+                second.append(fs._append(ws, path, b"y" * 8, shown))
+            except (ToolError, ToolRefused) as exc:
+                second.append(exc)
+        real_write_all(fd, data)
+
+    monkeypatch.setattr(fs, "_write_all", write_all_with_a_rival)
+    fs._append(ws, path, b"z" * 8, shown)
+    assert isinstance(second[0], ToolError) and "another call" in str(second[0])
+    assert (ws.root / "grow.txt").stat().st_size <= LIMIT
+
+
+async def test_parent_directories_are_not_made_through_a_symlink_raced_in(
+    ws: Workspace, outside: Path
+) -> None:
+    # check() resolved "new/sub/f.txt" (nothing there yet); then "new" became a symlink to the outside.
+    tool = WriteFileTool(ws)
+    args = {"path": "new/sub/f.txt", "content": "x"}
+    await tool.check(args, CTX)
+    path, shown, data = tool._prepare(args)
+    (ws.root / "new").symlink_to(outside)
+    with pytest.raises(ToolRefused):
+        fs._atomic_write(ws, path, data, shown)
+    assert not (outside / "sub").exists()
+
+
+async def test_hard_link_to_a_file_outside_is_neither_read_nor_appended_to(
+    ws: Workspace, outside: Path
+) -> None:
+    os.link(outside / "secret.txt", ws.root / "linked.txt")
+    for tool, args in (
+        (ReadFileTool(ws), {"path": "linked.txt"}),
+        (FileAppendTool(ws), {"path": "linked.txt", "content": "owned\n"}),
+        (EditFileTool(ws), {"path": "linked.txt", "old_text": "hunter2", "new_text": "x"}),
+    ):
+        with pytest.raises(ToolRefused, match="hard links"):
+            await tool.execute(args, CTX)
+    assert (outside / "secret.txt").read_text() == "password=hunter2\n"
+    assert await run(SearchTool(ws), pattern="hunter2") == "no matches for 'hunter2' in ."
 
 
 # -- list_files --------------------------------------------------------------------------------------------
@@ -467,3 +568,29 @@ async def test_glob_refuses_traversal(ws: Workspace, pattern: str) -> None:
         await GlobTool(ws).check({"pattern": pattern}, CTX)
     with pytest.raises(ToolRefused):
         await GlobTool(ws).execute({"pattern": pattern}, CTX)
+
+
+async def test_a_pathological_search_neither_freezes_the_loop_nor_runs_forever(
+    ws: Workspace, monkeypatch
+) -> None:
+    # Nested alternation: with `re` this holds the interpreter lock for far longer than anyone waits.
+    (ws.root / "minified.js").write_text("a" * 200 + "!\n")
+    monkeypatch.setattr(fs, "MATCH_BUDGET_S", 0.5)
+    loop = asyncio.get_running_loop()
+    ticks = 0
+
+    async def heartbeat() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.02)
+            ticks += 1
+
+    beat = asyncio.create_task(heartbeat())
+    started = loop.time()
+    with pytest.raises(ToolError, match=r"took longer than 0\.5 s"):
+        await SearchTool(ws).execute({"pattern": r"(a|aa)+$", "path": "minified.js"}, CTX)
+    elapsed = loop.time() - started
+    beat.cancel()
+    assert elapsed < 5
+    # The event loop kept running while the pattern was being matched.
+    assert ticks >= elapsed / 0.02 / 4

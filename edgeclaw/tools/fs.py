@@ -16,10 +16,12 @@ VCS directories (they can still be targeted explicitly), and stop after
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import re
 import secrets
 import stat
+import time
 from abc import abstractmethod
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
@@ -140,6 +142,7 @@ def _read_bytes(ws: Workspace, path: Path, shown: str) -> bytes:
             raise ToolError(f"{shown} is a directory; use list_files")
         if not stat.S_ISREG(st.st_mode):
             raise ToolError(f"{shown} is not a regular file")
+        _refuse_hard_links(st, shown)
         if st.st_size > ws.max_file_bytes:
             raise ToolRefused(_too_big(ws, shown, st.st_size))
         try:
@@ -171,12 +174,23 @@ def _read_text(ws: Workspace, path: Path, shown: str, *, strict: bool) -> str:
 def _ensure_parent(ws: Workspace, path: Path, shown: str) -> int:
     """Create `path`'s parent directories if needed and return a verified descriptor of the parent."""
     try:
-        # The parent is a resolved path inside the workspace; a symlink raced in
-        # meanwhile is caught by open_dir's descriptor check before anything is written.
-        os.makedirs(path.parent, exist_ok=True)
-        return ws.open_dir(path.parent, shown=ws.display(path.parent))
+        return ws.make_dirs(path.parent)
     except OSError as exc:
         raise _os_error("create the directory for", shown, exc) from exc
+
+
+def _refuse_hard_links(st: os.stat_result, shown: str) -> None:
+    """Refuse a file with more than one name: another name may lie outside the workspace.
+
+    A hard link is not a symlink: nothing about the name inside says where else
+    the file lives, so reading it could show, and appending could change, a
+    file outside. (write_file and edit_file replace the name, never the file.)
+    """
+    if st.st_nlink > 1:
+        raise ToolRefused(
+            f"refused path {shown!r}: it has {st.st_nlink} hard links, and another one may lie "
+            "outside the workspace"
+        )
 
 
 def _atomic_write(ws: Workspace, path: Path, data: bytes, shown: str) -> bool:
@@ -227,7 +241,10 @@ def _atomic_write(ws: Workspace, path: Path, data: bytes, shown: str) -> bool:
 
 
 def _append(ws: Workspace, path: Path, data: bytes, shown: str) -> int:
-    """Append `data` to `path` (created if missing); returns the new size."""
+    """Append `data` to `path` (created if missing); returns the new size.
+
+    All or nothing: a write that fails half-way (a full disk) is cut back off.
+    """
     dir_fd = _ensure_parent(ws, path, shown)
     try:
         # Relative to a verified directory descriptor and with O_NOFOLLOW: no way out.
@@ -237,15 +254,28 @@ def _append(ws: Workspace, path: Path, data: bytes, shown: str) -> int:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise ToolError(f"{shown} is not a regular file")
+            _refuse_hard_links(st, shown)
+            try:
+                # Two appends racing (big ones run in threads) would both pass the size check
+                # below and together pass the limit. Never wait: the event loop may be the caller.
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise ToolError(f"{shown} is being written by another call; try again") from None
+            st = os.fstat(fd)  # the size now that nobody else is appending
             if st.st_size + len(data) > ws.max_file_bytes:
                 raise ToolRefused(
                     f"refused: appending {_fmt_size(len(data))} would make {shown} "
                     f"{_fmt_size(st.st_size + len(data))}, over the {_fmt_size(ws.max_file_bytes)} limit"
                 )
-            _write_all(fd, data)
+            try:
+                _write_all(fd, data)
+            except OSError:
+                with suppress(OSError):
+                    os.ftruncate(fd, st.st_size)
+                raise
             return os.fstat(fd).st_size
         finally:
-            os.close(fd)
+            os.close(fd)  # also releases the lock
     except OSError as exc:
         raise _os_error("append to", shown, exc) from exc
     finally:
@@ -356,7 +386,45 @@ def _glob_segment(part: str) -> str:
     return "".join(out)
 
 
-def _glob_regex(pattern: str) -> re.Pattern[str]:
+# Pattern matching uses the `regex` module, not `re`: `re` holds the interpreter lock for the whole
+# match, so one pathological pattern ((a+)+$, or .*x over a megabyte line) would freeze the event
+# loop, every channel and the watchdog. `regex` releases the lock (concurrent=True) and honours a
+# timeout, so a search is bounded by MATCH_BUDGET_S however bad the pattern.
+MATCH_BUDGET_S = 20.0
+
+
+class _Deadline:
+    def __init__(self, seconds: float | None = None) -> None:
+        self.seconds = MATCH_BUDGET_S if seconds is None else seconds
+        self.end = time.monotonic() + self.seconds
+
+    def expired(self) -> ToolError:
+        return ToolError(
+            f"pattern matching took longer than {self.seconds:g} s; use a simpler pattern or a narrower path"
+        )
+
+    def left(self) -> float:
+        left = self.end - time.monotonic()
+        if left <= 0:
+            raise self.expired()
+        return left
+
+
+def _compile(pattern: str, flags: int = 0) -> Any:
+    import regex  # only the fs tools that match patterns pay for it
+
+    return regex.compile(pattern, flags)
+
+
+def _matches(compiled: Any, subject: str, deadline: _Deadline, *, full: bool = False) -> bool:
+    method = compiled.fullmatch if full else compiled.search
+    try:
+        return method(subject, timeout=deadline.left(), concurrent=True) is not None
+    except TimeoutError:
+        raise deadline.expired() from None
+
+
+def _glob_regex(pattern: str) -> Any:
     """Compile a '/'-separated glob where a `**` segment spans any number of directories."""
     parts = [p for p in pattern.split("/") if p]
     out: list[str] = []
@@ -366,9 +434,11 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
             out.append(".+" if last else "(?:[^/]+/)*")
         else:
             out.append(_glob_segment(part) + ("" if last else "/"))
+    import regex
+
     try:
-        return re.compile("".join(out))
-    except re.error as exc:
+        return _compile("".join(out))
+    except regex.error as exc:
         raise ToolError(f"invalid glob pattern {pattern!r}: {exc}") from exc
 
 
@@ -440,6 +510,8 @@ class ReadFileTool(_FsTool):
             raise _os_error("read", shown, exc) from exc
         if stat.S_ISDIR(st.st_mode):
             raise ToolError(f"{shown} is a directory; use list_files")
+        if not stat.S_ISREG(st.st_mode):  # refused before opening: opening a device can act on it
+            raise ToolError(f"{shown} is not a regular file")
         if st.st_size > self.ws.max_file_bytes:
             raise ToolRefused(_too_big(self.ws, shown, st.st_size))
         return _ReadPlan(path, shown, st.st_size, start, end)
@@ -467,6 +539,11 @@ class ReadFileTool(_FsTool):
 class _ContentTool(_FsTool):
     """A tool that writes given content to a path: both are checked before anything is touched."""
 
+    @staticmethod
+    def schema(content_help: str) -> dict[str, Any]:
+        content = {"type": "string", "description": content_help}
+        return _schema({"path": _PATH_PROP, "content": content}, ["path", "content"])
+
     def _prepare(self, args: Args) -> tuple[Path, str, bytes]:
         path = self.ws.resolve(args["path"], for_write=True)
         shown = self.ws.display(path)
@@ -479,10 +556,7 @@ class WriteFileTool(_ContentTool):
         "Create or overwrite a text file with the given content (atomic: on failure the old file stays). "
         "Creates missing parent directories."
     )
-    parameters = _schema(
-        {"path": _PATH_PROP, "content": {"type": "string", "description": "The complete new file content."}},
-        ["path", "content"],
-    )
+    parameters = _ContentTool.schema("The complete new file content.")
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
         path, shown, data = self._prepare(args)
@@ -551,10 +625,7 @@ class FileAppendTool(_ContentTool):
         "Append text to the end of a file, creating it (and parent directories) if missing. "
         "Content is added as-is: include a trailing newline if you want one."
     )
-    parameters = _schema(
-        {"path": _PATH_PROP, "content": {"type": "string", "description": "Text to append."}},
-        ["path", "content"],
-    )
+    parameters = _ContentTool.schema("Text to append.")
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
         path, shown, data = self._prepare(args)
@@ -660,14 +731,16 @@ class SearchTool(_FsTool):
         ["pattern"],
     )
 
-    def _prepare(self, args: Args) -> tuple[re.Pattern[str], Path, re.Pattern[str] | None, bool, int]:
+    def _prepare(self, args: Args) -> tuple[Any, Path, Any, bool, int]:
+        import regex as regex_module
+
         pattern = args["pattern"]
         if not pattern:
             raise ToolError("pattern must not be empty")
-        flags = re.IGNORECASE if args.get("ignore_case", False) else 0
+        flags = regex_module.IGNORECASE if args.get("ignore_case", False) else 0
         try:
-            regex = re.compile(pattern, flags)
-        except re.error as exc:
+            regex = _compile(pattern, flags)
+        except regex_module.error as exc:
             raise ToolError(f"invalid regular expression {pattern!r}: {exc}") from exc
         name_glob = args.get("glob")
         glob_re = None
@@ -677,6 +750,12 @@ class SearchTool(_FsTool):
                 raise ToolError("glob must not be empty")
             glob_re = _glob_regex(name_glob)
         path = self.ws.resolve(args.get("path", "."), must_exist=True)
+        try:
+            mode = path.stat().st_mode
+        except OSError as exc:
+            raise _os_error("search", self.ws.display(path), exc) from exc
+        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):  # refused before opening, as in read_file
+            raise ToolError(f"{self.ws.display(path)} is not a regular file or a directory")
         limit = args.get("max_results", 100)
         return regex, path, glob_re, "/" in (name_glob or ""), limit
 
@@ -698,13 +777,14 @@ class SearchTool(_FsTool):
 
     def _search(
         self,
-        regex: re.Pattern[str],
+        regex: Any,
         start: Path,
-        glob_re: re.Pattern[str] | None,
+        glob_re: Any,
         glob_on_path: bool,
         limit: int,
     ) -> tuple[list[str], int, bool, int, _Walk]:
         walk = _Walk()
+        deadline = _Deadline()
         hits: list[str] = []
         files = too_big = 0
         if start.is_dir():
@@ -712,7 +792,7 @@ class SearchTool(_FsTool):
             candidates: Iterator[tuple[Path, int | None]] = (
                 (e.path, e.dir_fd)
                 for e in walker
-                if e.kind == "file" and self._glob_ok(glob_re, glob_on_path, e.path, start)
+                if e.kind == "file" and self._glob_ok(glob_re, glob_on_path, e.path, start, deadline)
             )
         else:
             walker = None
@@ -728,7 +808,7 @@ class SearchTool(_FsTool):
                 shown = self.ws.display(path)
                 matched = False
                 for lineno, line in enumerate(_split_lines(data.decode("utf-8", errors="replace")), 1):
-                    if regex.search(line) is None:
+                    if not _matches(regex, line, deadline):
                         continue
                     matched = True
                     text = line.rstrip("\r")
@@ -744,11 +824,11 @@ class SearchTool(_FsTool):
                 walker.close()  # closes the walk's open directory descriptor right away
 
     @staticmethod
-    def _glob_ok(glob_re: re.Pattern[str] | None, on_path: bool, path: Path, start: Path) -> bool:
+    def _glob_ok(glob_re: Any, on_path: bool, path: Path, start: Path, deadline: _Deadline) -> bool:
         if glob_re is None:
             return True
         subject = path.relative_to(start).as_posix() if on_path else path.name
-        return glob_re.fullmatch(subject) is not None
+        return _matches(glob_re, subject, deadline, full=True)
 
     def _load(self, path: Path, dir_fd: int | None) -> bytes | None:
         """File content, one byte over the limit at most; None for unreadable or non-regular files."""
@@ -763,7 +843,9 @@ class SearchTool(_FsTool):
             return None
         with os.fdopen(fd, "rb") as f:
             try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                st = os.fstat(fd)
+                # Hard-linked files are skipped like unreadable ones (see _refuse_hard_links).
+                if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
                     return None
                 return f.read(self.ws.max_file_bytes + 1)
             except OSError:
@@ -825,10 +907,11 @@ class GlobTool(_FsTool):
         if not base.is_dir():
             return matches, walk
         regex = _glob_regex("/".join(rest))
+        deadline = _Deadline()
         # Without '**' nothing deeper than the pattern's own depth can match.
         max_depth = None if "**" in rest else len(rest) - 1
         for entry in _walk(self.ws, base, walk, max_depth=max_depth):
-            if regex.fullmatch(entry.path.relative_to(base).as_posix()):
+            if _matches(regex, entry.path.relative_to(base).as_posix(), deadline, full=True):
                 matches.append(self._shown(entry.path, entry.kind == "dir"))
         return matches, walk
 

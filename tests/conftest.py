@@ -10,6 +10,13 @@ from pathlib import Path
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def isolated_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test may touch the machine's /var/lib/edgeclaw or /etc/edgeclaw: state goes to a temp dir."""
+    monkeypatch.setenv("EDGECLAW_STATE_DIR", str(tmp_path_factory.mktemp("default-state")))
+    monkeypatch.setattr("edgeclaw.config.loader.SYSTEM_CONFIG", Path("/nonexistent/edgeclaw.toml"))
+
+
 @pytest.fixture
 def state_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """An environment whose state dir and config live under tmp_path (never /etc or /var/lib)."""

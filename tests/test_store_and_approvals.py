@@ -7,6 +7,7 @@ import sqlite3
 
 import pytest
 
+from edgeclaw.errors import BackendError
 from edgeclaw.store import Database, Migration
 from edgeclaw.tools.approval import ApprovalBroker, ApprovalRequest, Decision
 from edgeclaw.tools.base import ToolContext
@@ -41,6 +42,20 @@ def test_a_failing_migration_is_not_recorded(tmp_path):
         db.migrate([bad])
     assert db.query("SELECT name FROM sqlite_master WHERE name = 'ok'") == []
     assert db.migrate(NOTES) == ["notes-1"]
+
+
+def test_an_unusable_state_directory_is_a_backend_error(tmp_path):
+    # A state directory that cannot be created is reported like any other database problem,
+    # so the CLI prints one line instead of a traceback.
+    (tmp_path / "file").write_text("")
+    with pytest.raises(BackendError, match="cannot open the state database"):
+        Database.in_state_dir(tmp_path / "file" / "state")
+
+
+def test_a_file_that_is_not_a_database_is_a_backend_error(tmp_path):
+    (tmp_path / "edgeclaw.db").write_bytes(b"this is not SQLite" * 100)
+    with pytest.raises(BackendError, match="not a database"):
+        Database.in_state_dir(tmp_path)
 
 
 class ScriptedApprover:
@@ -93,3 +108,19 @@ async def test_question_goes_to_the_callers_channel_only():
     broker.register("console", console)
     decision, _ = await broker.request("exec", "x", ToolContext(channel="mqtt"))
     assert decision is Decision.DENY and console.asked == []
+
+
+def test_the_database_is_private_to_the_daemon_user(tmp_path):
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        db = Database.in_state_dir(tmp_path / "state")
+        db.migrate(NOTES)
+        db.execute("INSERT INTO notes (body) VALUES ('x')")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o700
+    for name in ("edgeclaw.db", "edgeclaw.db-wal"):
+        assert stat.S_IMODE((tmp_path / "state" / name).stat().st_mode) == 0o600

@@ -12,6 +12,7 @@ it too, serialised by a lock.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -40,10 +41,22 @@ class Database:
         self._lock = threading.RLock()
         try:
             if str(path) != ":memory:":
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                # Sessions, approvals and the outbox are nobody else's business: owner-only modes,
+                # whatever the umask. SQLite gives the -wal and -shm files the database file's mode.
+                self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
+        except OSError as e:
+            raise BackendError(
+                f"cannot open the state database {self.path}: cannot create {self.path.parent}: "
+                f"{e.strerror or e}"
+            ) from None
+        try:
             self._conn = sqlite3.connect(
                 str(path), check_same_thread=False, isolation_level=None, timeout=5.0
             )
+        except sqlite3.Error as e:
+            raise BackendError(f"cannot open the state database {self.path}: {e}") from None
+        try:
             self._conn.row_factory = sqlite3.Row
             self._conn.execute("PRAGMA journal_mode=WAL")
             # NORMAL is durable across application crashes in WAL mode; only a power cut can lose
@@ -55,6 +68,7 @@ class Database:
                 " (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)"
             )
         except sqlite3.Error as e:
+            self._conn.close()  # e.g. "file is not a database": do not keep the handle open
             raise BackendError(f"cannot open the state database {self.path}: {e}") from None
 
     @classmethod

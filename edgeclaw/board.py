@@ -22,10 +22,11 @@ import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from edgeclaw.config.typed import build_dataclass
 from edgeclaw.errors import ConfigError, ConfigErrors
+from edgeclaw.firmware.esp32 import protocol as esp32_fw
 
 log = logging.getLogger("edgeclaw.board")
 
@@ -34,6 +35,7 @@ DEVICE_TREE_MODEL = Path("/proc/device-tree/model")
 DEVICE_TREE_COMPATIBLE = Path("/proc/device-tree/compatible")
 
 Access = Literal["ro", "rw"]
+MAX_ACCESS_BYTES = 4  # the widest single load or store hardware_memory makes (32 bits)
 
 
 def profile_dirs() -> list[Path]:
@@ -132,33 +134,40 @@ class GPIOPinGrant:
 
 
 @dataclass
-class MemoryRegionGrant:
+class TargetRegion:
+    """A named address range the tools may read (and write, when `access = "rw"`)."""
+
     name: str
     base: int
     size: int
     access: Access = "ro"
-    device: str = "/dev/mem"  # or /dev/gpiomem; ignored on a simulated board (a file in the state dir)
-    # Offset of `base` inside `device`; unset = `base` itself (right for /dev/mem; /dev/gpiomem maps at 0).
-    device_offset: int | None = None
 
     @property
     def end(self) -> int:
         return self.base + self.size
+
+
+@dataclass
+class MemoryRegionGrant(TargetRegion):
+    """A region of this board's own physical memory, reached through a device file."""
+
+    device: str = "/dev/mem"  # or /dev/gpiomem; ignored on a simulated board (a file in the state dir)
+    # Offset of `base` inside `device`; unset = `base` itself (right for /dev/mem; /dev/gpiomem maps at 0).
+    device_offset: int | None = None
 
     def file_offset(self) -> int:
         return self.base if self.device_offset is None else self.device_offset
 
 
-@dataclass
-class TargetRegion:
-    name: str
-    base: int
-    size: int
-    access: Access = "ro"
+RegionT = TypeVar("RegionT", bound=TargetRegion)
 
-    @property
-    def end(self) -> int:
-        return self.base + self.size
+
+def region_holding(regions: list[RegionT], address: int, length: int) -> RegionT | None:
+    """The region holding all of [address, address + length), if one does."""
+    for region in regions:
+        if region.base <= address and address + length <= region.end:
+            return region
+    return None
 
 
 @dataclass
@@ -232,7 +241,7 @@ def _in_ranges(address: int, ranges: list[AddressRange | int]) -> bool:
 
 
 def format_ranges(ranges: list[AddressRange | int]) -> str:
-    """`0x03-0x77, 0x48` for people; "none" when empty."""
+    """`0x08-0x77, 0x48` for people; "none" when empty."""
     if not ranges:
         return "none"
     parts = []
@@ -279,10 +288,7 @@ class BoardProfile:
 
     def memory_region_at(self, address: int, length: int) -> MemoryRegionGrant | None:
         """The region holding all of [address, address+length), if one does."""
-        for g in self._spec.memory:
-            if g.base <= address and address + length <= g.end:
-                return g
-        return None
+        return region_holding(self._spec.memory, address, length)
 
     @property
     def _spec(self) -> ProfileSchema:
@@ -348,7 +354,7 @@ def _check_profile(spec: ProfileSchema, source: str) -> list[ConfigError]:
         pins.add(p.pin)
         names.add(p.name)
 
-    def check_regions(prefix: str, regions: list[Any]) -> None:
+    def check_regions(prefix: str, regions: list[Any], address_bits: int = 64) -> None:
         seen_names: set[str] = set()
         for i, r in enumerate(regions):
             key = f"{prefix}[{i}]"
@@ -360,6 +366,8 @@ def _check_profile(spec: ProfileSchema, source: str) -> list[ConfigError]:
                     key,
                     f"expected 0 <= base and 0 < size within 64 bits, got base 0x{r.base:x} size {r.size}",
                 )
+            elif r.base + r.size > 1 << address_bits:
+                fail(key, f"expected a region inside the target's {address_bits}-bit address space")
         ordered = sorted(regions, key=lambda r: r.base)
         for a, b in itertools.pairwise(ordered):
             if b.base < a.base + a.size:
@@ -367,8 +375,18 @@ def _check_profile(spec: ProfileSchema, source: str) -> list[ConfigError]:
 
     check_regions("memory", spec.memory)
     for i, m in enumerate(spec.memory):
+        # The tool checks a value's alignment on its physical address; the load is made at the
+        # same offset in the mapping, so both must agree (an unaligned device load faults on ARM).
+        # A simulated board maps its file from offset 0.
+        mapped = 0 if spec.board.simulated else m.file_offset()
         if m.device_offset is not None and m.device_offset < 0:
             fail(f"memory[{i}].device_offset", "expected an offset >= 0")
+        elif (m.base - mapped) % MAX_ACCESS_BYTES:
+            fail(
+                f"memory[{i}]",
+                f"expected base (0x{m.base:x}) and its offset in the device (0x{mapped:x}) to agree "
+                f"modulo {MAX_ACCESS_BYTES}, so aligned accesses stay aligned",
+            )
     if spec.probe is not None:
         p = spec.probe
         if p.transport == "gdb" and not p.gdb_address:
@@ -379,7 +397,11 @@ def _check_profile(spec: ProfileSchema, source: str) -> list[ConfigError]:
                 fail("probe.gdb_address", f"expected 'HOST:PORT' or 'qemu', got {p.gdb_address!r}")
         if p.flash and p.flash_size <= 0:
             fail("probe.flash_size", "required (> 0) when flash = true")
-        check_regions("probe.regions", p.regions)
+        elif p.flash and not (p.flash_base >= 0 and p.flash_base + p.flash_size <= 1 << 32):
+            fail("probe.flash_base", "expected the flash area inside the target's 32-bit address space")
+        # The probe's targets are 32-bit microcontrollers (and the tool takes 32-bit addresses):
+        # a region past 4 GiB would wrap around on the target.
+        check_regions("probe.regions", p.regions, address_bits=32)
     if spec.esp32 is not None:
         e = spec.esp32
         if not e.port:
@@ -390,6 +412,18 @@ def _check_profile(spec: ProfileSchema, source: str) -> list[ConfigError]:
         esp_pins = [g.pin for g in e.gpio] + [a.pin for a in e.adc]
         if len(set(esp_pins)) != len(esp_pins):
             fail("esp32", "a pin is granted twice (gpio and adc pins must be distinct)")
+        # The chip's own limits, as the bridge firmware enforces them: refused here, at load,
+        # rather than granted in the profile and then refused by the chip on every call.
+        for i, g in enumerate(e.gpio):
+            if g.pin not in esp32_fw.GPIO_PINS or g.pin in esp32_fw.FLASH_PINS:
+                fail(
+                    f"esp32.gpio[{i}].pin", f"expected a usable ESP32 GPIO (not 6-11, the flash), got {g.pin}"
+                )
+            elif g.direction == "out" and g.pin in esp32_fw.INPUT_ONLY:
+                fail(f"esp32.gpio[{i}].direction", f"GPIO {g.pin} is input-only on the ESP32 (34-39)")
+        for i, a in enumerate(e.adc):
+            if a.pin not in esp32_fw.ADC1_PINS:
+                fail(f"esp32.adc[{i}].pin", f"expected an ADC1 pin (32-39), got {a.pin}")
     return errors
 
 

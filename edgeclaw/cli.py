@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from edgeclaw import __version__
@@ -119,19 +119,36 @@ def _print_config_errors(err: Exception) -> None:
     print(f"edgeclaw: configuration error:\n{err}", file=sys.stderr)
 
 
+def _warn_missing_secrets(config: Any) -> None:
+    """A secret the config names but this shell lacks: the service may get it from systemd, so warn only."""
+    from edgeclaw.config.secrets import resolve_secrets
+
+    for problem in resolve_secrets(config)[1]:
+        print(f"warning: {problem}", file=sys.stderr)
+
+
 def cmd_tool_call(args: argparse.Namespace) -> int:
     import asyncio
 
+    from edgeclaw.config.paths import current_user
     from edgeclaw.daemon.runtime import build_runtime
     from edgeclaw.errors import ConfigErrors
     from edgeclaw.tools.base import ToolContext
 
     try:
-        runtime = build_runtime(_load(args), board=args.board)
+        # Secrets are not required: one tool call needs no broker password or model key, and a secret
+        # this shell does not have cannot show up in a tool's output either.
+        runtime = build_runtime(_load(args), board=args.board, require_secrets=False)
     except ConfigErrors as e:
         _print_config_errors(e)
+        if args.json:  # the promised one JSON object, for scripts that parse stdout
+            refusal = f"configuration error: {e}"
+            shape = {"ok": False, "tool": args.name, "for_llm": refusal, "for_user": None}
+            print(json.dumps({**shape, "error": refusal, "duration_ms": 0.0}, ensure_ascii=False))
         return EXIT_REFUSED
-    ctx = ToolContext(channel="cli", peer_kind="local", session_key=f"cli:{os.getuid()}", sender=_user())
+    ctx = ToolContext(
+        channel="cli", peer_kind="local", session_key=f"cli:{os.getuid()}", sender=current_user()
+    )
     if sys.stdin.isatty():
         # Approval questions go to this terminal; without one the broker has nobody to ask (= deny).
         from edgeclaw.channels.cli_approver import TerminalApprover
@@ -158,16 +175,10 @@ def cmd_tool_call(args: argparse.Namespace) -> int:
 
 def cmd_approvals(args: argparse.Namespace) -> int:
     from edgeclaw.config.paths import state_dir
-    from edgeclaw.errors import ConfigErrors
     from edgeclaw.store.approvals import ApprovalStore
     from edgeclaw.store.db import DB_FILENAME, Database
 
-    try:
-        config = _load(args)
-    except ConfigErrors as e:
-        _print_config_errors(e)
-        return EXIT_REFUSED
-    state = state_dir(config.state_dir)
+    state = state_dir(_load(args).state_dir)
     # Listing must not create a state database where there is none.
     store = ApprovalStore(Database.in_state_dir(state)) if (state / DB_FILENAME).exists() else None
     if args.approvals_command == "revoke":
@@ -197,20 +208,15 @@ def cmd_tools_list(args: argparse.Namespace) -> int:
     import dataclasses
 
     from edgeclaw.daemon.runtime import build_runtime
-    from edgeclaw.errors import ConfigErrors
     from edgeclaw.tools.base import ToolContext
 
-    try:
-        config = _load(args)
-        if args.profile:
-            config.tools = dataclasses.replace(config.tools, profile=args.profile)
-            from edgeclaw.config.loader import check_config
+    config = _load(args)
+    if args.profile:
+        from edgeclaw.config.loader import check_config
 
-            check_config(config)
-        runtime = build_runtime(config, board=args.board, require_secrets=False)
-    except ConfigErrors as e:
-        _print_config_errors(e)
-        return EXIT_REFUSED
+        config.tools = dataclasses.replace(config.tools, profile=args.profile)
+        check_config(config)
+    runtime = build_runtime(config, board=args.board, require_secrets=False)
     infos = runtime.registry.infos(ToolContext(channel="cli", session_key="cli:list"))
     if args.json:
         print(json.dumps([{"name": i.name, "group": i.group, "description": i.description} for i in infos]))
@@ -223,7 +229,6 @@ def cmd_tools_list(args: argparse.Namespace) -> int:
 
 def cmd_config_check(args: argparse.Namespace) -> int:
     from edgeclaw.config import find_config_path, load_config
-    from edgeclaw.config.secrets import resolve_secrets
     from edgeclaw.daemon.runtime import build_runtime
     from edgeclaw.errors import ConfigErrors
 
@@ -233,11 +238,8 @@ def cmd_config_check(args: argparse.Namespace) -> int:
         build_runtime(config, require_secrets=False)
     except ConfigErrors as e:
         print(e, file=sys.stderr)
-        return EXIT_TOOL_ERROR
-    _, missing = resolve_secrets(config)
-    for problem in missing:
-        # The service may get its environment from systemd; here we can only warn.
-        print(f"warning: {problem}", file=sys.stderr)
+        return EXIT_TOOL_ERROR  # the check ran and found problems: not a refusal
+    _warn_missing_secrets(config)
     print(f"{path or 'built-in defaults'}: ok")
     return EXIT_OK
 
@@ -271,41 +273,26 @@ def cmd_board(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from edgeclaw.daemon.lifecycle import run_daemon
-    from edgeclaw.errors import ConfigErrors, NotImplementedFeature
 
-    try:
-        config = _load(args)
-    except ConfigErrors as e:
-        _print_config_errors(e)
-        return EXIT_REFUSED
+    config = _load(args)
     _setup_logging(args.log_level, config.log_level)
-    try:
-        return run_daemon(config, board=args.board)
-    except ConfigErrors as e:
-        _print_config_errors(e)
-        return EXIT_REFUSED
-    except NotImplementedFeature as e:
-        print(f"edgeclaw: {e}", file=sys.stderr)
-        return EXIT_REFUSED
+    return run_daemon(config, board=args.board)
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
     import asyncio
 
-    from edgeclaw.errors import ConfigErrors
-
-    try:
-        config = _load(args)
-    except ConfigErrors as e:
-        _print_config_errors(e)
-        return EXIT_REFUSED
+    config = _load(args)
 
     async def chat() -> int:
         from edgeclaw.channels.terminal import TerminalChannel, register_approver
         from edgeclaw.daemon.agent import build_agent
         from edgeclaw.daemon.runtime import build_runtime
 
-        runtime = build_runtime(config, board=args.board)
+        # A model key missing from this shell is a warning (the provider will answer 401), not a
+        # refusal: slash commands and other providers still work.
+        runtime = build_runtime(config, board=args.board, require_secrets=False)
+        _warn_missing_secrets(config)
         try:
             terminal = TerminalChannel(build_agent(runtime))
             register_approver(terminal, runtime.approvals)
@@ -316,11 +303,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         finally:
             await runtime.aclose()
 
-    try:
-        return asyncio.run(chat())
-    except ConfigErrors as e:
-        _print_config_errors(e)
-        return EXIT_REFUSED
+    return asyncio.run(chat())
 
 
 def cmd_console_hash_pin(args: argparse.Namespace) -> int:
@@ -373,13 +356,17 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return EXIT_TOOL_ERROR if any(f.level == "FAIL" for f in findings) else EXIT_OK
 
 
-def _user() -> str:
-    try:
-        import pwd
-
-        return pwd.getpwuid(os.getuid()).pw_name
-    except (KeyError, ImportError):
-        return str(os.getuid())
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "run": cmd_run,
+    "chat": cmd_chat,
+    "tools": cmd_tools_list,
+    "tool": cmd_tool_call,
+    "config": cmd_config_check,
+    "board": cmd_board,
+    "doctor": cmd_doctor,
+    "approvals": cmd_approvals,
+    "console": cmd_console_hash_pin,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -390,23 +377,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_REFUSED
     if args.command != "run":
         _setup_logging(getattr(args, "log_level", None))
-    if args.command == "run":
-        return cmd_run(args)
-    if args.command == "tool":
-        return cmd_tool_call(args)
-    if args.command == "tools":
-        return cmd_tools_list(args)
-    if args.command == "config":
-        return cmd_config_check(args)
-    if args.command == "board":
-        return cmd_board(args)
-    if args.command == "chat":
-        return cmd_chat(args)
-    if args.command == "console":
-        return cmd_console_hash_pin(args)
-    if args.command == "approvals":
-        return cmd_approvals(args)
-    if args.command == "doctor":
-        return cmd_doctor(args)
-    parser.error(f"unknown command {args.command!r}")
-    return EXIT_REFUSED
+    from edgeclaw.errors import ConfigErrors, EdgeclawError  # no imports of its own: --version stays fast
+
+    try:
+        return COMMANDS[args.command](args)
+    except ConfigErrors as e:
+        # A bad config or board profile refuses the command (exit 2); config check and doctor report theirs.
+        _print_config_errors(e)
+        return EXIT_REFUSED
+    except EdgeclawError as e:  # e.g. the state database cannot be opened
+        print(f"edgeclaw: {e}", file=sys.stderr)
+        return EXIT_TOOL_ERROR
+    except KeyboardInterrupt:  # Ctrl-C in a one-shot command: asyncio.run has cancelled and cleaned up
+        print(file=sys.stderr)
+        return 130

@@ -42,7 +42,3 @@ class ToolRefused(EdgeclawError):
 
 class BackendError(EdgeclawError):
     """A hardware, sandbox or store backend failed; the message is meant for people."""
-
-
-class NotImplementedFeature(EdgeclawError):
-    """A configured feature this version does not provide yet."""

@@ -226,15 +226,8 @@ class Caller:
     async def wait_for(
         self, condition: Callable[[], Any], within: float = 20.0, what: str = "a condition"
     ) -> Any:
-        """Poll until `condition()` is truthy; returns its value."""
-        deadline = time.monotonic() + within
-        while True:
-            value = condition()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {within:g} s waiting for {what}")
-            await asyncio.sleep(0.02)
+        """`poll`, as a method so a test reads `await c.wait_for(...)` beside `c.answers(...)`."""
+        return await poll(condition, within, what)
 
     async def answers(self, topic: str, count: int, within: float = 20.0) -> list[Received]:
         return await self.wait_for(
@@ -245,6 +238,7 @@ class Caller:
 
 
 async def poll(condition: Callable[[], Any], within: float = 20.0, what: str = "a condition") -> Any:
+    """Poll until `condition()` is truthy; returns its value."""
     deadline = time.monotonic() + within
     while True:
         value = condition()

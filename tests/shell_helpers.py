@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -37,3 +38,18 @@ class ScriptedApprover:
 
 def ctx(channel: str = "mqtt", agent: str = "main", session: str = "mqtt:test") -> ToolContext:
     return ToolContext(channel=channel, agent_id=agent, session_key=session, sender="tester")
+
+
+def marked_processes(marker: str) -> list[int]:
+    """Pids whose command line holds `marker` (the `sh -c` wrapper that names it excluded)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmdline and b"sh\x00-c" not in cmdline:
+            found.append(int(entry))
+    return found

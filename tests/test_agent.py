@@ -14,6 +14,8 @@ from edgeclaw.agent.messages import Message, ToolCall
 from edgeclaw.config.loader import config_from_dict
 from edgeclaw.daemon.agent import build_agent
 from edgeclaw.daemon.runtime import build_runtime
+from edgeclaw.errors import BackendError
+from edgeclaw.tools.base import Tool
 from tests.llm_server import (
     Scripted,
     ScriptedLLM,
@@ -275,6 +277,8 @@ async def test_sessions_are_serial_inside_and_concurrent_across(llm, agent_for):
     assert loop.time() - started >= 0.75 and all(r.ok for r in replies)  # one after the other
     # The second turn saw the first one's exchange in its history.
     assert [m["content"] for m in llm.requests[-1]["messages"] if m["role"] == "user"] == ["c", "d"]
+    # Callers choose session keys: nothing per session may stay behind once its turns are over.
+    assert agent._locks == {}
 
 
 async def test_slash_commands_without_any_provider(agent_for):
@@ -327,3 +331,140 @@ async def test_new_ends_the_sessions_background_processes(agent_for):
     assert ended == ["cli:t1"]
     # The daemon wires the process tool's cleanup to the same hook.
     assert any(getattr(h, "__self__", None) is not None for h in agent.session_end_hooks[:-1])
+
+
+async def test_an_answer_that_starts_like_the_iteration_limit_is_still_ok(llm, agent_for):
+    # Whether the turn finished is carried beside the text, never guessed from its wording.
+    llm.reply(openai_text("Stopped after 3 tries: the pump is fine."))
+    agent = agent_for({"local": openai_cfg(llm)}, ["local"])
+    reply = await agent.handle(msg("pump?"))
+    assert reply.ok and reply.text.startswith("Stopped after 3 tries")
+
+
+async def test_an_empty_anthropic_answer_does_not_poison_the_session(llm, agent_for):
+    # The Messages API refuses empty text blocks (HTTP 400): an empty answer stored in the history
+    # must not be sent back, or every later turn of the session would fail.
+    llm.reply(anthropic_text(""), anthropic_text("fine"))
+    agent = agent_for({"cloud": {"kind": "anthropic", "model": "c", "base_url": llm.url}}, ["cloud"])
+    assert (await agent.handle(msg("first"))).text == "(the model gave an empty answer)"
+    assert (await agent.handle(msg("second"))).text == "fine"
+    blocks = [b for m in llm.requests[1]["messages"] for b in m["content"]]
+    assert all(b["text"].strip() for b in blocks if b["type"] == "text")
+    assert [m["role"] for m in llm.requests[1]["messages"]] == ["user"]
+
+
+async def test_a_provider_error_never_quotes_the_api_key(llm, agent_for):
+    key = "sk-test-key-0123456789abcdefghij"
+    llm.reply(Scripted(400, {"error": f"invalid proxy token {key}"}))
+    agent = agent_for({"local": openai_cfg(llm)}, ["local"])
+    reply = await agent.handle(msg("hi"))
+    assert not reply.ok and "invalid proxy token [REDACTED]" in reply.text and key not in reply.text
+    assert key not in (await agent.handle(msg("/status"))).text
+
+
+async def test_a_malformed_openai_message_is_a_provider_error(llm, agent_for):
+    llm.reply(*[Scripted(200, {"choices": [{"message": "not an object"}]})] * 2)
+    agent = agent_for({"local": openai_cfg(llm)}, ["local"])
+    reply = await agent.handle(msg("hi"))
+    assert not reply.ok and "malformed answer" in reply.text and "turn failed" not in reply.text
+
+
+class SlowToStop(Tool):
+    """Runs until cancelled, then takes a moment to clean up (like a tool stopping its processes)."""
+
+    name = "slow_to_stop"
+    group = "runtime"
+    description = "Cleans up slowly."
+    parameters = {"type": "object", "properties": {}}
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.cleaned_up = False
+
+    async def execute(self, args, ctx):
+        self.started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.2)
+            self.cleaned_up = True
+            raise
+        return "finished"
+
+
+async def test_a_cancelled_message_holds_the_session_until_its_turn_has_unwound(llm, agent_for):
+    llm.reply(openai_tools(("slow_to_stop", {})))
+    agent = agent_for({"local": openai_cfg(llm)}, ["local"])
+    tool = SlowToStop()
+    agent.registry.register(tool)
+    handling = asyncio.create_task(agent.handle(msg("go")))
+    await asyncio.wait_for(tool.started.wait(), 5)
+    handling.cancel()  # the channel gave up on the message (its connection closed, shutdown)
+    with pytest.raises(asyncio.CancelledError):
+        await handling
+    assert tool.cleaned_up  # the next message of the session cannot overlap the old turn
+
+
+async def test_messages_queued_behind_a_turn_do_not_start_after_shutdown(llm, agent_for):
+    llm.reply(Scripted(hang_s=2, body={}), openai_text("too late"))
+    agent = agent_for({"local": openai_cfg(llm, timeout_s=10)}, ["local"])
+    first = asyncio.create_task(agent.handle(msg("slow")))
+    await asyncio.sleep(0.3)
+    queued = asyncio.create_task(agent.handle(msg("waiting for the lock")))
+    await asyncio.sleep(0.05)
+    await agent.shutdown()
+    assert (await first).text == "Stopped."
+    assert "shutting down" in (await queued).text
+    assert len(llm.requests) == 1
+
+
+async def test_a_failing_slash_command_answers_with_an_error(agent_for):
+    agent = agent_for({}, [])
+
+    def broken(key):
+        raise BackendError("cannot open the state database /x/edgeclaw.db: disk I/O error")
+
+    agent.sessions.summary = broken
+    reply = await agent.handle(msg("/status"))
+    assert not reply.ok and reply.text.startswith("error: /status failed: BackendError: cannot open")
+
+
+async def test_closing_the_runtime_mid_turn_stops_the_turn_cleanly(llm, tmp_path):
+    # The database is opened lazily, after the agent: it must still be closed after the agent's
+    # shutdown, which lets the cancelled turn write its history on the way out.
+    llm.reply(Scripted(hang_s=2, body={}))
+    runtime = make_runtime(tmp_path, {"local": openai_cfg(llm, timeout_s=10)}, ["local"])
+    agent = build_agent(runtime)
+    turn = asyncio.create_task(agent.handle(msg("slow")))
+    await asyncio.sleep(0.3)
+    await runtime.aclose()
+    assert (await turn).text == "Stopped."
+
+
+def test_the_runtime_repr_holds_no_secret(tmp_path):
+    local = {"kind": "openai", "model": "m", "base_url": "http://127.0.0.1:9/v1", "api_key_env": "LLM_KEY"}
+    runtime = make_runtime(tmp_path, {"local": local}, ["local"])
+    assert runtime.secrets and "sk-test-key" not in repr(runtime)
+
+
+async def test_an_answer_mangled_in_transit_is_retried(llm, agent_for):
+    # A body that cannot be decoded (a proxy's broken gzip) is no TransportError, but just as transient.
+    llm.reply(
+        Scripted(200, raw=b"not gzip at all", headers={"Content-Encoding": "gzip"}), openai_text("fine")
+    )
+    agent = agent_for({"local": openai_cfg(llm)}, ["local"])
+    reply = await agent.handle(msg("hi"))
+    assert reply.ok and reply.text == "fine"
+
+
+def test_context_files_are_read_only_as_far_as_the_prompt_uses_them(tmp_path, monkeypatch):
+    from edgeclaw.agent.prompt import MAX_FILE_CHARS, PromptBuilder
+
+    (tmp_path / "SOUL.md").write_text("s" * (MAX_FILE_CHARS * 50))
+
+    def whole_file(*args, **kwargs):
+        raise AssertionError("the whole context file was read")
+
+    monkeypatch.setattr(Path, "read_text", whole_file)
+    prompt = PromptBuilder(tmp_path, {}).build()
+    assert "[SOUL.md truncated]" in prompt and len(prompt) < 2 * MAX_FILE_CHARS

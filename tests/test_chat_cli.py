@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import io
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -9,6 +13,11 @@ from pathlib import Path
 import pexpect
 import pytest
 
+from edgeclaw.channels.terminal import TerminalChannel
+from edgeclaw.config.loader import config_from_dict
+from edgeclaw.daemon.agent import build_agent
+from edgeclaw.daemon.runtime import build_runtime
+from edgeclaw.tools.base import Tool
 from tests.llm_server import Scripted, ScriptedLLM, openai_text, openai_tools
 
 
@@ -95,5 +104,80 @@ def test_ctrl_c_cancels_the_turn_in_flight(state_env, llm):
     child.expect("you> ")
     child.sendline("/status")
     child.expect("idle")
+    child.expect("you> ")  # Ctrl-D sent before readline is reading again can be lost by the terminal
     child.sendeof()
     child.expect(pexpect.EOF)
+
+
+class Forever(Tool):
+    name = "forever"
+    group = "runtime"
+    description = "Runs until cancelled."
+    parameters = {"type": "object", "properties": {}}
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+
+    async def execute(self, args, ctx):
+        self.started.set()
+        await asyncio.sleep(3600)
+
+
+async def test_ctrl_c_stops_a_slow_slash_command_and_the_chat_goes_on(tmp_path):
+    config = config_from_dict({"board": "sim", "state_dir": str(tmp_path / "state")}, "test.toml")
+    runtime = build_runtime(config)
+    try:
+        agent = build_agent(runtime)
+        tool = Forever()
+        agent.registry.register(tool)
+        out = io.StringIO()
+        terminal = TerminalChannel(agent, out=out, interactive=False)
+        # /call is no model turn, so /stop cannot reach it: Ctrl-C must cancel it directly.
+        handling = asyncio.create_task(terminal.handle_line("/call forever {}"))
+        await asyncio.wait_for(tool.started.wait(), 5)
+        terminal.interrupt()
+        reply = await asyncio.wait_for(handling, 5)
+        assert reply.text == "Stopped." and not reply.ok
+        terminal.interrupt()  # at the prompt: only a hint
+        assert "(Ctrl-D quits)" in out.getvalue()
+        assert (await terminal.handle_line("/status")).ok
+    finally:
+        await runtime.aclose()
+
+
+def test_a_missing_model_key_is_a_warning_not_a_refusal(run_cli, state_env, llm):
+    Path(state_env["EDGECLAW_CONFIG"]).write_text(
+        'board = "sim"\n[agent]\nproviders = ["local"]\n'
+        f'[providers.local]\nkind = "openai"\nmodel = "m"\nbase_url = "{llm.url}/v1"\n'
+        'api_key_env = "EDGECLAW_TEST_UNSET_KEY"\n'
+    )
+    out = run_cli("chat", "--message", "/status")
+    assert out.returncode == 0 and "model local" in out.stdout
+    assert "warning:" in out.stderr and "EDGECLAW_TEST_UNSET_KEY is not set" in out.stderr
+
+
+def test_an_unusable_state_database_is_reported_not_a_traceback(run_cli, state_env, tmp_path):
+    (tmp_path / "a-file").write_text("")
+    env = {**state_env, "EDGECLAW_STATE_DIR": str(tmp_path / "a-file" / "state")}
+    Path(state_env["EDGECLAW_CONFIG"]).write_text(f'board = "sim"\nworkspace = "{tmp_path / "ws"}"\n')
+    out = run_cli("chat", "--message", "/status", env=env)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "/status failed: BackendError: cannot open the state database" in out.stdout
+
+
+def test_ctrl_c_during_a_one_shot_turn_exits_130_quietly(state_env, llm):
+    configure(state_env, llm)
+    llm.reply(Scripted(hang_s=8, body={}))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "edgeclaw", "chat", "--message", "slow"],
+        env=state_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 15
+    while not llm.requests and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 130 and "Traceback" not in err

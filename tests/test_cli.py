@@ -96,3 +96,34 @@ def test_unknown_board_is_refused(run_cli):
 def test_board_show(run_cli):
     out = run_cli("board", "show", "sim")
     assert out.returncode == 0 and out.stdout.startswith("sim: ")
+
+
+def test_a_broken_config_still_prints_one_json_object(run_cli, state_env):
+    Path(state_env["EDGECLAW_CONFIG"]).write_text("[tools\n")
+    out = run_cli("tool", "call", "session_status", "--json")
+    assert out.returncode == 2
+    result = json.loads(out.stdout)
+    assert set(result) == {"ok", "tool", "for_llm", "for_user", "error", "duration_ms"}
+    assert (
+        result["ok"] is False and result["tool"] == "session_status" and "not valid TOML" in result["error"]
+    )
+
+
+def test_a_secret_missing_from_this_shell_does_not_refuse_a_tool_call(run_cli, state_env):
+    # The service gets its broker password from systemd; a technician's shell does not have it.
+    Path(state_env["EDGECLAW_CONFIG"]).write_text(
+        'board = "sim"\n[mqtt]\npassword_env = "EDGECLAW_TEST_UNSET_PASSWORD"\n'
+    )
+    out = run_cli("tool", "call", "write_file", '{"path": "x.txt", "content": "y"}', "--json")
+    assert out.returncode == 0 and json.loads(out.stdout)["ok"], out.stderr
+
+
+def test_run_reports_an_unusable_state_database_in_one_line(run_cli, state_env, tmp_path):
+    (tmp_path / "a-file").write_text("")
+    env = {**state_env, "EDGECLAW_STATE_DIR": str(tmp_path / "a-file" / "state")}
+    Path(state_env["EDGECLAW_CONFIG"]).write_text(
+        f'board = "sim"\nworkspace = "{tmp_path / "ws"}"\n[mqtt]\nenabled = true\nport = 9\n'
+    )
+    out = run_cli("run", env=env)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "edgeclaw: cannot open the state database" in out.stderr

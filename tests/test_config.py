@@ -124,6 +124,26 @@ def test_search_order(tmp_path, monkeypatch):
         ("mqtt = 3", "mqtt: expected a table, got an integer"),
         ('device_id = "a/b"', "device_id: expected a name without '/'"),
         ("this is not toml", "not valid TOML"),
+        ("[console]\nbaud = 0", "console.baud: expected an integer > 0, got 0"),
+        ("[hardware]\nmax_read_bytes = 0", "hardware.max_read_bytes: expected an integer 1-1048576, got 0"),
+        ("[agent]\nmax_retry_after_s = -1", "agent.max_retry_after_s: expected a number >= 0, got -1.0"),
+        ("[mqtt]\nclient_id = 'a#'", "mqtt.client_id: expected a name without MQTT wildcards"),
+        (
+            '[providers.l]\nkind = "openai"\nmodel = "m"\nmax_tokens = 0',
+            "providers.l.max_tokens: expected an integer >= 1, got 0",
+        ),
+        (
+            '[providers.l]\nkind = "openai"\nmodel = "m"\ntimeout_s = 0',
+            "providers.l.timeout_s: expected a number > 0, got 0.0",
+        ),
+        (
+            '[providers.l]\nkind = "openai"\nmodel = "m"\nbase_url = "localhost:8080/v1"',
+            "providers.l.base_url: expected an http:// or https:// URL",
+        ),
+        (
+            '[providers.l]\nkind = "openai"\nmodel = "m"\nbase_url = "http://box:80a/v1"',
+            "providers.l.base_url: expected an http:// or https:// URL",
+        ),
     ],
 )
 def test_errors_name_file_key_and_expectation(tmp_path, text, expected):
@@ -144,3 +164,19 @@ def test_missing_explicit_file_is_an_error(tmp_path):
 def test_state_dir_order(tmp_path):
     assert state_dir("/cfg", {"EDGECLAW_STATE_DIR": "/env"}) == Path("/cfg")
     assert state_dir("", {"EDGECLAW_STATE_DIR": "/env"}) == Path("/env")
+
+
+def test_state_dir_falls_back_to_the_documented_home_path(tmp_path, monkeypatch):
+    # The contract names ~/.local/state/edgeclaw; a login session's XDG_STATE_HOME does not move it.
+    monkeypatch.setattr("edgeclaw.config.paths.SYSTEM_STATE_DIR", tmp_path / "missing" / "edgeclaw")
+    environ = {"XDG_STATE_HOME": str(tmp_path / "xdg")}
+    assert state_dir("", environ) == Path.home() / ".local" / "state" / "edgeclaw"
+
+
+def test_an_empty_secret_file_is_named(tmp_path):
+    key = write(tmp_path, "\n", "key")
+    config = load_config(write(tmp_path, FULL_EXAMPLE.format(ws=tmp_path, keyfile=key)), environ={})
+    _, problems = resolve_secrets(config, {"LOCAL_LLM_KEY": "sk-local", "MQTT_PASS": "pw-1234"})
+    assert [str(p) for p in problems] == [
+        f"{config._source}: providers.cloud.api_key_file: secret file {key} is empty"
+    ]

@@ -456,6 +456,45 @@ def test_long_output_is_paged_and_cut(console):
     term.expect_exact(PROMPT)
 
 
+def test_a_message_delivered_at_the_more_question_leaves_it_on_screen(console):
+    def tools(runtime: Runtime) -> None:
+        runtime.registry.register(ManyLines())
+
+    daemon, (port,) = console(with_llm=False, extra=tools, page_lines=10)
+    term = port.terminal()
+    login(term)
+    term.send('/call many_lines {"count": 30}\r')
+    term.expect(r"-- more: 10 of 30 rows")
+    msg = InboundMessage("console", "", chat_id=str(port.link))
+    daemon.call(daemon.channel.send(Reply("cron: the greenhouse door is open", msg.session_key, True, msg)))
+    term.expect_exact("\x1b[Kcron: the greenhouse door is open\r\n")
+    term.expect_exact("-- more: 10 of 30 rows")  # asked again, under the message
+    term.send(" ")
+    term.expect("row 0020")
+
+
+def test_the_port_vanishing_at_the_more_question_is_survived(console, caplog):
+    """Tearing a session down mid-page (cable pulled, then the daemon stopping) must not hang."""
+    caplog.set_level(logging.INFO)
+
+    def tools(runtime: Runtime) -> None:
+        runtime.registry.register(ManyLines())
+
+    _, (port,) = console(with_llm=False, extra=tools, page_lines=10)
+    term = port.terminal()
+    login(term)
+    term.send('/call many_lines {"count": 30}\r')
+    term.expect(r"-- more: 10 of 30 rows")
+    port.vanish()
+    _wait_for(lambda: any("port lost" in r.getMessage() for r in list(caplog.records)), "the loss")
+    port.renew()
+    term = port.terminal()
+    term.expect("device bench-01")  # reopened: the session before it ended
+    login(term)
+    term.send('/call many_lines {"count": 30}\r')
+    term.expect(r"-- more: 10 of 30 rows")  # and the daemon stops cleanly from here (the fixture)
+
+
 def test_ctrl_c_stops_output_on_a_slow_line(console):
     def tools(runtime: Runtime) -> None:
         runtime.registry.register(ManyLines())

@@ -209,11 +209,19 @@ def test_pin_hash_round_trip(algorithm):
         ("$pbkdf2-sha256$i=10$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA", "10000 to"),
         ("$pbkdf2-sha256$i=20000$!!$aGFzaGhhc2hoYXNoaGFzaA", "base64"),
         ("$pbkdf2-sha256$i=20000$c2FsdA$aGFzaA", "too short"),
+        ("$pbkdf2-sha256$i=²0000$c2FsdHNhbHQ$aGFzaGhhc2hoYXNoaGFzaA", "bad parameter"),  # a digit, not ASCII
     ],
 )
 def test_bad_hashes_are_refused_with_a_reason(text, needle):
     with pytest.raises(PinHashError, match=needle.replace("$", r"\$")):
         parse_pin_hash(text)
+
+
+def test_an_entry_longer_than_any_pin_never_matches():
+    longest = "7" * 256  # the longest PIN or password hash_pin accepts
+    parsed = parse_pin_hash(hash_pin(longest, "pbkdf2-sha256"))
+    assert parsed.matches(longest)
+    assert not parsed.matches(longest + "junk")  # same first 256 characters: still a wrong entry
 
 
 def test_short_pins_are_refused():
@@ -303,6 +311,23 @@ async def test_a_port_is_held_exclusively(pty_pair):
             SerialPort.open(path, LineSettings())
     finally:
         first.close()
+
+
+async def test_drain_returns_once_the_port_is_gone(pty_pair):
+    master, path = pty_pair
+    port = SerialPort.open(path, LineSettings())
+    writer = PacedWriter(port, pace=False)
+    task = asyncio.create_task(writer.run())
+    try:
+        os.close(master)  # the far end hangs up: the next write fails
+        writer.write(b"first")
+        with pytest.raises(PortGone):
+            await asyncio.wait_for(task, 5)
+        writer.write(b"a message delivered after the cable was pulled")
+        await asyncio.wait_for(writer.drain(), 1)  # returns: nothing will ever be sent
+    finally:
+        task.cancel()
+        port.close()
 
 
 async def test_output_is_paced_to_the_line_rate(pty_pair):
@@ -436,25 +461,21 @@ async def test_the_service_refuses_a_missing_hash_file_and_honours_login_off(tmp
 
 
 def test_hash_pin_command(state_env):
-    out = subprocess.run(
-        [sys.executable, "-m", "edgeclaw", "console", "hash-pin", "--stdin"],
-        input="2468\n",
-        capture_output=True,
-        text=True,
-        env=state_env,
-        timeout=30,
-    )
+    def hash_pin_cli(pin: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "edgeclaw", "console", "hash-pin", "--stdin"],
+            input=pin + "\n",
+            capture_output=True,
+            text=True,
+            env=state_env,
+            timeout=30,
+        )
+
+    out = hash_pin_cli("2468")
     assert out.returncode == 0, out.stderr
     assert parse_pin_hash(out.stdout.strip()).matches("2468")
     assert "login_hash" in out.stderr
-    short = subprocess.run(
-        [sys.executable, "-m", "edgeclaw", "console", "hash-pin", "--stdin"],
-        input="12\n",
-        capture_output=True,
-        text=True,
-        env=state_env,
-        timeout=30,
-    )
+    short = hash_pin_cli("12")
     assert short.returncode == 2 and "4 to 256" in short.stderr
 
 

@@ -247,3 +247,103 @@ async def test_config_tools_cannot_be_replaced_at_runtime(tmp_path: Path) -> Non
         assert custom.get("say").source == "config"
     finally:
         await runtime.aclose()
+
+
+# -- injection through placeholder positions and argument text (found in review) ----------
+
+PARAM = {"type": "object", "properties": {"msg": {"type": "string"}}}
+
+
+@pytest.mark.parametrize(
+    ("template", "where"),
+    [
+        ('echo "hello {{.msg}}"', "inside double quotes"),
+        ("echo '{{.msg}}'", "inside single quotes"),
+        ("echo $'{{.msg}}'", "inside $'...' quotes"),
+        ("echo `echo {{.msg}}`", "inside backquotes"),
+        ("echo ${X:-{{.msg}}}", "inside ${...}"),
+        ("echo $(( {{.msg}} + 1 ))", "arithmetic"),
+        ("echo hi # {{.msg}}", "inside a comment"),
+        ("cat <<EOF\n{{.msg}}\nEOF", "here-document"),
+        ("{{.msg}} --version", "the program name"),
+        ("ls; {{.msg}}", "the program name"),
+        ("echo $({{.msg}})", "the program name"),
+        ("if {{.msg}}; then echo y; fi", "the program name"),
+        ("env {{.msg}}", "the program name"),
+    ],
+)
+def test_a_placeholder_must_stand_as_a_plain_word(template: str, where: str) -> None:
+    # Inside quotes the quoting of the value is literal text: `"…'$(touch x)'…"` expands, and in
+    # '…' the value's own quote closes the string. Every one of these ran a command in review.
+    with pytest.raises(InvalidDefinition) as err:
+        parse_definition({"name": "t", "command": template, "parameters": PARAM})
+    assert where in str(err.value) and "bare word" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "printf '%s\\n' {{.msg}}",
+        "grep -r -- {{.msg}} .",
+        "X={{.msg}} sh script.sh",
+        "echo $(printf %s {{.msg}})",
+        'echo "$(printf %s {{.msg}})"',
+        "cat <<< {{.msg}}",
+        "echo a#{{.msg}} > out.txt",
+        "sort {{.msg}} | head -n 3",
+    ],
+)
+def test_plain_word_placeholders_are_accepted(template: str) -> None:
+    spec = parse_definition({"name": "t", "command": template, "parameters": PARAM})
+    assert spec.placeholders == ["msg"]
+
+
+async def test_argument_text_cannot_break_out_of_its_quotes(tmp_path: Path) -> None:
+    runtime = make_runtime(tmp_path)
+    custom = custom_tools_for(runtime.registry)
+    custom.define(ECHO)
+    try:
+        # A fullwidth apostrophe becomes ' under NFKC; normalising after quoting used to end the
+        # quoted word early and run `touch pwned`.
+        for value in ["\uff07; touch pwned; \uff07", "a\nb; touch pwned", "\u200b'; touch pwned #"]:
+            out = await runtime.registry.execute("say", {"msg": value}, ctx())
+            assert out.ok, out.error
+            assert "touch pwned" in out.for_user
+        assert not (runtime.workspace / "pwned").exists()
+        out = await runtime.registry.execute("say", {"msg": "x\x00; touch pwned"}, ctx())
+        assert out.refused and "NUL" in out.error
+        out = await runtime.registry.execute("say", {"msg": "x\x1b]0;title\x07"}, ctx())
+        assert out.refused and "control character" in out.error
+        assert not (runtime.workspace / "pwned").exists()
+    finally:
+        await runtime.aclose()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give the key file to another user")
+def test_a_key_file_owned_by_another_user_is_refused(tmp_path: Path, monkeypatch) -> None:
+    box = SecretBox.in_state_dir(tmp_path)
+    sealed = box.seal(b"x", "ctx")
+    os.chown(tmp_path / "secrets.key", 1, 1)  # planted by someone else, mode still 0600
+    monkeypatch.setattr(os, "geteuid", lambda: 4242)  # as an unprivileged daemon would see it
+    with pytest.raises(BackendError, match="belongs to uid 1"):
+        SecretBox.in_state_dir(tmp_path).open(sealed, "ctx")
+
+
+def test_racing_key_creation_ends_with_one_complete_key(tmp_path: Path) -> None:
+    import threading
+
+    keys: list[bytes] = []
+    barrier = threading.Barrier(8)
+
+    def create() -> None:
+        barrier.wait()
+        keys.append(SecretBox.in_state_dir(tmp_path)._load_key())
+
+    threads = [threading.Thread(target=create) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(keys) == 8 and len(set(keys)) == 1 and len(keys[0]) == 32
+    assert [p.name for p in tmp_path.iterdir()] == ["secrets.key"]  # no temporary file left
+    assert stat.S_IMODE((tmp_path / "secrets.key").stat().st_mode) == 0o600

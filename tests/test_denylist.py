@@ -176,6 +176,39 @@ DANGEROUS: list[tuple[str, str]] = [
     ("/???/?at x", "filter-bypass"),
     ("e''cho hi", "filter-bypass"),
     ("xxd -r -p payload.hex > x", "filter-bypass"),
+    # evasions found in review: the program hidden in a variable, a substitution or an alias
+    ("$(printf 'rm -rf /')", "filter-bypass"),
+    ("`printf rm` -rf /", "destructive-ops"),
+    ("a=rm; $a -rf /", "filter-bypass"),
+    ("a=r; b=m; $a$b -rf /", "filter-bypass"),
+    ("x=rm; ${x} -rf /", "filter-bypass"),
+    ("X=1 $cmd", "filter-bypass"),
+    ("while read c; do $c; done < cmds", "filter-bypass"),
+    ("alias nuke='rm -rf /'; nuke", "filter-bypass"),
+    ("alias x=rm\nx -rf /", "filter-bypass"),
+    ("env -S'rm -rf /'", "filter-bypass"),
+    ("env --split-string='ls -la'", "filter-bypass"),
+    ('sh -c "$PAYLOAD"', "code-injection"),
+    # ... the root spelt otherwise, or behind a glob or variable
+    ("rm -rf //", "destructive-ops"),
+    ("rm -rf /./", "destructive-ops"),
+    ("rm -rf /.", "destructive-ops"),
+    ("rm -rf /..", "destructive-ops"),
+    ("rm -rf /?", "destructive-ops"),
+    ("rm -rf /[a-z]*", "destructive-ops"),
+    ("rm -rf /$x", "destructive-ops"),
+    ("find / -exec rm -rf {} +", "destructive-ops"),
+    # ... one-liners in another language doing rm -rf
+    ("python3 -c 'import shutil; shutil.rmtree(\"/\")'", "destructive-ops"),
+    ("python3 -c \"import os; os.system('rm -rf /')\"", "destructive-ops"),
+    ('python3 -c \'import subprocess; subprocess.run(["rm","-rf","/"])\'', "destructive-ops"),
+    ("perl -e 'system(\"rm -rf /\")'", "destructive-ops"),
+    ("perl -MFile::Path -e 'rmtree(\"/\")'", "destructive-ops"),
+    ('node -e \'require("child_process").execSync("rm -rf ~")\'', "destructive-ops"),
+    ("awk 'BEGIN{system(\"rm -rf /\")}'", "destructive-ops"),
+    ("busybox rm -rf /", "destructive-ops"),
+    ("sh <<EOF\nrm -rf /\nEOF", "destructive-ops"),
+    ("rm\t-rf\t/", "destructive-ops"),
 ]
 
 ORDINARY: list[str] = [
@@ -241,6 +274,17 @@ ORDINARY: list[str] = [
     "grep -c ERROR app.log || true",
     "base64 -d blob.b64 > blob.bin",
     "nproc",
+    # shapes close to the evasions above that must still pass
+    "cat notes.txt | wc -l",
+    "x=1; echo ${x:-2}",
+    "echo ${NAME:-unknown}",
+    "d=$(date +%s); echo $d",
+    'for f in *.txt; do wc -l "$f"; done',
+    "cat <<EOF > notes.txt\nhello\nEOF",
+    "python3 - <<EOF\nprint(1)\nEOF",
+    "rm -rf ./.cache",
+    "python3 -c 'import shutil; shutil.rmtree(\"build\")'",
+    "find . -name '*.pyc' -exec rm {} +",
 ]
 
 

@@ -61,3 +61,13 @@ def test_broken_config_is_a_failed_check(run_cli, state_env):
     Path(state_env["EDGECLAW_CONFIG"]).write_text("[mqtt]\nport = 'x'\n")
     out = run_cli("doctor")
     assert out.returncode == 1 and out.stdout.startswith("FAIL  config:") and "mqtt.port" in out.stdout
+
+
+def test_a_provider_url_that_cannot_be_parsed_is_a_config_failure(run_cli, state_env):
+    Path(state_env["EDGECLAW_CONFIG"]).write_text(
+        'board = "sim"\n[agent]\nproviders = ["local"]\n'
+        '[providers.local]\nkind = "openai"\nmodel = "m"\nbase_url = "http://box:80a/v1"\n'
+    )
+    out = run_cli("doctor")
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stdout.startswith("FAIL  config:") and "providers.local.base_url" in out.stdout

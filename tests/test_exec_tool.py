@@ -335,3 +335,97 @@ def test_tool_call_asks_on_the_terminal(state_env, answer: bytes, expect_ok: boo
 def test_context_defaults_are_the_cli() -> None:
     # The CLI's own calls come from channel "cli"; that is where the terminal approver registers.
     assert ToolContext().channel == "cli"
+
+
+# -- allowlist and approval bypasses found in review --------------------------------------
+
+
+async def test_an_allowlisted_program_cannot_run_another_program_unasked(tmp_path: Path) -> None:
+    # `sort` is on the default allowlist, and `sort --compress-program=sh` feeds its data to sh:
+    # a command line that would run anything without the question the allowlist mode promises.
+    runtime = make_runtime(tmp_path)
+    approver = ScriptedApprover(Decision.DENY, Decision.DENY, Decision.DENY, Decision.DENY)
+    runtime.approvals.register("mqtt", approver)
+    ws = runtime.workspace
+    (ws / "data.txt").write_text("".join(f"touch pwned #{i}\n" for i in range(3000)))
+    (ws / "ls").write_text("#!/bin/sh\ntouch pwned\n")
+    (ws / "ls").chmod(0o755)
+    try:
+        for command in (
+            "sort --compress-program=sh -S 16K data.txt",
+            "sort --compress-prog=sh -S 16K data.txt",  # getopt takes an unambiguous prefix
+            "./ls -la",
+            f"{ws}/ls",
+        ):
+            out = await runtime.registry.execute("exec", {"command": command}, ctx())
+            assert out.refused and "denied by the person asked" in out.error, (command, out.error)
+        assert len(approver.asked) == 4
+        assert not (ws / "pwned").exists()
+        gate = runtime.registry.get("exec").shell.gate
+        for plain in ("ls -la", "/bin/ls -la", "sort data.txt | head -n 3", "cat data.txt | wc -l"):
+            assert not gate.check(plain, ctx(), tool="exec").needs_approval, plain
+        for wrapped in ("env ls", "timeout 5 cat x", "xargs cat < list", "nice ls"):
+            assert gate.check(wrapped, ctx(), tool="exec").needs_approval, wrapped
+    finally:
+        await runtime.aclose()
+
+
+async def test_a_stored_approval_covers_that_exact_command_only(tmp_path: Path) -> None:
+    runtime = make_runtime(tmp_path, tools={"exec": {"security": "full", "ask": "always"}})
+    approver = ScriptedApprover(Decision.ALLOW_ALWAYS, Decision.DENY, Decision.DENY, Decision.DENY)
+    runtime.approvals.register("mqtt", approver)
+    ws = runtime.workspace
+    try:
+        assert (await runtime.registry.execute("exec", {"command": "ls -la"}, ctx())).ok
+        # The same command (normalised: surrounding space, a fullwidth letter) is not asked again ...
+        for same in ("  ls -la  ", "\uff4cs -la"):
+            assert (await runtime.registry.execute("exec", {"command": same}, ctx())).ok
+        assert len(approver.asked) == 1
+        # ... but a longer one, another agent, and another tool each are new questions.
+        longer = await runtime.registry.execute("exec", {"command": "ls -la; touch pwned"}, ctx())
+        other_agent = await runtime.registry.execute("exec", {"command": "ls -la"}, ctx(agent="lab"))
+        other_tool = await runtime.registry.execute(
+            "process", {"action": "start", "command": "ls -la"}, ctx()
+        )
+        assert longer.refused and other_agent.refused and other_tool.refused
+        assert len(approver.asked) == 4
+        assert not (ws / "pwned").exists()
+        # A dry run never asks, whatever the mode, and with nobody to ask at all.
+        runtime.approvals.unregister("mqtt")
+        dry = await runtime.registry.execute("exec", {"command": "touch x"}, ctx(), dry_run=True)
+        assert dry.ok and len(approver.asked) == 4
+    finally:
+        await runtime.aclose()
+
+
+def _own_home() -> Path | None:
+    import pwd
+
+    home = Path(pwd.getpwuid(os.geteuid()).pw_dir)
+    return home if home.is_dir() and any(home.iterdir()) else None
+
+
+async def test_the_daemons_home_is_hidden(tmp_path: Path) -> None:
+    # SSH keys and shell histories: a root daemon's commands run as uid 0 and could read /root.
+    home = _own_home()
+    if home is None:
+        pytest.skip("the daemon user's home is empty or missing here")
+    runtime = make_runtime(tmp_path, tools={"exec": {"security": "full"}})
+    try:
+        out = await runtime.registry.execute("exec", {"command": f"ls -A {home}; true"}, ctx())
+        assert out.ok and out.for_user == "(no output)", out.for_llm
+    finally:
+        await runtime.aclose()
+
+
+async def test_a_multi_line_command_says_so_before_its_first_line(tmp_path: Path) -> None:
+    runtime = make_runtime(tmp_path)
+    approver = ScriptedApprover(Decision.DENY)
+    runtime.approvals.register("mqtt", approver)
+    try:
+        command = "ls" + "\n" * 40 + "python3 -c 'print(1)'"
+        out = await runtime.registry.execute("exec", {"command": command}, ctx())
+        assert out.refused
+        assert approver.asked[0].summary.startswith("[a command of 41 lines]\nls\n")
+    finally:
+        await runtime.aclose()

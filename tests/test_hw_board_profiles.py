@@ -26,6 +26,13 @@ SHIPPED = [
 ]
 
 
+def load_errors(path: str | Path) -> str:
+    """Every problem loading the profile at `path` reports, as one text."""
+    with pytest.raises(ConfigErrors) as caught:
+        board.read_profile(Path(path))
+    return str(caught.value)
+
+
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_profiles_load_and_describe(name):
     profile = board.load_profile(name)
@@ -66,9 +73,7 @@ def test_profile_errors_name_file_key_and_expectation(tmp_path):
         '[[gpio]]\npin = 4\nname = "in4"\ndirection = "in"\npwm = true\n'
         '[probe]\ntransport = "gdb"\ntarget = "x"\ngdb_address = "nowhere"\n',
     )
-    with pytest.raises(ConfigErrors) as caught:
-        board.read_profile(Path(path))
-    text = str(caught.value)
+    text = load_errors(path)
     assert f"{path}: i2c[0].scan: expected true or false, got a string" in text
     assert f"{path}: memory[0].access: expected one of 'ro', 'rw', got 'rwx'" in text
     # Type errors come first; once the types are right the cross-key checks run.
@@ -81,9 +86,7 @@ def test_profile_errors_name_file_key_and_expectation(tmp_path):
         '[[memory]]\nname = "a"\nbase = 0x1000\nsize = 0x100\n'
         '[[memory]]\nname = "b"\nbase = 0x1080\nsize = 0x100\n',
     )
-    with pytest.raises(ConfigErrors) as caught:
-        board.load_profile(fixed)
-    text = str(caught.value)
+    text = load_errors(fixed)
     assert f"{fixed}: i2c[0].read[0]: expected first <= last, got 0x50 > 0x40" in text
     assert f"{fixed}: i2c[0].write[0]: expected 7-bit I2C addresses" in text
     assert f"{fixed}: gpio[0].pwm: PWM needs direction = 'out'" in text
@@ -91,12 +94,56 @@ def test_profile_errors_name_file_key_and_expectation(tmp_path):
     assert "regions 'a' and 'b' overlap" in text
 
 
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        # /dev/gpiomem maps the block at 0: a base 2 bytes into a word would make every aligned
+        # register address an unaligned load in the mapping.
+        (
+            '[[memory]]\nname = "r"\nbase = 0xFE200002\nsize = 0x10\n'
+            'device = "/dev/gpiomem"\ndevice_offset = 0\n',
+            "memory[0]: expected base (0xfe200002) and its offset in the device (0x0) to agree modulo 4",
+        ),
+        (
+            'simulated = true\n[[memory]]\nname = "r"\nbase = 0x1001\nsize = 0x10\n',
+            "memory[0]: expected base (0x1001) and its offset in the device (0x0) to agree modulo 4",
+        ),
+        (
+            '[probe]\ntransport = "gdb"\ntarget = "x"\ngdb_address = "qemu"\n'
+            'regions = [{ name = "top", base = 0xFFFF_FF00, size = 0x200 }]\n',
+            "probe.regions[0]: expected a region inside the target's 32-bit address space",
+        ),
+        (
+            '[probe]\ntransport = "gdb"\ntarget = "x"\ngdb_address = "qemu"\nflash = true\n'
+            "flash_base = 0xFFFF_0000\nflash_size = 0x2_0000\n",
+            "probe.flash_base: expected the flash area inside the target's 32-bit address space",
+        ),
+    ],
+)
+def test_address_arithmetic_problems_are_caught_when_the_profile_loads(tmp_path, body, words):
+    path = write_profile(tmp_path, "arith", body)
+    assert f"{path}: {words}" in load_errors(path)
+
+
+def test_esp32_grants_the_chip_cannot_honour_are_errors(tmp_path):
+    path = write_profile(
+        tmp_path,
+        "esp",
+        '[esp32]\nport = "/dev/ttyUSB0"\n'
+        'gpio = [{ pin = 35, name = "in-only", direction = "out" },\n'
+        '        { pin = 7, name = "flash", direction = "in" }]\n'
+        'adc = [{ pin = 4, name = "adc2" }]\n',
+    )
+    text = load_errors(path)
+    assert f"{path}: esp32.gpio[0].direction: GPIO 35 is input-only on the ESP32 (34-39)" in text
+    assert f"{path}: esp32.gpio[1].pin: expected a usable ESP32 GPIO (not 6-11, the flash), got 7" in text
+    assert f"{path}: esp32.adc[0].pin: expected an ADC1 pin (32-39), got 4" in text
+
+
 def test_unknown_keys_and_missing_name_are_errors(tmp_path):
     path = tmp_path / "x.toml"
     path.write_text('[board]\ndescription = "no name"\n[[i2c]]\nbus = 1\nspeed = 100000\n')
-    with pytest.raises(ConfigErrors) as caught:
-        board.read_profile(path)
-    text = str(caught.value)
+    text = load_errors(path)
     assert "board.name: required key is missing (expected a string)" in text
     assert "i2c[0].speed: unknown key (expected one of:" in text
 
@@ -119,6 +166,12 @@ def _dt(tmp_path, model: str | None, compatible: list[str]):
         ("Raspberry Pi Zero W Rev 1.1", ["raspberrypi,model-zero-w", "brcm,bcm2835"], "rpi-zero-w"),
         ("Raspberry Pi 5 Model B Rev 1.0", ["raspberrypi,5-model-b", "brcm,bcm2712"], "rpi5"),
         (None, ["raspberrypi,4-model-b", "brcm,bcm2711"], "rpi4b"),  # compatible alone suffices
+        # Boards without a profile of their own get the one for their SoC, never the sim board.
+        ("Raspberry Pi 400 Rev 1.0", ["raspberrypi,400", "brcm,bcm2711"], "rpi4b"),
+        ("Raspberry Pi Compute Module 4 Rev 1.0", ["raspberrypi,4-compute-module", "brcm,bcm2711"], "rpi4b"),
+        ("Raspberry Pi 3 Model A Plus Rev 1.0", ["raspberrypi,3-model-a-plus", "brcm,bcm2837"], "rpi3b"),
+        ("Raspberry Pi Model B Plus Rev 1.2", ["raspberrypi,model-b-plus", "brcm,bcm2835"], "rpi-zero-w"),
+        ("Raspberry Pi Compute Module 5 Rev 1.0", ["raspberrypi,5-compute-module", "brcm,bcm2712"], "rpi5"),
         ("Pine64 RockPro64", ["pine64,rockpro64", "rockchip,rk3399"], None),
     ],
 )
@@ -145,7 +198,7 @@ def test_board_show_rpi4b_prints_the_grants(run_cli):
     out = run_cli("board", "show", "rpi4b")
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("rpi4b: Raspberry Pi 4 Model B (BCM2711)")
-    assert "i2c bus 1 (/dev/i2c-1): read 0x03-0x77; write none; scan yes" in out.stdout
+    assert "i2c bus 1 (/dev/i2c-1): read 0x08-0x77; write none; scan yes" in out.stdout
     assert "memory 'gpio': 0xfe200000-0xfe2000f3 (244 bytes) read-only via /dev/gpiomem" in out.stdout
     assert "gpio 17 'gpio17': input (read only)" in out.stdout
 

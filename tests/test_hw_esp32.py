@@ -138,6 +138,47 @@ async def test_peer_reset_mid_request_fails_fast_and_recovers(pty):
         peer_box[0].stop()
 
 
+def _echo_peer(pty: Pty) -> BridgePeer:
+    """A peer that answers `echo` requests of any length with the length it received."""
+    handler = BridgeHandler(HostHal())
+
+    def handle(line: bytes):
+        if b'"op":"echo"' in line and line.endswith(b"}"):  # a fragment goes to the real handler
+            request = json.loads(line)
+            reply = {"id": request["id"], "ok": True, "result": {"length": len(request["args"]["blob"])}}
+            return (json.dumps(reply) + "\n").encode()
+        return handler.handle_line(line)
+
+    return BridgePeer(pty.master, HostHal(), handle).start(announce=False)
+
+
+async def test_a_line_longer_than_the_port_buffer_goes_out_whole(pty):
+    peer = _echo_peer(pty)
+    bridge = Esp32Bridge(pty.port, 115200, timeout_s=5)
+    blob = "x" * 60_000  # far more than a tty's buffer holds: the write has to wait for room
+    try:
+        assert (await bridge.request("echo", {"blob": blob}))["length"] == len(blob)
+        assert bridge.is_open
+    finally:
+        await bridge.close()
+        peer.stop()
+
+
+async def test_a_line_cut_by_its_deadline_does_not_spoil_the_next_request(pty):
+    peer = _echo_peer(pty)
+    bridge = Esp32Bridge(pty.port, 115200, timeout_s=0.5)
+    try:
+        await bridge.request("info")  # handshake done
+        peer.stop()  # the chip stops reading (held in reset, flow control...): the buffer fills
+        with pytest.raises(BusTimeout):
+            await bridge.request("echo", {"blob": "y" * 60_000})
+        peer = _echo_peer(pty)  # it reads again, starting with the fragment left in the buffer
+        assert (await bridge.request("echo", {"blob": "short"}))["length"] == 5
+    finally:
+        await bridge.close()
+        peer.stop()
+
+
 async def test_protocol_mismatch_is_refused(pty):
     handler = BridgeHandler(HostHal())
 
@@ -151,6 +192,19 @@ async def test_protocol_mismatch_is_refused(pty):
     bridge = Esp32Bridge(pty.port, 115200, timeout_s=2)
     try:
         with pytest.raises(DeviceUnavailable, match="speaks bridge protocol 2, this edgeclaw speaks 1"):
+            await bridge.request("info")
+    finally:
+        await bridge.close()
+        peer.stop()
+
+
+async def test_a_firmware_without_the_handshake_is_refused_in_plain_words(pty):
+    handler = BridgeHandler(HostHal())
+    del handler.ops["hello"]  # an older or foreign firmware: it answers, but knows no hello
+    peer = BridgePeer(pty.master, handler.hal, handler.handle_line).start(announce=False)
+    bridge = Esp32Bridge(pty.port, 115200, timeout_s=2)
+    try:
+        with pytest.raises(DeviceUnavailable, match=r"does not shake hands .*unknown op 'hello'.*flash the"):
             await bridge.request("info")
     finally:
         await bridge.close()

@@ -7,10 +7,19 @@ table and a reset handler that counts boots at 0x2000_0100.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import struct
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
 
 import pytest
 
+from edgeclaw.backends import qemu as qemu_module
 from edgeclaw.backends.base import TargetError
 from edgeclaw.backends.gdbremote import GdbRemoteClient, decode_payload, escape_binary
 from edgeclaw.backends.qemu import BOOT_COUNTER, QemuSTM32, firmware_image, qemu_available
@@ -29,6 +38,113 @@ def test_firmware_image_is_a_vector_table():
     sp, reset, _nmi, _hardfault = struct.unpack("<4I", firmware_image()[:16])
     assert sp == 0x2000_2000 and reset == 0x0800_0011 and reset & 1  # Thumb
     assert len(firmware_image()) == 32
+
+
+# -- the QEMU process is never left behind -----------------------------------------------------------
+FAKE_QEMU = """\
+import os, signal, socket, sys, time
+# A stand-in for qemu-system-arm: records its pid, listens on the -gdb port unless told not to,
+# and (like a wedged emulator) ignores SIGTERM unless told to honour it.
+open(os.environ["FAKE_QEMU_PID"], "w").write(str(os.getpid()))
+if os.environ.get("FAKE_QEMU_TERM") != "honour":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if os.environ.get("FAKE_QEMU_LISTEN") != "no":
+    port = int(sys.argv[sys.argv.index("-gdb") + 1].rsplit(":", 1)[1])
+    server = socket.create_server(("127.0.0.1", port))
+while True:
+    time.sleep(1)
+"""
+
+
+@pytest.fixture
+def fake_qemu(tmp_path, monkeypatch):
+    script = tmp_path / "fake-qemu-system-arm"
+    script.write_text(f"#!{sys.executable}\n" + FAKE_QEMU)
+    script.chmod(0o755)
+    pid_file = tmp_path / "fake-qemu.pid"
+    monkeypatch.setattr(qemu_module, "QEMU_BINARY", str(script))
+    monkeypatch.setenv("FAKE_QEMU_PID", str(pid_file))
+    return script, pid_file
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited (reaped, or a zombie waiting to be)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def _wait_gone(pid: int, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not _gone(pid):
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)  # do not leave it behind whatever the test says
+            return False
+        time.sleep(0.02)
+    return True
+
+
+async def test_a_cancelled_stop_still_kills_qemu(tmp_path, fake_qemu):
+    _, pid_file = fake_qemu
+    target = QemuSTM32(tmp_path)
+    await target.start()
+    pid = int(pid_file.read_text())
+    stopping = asyncio.create_task(target.stop())
+    await asyncio.sleep(0.3)  # SIGTERM sent and ignored: stop() is waiting for it to exit
+    stopping.cancel()  # a shutdown deadline runs out
+    with contextlib.suppress(asyncio.CancelledError):
+        await stopping
+    assert _wait_gone(pid), "QEMU outlived a cancelled stop()"
+    assert not target.running
+
+
+async def test_a_cancelled_start_leaves_no_half_started_qemu(tmp_path, fake_qemu, monkeypatch):
+    _, pid_file = fake_qemu
+    monkeypatch.setenv("FAKE_QEMU_LISTEN", "no")  # never ready: start() keeps polling its port
+    target = QemuSTM32(tmp_path)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(target.start(), 0.5)
+    assert pid_file.exists()
+    assert _wait_gone(int(pid_file.read_text())), "a half-started QEMU was left running"
+    assert not target.running
+
+
+def test_qemu_dies_with_a_daemon_that_is_killed(tmp_path, fake_qemu, monkeypatch):
+    script, pid_file = fake_qemu
+    monkeypatch.setenv("FAKE_QEMU_TERM", "honour")  # like the real one: SIGTERM ends it
+    daemon = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import asyncio, pathlib
+                from edgeclaw.backends import qemu
+                qemu.QEMU_BINARY = {str(script)!r}
+                async def main():
+                    await qemu.QemuSTM32(pathlib.Path({str(tmp_path)!r})).start()
+                    print("started", flush=True)
+                    await asyncio.sleep(60)
+                asyncio.run(main())
+                """
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    try:
+        assert daemon.stdout is not None and daemon.stdout.readline().strip() == "started"
+        pid = int(pid_file.read_text())
+        daemon.kill()  # SIGKILL: no shutdown code runs
+        daemon.wait(5)
+        assert _wait_gone(pid), "QEMU outlived the daemon"
+    finally:
+        daemon.kill()
+        daemon.wait(5)
 
 
 @pytest.fixture
@@ -263,3 +379,52 @@ async def test_gdb_flash_through_vflash_packets_against_a_stub_with_a_memory_map
         await client.close()
         server.close()
         await server.wait_closed()
+
+
+class FakeRegisterStub(FakeFlashStub):
+    """A stub without a target description; `p` answers per register, or not at all."""
+
+    def __init__(self, p_packet: bool, g_reply: bytes = b"") -> None:
+        super().__init__()
+        self.p_packet = p_packet
+        self.g_reply = g_reply
+
+    def answer(self, packet: bytes) -> bytes:
+        if packet.startswith(b"p"):
+            if not self.p_packet:
+                return b""
+            regnum = int(packet[1:], 16)
+            return b"xxxxxxxx" if regnum == 12 else (0x1000 + regnum).to_bytes(4, "little").hex().encode()
+        if packet == b"g":
+            return self.g_reply
+        return super().answer(packet)
+
+
+async def _registers_from(stub: FakeRegisterStub) -> dict[str, int]:
+    server = await asyncio.start_server(stub.serve, "127.0.0.1", 0)
+    client = GdbRemoteClient("127.0.0.1", server.sockets[0].getsockname()[1])
+    try:
+        await client.connect()
+        return await client.read_registers()
+    finally:
+        await client.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_registers_the_stub_marks_unavailable_are_left_out():
+    registers = await _registers_from(FakeRegisterStub(p_packet=True))
+    assert registers["r0"] == 0x1000 and registers["pc"] == 0x100F and registers["xpsr"] == 0x1019
+    assert "r12" not in registers  # 'xxxxxxxx': unavailable, not a crash and not a made-up value
+
+
+async def test_the_g_fallback_never_makes_up_values():
+    with pytest.raises(TargetError, match="supports neither 'p' nor 'g'"):
+        await _registers_from(FakeRegisterStub(p_packet=False))
+    with pytest.raises(TargetError, match="register reply is short"):
+        await _registers_from(FakeRegisterStub(p_packet=False, g_reply=b"00112233" * 4))
+    full = b"".join(i.to_bytes(4, "little").hex().encode() for i in range(16))
+    registers = await _registers_from(
+        FakeRegisterStub(p_packet=False, g_reply=full.replace(b"0c000000", b"xxxxxxxx"))
+    )
+    assert registers["r1"] == 1 and registers["pc"] == 15 and "r12" not in registers

@@ -113,7 +113,7 @@ async def test_smbus2_scan_follows_i2cdetect_conventions(fake_kernel):
     kernel, node = fake_kernel
     bus = I2CBus(SMBus2Driver(1, node), timeout_s=2, threaded=True)
     try:
-        found = await bus.scan(range(0x03, 0x78))
+        found = await bus.scan(range(0x00, 0x80))
     finally:
         bus.close()
     assert found.found == (0x48, 0x50, 0x76)
@@ -121,7 +121,9 @@ async def test_smbus2_scan_follows_i2cdetect_conventions(fake_kernel):
     probes = dict((a, kind) for kind, a in kernel.calls)
     assert probes[0x48] == "quick" and probes[0x76] == "quick"
     assert probes[0x50] == "read_byte" and probes[0x33] == "read_byte"  # EEPROM and 0x30-0x37 ranges
-    assert 0x00 not in probes and 0x02 not in probes and 0x78 not in probes  # reserved addresses
+    # Reserved addresses (0000xxx, 1111xxx) are never probed, as i2cdetect skips them.
+    assert not any(a in probes for a in (*range(0x00, 0x08), *range(0x78, 0x80)))
+    assert 0x08 in probes and 0x77 in probes
 
 
 async def test_smbus2_reads_writes_and_16bit_register_blocks(fake_kernel):
@@ -147,7 +149,7 @@ async def test_smbus2_errno_121_in_plain_words(fake_kernel):
     try:
         with pytest.raises(BackendError, match=r"^no device acknowledged at 0x49 on bus 1$"):
             await bus.read_byte_data(0x49, 0)
-        with pytest.raises(BackendError, match="in use by a kernel driver"):
+        with pytest.raises(BackendError, match=r"^0x3c on bus 1 is in use by a kernel driver$"):
             await bus.read_byte_data(0x3C, 0)
     finally:
         bus.close()
@@ -163,7 +165,7 @@ async def test_i2c_tool_on_a_real_profile_goes_through_smbus2(fake_kernel, tmp_p
     profile = write_profile(
         tmp_path,
         "real-i2c",
-        f'[[i2c]]\nbus = 1\ndevice = "{node}"\nread = [{{ first = 0x03, last = 0x77 }}]\nwrite = [0x50]\n',
+        f'[[i2c]]\nbus = 1\ndevice = "{node}"\nread = [{{ first = 0x08, last = 0x77 }}]\nwrite = [0x50]\n',
     )
     runtime = make_runtime(tmp_path, board=profile)
     try:
@@ -234,6 +236,27 @@ async def test_spidev_driver_with_a_fake_module(monkeypatch):
         device.close()
     with pytest.raises(DeviceUnavailable, match=r"SPI 0\.1 does not exist"):
         SpidevDriver(0, 1)
+
+
+def test_device_files_that_cannot_be_opened_say_what_to_do(monkeypatch, tmp_path):
+    from edgeclaw.backends.memory import MemoryWindow
+    from edgeclaw.board import MemoryRegionGrant
+
+    class DeniedSpiDev(FakeSpiDev):
+        def open(self, bus: int, device: int) -> None:
+            raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setitem(sys.modules, "spidev", types.SimpleNamespace(SpiDev=DeniedSpiDev))
+    with pytest.raises(DeviceUnavailable) as denied:
+        SpidevDriver(0, 0)
+    assert str(denied.value) == (
+        "permission denied opening /dev/spidev0.0 for SPI 0.0 (add the daemon's user to the spi group)"
+    )
+    region = MemoryRegionGrant("gpio", 0x3F20_0000, 0xB4, device=str(tmp_path / "gpiomem"), device_offset=0)
+    with pytest.raises(
+        DeviceUnavailable, match=r"^memory region 'gpio' does not exist \(.*gpiomem is missing"
+    ):
+        MemoryWindow(region, region.device, region.file_offset(), writable=False)
 
 
 def test_spidev_absent_is_a_clear_error(monkeypatch):

@@ -85,6 +85,23 @@ def test_tmp102_comparator_alert_with_polarity():
     assert bus.read_block(0x48, b"\x01", 2)[1] & 0x20
 
 
+def test_tmp102_interrupt_mode_alert_is_seen_once_then_cleared_by_the_read():
+    sensor = TMP102(70.0)
+    bus = SimI2CBus(1, {0x48: sensor})
+    bus.write_block(0x48, b"\x01\x62\xa0")  # TM = 1: interrupt mode (POL = 0: AL = 0 means active)
+    assert bus.read_block(0x48, b"\x01", 2)[1] & 0x20  # below T_HIGH: inactive
+    sensor.temperature_c = 85.0
+    # The part converts in the background: reading the configuration shows the event...
+    assert not bus.read_block(0x48, b"\x01", 2)[1] & 0x20
+    # ...and that read cleared it; staying above T_HIGH raises no new event (the next is < T_LOW).
+    assert bus.read_block(0x48, b"\x01", 2)[1] & 0x20
+    sensor.temperature_c = 77.0  # between T_LOW (75 °C) and T_HIGH (80 °C): nothing
+    assert bus.read_block(0x48, b"\x01", 2)[1] & 0x20
+    sensor.temperature_c = 70.0  # below T_LOW: the second event
+    assert not bus.read_block(0x48, b"\x01", 2)[1] & 0x20
+    assert bus.read_block(0x48, b"\x01", 2)[1] & 0x20
+
+
 # -- BME280 ---------------------------------------------------------------------------------------
 def test_bme280_chip_id_reset_state_and_calibration_layout():
     sensor = BME280()

@@ -26,7 +26,17 @@ def parts(runtime):
 async def test_scan_finds_exactly_the_three_sim_devices(sim):
     result = await ok(sim, "i2c", action="scan", bus=1)
     assert result["addresses"] == ["0x48", "0x50", "0x76"]
-    assert result["probed"] == 0x77 - 0x03 + 1
+    assert result["probed"] == 0x77 - 0x08 + 1  # 0x00-0x07 and 0x78-0x7f are reserved
+
+
+async def test_a_device_at_a_reserved_address_is_never_probed_or_addressed(sim):
+    from edgeclaw.backends.sim.tmp102 import TMP102
+
+    # A (misbehaving) device that answers at a reserved address.
+    sim.registry.get("i2c").backends.i2c(1).driver.devices[0x05] = TMP102()
+    assert (await ok(sim, "i2c", action="scan", bus=1))["addresses"] == ["0x48", "0x50", "0x76"]
+    outcome = await call(sim, "i2c", action="read_byte", bus=1, address=0x05, register=0)
+    assert outcome.refused and "must be in 8..0x77" in outcome.error
 
 
 async def test_tmp102_temperature_decodes_to_the_sim_value(sim):
@@ -68,6 +78,32 @@ async def test_eeprom_write_then_read(sim):
         sim, "i2c", action="read_block", bus=1, address=0x50, register=0x0123, register_width=2, length=16
     )
     assert bytes.fromhex(read["data"]).hex() == data
+
+
+async def test_settle_ms_keeps_the_bus_through_the_eeprom_write_cycle(sim):
+    """Another session's read right after a write must wait out the settle time, not hit the
+    EEPROM mid write cycle (when it does not acknowledge)."""
+    import asyncio
+
+    from edgeclaw.tools.base import ToolContext
+
+    write = {
+        "action": "write_block",
+        "bus": 1,
+        "address": 0x50,
+        "register": 0x0200,
+        "register_width": 2,
+        "data": "5a a5",
+        "settle_ms": 20,  # well past the 5 ms write cycle, however slow the machine
+    }
+    read = {"action": "read_block", "bus": 1, "address": 0x50, "register": 0x0200, "register_width": 2}
+    wrote, got = await asyncio.gather(
+        sim.registry.execute("i2c", write, ToolContext(session_key="writer")),
+        sim.registry.execute("i2c", {**read, "length": 2}, ToolContext(session_key="reader")),
+    )
+    assert wrote.ok, wrote.error
+    assert got.ok, got.error
+    assert json.loads(got.for_llm)["data"] == "5a a5"
 
 
 async def test_i2c_nack_is_worded(sim):
@@ -179,7 +215,7 @@ SIM_BOUNDS = [
         {"action": "write_byte", "bus": 1, "address": 0x49, "register": 0, "value": 1},
         "writing to 0x49",
     ),
-    ("i2c", {"action": "read_byte", "bus": 1, "address": 0x7C, "register": 0}, "must be in 3..0x77"),
+    ("i2c", {"action": "read_byte", "bus": 1, "address": 0x7C, "register": 0}, "must be in 8..0x77"),
     ("i2c", {"action": "scan", "bus": 0}, "I2C bus 0 is not granted"),
     ("spi", {"bus": 0, "chip_select": 0, "data": [3, 0, 0]}, "read-only"),
     ("spi", {"bus": 0, "chip_select": 0, "data": [1, 128, 0], "speed_hz": 2_000_000}, "over SPI 0.0's cap"),
@@ -212,7 +248,7 @@ async def test_writes_are_off_unless_granted(tmp_path):
     profile = write_profile(
         tmp_path,
         "read-only-board",
-        "simulated = true\n[[i2c]]\nbus = 1\nread = [{ first = 0x03, last = 0x77 }]\n"
+        "simulated = true\n[[i2c]]\nbus = 1\nread = [{ first = 0x08, last = 0x77 }]\n"
         '[[gpio]]\npin = 17\nname = "led"\ndirection = "in"\n'
         '[[memory]]\nname = "regs"\nbase = 0x1000\nsize = 0x100\n',
     )
@@ -267,3 +303,40 @@ async def test_concurrent_sessions_keep_eeprom_transactions_whole(sim):
 
     results = await asyncio.gather(*(read(f"s{i}", 0x100 if i % 2 else 0x200) for i in range(20)))
     assert all(r == (bytes(range(16)) if i % 2 else bytes(range(100, 116))) for i, r in enumerate(results))
+
+
+async def test_a_pulse_waits_for_its_pin_only_as_long_as_any_operation(tmp_path):
+    import asyncio
+
+    runtime = make_runtime(tmp_path, hardware={"op_timeout_s": 0.2})
+    try:
+        first = asyncio.create_task(call(runtime, "gpio", action="pulse", pin="led", duration_ms=1000))
+        await asyncio.sleep(0.05)  # the first pulse holds the pin
+        started = asyncio.get_running_loop().time()
+        second = await call(runtime, "gpio", action="pulse", pin="led", duration_ms=10)
+        waited = asyncio.get_running_loop().time() - started
+        assert not second.ok and not second.refused and "busy" in second.error
+        assert waited < 0.8  # bounded by the operation deadline, not by the other pulse
+        assert (await first).ok
+    finally:
+        await runtime.aclose()
+
+
+async def test_closing_gpio_stops_every_pin_worker_thread():
+    import asyncio
+    import threading
+
+    from edgeclaw.backends.gpio import GPIOController, GpiozeroDriver
+    from edgeclaw.board import GPIOPinGrant
+
+    grants = [GPIOPinGrant(17, "led", "out"), GPIOPinGrant(27, "button", "in", pull="up")]
+    controller = GPIOController(GpiozeroDriver(grants, mock=True), timeout_s=2, threaded=True)
+    await controller.write(17, True)
+    await controller.read(27)
+    assert any(t.name.startswith("bus-GPIO") for t in threading.enumerate())
+    controller.close()
+    for _ in range(100):
+        if not any(t.name.startswith("bus-GPIO") for t in threading.enumerate()):
+            break
+        await asyncio.sleep(0.02)
+    assert not any(t.name.startswith("bus-GPIO") for t in threading.enumerate())

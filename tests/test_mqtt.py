@@ -57,6 +57,7 @@ class Work(Tool):
             "n": {"type": "string"},
             "sleep_s": {"type": "number", "minimum": 0},
             "fail": {"type": "boolean"},
+            "explode": {"type": "boolean"},
             "say": {"type": "string"},
         },
         "required": ["n"],
@@ -74,6 +75,8 @@ class Work(Tool):
         if args.get("sleep_s"):
             await asyncio.sleep(args["sleep_s"])
         self.executions[args["n"]] += 1
+        if args.get("explode"):
+            raise RuntimeError("exploded on purpose")
         if args.get("fail"):
             return ToolResult.error(f"failed on purpose: {args.get('say', '')}")
         return ToolResult(
@@ -228,7 +231,10 @@ async def test_every_bad_request_gets_one_error_answer_naming_the_problem(tmp_pa
     cases: list[tuple[str, bytes, str, str]] = [
         ("json", b"{not json", "bad_json", "malformed JSON"),
         ("array", b"[1, 2]", "bad_json", "expected a JSON object"),
+        ("utf8", b'{"id": "utf8", "tool": "work\xff"}', "bad_json", "not UTF-8"),
         ("noid", json.dumps({"tool": "work", "args": {"n": "x"}}).encode(), "missing_field", "'id'"),
+        ("idtype", json.dumps({"id": ["x"], "tool": "work"}).encode(), "bad_field", "'id' must be a string"),
+        ("idfloat", json.dumps({"id": 1.5, "tool": "work"}).encode(), "bad_field", "'id' must be a string"),
         ("notool", json.dumps({"id": "notool", "args": {}}).encode(), "missing_field", "'tool'"),
         (
             "argslist",
@@ -266,6 +272,8 @@ async def test_every_bad_request_gets_one_error_answer_naming_the_problem(tmp_pa
             "tool_error",
             "failed on purpose",
         ),
+        # An exception inside the tool is the tool's error answer, not a silent drop.
+        ("exploded", json.dumps(call("exploded", explode=True)).encode(), "exception", "exploded on purpose"),
     ]
     async with (
         running_daemon(config) as d,
@@ -291,7 +299,7 @@ async def test_every_bad_request_gets_one_error_answer_naming_the_problem(tmp_pa
         assert codes == {b"retained": "retained", b"evil": "bad_response_topic"}
         await asyncio.sleep(0.3)
         assert len(c.on(ANSWERS)) == len(cases)  # exactly one answer each
-        assert d.work.executions == Counter({"failed": 1})
+        assert d.work.executions == Counter({"failed": 1, "exploded": 1})
         assert d.ch.counters["answered"] == d.ch.counters["requests"] == len(cases) + 2
 
 
@@ -344,8 +352,93 @@ async def test_a_flood_beyond_the_inbound_bound_is_answered_busy(tmp_path, broke
         done = [a[0] for a in grouped.values() if a[0]["ok"]]
         assert busy and len(busy) + len(done) == total
         assert "busy" in busy[0]["error"]
+        assert all(b["tool"] == "work" and b["id"].startswith("f") for b in busy)  # named, though refused
         assert sum(d.work.executions.values()) == len(done)
         assert d.ch.counters["busy"] == len(busy)
+
+
+class Hanging:
+    """An agent whose turns never finish by themselves (a model that does not answer)."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+
+    async def handle(self, message):
+        self.started.append(message.text)
+        await asyncio.Event().wait()
+
+
+class Exploding:
+    async def handle(self, message):
+        raise RuntimeError("the agent fell over")
+
+
+async def test_a_fault_inside_the_channel_still_gets_one_answer(tmp_path, broker, monkeypatch):
+    async with (
+        running_daemon(daemon_config(tmp_path, broker.port)) as d,
+        Caller(broker.port, [ANSWERS]) as c,
+    ):
+        # The state database failing on the receive path (before any task exists) ...
+        def broken_begin(key):
+            raise sqlite3.OperationalError("disk I/O error")
+
+        monkeypatch.setattr(d.ch.ledger, "begin", broken_begin)
+        await c.publish(f"{BASE}/tool/call", call("db"), response_topic=ANSWERS, correlation=b"db")
+        [answer] = await c.answers(ANSWERS, 1)
+        assert answer.json["code"] == "internal" and "disk I/O error" in answer.json["error"]
+        assert answer.json["id"] == "db" and answer.correlation == b"db"
+        monkeypatch.undo()
+        # ... and the agent raising inside a chat turn.
+        d.ch.agent = Exploding()  # type: ignore[assignment]
+        await c.publish(f"{BASE}/chat/in", {"text": "hi", "id": "m"}, response_topic=ANSWERS)
+        [_, chat] = await c.answers(ANSWERS, 2)
+        assert chat.json["ok"] is False and chat.json["code"] == "internal"
+        assert "the agent fell over" in chat.json["error"] and chat.json["in_reply_to"] == "m"
+        # The request that met the broken database never ran, so it can be sent again.
+        await c.publish(f"{BASE}/tool/call", call("db"), response_topic=ANSWERS)
+        assert (await c.answers(ANSWERS, 3))[2].json["ok"]
+        await asyncio.sleep(0.3)
+        assert len(c.on(ANSWERS)) == 3 and d.work.executions == Counter({"db": 1})
+        assert d.ch.counters["answered"] == d.ch.counters["requests"] == 3
+
+
+async def test_requests_cut_short_by_a_stop_are_answered_once_and_not_run_again(
+    tmp_path, broker, monkeypatch
+):
+    monkeypatch.setattr("edgeclaw.channels.mqtt.channel.STOP_GRACE_S", 0.3)
+    config = daemon_config(tmp_path, broker.port, max_concurrent=1)
+    chat = {"text": "think hard", "sender": "bob", "id": "c1"}
+    async with Caller(broker.port, [ANSWERS]) as c:
+        async with running_daemon(config) as d:
+            hanging = Hanging()
+            d.ch.agent = hanging  # type: ignore[assignment]
+            await c.publish(f"{BASE}/chat/in", chat, response_topic=ANSWERS, correlation=b"chat")
+            await poll(lambda: hanging.started, what="the turn to start")
+            # Waits for the only slot, which the turn holds until the daemon stops.
+            await c.publish(f"{BASE}/tool/call", call("queued"), response_topic=ANSWERS, correlation=b"tool")
+            await poll(lambda: d.ch.counters["requests"] == 2, what="the call to arrive")
+        answers = {a.correlation: a.json for a in await c.answers(ANSWERS, 2)}
+        # Running when the daemon stopped: it may have had effects, so it is not run again.
+        assert answers[b"chat"]["code"] == "interrupted" and answers[b"chat"]["in_reply_to"] == "c1"
+        assert answers[b"chat"]["session"] == "mqtt:bob"
+        # Never started: "stopping", naming the call; it may be sent again.
+        assert answers[b"tool"]["code"] == "stopping" and answers[b"tool"]["tool"] == "work"
+        assert answers[b"tool"]["id"] == "queued" and d.work.executions["queued"] == 0
+
+        async with running_daemon(config) as d2:
+            d2.ch.agent = hanging  # type: ignore[assignment]
+            await c.publish(f"{BASE}/chat/in", chat, response_topic=ANSWERS, correlation=b"chat-again")
+            await c.publish(
+                f"{BASE}/tool/call", call("queued"), response_topic=ANSWERS, correlation=b"tool-again"
+            )
+            answers = {a.correlation: a.json for a in await c.answers(ANSWERS, 4)}
+            assert (
+                answers[b"chat-again"]["code"] == "interrupted" and answers[b"chat-again"]["replay"] is True
+            )
+            assert answers[b"tool-again"]["ok"] and d2.work.executions["queued"] == 1
+            assert hanging.started == ["think hard"]  # the turn was not started again
+        await asyncio.sleep(0.3)
+        assert len(c.on(ANSWERS)) == 4
 
 
 # -- chat -------------------------------------------------------------------------
@@ -450,6 +543,8 @@ async def test_approvals_are_asked_over_mqtt(tmp_path, broker):
         answers = await c.answers(ANSWERS, 4)
         assert answers[3].json["ok"] is False and "timed out" in answers[3].json["error"]
         assert d.guarded.ran == 1 and d.ch.approver.pending == []
+        # Approval responses are not requests: the acks do not skew the one-answer-per-request count.
+        assert d.ch.counters["answered"] == d.ch.counters["requests"] == 3
 
 
 # -- signed commands --------------------------------------------------------------
@@ -461,14 +556,13 @@ async def test_hmac_signed_calls_are_accepted_and_unsigned_or_forged_ones_refuse
         running_daemon(config, {"EC_HMAC": secret}) as d,
         Caller(broker.port, [ANSWERS]) as c,
     ):
-        good = json.dumps(call("signed-prop")).encode()
-        await c.publish(
-            topic,
-            good,
-            response_topic=ANSWERS,
-            correlation=b"1",
-            user=[("hmac", mac(secret.encode(), topic, good))],
-        )
+
+        async def with_hmac_property(n: str, corr: bytes, key: bytes, signed_topic: str = topic) -> None:
+            body = json.dumps(call(n)).encode()
+            mac_ = mac(key, signed_topic, body)
+            await c.publish(topic, body, response_topic=ANSWERS, correlation=corr, user=[("hmac", mac_)])
+
+        await with_hmac_property("signed-prop", b"1", secret.encode())
         await c.publish(
             topic,
             envelope(secret.encode(), topic, call("signed-env")),
@@ -476,23 +570,9 @@ async def test_hmac_signed_calls_are_accepted_and_unsigned_or_forged_ones_refuse
             correlation=b"2",
         )
         await c.publish(topic, call("unsigned"), response_topic=ANSWERS, correlation=b"3")
-        forged = json.dumps(call("forged")).encode()
-        await c.publish(
-            topic,
-            forged,
-            response_topic=ANSWERS,
-            correlation=b"4",
-            user=[("hmac", mac(b"wrong", topic, forged))],
-        )
+        await with_hmac_property("forged", b"4", b"wrong")
         # A signature for another device's topic does not transfer.
-        other = json.dumps(call("replayed")).encode()
-        await c.publish(
-            topic,
-            other,
-            response_topic=ANSWERS,
-            correlation=b"5",
-            user=[("hmac", mac(secret.encode(), "edgeclaw/other/tool/call", other))],
-        )
+        await with_hmac_property("replayed", b"5", secret.encode(), "edgeclaw/other/tool/call")
         answers = {a.correlation: a.json for a in await c.answers(ANSWERS, 5)}
         assert answers[b"1"]["ok"] and answers[b"2"]["ok"]
         for corr, rid in ((b"3", "unsigned"), (b"4", "forged"), (b"5", "replayed")):
@@ -522,8 +602,17 @@ async def test_hmac_max_age_refuses_stale_signed_commands(tmp_path, broker):
         await c.publish(
             topic, envelope(secret.encode(), topic, stale), response_topic=ANSWERS, correlation=b"s"
         )
-        answers = {a.correlation: a.json for a in await c.answers(ANSWERS, 2)}
+        # Signed plain-text chat cannot carry a `ts`: refused as stale, not as malformed JSON.
+        chat_topic = f"{BASE}/chat/in"
+        await c.publish(
+            chat_topic,
+            envelope(secret.encode(), chat_topic, "hello"),
+            response_topic=ANSWERS,
+            correlation=b"t",
+        )
+        answers = {a.correlation: a.json for a in await c.answers(ANSWERS, 3)}
         assert answers[b"f"]["ok"] and answers[b"s"]["code"] == "stale"
+        assert answers[b"t"]["code"] == "stale" and "'ts'" in answers[b"t"]["error"]
         assert d.work.executions == Counter({"fresh": 1})
 
 
@@ -926,6 +1015,33 @@ async def test_edgeclaw_run_status_retained_offline_on_stop_and_as_last_will_aft
             proc.kill()
             proc.wait(5)
     assert "Traceback" not in log.read_text(errors="replace")
+
+
+async def test_the_last_will_is_set_afresh_for_each_connection(tmp_path, broker):
+    status = f"{BASE}/status"
+    async with (
+        running_daemon(daemon_config(tmp_path, broker.port)) as d,
+        Caller(broker.port, [status]) as c,
+    ):
+        [first] = await c.answers(status, 1)
+        broker.kill()
+        await poll(lambda: not d.ch.connection.connected, what="the disconnect")
+        broker.start()
+        await poll(lambda: d.ch.connection.connects >= 2, 30, "the reconnect")
+        await c.wait_for(lambda: c.connected.is_set(), what="the caller to reconnect")
+        await c.wait_for(lambda: len(c.on(status)) >= 2, what="online again")
+        # Another client taking over the device's client id makes the broker publish its Will.
+        async with aiomqtt.Client(
+            "127.0.0.1", broker.port, identifier=DEV, protocol=aiomqtt.ProtocolVersion.V5
+        ):
+            will = await c.wait_for(
+                lambda: [m for m in c.on(status) if m.json["state"] == "offline"], what="the Last Will"
+            )
+        body = will[0].json
+        assert set(body) == {"state", "version", "board", "ts"} and body["board"] == "sim"
+        assert body["ts"] > first.json["ts"]  # the Will of the second connection, not the first
+        # The device takes its session back and says so.
+        await c.wait_for(lambda: c.on(status)[-1].json["state"] == "online", 30, "online after the takeover")
 
 
 async def test_a_daemon_killed_while_offline_delivers_its_outbox_after_restart(tmp_path, broker):

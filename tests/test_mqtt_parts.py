@@ -4,14 +4,17 @@ telemetry, discovery and the [mqtt] config checks. No broker needed."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 
 import pytest
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.reasoncodes import ReasonCode
 
-from edgeclaw.channels.mqtt.connection import Backoff
+from edgeclaw.channels.mqtt.connection import Backoff, Connection, ConnectionSettings
 from edgeclaw.channels.mqtt.dedup import RequestLedger, Seen, request_key
-from edgeclaw.channels.mqtt.discovery import SENSORS, discovery_payload
+from edgeclaw.channels.mqtt.discovery import SENSORS, discovery_payload, discovery_topic_usable
 from edgeclaw.channels.mqtt.outbox import MAX_ATTEMPTS, Kind, Outbox, OutMessage
 from edgeclaw.channels.mqtt.protocol import (
     WireError,
@@ -20,6 +23,7 @@ from edgeclaw.channels.mqtt.protocol import (
     parse_chat,
     parse_json_object,
     parse_tool_call,
+    peek_id,
     replayed,
     safe_response_topic,
     tool_answer,
@@ -98,6 +102,17 @@ def test_outbox_bound_drops_oldest_telemetry_then_events_and_answers_last(db):
     box.put(_msg(box, Kind.ANSWER, "a5"))  # only answers left: the oldest answer goes
     assert [m.message.payload for m in box.peek(10)] == [b"a2", b"a3", b"a4", b"a5"]
     assert Outbox(db, 4).dropped == 6  # persisted
+
+
+def test_outbox_back_within_a_lowered_bound_at_the_next_message(db):
+    box = Outbox(db, 10)
+    for i in range(10):
+        box.put(_msg(box, Kind.ANSWER if i % 2 else Kind.TELEMETRY, f"m{i}"))
+    smaller = Outbox(db, 4)  # restarted with a lower outbox_max
+    assert smaller.put(_msg(smaller, Kind.ANSWER, "new"))
+    assert smaller.depth == 4 and smaller.dropped == 7
+    # The telemetry went first, then the oldest answers.
+    assert [m.message.payload for m in smaller.peek(10)] == [b"m5", b"m7", b"m9", b"new"]
 
 
 def test_outbox_drops_a_message_the_broker_keeps_refusing(db):
@@ -204,6 +219,22 @@ def test_answers_and_replays():
     assert again.pop("replay") is True and again == answer
 
 
+def test_peek_id_finds_the_id_of_a_refused_request_even_in_an_envelope():
+    assert peek_id(b'{"id": "a", "tool": "t"}') == "a"
+    assert peek_id(b'{"id": 7}') == "7"
+    assert peek_id(envelope(b"k", "t", {"id": "inner"})) == "inner"
+    for payload in (
+        b"[1]",
+        b"{oops",
+        b'{"id": true}',
+        b'{"id": ""}',
+        b"\xff",
+        json.dumps({"id": "x" * 500}).encode(),
+    ):
+        assert peek_id(payload) is None, payload
+    assert peek_id(b'{"id": "big", "pad": "' + b"x" * (2 << 20) + b'"}') is None  # not parsed
+
+
 def test_response_topics_that_are_refused():
     assert safe_response_topic("reply/x")
     for topic in ("", "a/#", "a/+/b", "$SYS/x", "edgeclaw/other/tool/call", "edgeclaw/x/chat/in"):
@@ -242,6 +273,28 @@ def test_hmac_user_property_and_envelope():
         assert e.value.code == "bad_signature"
     with pytest.raises(ValueError):
         Verifier("")
+
+
+# -- connection -------------------------------------------------------------------
+class RefusingClient:
+    """Stands in for aiomqtt.Client: the broker grants the first subscription and refuses the rest."""
+
+    async def subscribe(self, topics):
+        granted = ReasonCode(PacketTypes.SUBACK, identifier=1)
+        refused = ReasonCode(PacketTypes.SUBACK, identifier=0x87)  # not authorized
+        return [granted] + [refused] * (len(topics) - 1)
+
+
+async def test_subscriptions_refused_by_the_broker_are_reported(caplog):
+    topics = DeviceTopics("edgeclaw", "d").subscriptions(admin=False, discovery=False)
+    for protocol in ("5", "3.1.1"):
+        settings = ConnectionSettings("127.0.0.1", 1883, "d", protocol=protocol, subscriptions=tuple(topics))
+        caplog.clear()
+        with caplog.at_level(logging.ERROR, "edgeclaw.mqtt"):
+            await Connection(settings, lambda m: None)._subscribe(RefusingClient())  # type: ignore[arg-type]
+        [record] = caplog.records
+        assert topics[0] not in record.message  # granted
+        assert all(t in record.message for t in topics[1:]) and "ACL" in record.message
 
 
 # -- telemetry and discovery ------------------------------------------------------
@@ -303,6 +356,15 @@ def test_discovery_payload_shape():
     for uid, comp in p["cmps"].items():
         assert comp["p"] == "sensor" and comp["unique_id"] == uid and comp["expire_after"] == 90
         assert all(c.isalnum() or c in "_-" for c in uid)
+    assert discovery_payload(
+        DeviceTopics("e", "gewächshaus"), board="b", version="1", telemetry_interval_s=0
+    )["dev"]["ids"] == ["edgeclaw_gew_chshaus"]
+
+
+def test_device_ids_home_assistant_would_ignore_in_the_discovery_topic():
+    assert discovery_topic_usable("greenhouse-07") and discovery_topic_usable("pi_4")
+    for device in ("pi.local", "green house", "gewächshaus", ""):
+        assert not discovery_topic_usable(device), device
 
 
 # -- config -----------------------------------------------------------------------

@@ -35,6 +35,23 @@ TOOLS = {
 }
 
 
+# What the coding profile leaves of TOOLS.
+CODING = {
+    "read_file",
+    "write_file",
+    "list_files",
+    "exec",
+    "process",
+    "memory_search",
+    "sessions_list",
+    "sessions_history",
+    "sessions_spawn",
+    "subagents",
+    "session_status",
+    "image",
+}
+
+
 def engine(**rules) -> PolicyEngine:
     e = PolicyEngine(PolicyRules(**rules))
     e.set_tools(TOOLS)
@@ -52,20 +69,7 @@ PIPELINE_CASES = [
     pytest.param(
         {"profile": "coding"},
         {},
-        {
-            "read_file",
-            "write_file",
-            "list_files",
-            "exec",
-            "process",
-            "memory_search",
-            "sessions_list",
-            "sessions_history",
-            "sessions_spawn",
-            "subagents",
-            "session_status",
-            "image",
-        },
+        CODING,
         id="coding",
     ),
     pytest.param(
@@ -83,20 +87,7 @@ PIPELINE_CASES = [
     pytest.param(
         {"profile": "minimal", "providers": {"local": PolicyLayer(profile="coding")}},
         {"provider": "local"},
-        {
-            "read_file",
-            "write_file",
-            "list_files",
-            "exec",
-            "process",
-            "memory_search",
-            "sessions_list",
-            "sessions_history",
-            "sessions_spawn",
-            "subagents",
-            "session_status",
-            "image",
-        },
+        CODING,
         id="provider-profile-replaces-global",
     ),
     pytest.param(
@@ -213,6 +204,26 @@ def test_configured_subagent_deny_lists_add_to_builtin_ones():
 def test_also_allow_cannot_resurrect_a_subagent_deny():
     e = engine(also_allow=["cron"])
     assert "cron" not in allowed(e, subagent_depth=1)
+
+
+@pytest.mark.parametrize(
+    "channel",
+    [PolicyLayer(profile="device"), PolicyLayer(allow=("group:fs",)), PolicyLayer("full", ("read_file",))],
+)
+def test_also_allow_cannot_widen_the_callers_channel(channel):
+    e = engine(profile="minimal", also_allow=["exec", "read_file"], channels={"mqtt": channel})
+    assert "exec" not in allowed(e, channel="mqtt")
+    assert "read_file" in allowed(e, channel="mqtt")  # what the channel admits is still added back
+    assert {"exec", "read_file"} <= allowed(e, channel="cli")  # other channels keep the addition
+
+
+def test_the_cache_follows_the_tools_that_exist():
+    e = engine()
+    assert "camera" not in allowed(e)
+    e.set_tools({**TOOLS, "camera": "media"})
+    assert "camera" in allowed(e)
+    e.set_tools(TOOLS)
+    assert "camera" not in allowed(e)
 
 
 @pytest.mark.parametrize(

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 
 import pytest
-from shell_helpers import ctx, make_runtime
+from shell_helpers import ctx, make_runtime, marked_processes
 
 pytestmark = pytest.mark.skipif(
     not (os.path.exists("/usr/bin/firejail") or os.path.exists("/usr/bin/bwrap")),
@@ -16,25 +17,23 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _marked(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if marker.encode() in cmdline and b"sh\x00-c" not in cmdline:
-                found.append(int(entry))
-    return found
-
-
 async def _gone(marker: str) -> bool:
     for _ in range(60):
-        if not _marked(marker):
+        if not marked_processes(marker):
             return True
         await asyncio.sleep(0.05)
     return False
+
+
+async def _wait_for_status(registry, proc_id: str, needle: str, context, tries: int = 100) -> str:
+    """Poll until the status line says `needle`; returns the last answer either way."""
+    text = ""
+    for _ in range(tries):
+        text = (await registry.execute("process", {"action": "poll", "id": proc_id}, context)).for_llm
+        if needle in text:
+            break
+        await asyncio.sleep(0.05)
+    return text
 
 
 async def _poll_until(registry, proc_id: str, needle: str, context, tries: int = 200) -> str:
@@ -90,7 +89,7 @@ async def test_checks_limits_and_dry_run(tmp_path: Path) -> None:
         dry = await reg.execute(
             "process", {"action": "start", "command": f"sleep {marker}"}, me, dry_run=True
         )
-        assert dry.ok and not _marked(marker)
+        assert dry.ok and not marked_processes(marker)
         for _ in range(2):
             assert (await reg.execute("process", {"action": "start", "command": f"sleep {marker}"}, me)).ok
         third = await reg.execute("process", {"action": "start", "command": f"sleep {marker}"}, me)
@@ -114,21 +113,56 @@ async def test_timeout_and_shutdown_kill_everything(tmp_path: Path) -> None:
     )
     assert short.ok
     short_id = short.for_user.split()[-1]
-    for _ in range(60):
-        status = await reg.execute("process", {"action": "poll", "id": short_id}, me)
-        if "outlived its timeout" in status.for_llm:
-            break
-        await asyncio.sleep(0.05)
-    assert "outlived its timeout" in status.for_llm
+    assert "outlived its timeout" in await _wait_for_status(reg, short_id, "outlived its timeout", me)
     # A background grandchild, so shutdown has a whole tree to take down.
     long = await reg.execute(
         "process", {"action": "start", "command": f"sleep {marker}2 & sleep {marker}3"}, me
     )
     assert long.ok
     for _ in range(40):
-        if len(_marked(marker)) >= 2:
+        if len(marked_processes(marker)) >= 2:
             break
         await asyncio.sleep(0.05)
-    assert len(_marked(marker)) >= 2
+    assert len(marked_processes(marker)) >= 2
     await runtime.aclose()  # what the daemon does on SIGTERM
     assert await _gone(marker)
+
+
+async def test_a_flooding_background_command_does_not_keep_the_daemon_busy(tmp_path: Path) -> None:
+    # `yes` left running: its output is read at a bounded rate (the pipe then blocks it), so the
+    # daemon's event loop is not spent copying bytes nobody reads, and memory stays bounded.
+    runtime = make_runtime(tmp_path, tools={"exec": {"security": "full", "process_buffer_bytes": 4096}})
+    reg = runtime.registry
+    me = ctx(session="mqtt:flood")
+    try:
+        out = await reg.execute("process", {"action": "start", "command": "yes edgeclaw-flood"}, me)
+        assert out.ok, out.error
+        proc_id = out.for_user.split()[-1]
+        await asyncio.sleep(0.3)
+        cpu = time.process_time()
+        await asyncio.sleep(2.0)
+        assert time.process_time() - cpu < 0.6
+        polled = await reg.execute("process", {"action": "poll", "id": proc_id}, me)
+        assert "bytes of earlier output were dropped" in polled.for_llm
+        assert len(polled.for_user.encode()) <= 4096 + 100  # the buffer, and the note on what was dropped
+        assert (await reg.execute("process", {"action": "kill", "id": proc_id}, me)).ok
+    finally:
+        await runtime.aclose()
+
+
+async def test_a_finished_command_leaves_nothing_behind(tmp_path: Path) -> None:
+    # The command daemonises a grandchild and exits: it is reported as exited at once, and the
+    # grandchild went with it (firejail kept the whole sandbox alive for it before).
+    runtime = make_runtime(tmp_path, tools={"exec": {"security": "full"}})
+    reg = runtime.registry
+    marker = f"657.{os.getpid() % 1000}4"
+    me = ctx(session="mqtt:orphans")
+    try:
+        command = f"setsid sleep {marker} >/dev/null 2>&1 < /dev/null & echo spawned; exit 5"
+        out = await reg.execute("process", {"action": "start", "command": command}, me)
+        proc_id = out.for_user.split()[-1]
+        status = await _wait_for_status(reg, proc_id, "exited with status", me)
+        assert "exited with status 5" in status, status
+        assert await _gone(marker)
+    finally:
+        await runtime.aclose()

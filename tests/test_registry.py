@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 
 import pytest
 
 from edgeclaw.errors import BackendError, ToolError, ToolRefused
-from edgeclaw.tools.audit import AuditRecord
+from edgeclaw.tools.audit import AuditRecord, args_digest
 from edgeclaw.tools.base import Tool, ToolContext, ToolResult
 from edgeclaw.tools.policy import PolicyEngine, PolicyRules
 from edgeclaw.tools.ratelimit import SlidingWindowLimiter
@@ -292,3 +294,111 @@ async def test_a_failing_audit_sink_does_not_fail_the_call():
 
     reg.add_audit_sink(broken)
     assert (await reg.execute("echo", {"text": "a"}, CTX)).ok
+
+
+# -- fail closed: nothing a caller sends, and no fault in a check, escapes as an exception -----
+
+
+class Free(Tool):
+    """Takes any value under `data`, as custom and MQTT-facing tools may."""
+
+    name = "free"
+    group = "messaging"
+    description = "Accepts anything."
+    parameters = {"type": "object", "properties": {"data": {}}, "additionalProperties": False}
+
+    async def execute(self, args, ctx):
+        return "ok"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        pytest.param('{"text": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply", id="deep-json"),
+        pytest.param('{"text": "a", "times": ' + "9" * 5000 + "}", "too many digits", id="huge-integer"),
+    ],
+)
+async def test_hostile_json_arguments_are_refused_not_raised(args, needle):
+    reg, records = make()
+    out = await reg.execute("echo", args, CTX)
+    assert out.refused and out.stage == "arguments" and needle in out.error
+    assert records[-1].stage == "arguments"
+
+
+async def test_deeply_nested_mapping_arguments_are_audited_without_crashing():
+    reg, records = make()
+    reg.register(Free())
+    deep: list = []
+    for _ in range(5000):
+        deep = [deep]
+    out = await reg.execute("free", {"data": deep}, CTX)
+    assert out.ok and len(records[-1].args_digest) == 16
+
+
+async def test_a_policy_that_cannot_be_evaluated_refuses_the_call():
+    reg, _ = make(PolicyRules(profile="no-such-profile"))  # validate() would have said so
+    out = await reg.execute("echo", {"text": "a"}, CTX)
+    assert not out.ok and out.refused and out.stage == "exception" and "internal error" in out.error
+    assert reg.get("echo").calls == 0
+
+
+async def test_a_result_that_is_not_text_becomes_an_error_result():
+    class Sloppy(Echo):
+        name = "sloppy"
+
+        async def execute(self, args, ctx):
+            return ToolResult(for_llm=None)  # type: ignore[arg-type]
+
+    reg, _ = make()
+    reg.register(Sloppy())
+    out = await reg.execute("sloppy", {"text": "a"}, CTX)
+    assert not out.ok and out.stage == "exception" and "not a str" in out.error
+
+
+def test_cap_text_stays_within_a_limit_smaller_than_its_note():
+    assert len(cap_text("x" * 1000, 10).encode()) <= 10
+    assert len(cap_text("é" * 1000, 11).encode()) <= 11
+
+
+async def test_unknown_tool_names_are_audited_short_and_scrubbed():
+    reg, records = make()
+    out = await reg.execute("hunter2-secret" + "x" * 5000, {}, CTX)
+    assert out.refused and out.stage == "unknown_tool"
+    assert "hunter2-secret" not in records[-1].tool and len(records[-1].tool) <= 64
+
+
+def test_args_digest_is_keyed_so_short_arguments_cannot_be_guessed():
+    args = {"pin": "1234"}
+    plain = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert args_digest(args) == args_digest(dict(args))  # stable within the process
+    assert args_digest(args) != hashlib.sha256(plain.encode()).hexdigest()[:16]
+    assert args_digest(args) != args_digest({"pin": "1235"})
+
+
+def test_rate_limit_never_answers_go_without_recording_the_call():
+    # At these values `first <= now - window` is false but `first + window - now` rounds to 0.0:
+    # the window was full, yet the wait read as "go" and nothing was recorded.
+    now = [275.6578775557274]
+    limiter = SlidingWindowLimiter(1, 3600.0, clock=lambda: now[0])
+    assert limiter.acquire("a") == 0
+    now[0] = 3875.6578775557273
+    first = limiter.acquire("a")
+    second = limiter.acquire("a")
+    assert first == 0 and second > 0  # one call goes (and is counted), the next waits
+
+
+async def test_a_registered_secret_is_scrubbed_from_json_output():
+    secret = 'pässwort "geheim"'
+
+    class Reporter(Echo):
+        name = "reporter"
+
+        async def execute(self, args, ctx):
+            text = json.dumps({"config": {"note": secret}})  # ensure_ascii: "p\u00e4sswort \"geheim\""
+            return ToolResult(for_llm=text, for_user=text)
+
+    reg, _ = make()
+    reg.scrubber.add_secret(secret)
+    reg.register(Reporter())
+    out = await reg.execute("reporter", {"text": "a"}, CTX)
+    assert out.ok and "geheim" not in out.for_llm and "geheim" not in (out.for_user or "")

@@ -12,14 +12,18 @@ import asyncio
 import os
 import shutil
 import socket
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
+from shell_helpers import marked_processes
 
 from edgeclaw.sandbox import Limits, Sandbox, SandboxSettings, SandboxUnavailable
-from edgeclaw.sandbox.base import hidden_entries
+from edgeclaw.sandbox.base import SandboxSpec, entries_beside, hidden_entries, split_hidden
 from edgeclaw.sandbox.cgroup import PidsCgroups
+from edgeclaw.sandbox.firejail import FirejailBackend
 from edgeclaw.sandbox.manager import _PROBE_CACHE, probe
 from edgeclaw.sandbox.process import HeadTailBuffer, StreamBuffer
 from edgeclaw.tools.shell import ShellRunner
@@ -62,10 +66,10 @@ def make_runner(layout: Layout, backend: str, **limits: int) -> ShellRunner:
         sandbox=sandbox,
         workspace=Workspace(layout.workspace),
         state_dir=layout.state,
-        env_allow=["PATH", "LANG", "EDGECLAW_TEST_VISIBLE", "OPENAI_API_KEY"],
+        env_allow=["PATH", "LANG", "TEST_VISIBLE", "OPENAI_API_KEY"],
         environ={
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "EDGECLAW_TEST_VISIBLE": "visible-value",
+            "TEST_VISIBLE": "visible-value",
             # Allowlisted by mistake, but its value is a secret: it must still not pass.
             "OPENAI_API_KEY": SECRET,
             "MQTT_PASSWORD": SECRET + "-mqtt",
@@ -189,7 +193,7 @@ async def test_secrets_are_not_in_the_childs_environment(layout: Layout, backend
     )
     assert SECRET not in result.output
     assert "MQTT_PASSWORD" not in result.output and "OPENAI_API_KEY" not in result.output
-    assert "EDGECLAW_TEST_VISIBLE=visible-value" in result.output
+    assert "TEST_VISIBLE=visible-value" in result.output
     assert f"HOME={layout.workspace}" in result.output
 
 
@@ -233,20 +237,6 @@ async def test_root_without_a_pids_cgroup_is_refused(layout: Layout) -> None:
         await sandbox.launch(["/bin/true"], workspace=ws, cwd=ws, env={}, network=False, timeout_s=5)
 
 
-def _marked(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if marker.encode() in cmdline and b"sh\x00-c" not in cmdline:
-            found.append(int(entry))
-    return found
-
-
 @pytest.mark.parametrize("backend", [*BACKENDS, "none"])
 async def test_a_timeout_kills_grandchildren(layout: Layout, backend: str) -> None:
     marker = f"987.{os.getpid() % 1000}{len(str(backend))}"
@@ -257,10 +247,10 @@ async def test_a_timeout_kills_grandchildren(layout: Layout, backend: str) -> No
     assert result.timed_out and result.exit_code is None
     assert time.monotonic() - started < 10
     for _ in range(40):
-        if not _marked(marker):
+        if not marked_processes(marker):
             break
         await asyncio.sleep(0.05)
-    assert _marked(marker) == []
+    assert marked_processes(marker) == []
 
 
 @pytest.mark.parametrize("backend", [*BACKENDS, "none"])
@@ -311,15 +301,24 @@ async def test_the_probe_runs_once(backend: str) -> None:
         _PROBE_CACHE[key] = None
 
 
-def test_hidden_entries_keep_the_workspace(tmp_path: Path) -> None:
-    state = tmp_path / "state"
-    (state / "workspace").mkdir(parents=True)
+def test_hidden_entries_and_how_backends_split_them(tmp_path: Path) -> None:
+    state = (tmp_path / "state").resolve()
+    ws = state / "workspace"
+    ws.mkdir(parents=True)
     (state / "edgeclaw.db").write_text("")
-    (state / "history").mkdir()
-    assert sorted(p.name for p in hidden_entries(state, state / "workspace")) == ["edgeclaw.db", "history"]
+    # The whole state directory is hidden, workspace or not: files created later are covered too.
+    assert hidden_entries(state, ws) == [state]
     elsewhere = tmp_path / "ws"
     elsewhere.mkdir()
-    assert hidden_entries(state, elsewhere) == [state.resolve()]
+    assert hidden_entries(state, elsewhere) == [state]
+    # The odd layout where the workspace is the state directory: only edgeclaw's own files.
+    assert [p.name for p in hidden_entries(state, state)] == ["edgeclaw.db"]
+    inside = ws / "key.txt"
+    ancestors, others = split_hidden([state / "edgeclaw.db", ws, inside, state, tmp_path / "x"], ws)
+    assert ancestors == [state]  # covered, then the workspace made visible inside it
+    assert others == [inside, tmp_path / "x"]  # the db is under the state dir; the ws never hidden
+    (state / "history").mkdir()
+    assert sorted(p.name for p in entries_beside(state, ws)) == ["edgeclaw.db", "history"]
 
 
 def test_buffers_keep_head_tail_and_count_losses() -> None:
@@ -333,3 +332,322 @@ def test_buffers_keep_head_tail_and_count_losses() -> None:
     data, lost = stream.read_new(100)
     assert (data, lost) == (b"fghijklmno", 5)
     assert stream.read_new(100) == (b"", 0)
+
+
+# -- escape attempts found in review ------------------------------------------------------
+#
+# Each runs under the real backends, in two layouts: the tests' usual one under /tmp (which
+# firejail and bubblewrap replace wholesale) and the production one, a state directory with the
+# workspace inside it on the real root file system (/var/lib/edgeclaw/workspace), where only the
+# sandbox's own hiding stands between a command and the database, the key and the config.
+
+
+def _production_base() -> Path | None:
+    for parent in (Path("/var/lib"), Path.home() / ".cache"):
+        if parent.is_dir() and os.access(parent, os.W_OK):
+            return parent
+    return None
+
+
+@pytest.fixture(params=["under-tmp", "production"])
+def any_layout(request: pytest.FixtureRequest, tmp_path: Path):
+    if request.param == "under-tmp":
+        yield Layout(tmp_path)
+        return
+    parent = _production_base()
+    if parent is None:
+        pytest.skip("no writable directory outside /tmp for the production layout")
+    base = Path(tempfile.mkdtemp(prefix="edgeclaw-test-", dir=parent))
+    try:
+        yield Layout(base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_state_files_created_while_a_command_runs_stay_hidden(any_layout: Layout, backend: str) -> None:
+    # The key is created on the first custom-tool definition and the WAL file when the database
+    # is opened: both may appear while a background command is running.
+    layout = any_layout
+    (layout.state / "secrets.key").unlink()
+    runner = make_runner(layout, backend)
+
+    async def create_later() -> None:
+        await asyncio.sleep(0.7)
+        (layout.state / "secrets.key").write_text(MARKER + " late key")
+        (layout.state / "edgeclaw.db-wal").write_text(MARKER + " late wal")
+
+    writer = asyncio.create_task(create_later())
+    result = await run(runner, "sleep 2; ls -a ..; cat ../secrets.key ../edgeclaw.db-wal; true")
+    await writer
+    assert (layout.state / "secrets.key").exists()  # it was there to be read
+    assert MARKER not in result.output, result.output
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_proc_does_not_lead_to_the_daemon_or_its_files(any_layout: Layout, backend: str) -> None:
+    layout = any_layout
+    # A process outside the sandbox standing in for the daemon: same user, a secret in its
+    # environment, its working directory in the state directory.
+    daemon = await asyncio.create_subprocess_exec(
+        "sleep", "30", env={"DAEMON_SECRET": MARKER + "-env", "PATH": "/usr/bin:/bin"}, cwd=layout.state
+    )
+    try:
+        pid = daemon.pid
+        state, config = layout.state, layout.config
+        script = (
+            f"cat /proc/{pid}/environ /proc/{pid}/root{state}/edgeclaw.db /proc/{pid}/cwd/edgeclaw.db; "
+            f"for d in /proc/[0-9]*; do cat $d/environ $d/root{state}/secrets.key $d/root{config} "
+            f"$d/cwd/../edgeclaw.db; done; "
+            f"cat /proc/self/root{state}/edgeclaw.db /proc/1/root{config} /proc/1/cwd/../secrets.key; "
+            f"ls /proc/{pid}; true"
+        )
+        result = await run(make_runner(layout, backend), script)
+    finally:
+        daemon.kill()
+        await daemon.wait()
+    assert MARKER not in result.output, result.output
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_links_in_the_workspace_do_not_reach_hidden_files(any_layout: Layout, backend: str) -> None:
+    layout = any_layout
+    ws, state = layout.workspace, layout.state
+    # Links made outside (an earlier, unsandboxed command; an admin) and inside the sandbox.
+    (ws / "host-link").symlink_to(state / "edgeclaw.db")
+    (ws / "config-link").symlink_to(layout.config)
+    script = (
+        f"ln -s ../secrets.key in-link; ln -s {state}/edgeclaw.db in-link2; "
+        f"ln ../edgeclaw.db hard; ln {state}/secrets.key hard2; ln {layout.config} hard3; "
+        "cp ../secrets.key copied; "
+        "cat host-link config-link in-link in-link2 hard hard2 hard3 copied; true"
+    )
+    result = await run(make_runner(layout, backend), script)
+    assert MARKER not in result.output, result.output
+    real = {os.stat(p).st_ino for p in (state / "edgeclaw.db", state / "secrets.key", layout.config)}
+    made = [p for p in ws.iterdir() if not p.is_symlink() and p.is_file()]
+    assert [p for p in made if p.stat().st_ino in real] == []
+    assert all(MARKER not in p.read_text(errors="replace") for p in made)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_mount_tricks_fail(any_layout: Layout, backend: str) -> None:
+    layout = any_layout
+    ws, state = layout.workspace, layout.state
+    (ws / "m").mkdir()
+    script = (
+        f"mount --bind {state} {ws}/m; cat {ws}/m/edgeclaw.db; "
+        f"unshare -m sh -c 'mount --bind {state} {ws}/m && cat {ws}/m/secrets.key'; "
+        f"unshare -Urm sh -c 'umount -l {state}; mount -t tmpfs x /tmp && cat {state}/edgeclaw.db'; "
+        f"unshare -Urm sh -c 'mount --bind / {ws}/m && cat {ws}/m{state}/edgeclaw.db'; "
+        "true"
+    )
+    result = await run(make_runner(layout, backend), script)
+    assert MARKER not in result.output, result.output
+    assert list((ws / "m").iterdir()) == []
+
+
+def _unix_listeners() -> list[socket.socket]:
+    """A listening unix socket at a path in /run (visible to firejail) and an abstract one."""
+    servers = []
+    abstract = socket.socket(socket.AF_UNIX)
+    abstract.bind(f"\0edgeclaw-test-{os.getpid()}")
+    servers.append(abstract)
+    if os.access("/run", os.W_OK):
+        path = Path(f"/run/edgeclaw-test-{os.getpid()}.sock")
+        path.unlink(missing_ok=True)
+        named = socket.socket(socket.AF_UNIX)
+        named.bind(str(path))
+        servers.append(named)
+    for server in servers:
+        server.listen(4)
+        server.settimeout(0.2)
+    return servers
+
+
+def _close_listeners(servers: list[socket.socket]) -> None:
+    for server in servers:
+        name = server.getsockname()
+        server.close()
+        if isinstance(name, str) and name:
+            Path(name).unlink(missing_ok=True)
+
+
+UNIX_CONNECT = """
+import socket
+for name in {names!r}:
+    try:
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(2)
+        s.connect(name)
+        print("CONNECTED", repr(name))
+    except OSError as e:
+        print("refused", repr(name), e)
+"""
+
+
+@pytest.mark.parametrize("backend", [*BACKENDS, "none"])
+async def test_unix_sockets_outside_the_sandbox_are_unreachable(layout: Layout, backend: str) -> None:
+    # A pathname socket is not bound to a network namespace: --net=none alone does not stop a
+    # command from talking to D-Bus, systemd or a broker listening in /run as the daemon's user.
+    servers = _unix_listeners()
+    names = [s.getsockname() for s in servers]
+    names = ["\0" + n[1:].decode() if isinstance(n, bytes) else n for n in names]
+    (layout.workspace / "connect.py").write_text(UNIX_CONNECT.format(names=names))
+    try:
+        result = await run(make_runner(layout, backend), "python3 connect.py")
+        reached = [s for s in servers if _connected(s)]
+    finally:
+        _close_listeners(servers)
+    if backend == "none":
+        # The control: on the host both are reachable, so the test can see an escape.
+        assert len(reached) == len(servers) and "CONNECTED" in result.output
+    else:
+        assert reached == [] and "CONNECTED" not in result.output, result.output
+        # Inside the sandbox a socket pair still works: asyncio needs one.
+        inside = await run(
+            make_runner(layout, backend),
+            "python3 -c 'import asyncio; asyncio.run(asyncio.sleep(0)); print(\"loop ok\")'",
+        )
+        assert "loop ok" in inside.output, inside.output
+
+
+DAEMONISE = """
+import os, sys
+if os.fork():
+    sys.exit(0)
+os.setsid()
+if os.fork():
+    os._exit(0)
+for fd in (0, 1, 2):
+    os.close(fd)
+os.execvp("sleep", ["sleep", sys.argv[1]])
+"""
+
+
+@pytest.mark.parametrize("cgroup", ["pids-cgroup", "no-cgroup"])
+@pytest.mark.parametrize("backend", [*BACKENDS, "none"])
+async def test_daemonised_grandchildren_do_not_outlive_the_command(
+    layout: Layout, backend: str, cgroup: str
+) -> None:
+    # setsid, a double fork, nohup and setsid -f: each leaves the process group. The command
+    # itself ends at once; nothing it started may live on, and the call must not wait for them.
+    if cgroup == "pids-cgroup" and PidsCgroups.find("auto") is None:
+        pytest.skip("no writable pids cgroup here")
+    if cgroup == "no-cgroup" and backend == "none":
+        pytest.skip("on the host without a cgroup nothing can find a setsid process (documented)")
+    marker = f"778.{os.getpid() % 1000}{len(backend)}{len(cgroup)}"
+    (layout.workspace / "daemonise.py").write_text(DAEMONISE)
+    script = (
+        f"setsid sleep {marker}1 >/dev/null 2>&1 & nohup sleep {marker}2 >/dev/null 2>&1 & "
+        f"(sleep {marker}3 >/dev/null 2>&1 &); python3 daemonise.py {marker}4; "
+        f"setsid -f sleep {marker}5 >/dev/null 2>&1; echo started"
+    )
+    runner = make_runner(layout, backend)
+    if cgroup == "no-cgroup":
+        # What an unprivileged daemon gets (no writable cgroup): the PID namespace does the work.
+        runner.sandbox = Sandbox(SandboxSettings(backend=backend, pids_cgroup="", required=False))
+    started = time.monotonic()
+    result, used = await runner.run(script, cwd=runner.workspace.root, network=False, timeout_s=20)
+    assert used == backend
+    assert "started" in result.output and not result.timed_out, result.output
+    assert result.exit_code == 0 and time.monotonic() - started < 8
+    for _ in range(40):
+        if not marked_processes(marker):
+            break
+        await asyncio.sleep(0.05)
+    left = marked_processes(marker)
+    for pid in left:
+        os.kill(pid, 9)
+    assert left == []
+
+
+@pytest.mark.parametrize("backend", [*BACKENDS, "none"])
+async def test_the_exit_status_is_the_commands_own(layout: Layout, backend: str) -> None:
+    # firejail by default reports the status of whichever process ends last.
+    result = await run(make_runner(layout, backend), "(sleep 0.5; exit 0) & exit 3")
+    assert result.exit_code == 3, result
+
+
+def _rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_an_output_flood_is_cut_and_killed_without_growing_the_daemon(
+    layout: Layout, backend: str
+) -> None:
+    runner = make_runner(layout, backend)
+    await run(runner, "true")  # warm up: the probe and its imports are not what is measured
+    before = _rss_kib()
+    started = time.monotonic()
+    result = await run(runner, "yes edgeclaw-flood", timeout_s=20)
+    assert result.output_limit_hit and not result.timed_out
+    assert time.monotonic() - started < 10
+    assert result.total_bytes > 8 * 1024 * 1024
+    assert len(result.output.encode()) < 17 * 1024 and "output truncated" in result.output
+    assert _rss_kib() - before < 16 * 1024
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("firejail") or not shutil.which("setpriv"),
+    reason="needs root (to act as another user), firejail and setpriv",
+)
+def test_firejail_works_for_a_system_user_without_a_login_shell(tmp_path: Path) -> None:
+    # The shipped sysusers file gives the edgeclaw user /usr/sbin/nologin. firejail 0.9.7x runs
+    # a command given after `--` through the login shell, which then runs nothing.
+    import pwd
+
+    try:
+        user = pwd.getpwnam("daemon")
+    except KeyError:
+        pytest.skip("no 'daemon' user")
+    if not user.pw_shell.endswith(("nologin", "false")):
+        pytest.skip("the 'daemon' user has a login shell here")
+    if Path("/etc/firejail/firejail.users").exists():
+        pytest.skip("firejail.users restricts who may use firejail")
+    ws = Path(tempfile.mkdtemp(prefix="edgeclaw-nologin-", dir="/tmp"))
+    try:
+        os.chown(ws, user.pw_uid, user.pw_gid)
+        spec = SandboxSpec(workspace=ws, cwd=ws)
+        argv = FirejailBackend().wrap(["/bin/sh", "-c", "echo ran-as-$(id -un)"], spec)
+        done = subprocess.run(
+            ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", *argv],
+            cwd=ws,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={"PATH": "/usr/bin:/bin"},
+        )
+    finally:
+        shutil.rmtree(ws, ignore_errors=True)
+    assert "ran-as-daemon" in done.stdout, done.stdout + done.stderr
+
+
+def test_the_environment_never_carries_daemon_channels_or_secrets(layout: Layout) -> None:
+    runner = make_runner(layout, "none")
+    runner.env_allow = (
+        "PATH",
+        "NOTIFY_SOCKET",
+        "WATCHDOG_USEC",
+        "LISTEN_FDS",
+        "EDGECLAW_STATE_DIR",
+        "EDGECLAW_CONFIG",
+        "BROKER_URL",
+        "SHORT",
+    )
+    runner.environ.update(
+        NOTIFY_SOCKET="@/org/freedesktop/systemd1/notify",
+        WATCHDOG_USEC="30000000",
+        LISTEN_FDS="1",
+        EDGECLAW_STATE_DIR=str(layout.state),
+        EDGECLAW_CONFIG=str(layout.config),
+        BROKER_URL=f"mqtt://edgeclaw:{SECRET}-mqtt@127.0.0.1:1883",  # a secret inside a value
+        SHORT="ok",
+    )
+    env = runner.env()
+    assert set(env) == {"PATH", "SHORT", "LANG", "HOME"}, env
+    assert env["SHORT"] == "ok" and env["HOME"] == str(layout.workspace)

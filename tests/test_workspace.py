@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from edgeclaw.errors import ToolError, ToolRefused
+from edgeclaw.tools import workspace
 from edgeclaw.tools.workspace import Workspace
 
 
@@ -236,3 +237,33 @@ def test_open_dir_refuses_directory_swapped_for_symlink_parent(ws: Workspace, ba
     (ws.root / "d").symlink_to(base / "outside")
     with pytest.raises(ToolRefused):
         ws.open(ws.root / "d" / "secret", os.O_RDONLY)
+
+
+def test_without_proc_the_descriptor_check_refuses(
+    ws: Workspace, base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An unverifiable descriptor is refused, not trusted: fail closed.
+    monkeypatch.setattr(workspace, "_PROC_FD", str(base / "no-proc"))
+    with pytest.raises(ToolRefused, match="cannot check where it leads"):
+        ws.open(ws.root / "sub" / "a.txt", os.O_RDONLY)
+
+
+@pytest.mark.parametrize("flags", [{}, {"must_exist": True}, {"for_write": True}])
+def test_a_name_too_long_is_a_tool_error(ws: Workspace, flags: dict[str, bool]) -> None:
+    with pytest.raises(ToolError, match="too long"):
+        ws.resolve("sub/" + "n" * 300, **flags)
+
+
+def test_make_dirs_creates_levels_inside(ws: Workspace) -> None:
+    fd = ws.make_dirs(ws.root / "new" / "deeper")
+    os.close(fd)
+    assert (ws.root / "new" / "deeper").is_dir()
+
+
+def test_make_dirs_does_not_follow_a_symlink_raced_in(ws: Workspace, base: Path) -> None:
+    # resolve() saw no "d"; before the directories were made, "d" became a symlink to the outside.
+    target = ws.resolve("d/made/file.txt", for_write=True)
+    (ws.root / "d").symlink_to(base / "outside")
+    with pytest.raises(ToolRefused, match="became a symlink"):
+        ws.make_dirs(target.parent)
+    assert not (base / "outside" / "made").exists()

@@ -14,10 +14,10 @@ terminal, or shutdown) cancels just that turn.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
-from collections import defaultdict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from edgeclaw import __version__
@@ -27,6 +27,7 @@ from edgeclaw.agent.messages import Message
 from edgeclaw.agent.prompt import PromptBuilder
 from edgeclaw.agent.providers.base import ProviderError
 from edgeclaw.agent.providers.chain import ProviderChain
+from edgeclaw.errors import EdgeclawError
 from edgeclaw.store.sessions import SessionStore
 from edgeclaw.tools.base import ToolContext
 from edgeclaw.tools.registry import Registry
@@ -36,6 +37,7 @@ log = logging.getLogger("edgeclaw.agent")
 NO_MODEL = (
     "No language model is configured on this device, so plain messages cannot be answered.\n" + slash.HELP
 )
+SHUTTING_DOWN = "The daemon is shutting down; try again in a moment."
 
 
 class AgentLoop:
@@ -61,8 +63,10 @@ class AgentLoop:
         self.history_budget_tokens = history_budget_tokens
         self.history_max_messages = history_max_messages
         self.facts = dict(facts or {})
-        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
-        self._turns: dict[str, asyncio.Task[str]] = {}
+        # Per session: its lock and how many messages hold or wait for it. Dropped at zero, because
+        # session keys come from callers (MQTT's "session") and must not pile up for the daemon's life.
+        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+        self._turns: dict[str, asyncio.Task[tuple[str, bool]]] = {}
         self._stopping = False
         # Called with the session key when a conversation ends (/new): e.g. stop its background processes.
         self.session_end_hooks: list[Callable[[str], Awaitable[object]]] = []
@@ -72,21 +76,31 @@ class AgentLoop:
         key = msg.session_key
         command = slash.parse(msg.text)
         if command is not None:
-            text, ok = await self._slash(command, msg)
+            try:
+                text, ok = await self._slash(command, msg)
+            except Exception as e:  # the store or a hook failed: answer, never take the channel down
+                # Our own errors carry a message meant for people; anything else is a bug worth a traceback.
+                unexpected = not isinstance(e, EdgeclawError)
+                log.error("/%s failed in session %s: %s", command.name, key, e, exc_info=unexpected)
+                text, ok = f"error: /{command.name} failed: {type(e).__name__}: {e}", False
             return Reply(text, key, ok, msg)
         if not msg.text.strip():
             return Reply("(empty message) " + slash.HELP.splitlines()[0], key, False, msg)
         if not self.chain:
             return Reply(NO_MODEL, key, False, msg)
-        if self._stopping:
-            return Reply("The daemon is shutting down; try again in a moment.", key, False, msg)
-        async with self._locks[key]:
+        async with self._session_lock(key):
+            # Checked under the lock: a message queued behind a turn that shutdown cancelled must not start.
+            if self._stopping:
+                return Reply(SHUTTING_DOWN, key, False, msg)
             turn = asyncio.create_task(self._turn(key, msg))
             self._turns[key] = turn
             try:
                 await asyncio.wait({turn})
             except asyncio.CancelledError:
+                # Keep the session locked until the turn has unwound, so the next one cannot start
+                # while this one still runs its clean-up (a tool stopping its processes).
                 turn.cancel()
+                await asyncio.wait({turn})
                 raise
             finally:
                 self._turns.pop(key, None)
@@ -98,8 +112,21 @@ class AgentLoop:
         if error is not None:
             log.error("turn failed in session %s", key, exc_info=error)
             return Reply(f"The turn failed: {type(error).__name__}: {error}", key, False, msg)
-        text = turn.result()
-        return Reply(text, key, not text.startswith(_LIMIT_PREFIX), msg)
+        text, ok = turn.result()
+        return Reply(text, key, ok, msg)
+
+    @contextlib.asynccontextmanager
+    async def _session_lock(self, key: str) -> AsyncIterator[None]:
+        """Turns are serial within a session: hold its lock, created on demand and dropped when unused."""
+        lock, users = self._locks.setdefault(key, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._locks[key]
 
     def stop_turn(self, session_key: str) -> bool:
         """Cancel the turn running in this session, if any."""
@@ -136,7 +163,8 @@ class AgentLoop:
     def _store(self, key: str, channel: str, message: Message, provider: str = "") -> None:
         self.sessions.append(key, channel, message.to_json(), message.estimated_tokens(), provider)
 
-    async def _turn(self, key: str, msg: InboundMessage) -> str:
+    async def _turn(self, key: str, msg: InboundMessage) -> tuple[str, bool]:
+        """The reply text, and whether the model finished (False when the iteration limit ended it)."""
         messages = self._load(key)
         user = Message("user", msg.text)
         self._store(key, msg.channel, user)
@@ -155,7 +183,7 @@ class AgentLoop:
                 self._store(key, msg.channel, reply, completion.provider)
                 messages.append(reply)
                 if not reply.tool_calls:
-                    return completion.text.strip() or "(the model gave an empty answer)"
+                    return completion.text.strip() or "(the model gave an empty answer)", True
                 ctx = dataclasses.replace(base_ctx, provider=completion.provider)
                 for call in reply.tool_calls:
                     outcome = await self.registry.execute(call.name, call.arguments, ctx)
@@ -169,9 +197,9 @@ class AgentLoop:
                     self._store(key, msg.channel, result)
                     messages.append(result)
             return (
-                f"{_LIMIT_PREFIX} {self.max_iterations} model steps without a final answer; "
+                f"Stopped after {self.max_iterations} model steps without a final answer; "
                 "the work so far is in the session history. Send a follow-up to continue."
-            )
+            ), False
         finally:
             self._cap_storage(key)
 
@@ -246,9 +274,6 @@ class AgentLoop:
         )
         lines.append("turn in progress" if key in self._turns else "idle")
         return "\n".join(lines)
-
-
-_LIMIT_PREFIX = "Stopped after"
 
 
 def _unique_ids(calls: Any) -> list[Any]:

@@ -33,7 +33,10 @@ class PromptBuilder:
             try:
                 if not path.is_file() or path.is_symlink():
                     continue
-                text = path.read_text(encoding="utf-8", errors="replace")
+                # Read no more than is used: the prompt is built every turn, and the model or a
+                # command can make these files large.
+                with path.open(encoding="utf-8", errors="replace") as f:
+                    text = f.read(MAX_FILE_CHARS + 1)
             except OSError:
                 continue
             if len(text) > MAX_FILE_CHARS:

@@ -60,6 +60,15 @@ def os_error_words(exc: OSError) -> str:
     }.get(exc.errno or 0, exc.strerror or str(exc))
 
 
+def open_error(what: str, path: str, e: OSError, *, missing: str, denied: str) -> DeviceUnavailable:
+    """Opening `path` (the device file behind `what`) failed: in plain words, with what to do."""
+    if e.errno in (errno.ENOENT, errno.ENODEV):
+        return DeviceUnavailable(f"{what} does not exist ({path} is missing; {missing})")
+    if e.errno in (errno.EACCES, errno.EPERM):
+        return DeviceUnavailable(f"permission denied opening {path} for {what} ({denied})")
+    return DeviceUnavailable(f"cannot open {path} for {what}: {os_error_words(e)}")
+
+
 class BusGate(Generic[D]):
     """Serialises and bounds every operation on one bus (or one pin, or one link).
 
@@ -91,16 +100,22 @@ class BusGate(Generic[D]):
             else None
         )
 
-    async def run(self, fn: Callable[..., R], *args: object, timeout_s: float | None = None) -> R:
+    async def run(
+        self, fn: Callable[..., R], *args: object, timeout_s: float | None = None, hold_s: float = 0
+    ) -> R:
         """`fn(driver, *args)` holding the lock, under the deadline (waiting for the lock counts).
 
-        `timeout_s` overrides the bus's deadline for one long operation (flashing a target).
+        `timeout_s` overrides the bus's deadline for one long operation (flashing a target);
+        `hold_s` keeps the lock that long after `fn` returns (a device's settling time).
         """
         limit = timeout_s or self.timeout_s
         try:
-            async with asyncio.timeout(limit):
+            async with asyncio.timeout(limit + hold_s):
                 async with self.lock:
-                    return await self._call(fn, args)
+                    result = await self._call(fn, args)
+                    if hold_s > 0:
+                        await asyncio.sleep(hold_s)
+                    return result
         except TimeoutError:
             raise BusTimeout(f"{self.label}: no answer within {limit:g} s") from None
 

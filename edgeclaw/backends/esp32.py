@@ -11,8 +11,12 @@ deadline, and the next request shakes hands again. Lines that are not JSON
 (the ROM bootloader's noise) are ignored.
 
 The port is opened with pyserial (termios set-up, exclusive access) and read
-through the event loop (`add_reader` on its descriptor), so no thread is
-needed and a request's deadline is an ordinary asyncio timeout.
+and written through the event loop (`add_reader` / `add_writer` on its
+non-blocking descriptor), so no thread is needed and a request's deadline is
+an ordinary asyncio timeout. A line goes out whole, one at a time, waiting
+for room while the driver's buffer is full (a chip held in reset, hardware
+flow control); a line cut short by its deadline is ended before the next, so
+the chip drops the fragment instead of gluing it to the next request.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ class Esp32Bridge:
         self._ids = itertools.count(1)
         self._handshake_done = False
         self._open_lock = asyncio.Lock()
+        self._write_lock = asyncio.Lock()  # one line on the wire at a time
+        self._line_cut = False  # a deadline stopped a line half written
         self.resets_seen = 0
 
     @property
@@ -133,12 +139,36 @@ class Esp32Bridge:
     def _close_port(self) -> None:
         if self._serial is not None:
             with contextlib.suppress(Exception):
-                asyncio.get_running_loop().remove_reader(self._fd)
+                loop = asyncio.get_running_loop()
+                loop.remove_reader(self._fd)
+                loop.remove_writer(self._fd)  # a line waiting for room: it ends at its deadline
             with contextlib.suppress(Exception):
                 self._serial.close()
         self._serial = None
         self._fd = -1
         self._handshake_done = False
+        self._line_cut = False  # a fresh open discards nothing we half sent
+
+    async def _write_line(self, line: bytes) -> None:
+        """All of `line`, waiting (on the event loop) while the port's buffer is full."""
+        loop = asyncio.get_running_loop()
+        async with self._write_lock:
+            if self._line_cut:
+                line = b"\n" + line  # end the fragment: the chip answers it as a bad line (id null)
+            view = memoryview(line)
+            fd = self._fd  # this descriptor throughout, even if the port is lost and reopened meanwhile
+            self._line_cut = True
+            while view:
+                try:
+                    view = view[os.write(fd, view) :]
+                except BlockingIOError:
+                    room: asyncio.Future[None] = loop.create_future()
+                    loop.add_writer(fd, _set_once, room)
+                    try:
+                        await room
+                    finally:
+                        loop.remove_writer(fd)
+            self._line_cut = False
 
     async def _exchange(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         request_id = next(self._ids)
@@ -146,8 +176,8 @@ class Esp32Bridge:
         self._pending[request_id] = future
         line = json.dumps({"id": request_id, "op": op, "args": args}, separators=(",", ":")).encode() + b"\n"
         try:
-            os.write(self._fd, line)
             async with asyncio.timeout(self.timeout_s):
+                await self._write_line(line)
                 reply = await future
         except TimeoutError:
             raise BusTimeout(f"the ESP32 did not answer {op!r} within {self.timeout_s:g} s") from None
@@ -158,6 +188,8 @@ class Esp32Bridge:
             ) from None
         finally:
             self._pending.pop(request_id, None)
+            if future.done() and not future.cancelled():
+                future.exception()  # a reset or loss during our write: reported as what ended the wait
         if not reply.get("ok"):
             raise TargetError(f"the ESP32 refused {op!r}: {reply.get('error', 'no reason given')}")
         result = reply.get("result")
@@ -173,6 +205,10 @@ class Esp32Bridge:
             except PeerReset:
                 if attempt == 2:
                     raise
+            except TargetError as e:  # it answers, but not to hello: another firmware, or an old one
+                raise DeviceUnavailable(
+                    f"the ESP32 does not shake hands ({e}): flash the firmware from edgeclaw/firmware/esp32"
+                ) from None
         else:  # pragma: no cover - the loop either breaks or raises
             return
         if hello.get("protocol") != PROTOCOL:
@@ -194,3 +230,8 @@ class Esp32Bridge:
     async def close(self) -> None:
         self._fail_all(DeviceUnavailable("the ESP32 bridge is shutting down"))
         self._close_port()
+
+
+def _set_once(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

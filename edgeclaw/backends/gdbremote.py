@@ -98,10 +98,30 @@ def decode_payload(raw: bytes) -> bytes:
     return bytes(out)
 
 
+def _is_error(reply: bytes) -> bool:
+    """An error reply: `Exx` (two hex digits) or `E.text` (stubs that send a message)."""
+    return reply[:1] == b"E" and ((len(reply) == 3 and _is_hex(reply[1:])) or reply[1:2] == b".")
+
+
 def _error_words(reply: bytes) -> str:
+    if reply[1:2] == b".":
+        return "error: " + reply[2:82].decode("utf-8", "replace")
     code = reply[1:3].decode("ascii", "replace")
     words = _ERRNO_WORDS.get(code.lower())
     return f"error {code}" + (f" ({words})" if words else "")
+
+
+def _register_value(hex_text: bytes, name: str) -> int | None:
+    """A register's value from its target-order (little-endian) hex; None when the stub sends
+    'x' digits, the protocol's "this register is unavailable"."""
+    if b"x" in hex_text.lower():
+        return None
+    try:
+        return int.from_bytes(binascii.unhexlify(hex_text), "little")
+    except binascii.Error:
+        raise TargetError(
+            f"malformed value for register {name} from the GDB server: {hex_text[:20]!r}"
+        ) from None
 
 
 class GdbRemoteClient:
@@ -218,7 +238,7 @@ class GdbRemoteClient:
             n = min(chunk, length - len(out))
             at = address + len(out)
             reply = await self.request(b"m%x,%x" % (at, n))
-            if (reply.startswith(b"E") and len(reply) == 3) or not reply:
+            if _is_error(reply) or not reply:
                 why = _error_words(reply) if reply else "not supported"
                 raise TargetError(f"cannot read {n} bytes at 0x{at:08x}: the target reported {why}")
             try:
@@ -237,7 +257,7 @@ class GdbRemoteClient:
             at = address + i
             reply = await self.request(b"M%x,%x:" % (at, len(part)) + binascii.hexlify(part))
             if reply != b"OK":
-                why = _error_words(reply) if reply.startswith(b"E") else f"reply {reply[:20]!r}"
+                why = _error_words(reply) if _is_error(reply) else f"reply {reply[:20]!r}"
                 raise TargetError(f"cannot write {len(part)} bytes at 0x{at:08x}: the target reported {why}")
 
     # -- registers ---------------------------------------------------------------------------
@@ -247,7 +267,8 @@ class GdbRemoteClient:
             reply = await self.request(
                 b"qXfer:%s:read:%s:%x,%x" % (obj, annex, len(out), self.packet_size - 8)
             )
-            if not reply or reply.startswith(b"E"):
+            if reply[:1] not in (b"m", b"l") or (reply == b"m"):
+                # An error, no support, or an 'm' with no data (which would ask for the same again).
                 raise TargetError(f"the GDB server could not send {obj.decode()} {annex.decode()!r}")
             out += reply[1:]
             if reply[:1] == b"l":
@@ -296,26 +317,39 @@ class GdbRemoteClient:
         return core or (features[0][1] if features else [])
 
     async def read_registers(self) -> dict[str, int]:
+        """The core registers by name; registers the stub says are unavailable are left out."""
         layout = await self.register_layout()
         values: dict[str, int] = {}
         for reg in layout:
             reply = await self.request(b"p%x" % reg.regnum)
             if not reply:
                 return await self._registers_from_g(layout)
-            if reply.startswith(b"E") and len(reply) == 3:
+            if _is_error(reply):
                 raise TargetError(
                     f"cannot read register {reg.name}: the target reported {_error_words(reply)}"
                 )
-            values[reg.name] = int.from_bytes(binascii.unhexlify(reply), "little")
+            value = _register_value(reply, reg.name)
+            if value is not None:
+                values[reg.name] = value
         return values
 
     async def _registers_from_g(self, layout: list[RegisterInfo]) -> dict[str, int]:
-        data = binascii.unhexlify(await self.request(b"g"))
-        values, offset = {}, 0
+        # `g` holds the registers in number order; only r0-pc are contiguous at the start whatever
+        # the target, so those are read from it (never zeros made up for a short reply).
+        reply = await self.request(b"g")
+        if not reply or _is_error(reply):
+            why = _error_words(reply) if reply else "it supports neither 'p' nor 'g'"
+            raise TargetError(f"the GDB server did not send the registers: {why}")
+        values: dict[str, int] = {}
+        offset = 0
         for reg in sorted(layout, key=lambda r: r.regnum)[:16]:
-            size = reg.bitsize // 8
-            values[reg.name] = int.from_bytes(data[offset : offset + size], "little")
-            offset += size
+            width = reg.bitsize // 4  # hex digits
+            if offset + width > len(reply):
+                raise TargetError(f"the GDB server's register reply is short ({len(reply) // 2} bytes)")
+            value = _register_value(reply[offset : offset + width], reg.name)
+            if value is not None:
+                values[reg.name] = value
+            offset += width
         return values
 
     # -- run control ------------------------------------------------------------------------
@@ -344,12 +378,12 @@ class GdbRemoteClient:
         output = bytearray()
         while True:
             reply = await self.read_packet()
-            if reply.startswith(b"O") and reply != b"OK":
+            if reply.startswith(b"O") and reply != b"OK" and _is_hex(reply[1:]):
                 output += binascii.unhexlify(reply[1:])
                 continue
-            if reply.startswith(b"E") or not reply:
+            if _is_error(reply) or not reply:
                 raise TargetError(f"the GDB server refused monitor command {command!r}")
-            if reply != b"OK":
+            if reply != b"OK" and _is_hex(reply):
                 output += binascii.unhexlify(reply)
             return output.decode("utf-8", "replace")
 
@@ -363,11 +397,9 @@ class GdbRemoteClient:
         for mem in root.iter("memory"):
             if mem.get("type") == "flash":
                 block = next((p.text for p in mem.iter("property") if p.get("name") == "blocksize"), "0x400")
-                regions.append(
-                    FlashRegion(
-                        int(mem.get("start", "0"), 0), int(mem.get("length", "0"), 0), int(block or "0", 0)
-                    )
-                )
+                start, length = int(mem.get("start", "0"), 0), int(mem.get("length", "0"), 0)
+                # A blocksize of 0 (or none) would divide by zero when aligning the erase: 1 = no rounding.
+                regions.append(FlashRegion(start, length, max(1, int(block or "0", 0))))
         return regions
 
     async def flash(self, base: int, image: bytes, progress: Progress | None = None) -> str:

@@ -15,7 +15,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from edgeclaw.backends.base import BusGate, DeviceUnavailable, missing_library
+from edgeclaw.backends.base import BusGate, BusTimeout, DeviceUnavailable, missing_library
 from edgeclaw.board import GPIOPinGrant
 from edgeclaw.errors import BackendError
 
@@ -115,8 +115,11 @@ class GPIOController:
 
     def __init__(self, driver: GpiozeroDriver, *, timeout_s: float, threaded: bool) -> None:
         self.driver = driver
+        # The gates share one driver, closed once by `close()`; each owns its worker thread.
         self._gates = {
-            pin: BusGate(driver, label=f"GPIO {pin}", timeout_s=timeout_s, threaded=threaded)
+            pin: BusGate(
+                driver, label=f"GPIO {pin}", timeout_s=timeout_s, threaded=threaded, owns_driver=False
+            )
             for pin in driver.grants
         }
 
@@ -135,7 +138,13 @@ class GPIOController:
     async def pulse(self, pin: int, seconds: float) -> PinState:
         """Active for `seconds`, then inactive; the pin stays locked for the whole pulse."""
         gate = self._gate(pin)
-        async with gate.lock:
+        try:
+            # Waiting for the pin (another pulse on it) is bounded like every other operation.
+            async with asyncio.timeout(gate.timeout_s):
+                await gate.lock.acquire()
+        except TimeoutError:
+            raise BusTimeout(f"GPIO {pin}: busy (another pulse?) for over {gate.timeout_s:g} s") from None
+        try:
             await gate.call(GpiozeroDriver.write, pin, True)
             try:
                 await asyncio.sleep(seconds)
@@ -143,9 +152,13 @@ class GPIOController:
                 # Even when cancelled mid-pulse, the output must not be left on.
                 await asyncio.shield(gate.call(GpiozeroDriver.write, pin, False))
             return await gate.call(GpiozeroDriver.read, pin)
+        finally:
+            gate.lock.release()
 
     async def pwm(self, pin: int, duty: float, frequency_hz: float | None) -> PinState:
         return await self._gate(pin).run(GpiozeroDriver.set_duty, pin, duty, frequency_hz)
 
     def close(self) -> None:
+        for gate in self._gates.values():
+            gate.close()  # stops the pin's worker thread (the driver is not the gate's to close)
         self.driver.close()

@@ -16,13 +16,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from edgeclaw.backends.base import BusGate, DeviceUnavailable, missing_library
+from edgeclaw.backends.base import BusGate, missing_library, open_error
 from edgeclaw.errors import BackendError
 
-# i2cdetect's defaults: 0x00-0x02 and 0x78-0x7f are reserved addresses (general call, CBUS,
-# 10-bit addressing, HS mode...), never probed.
-SCAN_FIRST = 0x03
-SCAN_LAST = 0x77
+# The 7-bit addresses a device may have. The I2C specification (UM10204 table 4) reserves 0000xxx
+# (general call, CBUS, other bus formats, future use, Hs-mode master codes) and 1111xxx (10-bit
+# addressing, device ID); i2cdetect (i2c-tools 4.x) scans and i2cget/i2cset accept 0x08-0x77 only.
+ADDRESS_FIRST = 0x08
+ADDRESS_LAST = 0x77
 SMBUS_BLOCK_MAX = 32
 
 
@@ -65,8 +66,8 @@ def scan_bus(driver: I2CDriver, addresses: Iterable[int]) -> ScanResult:
     busy: list[int] = []
     quick = driver.supports_quick()
     for address in addresses:
-        if not SCAN_FIRST <= address <= SCAN_LAST:
-            continue
+        if not ADDRESS_FIRST <= address <= ADDRESS_LAST:
+            continue  # reserved: never probed
         try:
             if probe_with_read(address) or not quick:
                 driver.read_byte(address)
@@ -98,7 +99,13 @@ class SMBus2Driver:
         try:
             self._bus = smbus2.SMBus(device_path)
         except OSError as e:
-            raise _open_error(number, device_path, e) from None
+            raise open_error(
+                f"I2C bus {number}",
+                device_path,
+                e,
+                missing="is the I2C interface enabled?",
+                denied="add the daemon's user to the i2c group",
+            ) from None
 
     def supports_quick(self) -> bool:
         return bool(self._bus.funcs & self._smbus2.I2cFunc.SMBUS_QUICK)
@@ -140,16 +147,6 @@ class SMBus2Driver:
         self._bus.close()
 
 
-def _open_error(number: int, path: str, e: OSError) -> BackendError:
-    if e.errno in (errno.ENOENT, errno.ENODEV):
-        return DeviceUnavailable(
-            f"I2C bus {number} does not exist ({path} is missing; is the I2C interface enabled?)"
-        )
-    if e.errno in (errno.EACCES, errno.EPERM):
-        return DeviceUnavailable(f"permission denied opening {path} (add the daemon's user to the i2c group)")
-    return DeviceUnavailable(f"cannot open I2C bus {number} ({path}): {e.strerror}")
-
-
 def describe_i2c_error(number: int, e: OSError, address: int | None) -> BackendError:
     """The kernel's errno in plain words, naming the bus and the address."""
     at = f" at 0x{address:02x}" if address is not None else ""
@@ -161,7 +158,8 @@ def describe_i2c_error(number: int, e: OSError, address: int | None) -> BackendE
     if code == errno.ETIMEDOUT:
         return BackendError(f"bus {number} timed out{at} (is SDA or SCL held low?)")
     if code == errno.EBUSY:
-        return BackendError(f"address{at or ''} on bus {number} is in use by a kernel driver")
+        what = f"0x{address:02x}" if address is not None else "the address"
+        return BackendError(f"{what} on bus {number} is in use by a kernel driver")
     if code == errno.EAGAIN:
         return BackendError(f"bus {number} lost arbitration{at}; try again")
     if code == errno.EOPNOTSUPP:
@@ -203,14 +201,16 @@ class I2CBus:
     async def read_block(self, address: int, register: bytes, length: int) -> bytes:
         return await self._gate.run(_read_block, address, register, length)
 
-    async def write_byte_data(self, address: int, register: int, value: int) -> None:
-        await self._gate.run(_write_byte_data, address, register, value)
+    # `settle_s` keeps the bus after a write (an EEPROM's write cycle, during which it does not
+    # acknowledge), so the next transaction from any session finds the device ready.
+    async def write_byte_data(self, address: int, register: int, value: int, *, settle_s: float = 0) -> None:
+        await self._gate.run(_write_byte_data, address, register, value, hold_s=settle_s)
 
-    async def write_word_data(self, address: int, register: int, value: int) -> None:
-        await self._gate.run(_write_word_data, address, register, value)
+    async def write_word_data(self, address: int, register: int, value: int, *, settle_s: float = 0) -> None:
+        await self._gate.run(_write_word_data, address, register, value, hold_s=settle_s)
 
-    async def write_block(self, address: int, data: bytes) -> None:
-        await self._gate.run(_write_block, address, data)
+    async def write_block(self, address: int, data: bytes, *, settle_s: float = 0) -> None:
+        await self._gate.run(_write_block, address, data, hold_s=settle_s)
 
     def close(self) -> None:
         self._gate.close()

@@ -10,12 +10,11 @@ its own bounds again, because an mmap out of range is a crash, not an error.
 
 from __future__ import annotations
 
-import errno
 import mmap
 import os
 from pathlib import Path
 
-from edgeclaw.backends.base import BusGate, DeviceUnavailable, os_error_words
+from edgeclaw.backends.base import BusGate, DeviceUnavailable, open_error
 from edgeclaw.board import MemoryRegionGrant
 from edgeclaw.errors import BackendError
 
@@ -39,12 +38,13 @@ class MemoryWindow:
         try:
             fd = os.open(path, flags)
         except OSError as e:
-            if e.errno in (errno.EACCES, errno.EPERM):
-                raise DeviceUnavailable(
-                    f"cannot open {path} for {self.label}: permission denied "
-                    "(/dev/mem needs root or CAP_SYS_RAWIO; /dev/gpiomem needs the gpio group)"
-                ) from None
-            raise DeviceUnavailable(f"cannot open {path} for {self.label}: {os_error_words(e)}") from None
+            raise open_error(
+                self.label,
+                path,
+                e,
+                missing="check the profile's device for this board",
+                denied="/dev/mem needs root or CAP_SYS_RAWIO; /dev/gpiomem needs the gpio group",
+            ) from None
         try:
             prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
             self._map = mmap.mmap(fd, length, mmap.MAP_SHARED, prot, offset=start)

@@ -1,15 +1,18 @@
 """The sim board's STM32: qemu-system-arm emulating an STM32VLDISCOVERY, reached over its GDB stub.
 
 QEMU needs a `-kernel` image; a Cortex-M boots from its vector table, so a
-few bytes do: the initial stack pointer (top of the 8 KiB SRAM), the reset,
-NMI and HardFault vectors all pointing at one Thumb instruction, `b .`. The
-image is written to the state directory on first use (`firmware_image()`
+few bytes do: the initial stack pointer (top of the 8 KiB SRAM), a reset
+vector pointing at a five-instruction handler that counts boots in SRAM and
+then parks on `b .`, and the NMI and HardFault vectors pointing at that `b .`.
+The image is written to the state directory on first use (`firmware_image()`
 is also what `scripts/make_stm32_firmware.py` writes out).
 
 QEMU is started lazily, frozen at reset (`-S`) with its GDB stub on a free
-loopback port, and stopped on shutdown. As a safety net for a daemon that
-dies without shutting down, the child asks the kernel for SIGTERM when its
-parent goes away (PR_SET_PDEATHSIG).
+loopback port, and stopped on shutdown. A start or stop that is cancelled
+half way (a deadline, the daemon stopping) kills the process rather than
+leave it behind. As a safety net for a daemon that dies without shutting
+down, the child asks the kernel for SIGTERM when its parent goes away
+(PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ import shutil
 import signal
 import socket
 import struct
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from edgeclaw.backends.base import DeviceUnavailable
 
@@ -72,10 +77,30 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _die_with_parent() -> None:
-    """Runs in the child between fork and exec: SIGTERM when the parent exits."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+PR_SET_PDEATHSIG = 1
+_prctl: Any = None
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """What the child runs between fork and exec: ask for SIGTERM when the daemon goes away.
+
+    libc's prctl is looked up here, in the parent: loading a library in the child of a
+    threaded process (the buses' worker threads) can deadlock on a lock held at the fork.
+    """
+    global _prctl
+    if _prctl is None:
+        try:
+            _prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            return None
+    prctl, parent = _prctl, os.getpid()
+
+    def in_child() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM))
+        if os.getppid() != parent:
+            os._exit(1)  # the daemon died before the request took effect: nobody would stop us
+
+    return in_child
 
 
 class QemuSTM32:
@@ -115,9 +140,14 @@ class QemuSTM32:
                         binary, "-M", self.machine, "-S", "-gdb", f"tcp:127.0.0.1:{self.port}",
                         "-kernel", str(image), "-display", "none", "-monitor", "none", "-serial", "null",
                         stdin=asyncio.subprocess.DEVNULL, stdout=log_file, stderr=log_file,
-                        preexec_fn=_die_with_parent,
+                        preexec_fn=_die_with_parent(),
                     )  # fmt: skip
-                if await self._wait_listening():
+                try:
+                    listening = await self._wait_listening()
+                except BaseException:
+                    self.kill_now()  # cancelled while it starts: no half-started QEMU left behind
+                    raise
+                if listening:
                     log.info(
                         "started %s (pid %d), GDB stub on port %d", QEMU_BINARY, self._proc.pid, self.port
                     )
@@ -145,19 +175,28 @@ class QemuSTM32:
         return False
 
     async def stop(self) -> None:
-        proc, self._proc = self._proc, None
+        proc = self._proc
         if proc is None or proc.returncode is not None:
+            self._proc = None
             return
-        proc.terminate()
         try:
-            await asyncio.wait_for(proc.wait(), 3.0)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+            try:
+                await asyncio.wait_for(proc.wait(), 3.0)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
+        except BaseException:
+            self.kill_now()  # cancelled mid-stop (a shutdown deadline): never leave it running
+            raise
+        self._proc = None
         log.info("stopped %s (pid %d)", QEMU_BINARY, proc.pid)
 
     def kill_now(self) -> None:
-        """Synchronous last resort (no event loop left): the process must not outlive us."""
-        if self._proc is not None and self._proc.returncode is None:
+        """Synchronous last resort: SIGKILL, without waiting (the event loop's child watcher reaps it)."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self._proc.pid, signal.SIGKILL)
+                proc.kill()
+            log.warning("killed %s (pid %d)", QEMU_BINARY, proc.pid)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 from typing import Protocol
 
-from edgeclaw.backends.base import BusGate, DeviceUnavailable, missing_library, os_error_words
+from edgeclaw.backends.base import BusGate, missing_library, open_error, os_error_words
 from edgeclaw.errors import BackendError
 
 
@@ -36,12 +36,13 @@ class SpidevDriver:
         try:
             self._dev.open(bus, chip_select)
         except OSError as e:
-            if e.errno in (errno.ENOENT, errno.ENODEV):
-                raise DeviceUnavailable(
-                    f"{self.label} does not exist (/dev/spidev{bus}.{chip_select} is missing; "
-                    "is the SPI interface enabled?)"
-                ) from None
-            raise DeviceUnavailable(f"cannot open {self.label}: {os_error_words(e)}") from None
+            raise open_error(
+                self.label,
+                f"/dev/spidev{bus}.{chip_select}",
+                e,
+                missing="is the SPI interface enabled?",
+                denied="add the daemon's user to the spi group",
+            ) from None
 
     def transfer(self, data: bytes, speed_hz: int, mode: int, bits_per_word: int) -> bytes:
         dev = self._dev

@@ -1,15 +1,14 @@
 """The local terminal: `edgeclaw chat`, one turn or interactive.
 
 Interactive mode keeps readline history in the state directory; Ctrl-C
-cancels the turn in flight (at the prompt it just says how to leave), Ctrl-D
-quits. Approval questions are asked on the same terminal when there is one.
+stops the turn or slash command in flight (at the prompt it just says how to
+leave), Ctrl-D quits. Approval questions are asked on the same terminal when there is one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import sys
 from pathlib import Path
@@ -18,18 +17,10 @@ from typing import TextIO
 from edgeclaw.agent.channel import InboundMessage, Reply
 from edgeclaw.agent.loop import AgentLoop
 from edgeclaw.channels.cli_approver import TerminalApprover
+from edgeclaw.config.paths import current_user
 from edgeclaw.tools.approval import ApprovalBroker, ApprovalRequest, Decision
 
 CHANNEL = "cli"
-
-
-def _user() -> str:
-    try:
-        import pwd
-
-        return pwd.getpwuid(os.getuid()).pw_name
-    except (ImportError, KeyError):
-        return str(os.getuid())
 
 
 class TerminalChannel:
@@ -40,10 +31,11 @@ class TerminalChannel:
     ) -> None:
         self.agent = agent
         self.out = out
-        self.user = _user()
+        self.user = current_user()
         self.interactive = sys.stdin.isatty() if interactive is None else interactive
         # Questions go to stdout here: in a chat, that is where the person is looking.
         self._approver = TerminalApprover(0, out)
+        self._current: asyncio.Task[Reply] | None = None  # the message being handled, if any
 
     def message(self, text: str) -> InboundMessage:
         return InboundMessage(
@@ -64,20 +56,34 @@ class TerminalChannel:
         await self.send(reply)
         return reply
 
+    def interrupt(self) -> None:
+        """Ctrl-C: stop what is running; at the prompt, say how to leave."""
+        current = self._current
+        if current is None or current.done():
+            print("\n(Ctrl-D quits)", file=self.out, flush=True)
+        elif not self.agent.stop_turn(self.message("").session_key):
+            # A slash command (/call of a slow tool) is not a model turn: cancel it directly.
+            current.cancel()
+
+    async def handle_line(self, text: str) -> Reply:
+        """One message, stoppable by `interrupt` without ending the chat."""
+        msg = self.message(text)
+        current = self._current = asyncio.create_task(self.agent.handle(msg))
+        try:
+            await asyncio.wait({current})
+        finally:
+            self._current = None
+            if not current.done():  # we were cancelled ourselves: take the message down with us
+                current.cancel()
+        if current.cancelled():
+            return Reply("Stopped.", msg.session_key, False, msg)
+        return current.result()
+
     async def interactive_loop(self, history_file: Path | None = None) -> int:
         _load_history(history_file)
         loop = asyncio.get_running_loop()
-        session = self.message("").session_key
-        current: asyncio.Task[Reply] | None = None
-
-        def on_interrupt() -> None:
-            if current is not None and not current.done():
-                self.agent.stop_turn(session)
-            else:
-                print("\n(Ctrl-D quits)", file=self.out, flush=True)
-
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGINT, on_interrupt)
+            loop.add_signal_handler(signal.SIGINT, self.interrupt)
         print(
             "edgeclaw chat — /help for commands, Ctrl-C stops a turn, Ctrl-D quits", file=self.out, flush=True
         )
@@ -89,10 +95,7 @@ class TerminalChannel:
                     return 0
                 if not line.strip():
                     continue
-                current = asyncio.create_task(self.agent.handle(self.message(line)))
-                reply = await current
-                current = None
-                await self.send(reply)
+                await self.send(await self.handle_line(line))
         finally:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(signal.SIGINT)

@@ -8,10 +8,13 @@ expected.
 
 from __future__ import annotations
 
+import operator
 import os
 import tomllib
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+from urllib.parse import urlsplit
 
 from edgeclaw.config.schema import Config
 from edgeclaw.config.typed import build_dataclass
@@ -19,6 +22,85 @@ from edgeclaw.errors import ConfigError, ConfigErrors
 
 SYSTEM_CONFIG = Path("/etc/edgeclaw/edgeclaw.toml")
 KNOWN_CHANNELS = ("cli", "mqtt", "console", "agent")
+
+Fail = Callable[[str, str], None]
+
+
+class Range(NamedTuple):
+    """The numbers a key accepts: `low` (excluded when `above`) up to `high` (None = no limit)."""
+
+    key: str  # dotted, also the attribute path into Config
+    low: float
+    high: float | None = None
+    above: bool = False  # "> low" rather than ">= low"
+    what: str = ""  # names the value in the message; default "an integer" / "a number" by its type
+    note: str = ""  # appended to the expectation, e.g. " (0 = unlimited)"
+
+    def problem(self, value: float) -> str | None:
+        """What is wrong with `value`, or None when it is in range."""
+        too_low = value <= self.low if self.above else value < self.low
+        if not too_low and (self.high is None or value <= self.high):
+            return None
+        what = self.what or ("an integer" if isinstance(value, int) else "a number")
+        low = _plain(self.low)
+        if self.high is not None:
+            return f"expected {what} {low}-{_plain(self.high)}, got {value}"
+        return f"expected {what} {'>' if self.above else '>='} {low}{self.note}, got {value}"
+
+
+def _plain(bound: float) -> str:
+    """A bound as a person writes it: 1048576, 0.1 (never 1.04858e+06)."""
+    return str(int(bound)) if float(bound).is_integer() else str(bound)
+
+
+# Every plain numeric bound of the schema, checked by one loop (check_ranges).
+RANGES: tuple[Range, ...] = (
+    Range("shutdown_grace_s", 0),
+    Range("agent.max_iterations", 1),
+    Range("agent.history_budget_tokens", 1),
+    Range("agent.history_max_messages", 1),
+    Range("agent.provider_attempts", 1),
+    Range("agent.max_retry_after_s", 0),
+    Range("tools.timeout_s", 0, above=True),
+    Range("tools.rate_window_s", 0, above=True),
+    Range("tools.rate_limit", 0, note=" (0 = unlimited)"),
+    Range("tools.max_output_bytes", 1024),
+    Range("tools.max_file_bytes", 1024),
+    Range("tools.subagents.max_depth", 0),
+    Range("hardware.op_timeout_s", 0, above=True),
+    Range("hardware.flash_timeout_s", 0, above=True),
+    Range("hardware.max_pulse_s", 0, above=True),
+    Range("hardware.max_read_bytes", 1, 1 << 20),
+    Range("mqtt.port", 1, 65535, what="a port number"),
+    Range("mqtt.keepalive_s", 5),
+    Range("mqtt.max_payload_bytes", 256),
+    Range("mqtt.inbound_queue", 1),
+    Range("mqtt.max_concurrent", 1),
+    Range("mqtt.outbox_max", 10),
+    Range("mqtt.session_expiry_s", 0),
+    Range("mqtt.connect_timeout_s", 0, above=True),
+    Range("mqtt.telemetry_interval_s", 0),
+    Range("mqtt.dedup_window_s", 0),
+    Range("mqtt.hmac_max_age_s", 0),
+    Range("console.baud", 0, above=True),
+    Range("console.max_login_failures", 1),
+    Range("console.lockout_s", 0),
+    Range("console.login_delay_s", 0),
+    Range("console.idle_logout_s", 0),
+    Range("console.page_lines", 0),
+    Range("console.max_output_lines", 1),
+    Range("console.reconnect_min_s", 0, above=True),
+)
+# The same for each [providers.NAME] table.
+PROVIDER_RANGES = (Range("timeout_s", 0, above=True), Range("max_tokens", 1))
+
+
+def check_ranges(obj: Any, ranges: Iterable[Range], fail: Fail, prefix: str = "") -> None:
+    """Report every value out of its range; `prefix` is prepended to keys for messages only."""
+    for r in ranges:
+        problem = r.problem(operator.attrgetter(r.key)(obj))
+        if problem is not None:
+            fail(prefix + r.key, problem)
 
 
 def find_config_path(
@@ -88,25 +170,17 @@ def check_config(config: Config) -> None:
     def fail(key: str, problem: str) -> None:
         errors.append(ConfigError(source, key, problem))
 
+    check_ranges(config, RANGES, fail)
     for i, name in enumerate(config.agent.providers):
         if name not in config.providers:
             known = ", ".join(sorted(config.providers)) or "none defined"
             fail(f"agent.providers[{i}]", f"no [providers.{name}] table (defined: {known})")
-    for key, value in (
-        ("agent.max_iterations", config.agent.max_iterations),
-        ("agent.history_budget_tokens", config.agent.history_budget_tokens),
-        ("agent.history_max_messages", config.agent.history_max_messages),
-        ("agent.provider_attempts", config.agent.provider_attempts),
-    ):
-        if value < 1:
-            fail(key, f"expected an integer >= 1, got {value}")
     for name, provider in config.providers.items():
         if provider.api_key_env and provider.api_key_file:
             fail(f"providers.{name}", "set api_key_env or api_key_file, not both")
-        if provider.timeout_s <= 0:
-            fail(f"providers.{name}.timeout_s", "expected a number > 0")
-    if not 1 <= config.mqtt.port <= 65535:
-        fail("mqtt.port", f"expected a port number 1-65535, got {config.mqtt.port}")
+        check_ranges(provider, PROVIDER_RANGES, fail, f"providers.{name}.")
+        if provider.base_url and (problem := _url_problem(provider.base_url)):
+            fail(f"providers.{name}.base_url", problem)
     if config.mqtt.password_env and config.mqtt.password_file:
         fail("mqtt", "set password_env or password_file, not both")
     if not config.mqtt.topic_prefix or any(c in config.mqtt.topic_prefix for c in "#+"):
@@ -115,29 +189,6 @@ def check_config(config: Config) -> None:
     if any(c in config.device_id for c in "/#+"):
         fail("device_id", "expected a name without '/', '#' or '+' (it becomes part of MQTT topics)")
     t = config.tools
-    for key, value in (
-        ("tools.timeout_s", t.timeout_s),
-        ("tools.rate_window_s", t.rate_window_s),
-        ("hardware.op_timeout_s", config.hardware.op_timeout_s),
-        ("hardware.flash_timeout_s", config.hardware.flash_timeout_s),
-        ("hardware.max_pulse_s", config.hardware.max_pulse_s),
-    ):
-        if value <= 0:
-            fail(key, f"expected a number > 0, got {value}")
-    for key, value in (
-        ("tools.max_output_bytes", t.max_output_bytes),
-        ("tools.max_file_bytes", t.max_file_bytes),
-    ):
-        if value < 1024:
-            fail(key, f"expected at least 1024 bytes, got {value}")
-    if not 1 <= config.hardware.max_read_bytes <= 1 << 20:
-        fail("hardware.max_read_bytes", f"expected 1 to 1048576, got {config.hardware.max_read_bytes}")
-    if t.rate_limit < 0:
-        fail("tools.rate_limit", "expected an integer >= 0 (0 = unlimited)")
-    if t.subagents.max_depth < 0:
-        fail("tools.subagents.max_depth", "expected an integer >= 0")
-    if config.shutdown_grace_s < 0:
-        fail("shutdown_grace_s", "expected a number >= 0")
     for name in t.channels:
         if name not in KNOWN_CHANNELS:
             fail(f"tools.channels.{name}", f"unknown channel (expected one of: {', '.join(KNOWN_CHANNELS)})")
@@ -153,36 +204,28 @@ def check_config(config: Config) -> None:
         raise ConfigErrors(errors)
 
 
-def _check_mqtt(config: Config, fail) -> None:
-    """The [mqtt] keys that need more than a type check."""
+def _url_problem(url: str) -> str | None:
+    """Why `url` cannot be a provider's base_url, or None. Caught here rather than mid-turn."""
+    expected = "expected an http:// or https:// URL such as http://127.0.0.1:8080/v1"
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0-65535
+    except ValueError as e:
+        return f"{expected}, got {url!r} ({e})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{expected}, got {url!r}"
+    return None
+
+
+def _check_mqtt(config: Config, fail: Fail) -> None:
+    """The [mqtt] keys that need more than a type or range check."""
     m = config.mqtt
     if m.hmac_secret_env and m.hmac_secret_file:
         fail("mqtt", "set hmac_secret_env or hmac_secret_file, not both")
-    for key, value in (
-        ("mqtt.client_id", m.client_id),
-        ("mqtt.discovery_prefix", m.discovery_prefix),
-    ):
-        if any(c in value for c in "#+") or (key == "mqtt.discovery_prefix" and not value):
-            fail(key, "expected a non-empty name without MQTT wildcards (# +)")
-    for key, value, low in (
-        ("mqtt.keepalive_s", m.keepalive_s, 5),
-        ("mqtt.max_payload_bytes", m.max_payload_bytes, 256),
-        ("mqtt.inbound_queue", m.inbound_queue, 1),
-        ("mqtt.max_concurrent", m.max_concurrent, 1),
-        ("mqtt.outbox_max", m.outbox_max, 10),
-        ("mqtt.session_expiry_s", m.session_expiry_s, 0),
-    ):
-        if value < low:
-            fail(key, f"expected an integer >= {low}, got {value}")
-    if m.connect_timeout_s <= 0:
-        fail("mqtt.connect_timeout_s", f"expected a number > 0, got {m.connect_timeout_s}")
-    for key, number in (
-        ("mqtt.telemetry_interval_s", m.telemetry_interval_s),
-        ("mqtt.dedup_window_s", m.dedup_window_s),
-        ("mqtt.hmac_max_age_s", m.hmac_max_age_s),
-    ):
-        if number < 0:
-            fail(key, f"expected a number >= 0, got {number}")
+    if any(c in m.client_id for c in "#+"):
+        fail("mqtt.client_id", "expected a name without MQTT wildcards (# +), or empty for the device id")
+    if not m.discovery_prefix or any(c in m.discovery_prefix for c in "#+"):
+        fail("mqtt.discovery_prefix", "expected a non-empty name without MQTT wildcards (# +)")
     if 0 < m.telemetry_interval_s < 0.1:
         fail("mqtt.telemetry_interval_s", "expected 0 (off) or at least 0.1 s")
     if m.hmac_max_age_s and not (m.hmac_secret_env or m.hmac_secret_file):
@@ -235,8 +278,6 @@ def _console_problems(config: Config) -> list[tuple[str, str]]:
         elif port in seen:
             problems.append((f"console.ports[{i}]", f"{port} is listed twice"))
         seen.add(port)
-    if c.baud <= 0:
-        problems.append(("console.baud", f"expected a positive baud rate, got {c.baud}"))
     if c.login_hash and c.login_hash_file:
         problems.append(("console", "set login_hash or login_hash_file, not both"))
     if c.login_hash:
@@ -246,22 +287,8 @@ def _console_problems(config: Config) -> list[tuple[str, str]]:
             problems.append(("console.login_hash", str(e)))
     if c.login == "on" and not (c.login_hash or c.login_hash_file):
         problems.append(("console.login", '"on" needs login_hash or login_hash_file'))
-    if c.max_login_failures < 1:
-        problems.append(("console.max_login_failures", "expected an integer >= 1"))
-    for key, value in (
-        ("console.lockout_s", c.lockout_s),
-        ("console.login_delay_s", c.login_delay_s),
-        ("console.idle_logout_s", c.idle_logout_s),
-        ("console.page_lines", c.page_lines),
-    ):
-        if value < 0:
-            problems.append((key, f"expected a number >= 0, got {value}"))
     if c.width and c.width < 20:
         problems.append(("console.width", f"expected 0 (no wrapping) or at least 20 columns, got {c.width}"))
-    if c.max_output_lines < 1:
-        problems.append(("console.max_output_lines", "expected an integer >= 1"))
-    if c.reconnect_min_s <= 0:
-        problems.append(("console.reconnect_min_s", "expected a number > 0"))
     if c.reconnect_max_s < c.reconnect_min_s:
         problems.append(("console.reconnect_max_s", "expected a number >= reconnect_min_s"))
     return problems

@@ -1,4 +1,4 @@
-"""Where state lives and what this device is called, when the config leaves it to us."""
+"""Where state lives, what this device is called and who runs us, when the config leaves it to us."""
 
 from __future__ import annotations
 
@@ -19,7 +19,11 @@ def _writable_dir(path: Path) -> bool:
 
 def state_dir(configured: str = "", environ: Mapping[str, str] | None = None) -> Path:
     """The config's state_dir, else $EDGECLAW_STATE_DIR, else /var/lib/edgeclaw when writable,
-    else ~/.local/state/edgeclaw."""
+    else ~/.local/state/edgeclaw.
+
+    The last step is the fixed path of the CLI contract, not $XDG_STATE_HOME: scripts and fleet
+    tooling look for the database there whatever the login session sets.
+    """
     env = os.environ if environ is None else environ
     if configured:
         return Path(configured)
@@ -27,11 +31,20 @@ def state_dir(configured: str = "", environ: Mapping[str, str] | None = None) ->
         return Path(env["EDGECLAW_STATE_DIR"])
     if _writable_dir(SYSTEM_STATE_DIR):
         return SYSTEM_STATE_DIR
-    base = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "edgeclaw"
+    return Path.home() / ".local" / "state" / "edgeclaw"
 
 
 def device_id(configured: str = "") -> str:
     """The configured id, else the hostname (MQTT-unsafe characters replaced)."""
     name = configured or socket.gethostname() or "edgeclaw"
     return "".join("-" if c in "/#+ " else c for c in name)
+
+
+def current_user() -> str:
+    """The login name of this process's user (its uid when it has no passwd entry)."""
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (KeyError, ImportError):
+        return str(os.getuid())

@@ -30,11 +30,17 @@ class SecretRef:
             return value
         try:
             # Strip only the trailing newline editors add; inner whitespace may be part of the secret.
-            return Path(self.file).read_text(encoding="utf-8").rstrip("\r\n")
+            value = Path(self.file).read_text(encoding="utf-8").rstrip("\r\n")
         except OSError as e:
             raise ConfigError(
                 source, self.key, f"cannot read secret file {self.file}: {e.strerror}"
             ) from None
+        except UnicodeDecodeError:
+            raise ConfigError(source, self.key, f"secret file {self.file} is not UTF-8 text") from None
+        if not value:
+            # Same rule as an empty variable: sending no key would only show up later as a 401.
+            raise ConfigError(source, self.key, f"secret file {self.file} is empty")
+        return value
 
 
 def secret_refs(config: Config) -> dict[str, SecretRef]:

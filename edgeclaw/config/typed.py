@@ -26,20 +26,19 @@ _TYPE_WORDS = {
 }
 
 
+# What a parsed TOML value is, in words; bool before int because a bool is an int.
+_VALUE_WORDS: tuple[tuple[type, str], ...] = (
+    (bool, "a boolean"),
+    (int, "an integer"),
+    (float, "a number"),
+    (str, "a string"),
+    (list, "an array"),
+    (dict, "a table"),
+)
+
+
 def _describe(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "a table"
-    return type(value).__name__
+    return next((word for tp, word in _VALUE_WORDS if isinstance(value, tp)), type(value).__name__)
 
 
 def _expected(tp: Any) -> str:

@@ -7,6 +7,7 @@ from edgeclaw.agent.prompt import PromptBuilder
 from edgeclaw.agent.providers.base import Provider
 from edgeclaw.agent.providers.chain import ProviderChain, RetryPolicy
 from edgeclaw.agent.providers.http import SharedClient
+from edgeclaw.config.schema import ProviderConfig
 from edgeclaw.daemon.runtime import Runtime
 from edgeclaw.tools.process import ProcessTool
 
@@ -67,3 +68,11 @@ def _provider(name: str, runtime: Runtime, client: SharedClient) -> Provider:
     from edgeclaw.agent.providers.openai import OpenAIProvider
 
     return OpenAIProvider(name, client, **kwargs)  # type: ignore[arg-type]
+
+
+def provider_url(cfg: ProviderConfig) -> str:
+    """The base URL a provider calls: the configured one, else its kind's public endpoint."""
+    from edgeclaw.agent.providers.anthropic import DEFAULT_BASE_URL as ANTHROPIC_URL
+    from edgeclaw.agent.providers.openai import DEFAULT_BASE_URL as OPENAI_URL
+
+    return cfg.base_url or (ANTHROPIC_URL if cfg.kind == "anthropic" else OPENAI_URL)

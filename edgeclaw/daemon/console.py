@@ -75,12 +75,10 @@ def login_gate(runtime: Runtime, c: ConsoleConfig, source: str) -> LoginGate | N
 
 def llm_endpoints(runtime: Runtime) -> list[Endpoint]:
     """The configured providers, in chain order, with the URL each one calls."""
-    from edgeclaw.agent.providers.anthropic import DEFAULT_BASE_URL as ANTHROPIC_URL
-    from edgeclaw.agent.providers.openai import DEFAULT_BASE_URL as OPENAI_URL
+    from edgeclaw.daemon.agent import provider_url
 
-    endpoints = []
-    for name in runtime.config.agent.providers:
-        p = runtime.config.providers[name]
-        default = ANTHROPIC_URL if p.kind == "anthropic" else OPENAI_URL
-        endpoints.append(Endpoint(name, p.model, p.base_url or default))
-    return endpoints
+    providers = runtime.config.providers
+    return [
+        Endpoint(name, providers[name].model, provider_url(providers[name]))
+        for name in runtime.config.agent.providers
+    ]

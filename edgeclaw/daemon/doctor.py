@@ -10,6 +10,7 @@ language model provider (reachable over the network?).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,6 +106,8 @@ async def _tcp(host: str, port: int) -> str | None:
     except OSError as e:
         return f"cannot connect to {host}:{port}: {e.strerror or e}"
     writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()  # do not leave the socket to the garbage collector
     return None
 
 
@@ -119,8 +122,7 @@ async def broker_finding(runtime: Runtime) -> Finding | None:
 
 
 async def provider_findings(runtime: Runtime) -> list[Finding]:
-    from edgeclaw.agent.providers.anthropic import DEFAULT_BASE_URL as ANTHROPIC_URL
-    from edgeclaw.agent.providers.openai import DEFAULT_BASE_URL as OPENAI_URL
+    from edgeclaw.daemon.agent import provider_url
 
     config = runtime.config
     if not config.agent.providers:
@@ -128,7 +130,7 @@ async def provider_findings(runtime: Runtime) -> list[Finding]:
     out = []
     for name in config.agent.providers:
         p = config.providers[name]
-        url = urlsplit(p.base_url or (ANTHROPIC_URL if p.kind == "anthropic" else OPENAI_URL))
+        url = urlsplit(provider_url(p))
         port = url.port or (443 if url.scheme == "https" else 80)
         problem = await _tcp(url.hostname or "", port)
         if (

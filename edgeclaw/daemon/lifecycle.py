@@ -28,7 +28,7 @@ ServiceFactory = Callable[[Runtime], AbstractAsyncContextManager[object]]
 
 
 def configured_services(config: Config) -> list[ServiceFactory]:
-    """The channels the config asks for. Each one that this version lacks is refused by name."""
+    """The channels the config enables (MQTT, the serial console), each built only when asked for."""
     services: list[ServiceFactory] = []
     if config.mqtt.enabled:
         # Imported here: aiomqtt and paho load only when MQTT is configured.

@@ -36,7 +36,7 @@ class Runtime:
     workspace: Path
     board: BoardProfile
     registry: Registry
-    secrets: dict[str, str]
+    secrets: dict[str, str] = field(repr=False)  # never in a log line or a traceback's locals
     sessions: SessionStore
     approvals: ApprovalBroker = field(default_factory=ApprovalBroker)
     _db: Database | None = None
@@ -57,7 +57,6 @@ class Runtime:
         """The state database, opened on first use (a `tool call` that needs none never opens it)."""
         if self._db is None:
             self._db = Database.in_state_dir(self.state_dir)
-            self.on_close(self._db.close)
         return self._db
 
     def on_close(self, closer: Callable[[], Awaitable[None] | None]) -> None:
@@ -65,6 +64,11 @@ class Runtime:
         self._closers.append(closer)
 
     async def aclose(self) -> None:
+        """Run the release steps, newest first, then close the database.
+
+        The database goes last whenever it was first opened: turns being cancelled by the
+        agent's shutdown still write their history on the way out.
+        """
         while self._closers:
             closer = self._closers.pop()
             try:
@@ -73,6 +77,8 @@ class Runtime:
                     await result
             except Exception:
                 log.exception("error while releasing %r", closer)
+        if self._db is not None:
+            self._db.close()  # kept, closed: a late user gets an error rather than a reopened file
 
 
 def build_runtime(

@@ -112,27 +112,51 @@ def prlimit_prefix(limits: Limits, *, nproc: bool = True) -> list[str]:
 
 
 def hidden_entries(state_dir: Path, workspace: Path) -> list[Path]:
-    """What to hide so that the state directory is invisible but a workspace inside it is not.
+    """What of the state directory to hide: all of it, even when the workspace lies inside.
 
-    When the workspace lies below the state directory (the default layout),
-    hiding the whole state directory would hide the workspace too, so every
-    entry beside the path down to the workspace is hidden instead. Computed
-    per command, so a database or key file created later is covered too.
+    Backends cover a hidden directory *and* keep a workspace inside it visible
+    (`split_hidden`), so a database, WAL file or key created while a command
+    runs is covered too. Only when the workspace is the state directory itself
+    (an odd layout) are edgeclaw's own files in it listed instead.
     """
     state = Path(os.path.realpath(state_dir))
     ws = Path(os.path.realpath(workspace))
     if not state.exists():
         return []
     if ws == state:
-        # An odd layout: the workspace is the state directory. Hide what edgeclaw keeps there.
         return [p for p in state.iterdir() if p.name.startswith("edgeclaw.db") or p.suffix == ".key"]
-    if state.is_relative_to(ws):
-        return [state]
-    if not ws.is_relative_to(state):
-        return [state]
+    return [state]
+
+
+def split_hidden(hidden: Sequence[Path], workspace: Path) -> tuple[list[Path], list[Path]]:
+    """Hidden paths as (directories holding the workspace, shallowest first; everything else).
+
+    The workspace itself is never hidden. A path inside a hidden ancestor is
+    dropped (the ancestor covers it) unless it is inside the workspace, where
+    the backend must cover it after making the workspace visible.
+    """
+    ancestors = sorted(
+        {p for p in hidden if p != workspace and workspace.is_relative_to(p)}, key=lambda p: len(p.parts)
+    )
+    others = [
+        p
+        for p in dict.fromkeys(hidden)
+        if p not in ancestors
+        and p != workspace
+        and (p.is_relative_to(workspace) or not any(p.is_relative_to(a) for a in ancestors))
+    ]
+    return ancestors, others
+
+
+def entries_beside(ancestor: Path, workspace: Path) -> list[Path]:
+    """Every entry under `ancestor` that is not on the way down to `workspace`.
+
+    For a backend that cannot cover a directory and uncover a path inside it.
+    A snapshot: an entry created after the command starts is not in it.
+    """
     out: list[Path] = []
-    level = state
-    for part in ws.relative_to(state).parts:
+    level = ancestor
+    for part in workspace.relative_to(ancestor).parts:
         nxt = level / part
         with contextlib.suppress(OSError):
             out.extend(p for p in level.iterdir() if p != nxt)

@@ -9,10 +9,22 @@ program); capabilities are dropped and every namespace is unshared instead.
 
 from __future__ import annotations
 
+import functools
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from edgeclaw.sandbox.base import SandboxBackend, SandboxSpec, prlimit_prefix
+from edgeclaw.sandbox.base import SandboxBackend, SandboxSpec, prlimit_prefix, split_hidden
+
+
+@functools.cache
+def _supports(binary: str, option: str) -> bool:
+    """Whether this bwrap knows `option` (bubblewrap 0.8 added --disable-userns; bullseye has 0.4)."""
+    try:
+        done = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return option in done.stdout + done.stderr
 
 
 class BubblewrapBackend(SandboxBackend):
@@ -23,14 +35,22 @@ class BubblewrapBackend(SandboxBackend):
 
     def wrap(self, argv: Sequence[str], spec: SandboxSpec) -> list[str]:
         ws = str(spec.workspace)
+        binary = self.locate() or self.binary
         args = [
-            self.locate() or self.binary,
+            binary,
             "--die-with-parent",
             # setsid inside: the command cannot push keystrokes into our terminal (TIOCSTI).
             "--new-session",
             "--unshare-all",
             "--cap-drop",
             "ALL",
+        ]
+        if _supports(binary, "--disable-userns"):
+            # A user namespace of its own (also for a root daemon) in which no further user
+            # namespace can be made: nested namespaces are kernel attack surface a command
+            # never needs (firejail's seccomp filter refuses them too).
+            args += ["--unshare-user", "--disable-userns"]
+        args += [
             "--ro-bind",
             "/",
             "/",
@@ -51,12 +71,19 @@ class BubblewrapBackend(SandboxBackend):
             args.append("--share-net")
         for name in spec.etc_allow:
             args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-        for path in spec.hidden:
+        ancestors, others = split_hidden(spec.hidden, spec.workspace)
+        # Directories holding the workspace become empty first; binding the workspace then
+        # makes its path inside them. Other hidden paths come after the workspace bind, or
+        # one inside the workspace would be uncovered by it.
+        for path in ancestors:
+            args += ["--tmpfs", str(path)]
+        args += ["--bind", ws, ws]
+        for path in others:
             if path.is_dir():
                 args += ["--tmpfs", str(path)]
             elif path.exists():
                 args += ["--ro-bind", "/dev/null", str(path)]
-        args += ["--bind", ws, ws, "--chdir", str(spec.cwd)]
+        args += ["--chdir", str(spec.cwd)]
         if spec.network and Path("/etc/resolv.conf").is_symlink():
             # A symlinked resolv.conf (systemd-resolved) points into /run, which is a fresh tmpfs here.
             target = Path("/etc/resolv.conf").resolve()

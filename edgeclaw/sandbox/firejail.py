@@ -4,6 +4,12 @@ Everything is given on the command line (`--noprofile`), so what confines a
 command is exactly what this module says, whatever profiles the distribution
 ships. systemd units must not imply NoNewPrivileges for a daemon that uses it
 (see docs/sandbox.md).
+
+The workspace is shown with `--whitelist`: firejail then replaces the whole
+top-level directory holding it (`/var` for `/var/lib/edgeclaw/workspace`)
+with an empty one in which only the workspace appears. That is the only way
+firejail (unprivileged) can hide a directory *around* the workspace, such as
+the state directory, including files created there while the command runs.
 """
 
 from __future__ import annotations
@@ -11,7 +17,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from edgeclaw.sandbox.base import SandboxBackend, SandboxSpec
+from edgeclaw.sandbox.base import SandboxBackend, SandboxSpec, entries_beside, split_hidden
+
+# Top-level directories firejail cannot (or must not) replace for a whitelist: a workspace
+# under one of them falls back to blacklisting what is beside it.
+_NO_WHITELIST_TOP = frozenset(
+    {"bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "run", "sbin", "sys", "usr"}
+)
 
 
 class FirejailBackend(SandboxBackend):
@@ -55,16 +67,35 @@ class FirejailBackend(SandboxBackend):
             f"--rlimit-nproc={limits.max_processes}",
             # No --timeout: firejail's own timer adds about 2 s to every command; the runner's
             # timer kills the whole process group instead.
+            # When the command's shell exits, kill whatever it left behind (a daemonised
+            # grandchild would otherwise keep the sandbox, and the call, alive until the
+            # timeout) and report the shell's exit status, not the last process's.
+            "--deterministic-shutdown",
+            "--deterministic-exit-code",
+            # No unix-domain sockets (socketpair still works): with the daemon's uid, a socket
+            # visible in /run (D-Bus, systemd, a broker, a database) would be a way out of the
+            # sandbox that --net=none does not close.
+            "--protocol=inet,inet6,netlink",
         ]
         if not spec.network:
             args.append("--net=none")
-        if ws.is_relative_to(Path("/tmp")):
-            # --private-tmp would hide a workspace under /tmp; whitelisting it gives the
-            # same empty tmpfs on /tmp with only the workspace inside.
+        whitelist = len(ws.parts) > 2 and ws.parts[1] not in _NO_WHITELIST_TOP
+        if whitelist:
             args.append(f"--whitelist={ws}")
-        else:
+        if not ws.is_relative_to(Path("/tmp")):
+            # A workspace under /tmp is whitelisted: /tmp is then an empty tmpfs already.
             args.append("--private-tmp")
-        args.extend(f"--blacklist={p}" for p in spec.hidden)
-        args.append("--")
+        ancestors, others = split_hidden(spec.hidden, ws)
+        if not whitelist:
+            # Directories holding the workspace are covered by the whitelist's empty top-level
+            # directory; without one, hide what lies beside the way down to the workspace.
+            for ancestor in ancestors:
+                args.extend(f"--blacklist={p}" for p in entries_beside(ancestor, ws))
+        args.extend(f"--blacklist={p}" for p in others)
+        # No `--` before the program: with it, firejail 0.9.7x runs the command through the
+        # user's login shell, which for a system user (/usr/sbin/nologin) runs nothing at all.
+        # The program is an absolute path, so it cannot be read as an option.
+        if not argv or not str(argv[0]).startswith("/"):
+            raise ValueError("firejail needs the program as an absolute path")
         args.extend(argv)
         return args

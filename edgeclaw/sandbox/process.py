@@ -148,7 +148,10 @@ class ChildProcess:
 
     def kill(self) -> None:
         """SIGKILL the process group and everything in the cgroup."""
-        self.killed_by_us = True
+        if self.running:
+            # Only a kill that ends the command counts: `close` after a normal exit kills what is
+            # left of the group, and the command must still read as having exited by itself.
+            self.killed_by_us = True
         self.signal_group(signal.SIGKILL)
         if self.launch.cgroup is not None:
             self.launch.cgroup.kill()

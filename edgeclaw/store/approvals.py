@@ -8,8 +8,9 @@ revoke ID`), and it survives restarts because it lives in the state database.
 
 from __future__ import annotations
 
+import sqlite3
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 
 from edgeclaw.store.db import Database, Migration
 
@@ -45,16 +46,7 @@ class StoredApproval:
     uses: int
 
     def as_dict(self) -> dict[str, object]:
-        return {
-            "id": self.id,
-            "tool": self.tool,
-            "agent_id": self.agent_id,
-            "pattern": self.pattern,
-            "created_at": self.created_at,
-            "created_by": self.created_by,
-            "last_used_at": self.last_used_at,
-            "uses": self.uses,
-        }
+        return asdict(self)
 
 
 class ApprovalStore:
@@ -98,14 +90,5 @@ class ApprovalStore:
         return self.db.execute("DELETE FROM exec_approvals WHERE id = ?", (approval_id,)).rowcount > 0
 
 
-def _row(r) -> StoredApproval:  # sqlite3.Row
-    return StoredApproval(
-        id=r["id"],
-        tool=r["tool"],
-        agent_id=r["agent_id"],
-        pattern=r["pattern"],
-        created_at=r["created_at"],
-        created_by=r["created_by"],
-        last_used_at=r["last_used_at"],
-        uses=r["uses"],
-    )
+def _row(r: sqlite3.Row) -> StoredApproval:
+    return StoredApproval(**{f.name: r[f.name] for f in fields(StoredApproval)})

@@ -2,10 +2,11 @@
 
 AES-256-GCM from the `cryptography` package, imported only when a secret is
 actually sealed or opened. The 32-byte key lives in a file of its own in the
-state directory, created with mode 0600; a key file that others may read is
-refused rather than used. Each sealed value is `nonce (12 bytes) ||
-ciphertext+tag`, and the caller's `context` (the tool name) is bound in as
-associated data, so a value copied to another row does not decrypt.
+state directory, created with mode 0600; a key file that others may read, or
+that another user owns (who could have planted it), is refused rather than
+used. Each sealed value is `nonce (12 bytes) || ciphertext+tag`, and the
+caller's `context` (the tool name) is bound in as associated data, so a value
+copied to another row does not decrypt.
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ class SecretBox:
             raise BackendError(f"cannot open the key file {path}: {e.strerror}") from None
         try:
             info = os.fstat(fd)
+            euid = os.geteuid()
+            if euid != 0 and info.st_uid not in (euid, 0):
+                raise BackendError(
+                    f"the key file {path} belongs to uid {info.st_uid}, not to this user (uid {euid}); "
+                    "refusing to use it"
+                )
             if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
                 raise BackendError(
                     f"the key file {path} is readable by others (mode {stat.S_IMODE(info.st_mode):04o}); "
@@ -59,17 +66,26 @@ class SecretBox:
     def _create_key(self) -> bytes:
         key = os.urandom(KEY_BYTES)
         self.key_path.parent.mkdir(parents=True, exist_ok=True)
+        # Written in full under a temporary name, then linked into place: link() fails when the
+        # name exists, so two processes racing end up with one key, and neither ever reads a
+        # half-written (empty) key file.
+        tmp = self.key_path.with_name(f".{self.key_path.name}.{os.getpid()}.{os.urandom(4).hex()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            # O_EXCL: two processes racing to create it must not end up with different keys.
-            fd = os.open(self.key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        except FileExistsError:
-            return self._load_key()
-        try:
-            os.fchmod(fd, 0o600)  # whatever the umask
-            os.write(fd, key)
-            os.fsync(fd)
+            try:
+                os.fchmod(fd, 0o600)  # whatever the umask
+                written = os.write(fd, key)
+                if written != KEY_BYTES:
+                    raise BackendError(f"cannot write the key file {self.key_path}: short write")
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, self.key_path)
+            except FileExistsError:
+                return self._load_key()
         finally:
-            os.close(fd)
+            tmp.unlink(missing_ok=True)
         return key
 
     def seal(self, plaintext: bytes, context: str) -> bytes:

@@ -67,9 +67,6 @@ class ApprovalBroker:
         if approver is None or self._approvers.get(channel) is approver:
             self._approvers.pop(channel, None)
 
-    def can_ask(self, channel: str) -> bool:
-        return channel in self._approvers
-
     async def request(
         self, tool: str, summary: str, ctx: ToolContext, timeout_s: float | None = None
     ) -> tuple[Decision, str]:

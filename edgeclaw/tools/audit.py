@@ -3,25 +3,36 @@
 Records go to sinks (the MQTT events topic, a log); statistics feed
 telemetry and `session_status`. Arguments are never recorded, only a digest,
 so an audit trail cannot leak what a secret-bearing argument held.
+
+The digest is keyed with a random per-process key: a plain hash of
+`{"pin": "1234"}` would give a short argument away to anyone hashing guesses
+against the events topic.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+_DIGEST_KEY = os.urandom(16)
+
 
 def args_digest(args: Mapping[str, Any]) -> str:
-    """A short stable digest of the arguments: the same call gives the same digest."""
+    """A short digest of the arguments: the same call gives the same digest while the daemon runs."""
     try:
         blob = json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
-        blob = repr(sorted(args.items(), key=lambda kv: str(kv[0])))
-    return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    except (TypeError, ValueError, RecursionError):  # mixed key types, a cycle, deep nesting
+        try:
+            blob = repr(sorted(args.items(), key=lambda kv: str(kv[0])))
+        except RecursionError:
+            blob = "(arguments nested too deeply to digest)"
+    data = blob.encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=8, key=_DIGEST_KEY).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)

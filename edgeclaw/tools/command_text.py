@@ -62,14 +62,31 @@ _SEPARATORS = frozenset({";", "&&", "||", "|", "&", ";;", "(", ")", "|&"})
 _REDIRECTS = frozenset({">", ">>", "<", "<<", "<<<", ">&", "<&", "&>", "&>>", ">|", "<>"})
 
 
+def normal_form(text: str) -> str:
+    """NFKC, invisible characters removed, line ends as `\\n`: the text transformations of `normalise`.
+
+    Also applied to each custom-tool argument *before* it is shell-quoted:
+    NFKC turns a fullwidth apostrophe (U+FF07) into `'`, so normalising after
+    quoting could end a quoted word early and let an argument run as code.
+    """
+    # Removing an invisible character can bring a letter and a combining mark together, and NFKC
+    # can produce an invisible character: repeat until nothing changes, so the result is a fixed
+    # point (normalising it again gives it back, which the custom tools rely on).
+    for _ in range(4):
+        done = unicodedata.normalize("NFKC", text.translate(_STRIP_INVISIBLE)).translate(_STRIP_INVISIBLE)
+        if done == text:
+            break
+        text = done
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
 def normalise(command: str) -> str:
     """The form of `command` that is checked and run. Raises ToolRefused for unusable text."""
     if not isinstance(command, str):
         raise ToolRefused("the command must be a string")
     if "\x00" in command:
         raise ToolRefused("refused command: it contains a NUL byte")
-    text = unicodedata.normalize("NFKC", command).translate(_STRIP_INVISIBLE)
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = normal_form(command)
     for ch in text:
         if (ord(ch) < 0x20 and ch not in "\n\t") or ord(ch) == 0x7F or 0x80 <= ord(ch) < 0xA0:
             raise ToolRefused(f"refused command: it contains the control character U+{ord(ch):04X}")

@@ -35,7 +35,7 @@ from edgeclaw.errors import ConfigError, ToolRefused
 from edgeclaw.store.custom_tools import CustomToolStore
 from edgeclaw.store.secretbox import SecretBox
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
-from edgeclaw.tools.command_text import normalise
+from edgeclaw.tools.command_text import normal_form, normalise
 from edgeclaw.tools.denylist import DenyList
 from edgeclaw.tools.policy import KNOWN_TOOL_NAMES
 from edgeclaw.tools.schema import SchemaError, compile_schema
@@ -84,8 +84,22 @@ class CustomToolSpec:
         return list(dict.fromkeys(PLACEHOLDER.findall(self.command)))
 
     def render(self, args: Mapping[str, Any]) -> str:
-        """The command with every `{{.key}}` replaced by the shell-quoted argument (missing = '')."""
-        return PLACEHOLDER.sub(lambda m: shlex.quote(_as_text(args.get(m.group(1)))), self.command)
+        """The command with every `{{.key}}` replaced by the shell-quoted argument (missing = '').
+
+        Each value is put in normal form first (see `command_text.normal_form`), so
+        the rendered command is already what `normalise` returns and the quoting
+        survives it; `checked_command` verifies that.
+        """
+        return PLACEHOLDER.sub(
+            lambda m: shlex.quote(normal_form(_as_text(args.get(m.group(1))))), self.command
+        )
+
+    def checked_command(self, args: Mapping[str, Any]) -> str:
+        """`render`, refused unless normalising it changes nothing (what is quoted is what runs)."""
+        rendered = self.render(args)
+        if normalise(rendered) != rendered:
+            raise ToolRefused("refused arguments: their text is not stable under normalisation")
+        return rendered
 
     def definition(self) -> dict[str, Any]:
         """The stored form (environment values excluded: they are sealed separately)."""
@@ -148,6 +162,11 @@ def parse_definition(data: Mapping[str, Any], *, source: str = "runtime") -> Cus
         )
     if _BAD_PLACEHOLDER.search(command):
         raise InvalidDefinition("command: a '{{' that is not a {{.name}} placeholder")
+    for key, where in unsafe_placeholders(normalised):
+        raise InvalidDefinition(
+            f"command: placeholder {{{{.{key}}}}} is {where}; write it as a bare word "
+            "(the value is shell-quoted for you)"
+        )
     parameters = data.get("parameters") or {"type": "object", "properties": {}}
     if not isinstance(parameters, Mapping):
         raise InvalidDefinition("parameters: expected a JSON-schema object")
@@ -208,6 +227,130 @@ def parse_definition(data: Mapping[str, Any], *, source: str = "runtime") -> Cus
     )
 
 
+# Shell contexts in which a shell-quoted value is NOT one plain word of data: inside quotes the
+# quoting of the value itself is literal text (so `"…$(…)…"` expands and `'…'` ends early), a
+# comment ends at a newline in the value, and a here-document body expands `$(…)`.
+_CONTEXT_NAMES = {
+    "'": "inside single quotes",
+    '"': "inside double quotes",
+    "$'": "inside $'...' quotes",
+    "`": "inside backquotes",
+    "${": "inside ${...}",
+    "$((": "inside $((...)) arithmetic",
+    "#": "inside a comment",
+}
+_CLOSERS = {"$'": "'", "`": "`", '"': '"', "${": "}"}
+_OPENERS = ("$((", "$(", "${", "$'", "'", '"', "`")  # longest first
+_WORD_BREAK = frozenset(" \t\n;&|()<>")
+_COMMAND_BREAK = frozenset("\n;&|(")
+# Words after which the next word is a program again.
+_PROGRAM_FOLLOWS = frozenset(
+    {"if", "then", "else", "elif", "while", "until", "do", "!", "time", "exec", "command", "builtin",
+     "env", "nice", "nohup", "setsid", "stdbuf", "xargs", "sudo", "doas", "busybox"}
+)  # fmt: skip
+
+
+def _innermost_context(stack: list[str]) -> str:
+    """What the innermost quoting context is called, or "" when it is plain shell (`$(...)` starts afresh)."""
+    for opener in reversed(stack):
+        if opener == "$(":
+            return ""
+        if opener in _CONTEXT_NAMES:
+            return _CONTEXT_NAMES[opener]
+    return ""
+
+
+def unsafe_placeholders(command: str) -> list[tuple[str, str]]:
+    """Placeholders the shell would not read as one plain argument word: `(key, where)` pairs.
+
+    A small scanner of POSIX shell quoting: single, double and `$'...'` quotes,
+    backquotes, `${...}`, `$(...)` (whose inside is plain shell again),
+    `$((...))`, comments and here-documents. A placeholder must stand where a
+    word of data does: outside every quote, comment and here-document, and not
+    as the program name (the value would choose what runs).
+    """
+    problems: list[tuple[str, str]] = []
+    stack: list[str] = []
+    heredoc = False
+    word, word_at_command = "", False
+    word_start = command_start = True
+    i, n = 0, len(command)
+    while i < n:
+        found = PLACEHOLDER.match(command, i)
+        if found is not None:
+            where = _innermost_context(stack)
+            if not where and heredoc:
+                where = "after a here-document (<<), whose body is expanded"
+            if not where and command_start:
+                where = "the program name"
+            if where:
+                problems.append((found.group(1), where))
+            i = found.end()
+            word, word_start, command_start = "\x00", False, False
+            continue
+        c = command[i]
+        top = stack[-1] if stack else ""
+        if top == "#":
+            if c == "\n":
+                stack.pop()
+                word, word_start, command_start = "", True, True
+            i += 1
+        elif top == "'":
+            if c == "'":
+                stack.pop()
+            i += 1
+        elif top in _CLOSERS:
+            if c == "\\" and top != "${":
+                i += 2
+            elif c == _CLOSERS[top]:
+                stack.pop()
+                i += 1
+            elif top == '"' and command.startswith("$(", i):
+                stack.append("$((" if command.startswith("$((", i) else "$(")
+                i += len(stack[-1])
+                word, word_start, command_start = "", True, stack[-1] == "$("
+            else:
+                i += 1
+        else:
+            # Plain shell: the top level, or inside $( ) / $(( )).
+            opener = next((o for o in _OPENERS if command.startswith(o, i)), None)
+            if c == "\\":
+                i += 2
+                word, word_start, command_start = word + "\\", False, False
+            elif opener is not None:
+                stack.append(opener)
+                i += len(opener)
+                if opener == "$(":
+                    word, word_start, command_start = "", True, True
+                else:
+                    word, word_start, command_start = word + opener, False, False
+            elif c == ")" and top in ("$(", "$(("):
+                stack.pop()
+                i += 2 if top == "$((" and command.startswith("))", i) else 1
+                word, word_start, command_start = "\x00", False, False
+            elif c == "#" and word_start:
+                stack.append("#")
+                i += 1
+            elif command.startswith("<<<", i):
+                i += 3  # a here-string: its word is an ordinary word
+                word, word_start = "", True
+            else:
+                if command.startswith("<<", i):
+                    heredoc = True
+                if c in _WORD_BREAK:
+                    if word_at_command and word in _PROGRAM_FOLLOWS:
+                        command_start = True
+                    if c in _COMMAND_BREAK:
+                        command_start = True
+                    word, word_start = "", True
+                else:
+                    if word_start:
+                        word_at_command = command_start
+                    word, word_start, command_start = word + c, False, False
+                i += 1
+    return problems
+
+
 class CustomTool(Tool):
     """One custom tool. Name, description and parameters come from its definition."""
 
@@ -227,14 +370,14 @@ class CustomTool(Tool):
 
     async def check(self, args: Args, ctx: ToolContext) -> None:
         self._scope(ctx)
-        self.shell.gate.check(self.spec.render(args), ctx, tool=self.name, trusted=True)
+        self.shell.gate.check(self.spec.checked_command(args), ctx, tool=self.name, trusted=True)
         self.shell.runner.resolve_cwd(self.spec.cwd or None)
         await self.shell.runner.backend()
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
         self._scope(ctx)
         shell = self.shell
-        assessment = shell.gate.check(self.spec.render(args), ctx, tool=self.name, trusted=True)
+        assessment = shell.gate.check(self.spec.checked_command(args), ctx, tool=self.name, trusted=True)
         cwd = shell.runner.resolve_cwd(self.spec.cwd or None)
         timeout_s = await shell.runner.timeout_for(self.spec.timeout_s)
         await shell.gate.approve(assessment, ctx, tool=self.name)

@@ -78,7 +78,13 @@ def _group(
 
 
 _SYSTEM_DIRS = r"(?:bin|boot|dev|etc|home|lib\w*|opt|proc|root|sbin|srv|sys|usr|var)"
-_RM_TARGET = r"(?:--no-preserve-root|/\*?|/" + _SYSTEM_DIRS + r"/?\*?|~/?\*?|\$\{?HOME\}?/?\*?|\.\.?/?\*?|\*)"
+# The root however spelt (`/`, `//`, `/./`, `/..`), a glob or variable right under it (`/*`, `/?`,
+# `/$x`), a system directory, the home directory, `.`/`..`, or everything here.
+_ROOTISH = r"(?:/[/.]*\*?|/[?*\[$]\S*|/" + _SYSTEM_DIRS + r"/?\*?|~/?\*?|\$\{?HOME\}?/?\*?)"
+_RM_TARGET = r"(?:--no-preserve-root|" + _ROOTISH + r"|\.\.?/?\*?|\*)"
+# Where a target ends: also a closing parenthesis or quote, for `os.system('rm -rf /')` read
+# without its quotes.
+_TARGET_END = r"(?=$|[\s;&|)'\"\]])"
 _WRITE_TO = r"(?:>>?\|?|&>>?|\btee\b(?:\s+-\w+)*)\s*"
 
 DENY_GROUPS: tuple[DenyGroup, ...] = (
@@ -89,7 +95,10 @@ DENY_GROUPS: tuple[DenyGroup, ...] = (
         [
             _cmd("rm")
             + rf"(?={_ARGS}\s(?:-[a-zA-Z]*[rR]|--recursive))"
-            + rf"{_ARGS}\s{_RM_TARGET}(?=$|[\s;&|])",
+            + rf"{_ARGS}\s{_RM_TARGET}{_TARGET_END}",
+            # The same from a script: rmtree('/'), or rm -rf / as an argument list.
+            rf"\brmtree\s*\(\s*['\"]?{_ROOTISH}['\"]?\s*[,)]",
+            rf"['\"]?(?:[\w./-]*/)?rm['\"]?\s*,\s*['\"]?-[a-zA-Z]*[rR][a-zA-Z]*['\"]?\s*,\s*['\"]?{_ROOTISH}['\"]?\s*[,\])]",
             r"--no-preserve-root",
             _cmd(
                 r"mkfs(?:\.\w+)?",
@@ -108,6 +117,8 @@ DENY_GROUPS: tuple[DenyGroup, ...] = (
             _cmd("chmod", "chown", "chgrp")
             + rf"{_ARGS}\s-[a-zA-Z]*R{_ARGS}\s/(?:{_SYSTEM_DIRS})?/?(?=$|[\s;&|])",
             _cmd("find") + rf"\s+/(?:{_SYSTEM_DIRS})?/?\s{_ARGS}-delete",
+            _cmd("find")
+            + rf"\s+/(?:{_SYSTEM_DIRS})?/?\s{_ARGS}-(?:exec|execdir|ok)\s+(?:[\w./-]*/)?(?:rm|shred)\b",
             _cmd("mv") + rf"{_ARGS}\s(?:/|~|\$HOME)\s+/dev/null",
         ],
     ),
@@ -154,6 +165,7 @@ DENY_GROUPS: tuple[DenyGroup, ...] = (
             r"\|\s*(?:[\w./-]*/)?(?:python[0-9.]*|perl|ruby|node|php|lua)(?:\s+-)?\s*(?=$|[;&|)])",
             _cmd("eval"),
             _SHELLS + r"\s+-c\s+\$\(",
+            _SHELLS + r"\s+-c\s+['\"]?\$\{?\w",  # a shell running whatever a variable holds
             r"(?:" + _SHELLS + r"|source|\.)\s+<\(",
             _cmd("source", r"\.") + r"\s+/dev/stdin",
             r"\b(?:python[0-9.]*|perl|ruby|node|php)\s+-[a-zA-Z]*[ce]\s[^\n]*\b(?:exec|eval|compile|__import__)\s*\(",
@@ -384,12 +396,18 @@ DENY_GROUPS: tuple[DenyGroup, ...] = (
             r"\b(?:printf|echo\s+-e)\s+['\"]?[^'\"\s]*(?:\\(?:x[0-9a-fA-F]{1,2}|[0-7]{3})){2,}",
             r"\$'[^']*\\(?:x[0-9a-fA-F]|[0-7]{1,3}|u[0-9a-fA-F]|U[0-9a-fA-F])",
             r"\$\{?IFS\b",
-            r"\$\{\w+:[-\d]",
+            r"\$\{\w+:(?:\d| +-?\d)",  # ${PATH:0:1}; not the ordinary default ${x:-2}
             r"\$\{!\w+",
             r"[A-Za-z](?:''|\"\")+[A-Za-z]",
             r"(?:^|[;&|(]\s*)(?:[\w./-]*[?*\[])+[\w./?*\[\]-]*(?=\s|$)",  # a glob as the program name
             r"(?:^|[;&|(]\s*)\S*[^\x00-\x7f]\S*",  # a non-ASCII program name
             r"\brev\b[^\n]*\|\s*(?:" + _SHELLS + r"|eval)\b",
+            # The program name taken from a variable or a command substitution: `a=rm; $a -rf /`,
+            # `$(printf 'rm -rf /')`. Whatever it runs, no pattern can see it.
+            r"(?:^|[;&|(\n]|\b(?:then|do|else|exec|command|env|nice|nohup|time)\s)\s*"
+            r"(?:[A-Za-z_]\w*=\S*\s+)*(?:\$[\w{(]|`)",
+            _cmd("alias") + r"\s+[^\s=]+=",  # an alias is a program name we cannot see through
+            _cmd("env") + rf"{_ARGS}\s(?:-[a-zA-Z]*S|--split-string)",  # env -S re-splits a string
         ],
     ),
 )

@@ -23,6 +23,7 @@ stands in for the question next time, across restarts, until revoked.
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -47,7 +48,14 @@ class AgentExecPolicy:
     network: bool
 
     def allowlisted(self, command: str) -> bool:
-        """True when every program in the command line is on the allowlist (globs allowed)."""
+        """True when every program in the command line is on the allowlist (globs allowed).
+
+        A program given with a path counts only from a system directory (`./ls`
+        is whatever the workspace holds), a program that runs another one
+        (`env`, `xargs`, `timeout`, ...) never counts, and neither does an
+        allowlisted program with an option that runs a program
+        (`sort --compress-program=sh`): all of those are misses.
+        """
         commands = simple_commands(command)
         if not commands:
             return False
@@ -55,9 +63,57 @@ class AgentExecPolicy:
             program = program_of(words)
             if not program or any(c in program for c in "$`\\{}*?["):
                 return False
+            path = next(w for w in words if not _ASSIGNMENT.fullmatch(w))
+            if "/" in path and path.rsplit("/", 1)[0] not in _SYSTEM_BIN_DIRS:
+                return False
+            if program in _RUNS_PROGRAMS or _runs_program_option(program, words):
+                return False
             if not any(fnmatch.fnmatchcase(program, pattern) for pattern in self.allowlist):
                 return False
         return True
+
+
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
+_SYSTEM_BIN_DIRS = frozenset({"/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin"})
+# Programs whose job is to run another program, or that run commands from their input or script
+# (less's `!`, awk's `system()`, GNU sed's `e`): on an allowlist they would let anything through.
+_RUNS_PROGRAMS = frozenset(
+    {"env", "xargs", "nice", "nohup", "timeout", "stdbuf", "setsid", "ionice", "chrt", "taskset",
+     "time", "exec", "command", "builtin", "eval", "busybox", "sudo", "doas", "su", "flock",
+     "watch", "script", "unbuffer", "parallel", "strace", "ltrace", "gdb", "chroot", "unshare",
+     "nsenter", "runuser", "sh", "bash", "dash", "zsh", "ksh", "ash",
+     "less", "more", "man", "vi", "vim", "awk", "gawk", "mawk", "sed"}
+)  # fmt: skip
+# Options with which an otherwise harmless program runs a program of the caller's choosing.
+_PROGRAM_OPTIONS: dict[str, tuple[str, ...]] = {
+    "sort": ("--compress-program",),
+    "tar": ("--to-command", "--use-compress-program", "-I", "--checkpoint-action", "--rsh-command",
+            "--info-script", "-F", "--new-volume-script"),
+    "find": ("-exec", "-execdir", "-ok", "-okdir"),
+    "rsync": ("-e", "--rsh", "--rsync-path"),
+    "git": ("-c", "--config-env", "--exec-path", "--upload-pack", "--receive-pack"),
+    "zip": ("-T", "--test", "-TT", "--unzip-command"),
+    "diff3": ("--diff-program",),
+    "sdiff": ("--diff-program",),
+}  # fmt: skip
+
+
+def _runs_program_option(program: str, words: list[str]) -> bool:
+    """Whether `words` give `program` an option that makes it run another program.
+
+    Long options match by unambiguous prefix too (`--compress-prog`, as getopt
+    accepts), short ones inside a bundle (`-xIgzip`).
+    """
+    return any(_option_matches(w, o) for w in words[1:] for o in _PROGRAM_OPTIONS.get(program, ()))
+
+
+def _option_matches(word: str, option: str) -> bool:
+    if option.startswith("--"):
+        name = word.split("=", 1)[0]
+        return word.startswith("--") and len(name) > 2 and option.startswith(name)
+    if len(option) == 2:
+        return word.startswith("-") and not word.startswith("--") and option[1] in word[1:]
+    return word == option
 
 
 class ExecPolicies:
@@ -164,7 +220,11 @@ class CommandGate:
         store = self._store()
         if store.use(tool, ctx.agent_id, assessment.command) is not None:
             return "allowed always (stored decision)"
-        summary = self.scrub(f"{assessment.command}\n(why: {'; '.join(assessment.reasons)})")
+        lines = assessment.command.count("\n") + 1
+        # Said first: a pager or a narrow console may show only the top of a long command, and a
+        # harmless first line must not stand for the rest.
+        size = f"[a command of {lines} lines]\n" if lines > 1 else ""
+        summary = self.scrub(f"{size}{assessment.command}\n(why: {'; '.join(assessment.reasons)})")
         decision, why = await self._broker().request(tool, summary, ctx, timeout_s=self.approval_timeout_s)
         if not decision.allows:
             raise ToolRefused(f"not approved: {why}")

@@ -15,7 +15,8 @@ The steps, in order (each restricting step only narrows the set):
 
 Where the seed fails open we fail closed: an unknown profile, group or tool
 name is a configuration error, and a tool named in a deny list stays denied
-even when an alsoAllow list names it.
+even when an alsoAllow list names it. alsoAllow cannot widen the caller's
+channel either: `tools.channels.mqtt` is what MQTT callers may use at all.
 """
 
 from __future__ import annotations
@@ -270,16 +271,14 @@ class PolicyEngine:
                 )
             )
         chan = r.channels.get(channel)
+        channel_admits: set[str] | None = None  # what the caller's channel lets through; None = no rule
         if chan is not None and chan.profile:
-            steps.append(
-                (
-                    f"tools.channels.{channel}.profile = {chan.profile!r}",
-                    "keep",
-                    self._profile_set(chan.profile),
-                )
-            )
+            channel_admits = self._profile_set(chan.profile)
+            steps.append((f"tools.channels.{channel}.profile = {chan.profile!r}", "keep", channel_admits))
         if chan is not None and chan.allow:
-            steps.append((f"tools.channels.{channel}.allow", "keep", self._expand(chan.allow)))
+            members = self._expand(chan.allow)
+            steps.append((f"tools.channels.{channel}.allow", "keep", members))
+            channel_admits = members if channel_admits is None else channel_admits & members
         denied = self._expand(r.deny) | self._expand(agent.deny)
         if r.deny:
             steps.append(("tools.deny", "drop", self._expand(r.deny)))
@@ -287,8 +286,12 @@ class PolicyEngine:
             steps.append((f"tools.agents.{agent_id}.deny", "drop", self._expand(agent.deny)))
         also = self._expand(r.also_allow) | self._expand(agent.also_allow)
         if also:
-            # A deny list always wins over alsoAllow.
-            steps.append(("tools.also_allow", "add", also - denied))
+            # A deny list always wins over alsoAllow, and so does the caller's channel: its rules
+            # are what callers on that wire (MQTT, say) may use at all.
+            also -= denied
+            if channel_admits is not None:
+                also &= channel_admits
+            steps.append(("tools.also_allow", "add", also))
         if depth > 0:
             steps.append(
                 ("subagent deny list", "drop", self._expand((*SUBAGENT_ALWAYS_DENY, *r.subagent_deny)))
@@ -327,9 +330,6 @@ class PolicyEngine:
         result = frozenset(current)
         self._cache[key] = result
         return result
-
-    def is_allowed(self, name: str, ctx: ToolContext) -> bool:
-        return name in self.allowed(ctx)
 
     def explain(self, name: str, ctx: ToolContext) -> str:
         """Why `name` is refused for this caller: the last step that took it away."""

@@ -27,6 +27,10 @@ if TYPE_CHECKING:
     from edgeclaw.tools.shell import ShellTools
 
 POLL_MAX_BYTES = 16 * 1024
+# How fast a background command's output is read. Past this the pipe fills and the command waits
+# for us: a `yes` left running for an hour must not keep the daemon's event loop busy copying
+# bytes nobody will read (the buffer keeps only the last few KiB anyway).
+READ_BYTES_PER_S = 256 * 1024
 MAX_FINISHED_KEPT = 8  # per session: finished processes stay pollable until then
 STDIN_MAX_BYTES = 64 * 1024
 
@@ -110,6 +114,7 @@ class ProcessManager:
         with contextlib.suppress(ConnectionError):
             while chunk := await stdout.read(READ_CHUNK):
                 proc.buffer.feed(chunk)
+                await asyncio.sleep(len(chunk) / READ_BYTES_PER_S)
         await proc.child.proc.wait()
         proc.ended_at = time.time()
         # The leader is gone; make sure nothing it started lives on, and drop its cgroup.

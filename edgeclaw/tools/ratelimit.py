@@ -1,7 +1,9 @@
 """Per-session sliding-window rate limit for tool calls.
 
 A runaway model loop, or a backend hammering `tool/call`, is stopped at the
-registry before it reaches a bus or a shell.
+registry before it reaches a bus or a shell. Calls refused before this step
+(unknown tool, bad arguments, policy) do not count, since nothing ran; dry
+runs are refused when the window is full but take no slot.
 """
 
 from __future__ import annotations
@@ -25,8 +27,11 @@ class SlidingWindowLimiter:
         calls = self._calls.get(key)
         if calls is None:
             calls = self._calls[key] = deque()
-        horizon = now - self.window_s
-        while calls and calls[0] <= horizon:
+        # `calls[0] + window <= now`, not `calls[0] <= now - window`: the same test as the wait
+        # below, so a call kept in a full window always means a wait > 0. With the other form
+        # rounding could make the wait 0.0, which reads as "go" while nothing was recorded.
+        window = self.window_s
+        while calls and calls[0] + window <= now:
             calls.popleft()
         return calls
 
@@ -38,7 +43,7 @@ class SlidingWindowLimiter:
         calls = self._window(key, now)
         if len(calls) < self.limit:
             return 0.0
-        return max(0.0, calls[0] + self.window_s - now)
+        return calls[0] + self.window_s - now
 
     def acquire(self, key: str) -> float:
         """Record a call if allowed; returns 0 when recorded, else the seconds to wait (nothing recorded)."""
@@ -47,7 +52,7 @@ class SlidingWindowLimiter:
         now = self._clock()
         calls = self._window(key, now)
         if len(calls) >= self.limit:
-            return max(0.0, calls[0] + self.window_s - now)
+            return calls[0] + self.window_s - now
         calls.append(now)
         self._since_sweep += 1
         if self._since_sweep >= 1024:
@@ -63,6 +68,6 @@ class SlidingWindowLimiter:
     def _sweep(self, now: float) -> None:
         # Sessions come and go; drop the idle ones so the table stays small on a long-lived daemon.
         self._since_sweep = 0
-        horizon = now - self.window_s
-        for key in [k for k, calls in self._calls.items() if not calls or calls[-1] <= horizon]:
+        window = self.window_s
+        for key in [k for k, calls in self._calls.items() if not calls or calls[-1] + window <= now]:
             del self._calls[key]

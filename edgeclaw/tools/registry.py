@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -33,6 +34,9 @@ audit_log = logging.getLogger("edgeclaw.audit")
 
 # Output beyond this many characters is never scrubbed, because it is never shown.
 SCRUB_WINDOW_CHARS = 1 << 20
+
+# An unknown tool name is shown this long at most in audit records.
+MAX_UNKNOWN_NAME_CHARS = 64
 
 AuditSink = Callable[[AuditRecord], None]
 
@@ -70,7 +74,9 @@ def cap_text(text: str, max_bytes: int) -> str:
     if len(data) <= max_bytes:
         return text
     note = f"\n[output truncated: {len(data) - max_bytes} of {len(data)} bytes not shown]"
-    keep = data[: max(0, max_bytes - len(note))]
+    if len(note) >= max_bytes:  # no room for the note (it is ASCII: characters are bytes)
+        return data[:max_bytes].decode("utf-8", "ignore")
+    keep = data[: max_bytes - len(note)]
     return keep.decode("utf-8", "ignore") + note
 
 
@@ -188,7 +194,7 @@ class Registry:
     ) -> CallOutcome:
         started = time.perf_counter()
         parsed: dict[str, Any] = {}
-        try:
+        try:  # the checks: no awaits, so nothing to cancel before _run
             entry = self._tools.get(name)
             if entry is None:
                 return self._refuse(name, parsed, ctx, started, "unknown_tool", f"unknown tool {name!r}")
@@ -217,8 +223,16 @@ class Registry:
                     started,
                     "rate_limit",
                     f"rate limit: at most {self.limiter.limit} tool calls per {self.limiter.window_s:g} s "
-                    f"for this session; try again in {wait:.0f} s",
+                    f"for this session; try again in {math.ceil(wait)} s",
                 )
+        except Exception as e:
+            # A fault in the checks themselves (a policy that cannot be evaluated, say) must
+            # refuse the call, not escape to the channel: fail closed.
+            log.exception("checking a call to %s failed", name)
+            return self._refuse(
+                name, parsed, ctx, started, "exception", f"{name}: internal error: {type(e).__name__}: {e}"
+            )
+        try:
             return await self._run(entry, parsed, ctx, started, dry_run)
         except asyncio.CancelledError:
             self._finish(name, parsed, ctx, started, False, "cancelled", "cancelled", refused=False)
@@ -242,6 +256,9 @@ class Registry:
                     )
                 raw = await entry.tool.execute(args, ctx)
             result = raw if isinstance(raw, ToolResult) else ToolResult(for_llm=str(raw))
+            if not isinstance(result.for_llm, str) or not isinstance(result.for_user, str | None):
+                # Caught here, in the tool's own stage, rather than as a TypeError in the scrubber.
+                raise TypeError("the tool's result text is not a str")
             if result.is_error:
                 stage = "tool_error"
         except ToolRefused as e:
@@ -320,13 +337,14 @@ class Registry:
             error = self._clean(error)
         duration_ms = (time.perf_counter() - started) * 1000.0
         now = time.time()
-        # Unknown names come from the outside world: count them under one key so the table stays bounded.
-        stats_key = name if name in self._tools else "(unknown)"
-        self.stats.record(stats_key, ctx.session_key, ok, refused, duration_ms, now)
+        known = name in self._tools
+        # Unknown names come from the outside world: count them under one key so the table stays
+        # bounded, and record them cut short and scrubbed like any other text from outside.
+        self.stats.record(name if known else "(unknown)", ctx.session_key, ok, refused, duration_ms, now)
         if self._sinks or audit_log.isEnabledFor(logging.DEBUG):
             record = AuditRecord(
                 ts=now,
-                tool=name,
+                tool=name if known else self.scrubber.scrub(name[:MAX_UNKNOWN_NAME_CHARS]),
                 session=ctx.session_key,
                 channel=ctx.channel,
                 agent_id=ctx.agent_id,
@@ -382,6 +400,12 @@ def _parse_args(args: Mapping[str, Any] | str | None) -> dict[str, Any]:
             value = json.loads(text)
         except json.JSONDecodeError as e:
             raise ArgumentError("", f"arguments are not valid JSON: {e.msg} at position {e.pos}") from None
+        except ValueError:  # the only other one: an integer past sys.int_max_str_digits
+            raise ArgumentError(
+                "", "arguments are not acceptable JSON: a number has too many digits"
+            ) from None
+        except RecursionError:
+            raise ArgumentError("", "arguments are not acceptable JSON: nested too deeply") from None
         args = value
     if not isinstance(args, Mapping):
         raise ArgumentError("", f"arguments must be a JSON object, got {type(args).__name__}")

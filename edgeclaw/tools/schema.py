@@ -170,9 +170,9 @@ def _to_error(e: _Invalid, prefix: list[_Seg]) -> ArgumentError:
 _TYPES = ("string", "integer", "number", "boolean", "object", "array", "null")
 _EXACT_TYPE: dict[type, str] = {
     str: "string",
+    bool: "boolean",  # before int: `isinstance(True, int)` holds
     int: "integer",
     float: "number",
-    bool: "boolean",
     dict: "object",
     list: "array",
     type(None): "null",
@@ -185,19 +185,10 @@ def _json_type(x: Any) -> str:
     t = _EXACT_TYPE.get(type(x))
     if t is not None:
         return t
-    # Subclasses (IntEnum, StrEnum, OrderedDict...). bool first: it is an int.
-    if isinstance(x, bool):
-        return "boolean"
-    if isinstance(x, int):
-        return "integer"
-    if isinstance(x, float):
-        return "number"
-    if isinstance(x, str):
-        return "string"
-    if isinstance(x, dict):
-        return "object"
-    if isinstance(x, list):
-        return "array"
+    # Subclasses (IntEnum, StrEnum, OrderedDict...), in _EXACT_TYPE's order: bool before int, since it is one.
+    for base, name in _EXACT_TYPE.items():
+        if isinstance(x, base):
+            return name
     # Not a JSON value at all (tuple, bytes, set...): say so plainly.
     return f"Python {type(x).__name__}"
 
@@ -371,6 +362,15 @@ def _count(schema: Mapping[str, Any], kw: str, where: list[_Seg]) -> int | None:
     return v
 
 
+def _count_range(schema: Mapping[str, Any], low_kw: str, high_kw: str, where: list[_Seg]) -> tuple[int, int]:
+    """A (minLength, maxLength)-style pair of counts, with 0 and sys.maxsize for the missing ones."""
+    lo = _count(schema, low_kw, where) or 0
+    hi = _count(schema, high_kw, where)
+    if hi is not None and lo > hi:
+        raise _fail(where, f"{low_kw} {lo} is greater than {high_kw} {hi}")
+    return lo, sys.maxsize if hi is None else hi
+
+
 def _bound(schema: Mapping[str, Any], kw: str, where: list[_Seg]) -> int | float | None:
     v = schema.get(kw)
     if v is None:
@@ -392,10 +392,7 @@ def _bound(schema: Mapping[str, Any], kw: str, where: list[_Seg]) -> int | float
 
 
 def _string_node(schema: Mapping[str, Any], where: list[_Seg], expected: str) -> _Check:
-    lo = _count(schema, "minLength", where) or 0
-    hi = _count(schema, "maxLength", where)
-    if hi is not None and lo > hi:
-        raise _fail(where, f"minLength {lo} is greater than maxLength {hi}")
+    lo, top = _count_range(schema, "minLength", "maxLength", where)
     pattern = schema.get("pattern")
     search = None
     if pattern is not None:
@@ -406,15 +403,13 @@ def _string_node(schema: Mapping[str, Any], where: list[_Seg], expected: str) ->
         except re.error as e:
             raise _fail(where, f"'pattern' {pattern!r} is not a valid regular expression: {e}") from None
 
-    if lo == 0 and hi is None and search is None:
+    if lo == 0 and top == sys.maxsize and search is None:
 
         def check_str(x: Any) -> None:
             if not isinstance(x, str):
                 raise _type_error(expected, False, x)
 
         return check_str
-
-    top = sys.maxsize if hi is None else hi
 
     def check_str_constrained(x: Any) -> None:
         if not isinstance(x, str):
@@ -549,11 +544,7 @@ def _null_node(expected: str) -> _Check:
 
 
 def _array_node(schema: Mapping[str, Any], where: list[_Seg], expected: str) -> _Check:
-    lo = _count(schema, "minItems", where) or 0
-    hi = _count(schema, "maxItems", where)
-    if hi is not None and lo > hi:
-        raise _fail(where, f"minItems {lo} is greater than maxItems {hi}")
-    top = sys.maxsize if hi is None else hi
+    lo, top = _count_range(schema, "minItems", "maxItems", where)
     item: _Check | None = None
     if "items" in schema:
         raw = schema["items"]

@@ -10,6 +10,13 @@ registry. Two kinds of secret are replaced by ``[REDACTED]``:
   chat tokens, JWTs, PEM private keys, passwords inside URIs, long hex strings,
   and ``key=value`` pairs whose key names a secret (the key stays, the value goes).
 
+A registered secret is also found as JSON escapes it (``\"``, ``\u00e9``, the
+``\u0026`` of encoders that escape HTML characters), as URLs percent-encode it,
+and broken across lines (``fold``, wrapped logs): forms that tools produce
+without anyone trying. Deliberate encodings (base64, hex, reversed, split
+with spaces) are not chased: there is no end to them, and keeping a model
+from reading the secrets at all is the sandbox's job, not the scrubber's.
+
 The stance is fail closed: when a string could be a secret, it goes. A
 redacted commit hash costs a little readability; a leaked key costs a rotation.
 
@@ -20,9 +27,11 @@ settled by a few substring tests before the combined pattern ever runs.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from typing import Final
+from urllib.parse import quote, quote_plus
 
 __all__ = ["MIN_SECRET_LEN", "REDACTED", "Scrubber"]
 
@@ -147,6 +156,28 @@ _KEYWORD_TRIGGERS: Final = ("key", "token", "secret", "pass", "pwd", "psk", "bea
 _HEX_RUN: Final = re.compile(r"[0-9A-Fa-f]{32}")
 
 
+_LINE_BREAK_CHARS: Final = "\r\n"
+_LINE_BREAKS: Final = re.compile("[\r\n]")
+_HEX_ESCAPE: Final = re.compile(r"\\u([0-9a-f]{4})")
+_PERCENT_ESCAPE: Final = re.compile(r"%[0-9A-F]{2}")
+
+
+def _encoded_forms(value: str) -> set[str]:
+    """`value` and the forms it takes when a program escapes it for JSON or a URL."""
+    forms = {value}
+    ascii_json = json.dumps(value)[1:-1]
+    # Go's encoding/json (and others) also escape &, < and >.
+    html_safe = ascii_json.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+    for escaped in (ascii_json, json.dumps(value, ensure_ascii=False)[1:-1], html_safe):
+        for form in (escaped, escaped.replace("/", "\\/")):  # "\/" is legal JSON; some encoders write it
+            forms.add(form)
+            forms.add(_HEX_ESCAPE.sub(lambda m: "\\u" + m[1].upper(), form))  # \u00E9 as well
+    for quoted in (quote(value, safe=""), quote(value), quote_plus(value)):
+        forms.add(quoted)
+        forms.add(_PERCENT_ESCAPE.sub(lambda m: m[0].lower(), quoted))  # %c3%a9 as well
+    return forms
+
+
 def _may_hold_pattern(text: str) -> bool:
     """False only when `_PATTERNS` certainly finds nothing in `text`."""
     for literal in _LITERAL_TRIGGERS:
@@ -171,17 +202,25 @@ def _replace(match: re.Match[str]) -> str:
     return REDACTED
 
 
-def _redact_spans(text: str, finder: re.Pattern[str]) -> str:
+def _redact_spans(text: str, finder: re.Pattern[str], view: str | None = None) -> str:
     """Replace the union of every occurrence `finder` reports with one redaction per merged span.
 
     `finder` reports, at each position, the longest secret starting there. Taking
     the union (rather than `re.sub`'s leftmost, non-overlapping matches) matters
     when two secrets overlap: "abcd1234" and "1234wxyz" in "abcd1234wxyz" would
     otherwise leave "wxyz" behind.
+
+    With `view` (the text with its line breaks removed), occurrences are looked
+    for there and redacted in `text` together with the line breaks inside them.
     """
+    where: list[int] | None = None
+    if view is not None:
+        where = [i for i, c in enumerate(text) if c not in _LINE_BREAK_CHARS]  # view index -> text index
     spans: list[list[int]] = []
-    for match in finder.finditer(text):
+    for match in finder.finditer(text if view is None else view):
         start, end = match.start(), match.end(1)
+        if where is not None:
+            start, end = where[start], where[end - 1] + 1
         if spans and start < spans[-1][1]:
             spans[-1][1] = max(spans[-1][1], end)
         else:
@@ -222,7 +261,7 @@ class Scrubber:
         """
         if len(value) < MIN_SECRET_LEN or value in self._secrets:
             return
-        self._secrets.add(value)
+        self._secrets.update(_encoded_forms(value))
         # Longest first: at a given position the finder reports the first
         # branch that matches, and a secret that contains another must win whole.
         # The detector only answers "is any secret here?" on the fast path.
@@ -258,8 +297,14 @@ class Scrubber:
         # ran into one (``token=`` followed by a secret containing a comma)
         # would otherwise redact only part of it.
         secret_res = self._secret_res
-        if secret_res is not None and secret_res[0].search(text) is not None:
-            text = _redact_spans(text, secret_res[1])
+        if secret_res is not None:
+            detector, finder = secret_res
+            if detector.search(text) is not None:
+                text = _redact_spans(text, finder)
+            if "\n" in text or "\r" in text:
+                view = _LINE_BREAKS.sub("", text)
+                if detector.search(view) is not None:
+                    text = _redact_spans(text, finder, view)
         if _may_hold_pattern(text):
             text = _PATTERNS.sub(_replace, text)
         return text

@@ -39,9 +39,6 @@ class SessionStatusTool(Tool):
         self._facts = facts
         self._clock = clock
 
-    def set_facts(self, facts: SessionFacts | None) -> None:
-        self._facts = facts
-
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
         counters = self._stats.sessions.get(ctx.session_key)
         status: dict[str, Any] = {

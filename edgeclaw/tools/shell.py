@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import logging
 import os
+import pwd
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from edgeclaw.config.schema import Config
 from edgeclaw.errors import ConfigError, ConfigErrors, ToolError, ToolRefused
@@ -47,8 +48,25 @@ log = logging.getLogger("edgeclaw.tools.shell")
 DRAIN_LIMIT_BYTES = 8 * 1024 * 1024
 # Room left under the registry's output cap for the status line we append.
 STATUS_ROOM_BYTES = 256
-# Places that hold edgeclaw's own configuration and runtime state on an installed system.
-SYSTEM_HIDDEN = (Path("/etc/edgeclaw"), Path("/run/edgeclaw"), Path("/var/lib/edgeclaw"))
+# Places that hold edgeclaw's own configuration and runtime state on an installed system, systemd's
+# credentials (LoadCredential=) and root's home (SSH keys, shell history: a root daemon's commands
+# run as uid 0 and could read them).
+SYSTEM_HIDDEN = (
+    Path("/etc/edgeclaw"),
+    Path("/run/edgeclaw"),
+    Path("/var/lib/edgeclaw"),
+    Path("/run/credentials"),
+    Path("/root"),
+)
+# Variables of the daemon's own process that a command must never get, whatever env_allow says:
+# systemd's notify and watchdog channel, socket activation, and edgeclaw's own settings.
+_DAEMON_ONLY_ENV = frozenset(
+    {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES",
+     "INVOCATION_ID", "JOURNAL_STREAM", "CREDENTIALS_DIRECTORY", "MAINPID", "SYSTEMD_EXEC_PID"}
+)  # fmt: skip
+# A secret this long or longer is also looked for inside other values (a URL with a password in
+# it); shorter ones only as a whole value, or they would knock out innocent variables.
+_SECRET_SUBSTRING_MIN = 8
 
 
 class ShellRunner:
@@ -105,23 +123,28 @@ class ShellRunner:
         return path
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-        """The child's environment: allowlisted names only, and never a value that is one of our secrets."""
-        env = child_env(
-            [n for n in self.env_allow if n not in self.secret_env_names], self.environ, self.workspace.root
-        )
-        env = {k: v for k, v in env.items() if v not in self.secret_values}
+        """The child's environment: allowlisted names only, never the daemon's own channels or settings,
+        and never a value that is or contains one of our secrets."""
+        allowed = [
+            n
+            for n in self.env_allow
+            if n not in self.secret_env_names and n not in _DAEMON_ONLY_ENV and not n.startswith("EDGECLAW_")
+        ]
+        env = child_env(allowed, self.environ, self.workspace.root)
+        env = {k: v for k, v in env.items() if not self._holds_secret(v)}
         env.update(extra or {})
         return env
 
+    def _holds_secret(self, value: str) -> bool:
+        return value in self.secret_values or any(
+            s in value for s in self.secret_values if len(s) >= _SECRET_SUBSTRING_MIN
+        )
+
     def hidden_paths(self) -> list[Path]:
-        paths = hidden_entries(self.state_dir, self.workspace.root)
+        """What the command must not see; the backends keep the workspace visible inside any of it."""
         ws = self.workspace.root
-        for p in self.hidden:
-            # Never hide the workspace itself (or a directory holding it).
-            if p.exists() and not (ws == p or ws.is_relative_to(p)):
-                paths.append(p)
-            elif p.exists() and p.is_dir() and ws.is_relative_to(p) and ws != p:
-                paths.extend(hidden_entries(p, ws))
+        paths = hidden_entries(self.state_dir, ws)
+        paths.extend(p for p in self.hidden if p != ws and p.exists())
         return list(dict.fromkeys(paths))
 
     async def launch(
@@ -146,19 +169,9 @@ class ShellRunner:
         except SandboxUnavailable as e:
             raise ToolRefused(f"sandbox unavailable: {e}") from None
 
-    async def run(
-        self,
-        command: str,
-        *,
-        cwd: Path,
-        network: bool,
-        timeout_s: float,
-        env_extra: Mapping[str, str] | None = None,
-    ) -> tuple[RunResult, str]:
-        """Run to the end; returns the result and the backend's name."""
-        launch = await self.launch(
-            command, cwd=cwd, network=network, timeout_s=timeout_s, env_extra=env_extra
-        )
+    async def run(self, command: str, *, timeout_s: float, **how: Any) -> tuple[RunResult, str]:
+        """Run to the end; returns the result and the backend's name. `how`: `launch`'s other options."""
+        launch = await self.launch(command, timeout_s=timeout_s, **how)
         child = await ChildProcess.start(launch)
         result = await child.run_to_end(timeout_s, self.max_output_bytes, DRAIN_LIMIT_BYTES)
         return result, launch.backend
@@ -289,8 +302,18 @@ def _sandbox_settings(config: Config) -> SandboxSettings:
         ),
         pids_cgroup=s.pids_cgroup,
         etc_allow=tuple(s.etc_allow) if s.etc_allow else None,
-        hide_paths=tuple(Path(p) for p in s.hide_paths),
+        # Real paths: a symlinked directory holding the workspace must still be seen to hold it.
+        hide_paths=tuple(Path(os.path.realpath(p)) for p in s.hide_paths),
     )
+
+
+def _own_home() -> Path | None:
+    """The home directory of the user the daemon runs as (from the password database, not $HOME)."""
+    try:
+        home = Path(os.path.realpath(pwd.getpwuid(os.geteuid()).pw_dir))
+    except KeyError:
+        return None
+    return home if len(home.parts) > 1 else None
 
 
 def _check_settings(config: Config) -> list[ConfigError]:
@@ -358,6 +381,10 @@ def install_shell_tools(
     tls = config.mqtt.tls
     if tls is not None and tls.key_file:
         hidden.append(Path(os.path.realpath(tls.key_file)))
+    home = _own_home()
+    if home is not None:
+        # The daemon user's home: its keys and histories are as readable to a command as to us.
+        hidden.append(home)
 
     e = config.tools.exec
     runner = ShellRunner(

@@ -27,7 +27,9 @@ Rules, in the order they are checked (`check_syntax`, then `resolve`):
 
 Checking the name is not enough against a concurrent symlink swap, so files
 are opened with `O_NOFOLLOW` and the opened descriptor is checked again
-through `/proc/self/fd` (`Workspace.open`, `Workspace.open_dir`).
+through `/proc/self/fd` (`Workspace.open`, `Workspace.open_dir`), and missing
+directories are created one level at a time without following symlinks
+(`Workspace.make_dirs`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 from collections.abc import Iterable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
@@ -53,11 +57,20 @@ _PERCENT_FORBIDDEN = {ord("."): "'.'", ord("/"): "'/'", ord("\\"): "'\\'", 0: "N
 _OVERLONG_LEADS = frozenset({0xC0, 0xC1})
 _SEPARATORS = re.compile(r"[/\\]")
 _PROC_FD = "/proc/self/fd"
+# stat errors that mean "nothing there" (a dangling or looping symlink counts as nothing).
+_ABSENT = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP})
 
 
 def _real(path: Path | str) -> Path:
     """Absolute, symlink-free form of an operator-given path (no `~` expansion: config does that)."""
     return Path(os.path.realpath(os.fspath(path)))
+
+
+def _is_symlink(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 def _percent_problem(text: str) -> str | None:
@@ -142,7 +155,8 @@ class Workspace:
         Relative paths are taken from the root; absolute paths are fine when
         they lead inside. Raises `ToolRefused` when the path breaks a rule
         (see the module docstring), and `ToolError` when `must_exist` and
-        nothing is there, or when `for_write` and the path names a directory.
+        nothing is there, or when `for_write` and the path names a directory or
+        another file that is not a regular one.
         """
         self.check_syntax(user_path)
         candidate = Path(user_path) if user_path.startswith("/") else self.root / user_path
@@ -154,10 +168,20 @@ class Workspace:
             else:
                 why = "it is outside the workspace"
             raise ToolRefused(f"refused path {user_path!r}: {why}")
-        if must_exist and not real.exists():
+        try:
+            st: os.stat_result | None = os.stat(real)
+        except OSError as exc:
+            if exc.errno not in _ABSENT:
+                # A name too long, a directory without search permission: a plain error, not a crash.
+                raise ToolError(f"cannot use {user_path!r}: {exc.strerror or exc}") from exc
+            st = None
+        if must_exist and st is None:
             raise ToolError(f"no such file or directory: {user_path!r}")
-        if for_write and (user_path.endswith("/") or real.is_dir()):
+        if for_write and (user_path.endswith("/") or (st is not None and stat.S_ISDIR(st.st_mode))):
             raise ToolError(f"{user_path!r} is a directory, not a file")
+        if for_write and st is not None and not stat.S_ISREG(st.st_mode):
+            # Opening a device or FIFO for writing can act on it (a tty's DTR resets a board).
+            raise ToolError(f"{user_path!r} is not a regular file")
         return real
 
     # -- descriptor-level checks (against symlink swaps after resolve) -------
@@ -165,13 +189,16 @@ class Workspace:
     def verify_fd(self, fd: int, shown: str) -> None:
         """Refuse when the open descriptor `fd` is, in truth, outside the workspace.
 
-        Uses /proc/self/fd; where /proc is missing the `O_NOFOLLOW` opens and
-        the name checks are all we have, so the check is skipped silently.
+        Uses /proc/self/fd. Where that cannot be read the descriptor cannot be
+        checked, and a symlink swapped into a parent directory would go
+        unnoticed, so the path is refused: fail closed.
         """
         try:
             target = os.readlink(f"{_PROC_FD}/{fd}")
-        except OSError:
-            return
+        except OSError as exc:
+            raise ToolRefused(
+                f"refused path {shown!r}: cannot check where it leads ({_PROC_FD}: {exc.strerror or exc})"
+            ) from exc
         target = target.removesuffix(" (deleted)")
         if not self.contains(Path(target)):
             raise ToolRefused(f"refused path {shown!r}: it was redirected to {target} while being opened")
@@ -200,6 +227,41 @@ class Workspace:
     def open_dir(self, path: Path, *, shown: str = "") -> int:
         """Open a resolved directory for `dir_fd=` use or `os.scandir`, verified like `open`."""
         return self.open(path, os.O_RDONLY | os.O_DIRECTORY, shown=shown)
+
+    def make_dirs(self, path: Path, *, shown: str = "") -> int:
+        """Create the resolved directory `path` and its missing parents; return its verified descriptor.
+
+        Each level is created and opened relative to the descriptor of the one
+        above, never following a symlink: `os.makedirs` follows them, so a
+        symlink raced in after `resolve` would have it create directories
+        wherever the link leads before any descriptor could be checked.
+        """
+        shown = shown or self.display(path)
+        root = next((r for r in self._roots if path == r or path.is_relative_to(r)), None)
+        if root is None:
+            raise ToolRefused(f"refused path {shown!r}: it is outside the workspace")
+        fd = self.open_dir(root)
+        try:
+            for part in path.relative_to(root).parts:
+                with suppress(FileExistsError):
+                    os.mkdir(part, dir_fd=fd)
+                try:
+                    below = os.open(
+                        part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
+                    )
+                except OSError as exc:
+                    # O_DIRECTORY | O_NOFOLLOW on a symlink fails with ENOTDIR (or ELOOP).
+                    if exc.errno in (errno.ENOTDIR, errno.ELOOP) and _is_symlink(part, fd):
+                        why = "a directory in it became a symlink during the call"
+                        raise ToolRefused(f"refused path {shown!r}: {why}") from exc
+                    raise
+                os.close(fd)
+                fd = below
+            self.verify_fd(fd, shown)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     # -- output --------------------------------------------------------------
 

@@ -53,7 +53,11 @@ class AnthropicProvider(HttpProvider):
                     ],
                 )
             elif m.role == "assistant":
-                blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
+                # The API refuses empty or whitespace-only text blocks (HTTP 400); a stored empty answer
+                # would otherwise break every later turn of the session.
+                blocks: list[dict[str, Any]] = (
+                    [{"type": "text", "text": m.content}] if m.content.strip() else []
+                )
                 for c in m.tool_calls:
                     try:
                         value = json.loads(c.arguments) if c.arguments.strip() else {}
@@ -68,7 +72,8 @@ class AnthropicProvider(HttpProvider):
                             "input": value if isinstance(value, dict) else {"_raw": c.arguments},
                         }
                     )
-                add("assistant", blocks or [{"type": "text", "text": ""}])
+                if blocks:  # nothing to say: leave it out, the user turns around it merge
+                    add("assistant", blocks)
             elif m.role == "user":
                 add("user", [{"type": "text", "text": m.content}])
         return out

@@ -52,6 +52,9 @@ async def post_json(
     except httpx.TransportError as e:
         reason = str(e) or type(e).__name__
         raise ProviderError(f"{provider}: cannot reach {url}: {reason}", retryable=True) from None
+    except httpx.RequestError as e:  # e.g. DecodingError: a body a proxy mangled; not a TransportError
+        reason = str(e) or type(e).__name__
+        raise ProviderError(f"{provider}: the answer could not be read: {reason}", retryable=True) from None
     if response.status_code != 200:
         raise http_error(provider, response.status_code, response.text, response.headers.get("retry-after"))
     try:
@@ -96,4 +99,15 @@ class HttpProvider:
         self._max_tokens = max_tokens
 
     async def _post(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
-        return await post_json(self._client.get(), self.name, url, body, headers, self._timeout_s)
+        try:
+            return await post_json(self._client.get(), self.name, url, body, headers, self._timeout_s)
+        except ProviderError as e:
+            # Error bodies are quoted in the message, which reaches the chat and the log; some
+            # proxies echo the key they were given ("invalid key sk-..."): never pass it on.
+            if self._api_key and self._api_key in str(e):
+                raise ProviderError(
+                    str(e).replace(self._api_key, "[REDACTED]"),
+                    retryable=e.retryable,
+                    retry_after=e.retry_after,
+                ) from None
+            raise

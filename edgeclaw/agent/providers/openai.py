@@ -69,8 +69,12 @@ class OpenAIProvider(HttpProvider):
             message = data["choices"][0]["message"]
         except (KeyError, IndexError, TypeError):
             raise malformed(self.name, "no choices[0].message") from None
+        if not isinstance(message, dict):
+            raise malformed(self.name, "choices[0].message is not an object")
         calls = []
         for raw in message.get("tool_calls") or ():
+            if not isinstance(raw, dict):
+                raise malformed(self.name, "a tool call is not an object")
             fn = raw.get("function") or {}
             arguments = fn.get("arguments", "")
             if not isinstance(arguments, str):
@@ -79,7 +83,7 @@ class OpenAIProvider(HttpProvider):
             calls.append(
                 ToolCall(raw.get("id") or f"call_{uuid.uuid4().hex[:12]}", str(fn.get("name", "")), arguments)
             )
-        usage = data.get("usage") or {}
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         return Completion(
             text=message.get("content") or "",
             tool_calls=tuple(calls),

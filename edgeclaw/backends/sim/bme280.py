@@ -222,9 +222,6 @@ class BME280(SimI2CDevice):
             self._measure()  # normal mode: the data registers always hold a recent measurement
         out = bytearray()
         for _ in range(length):
-            value = self.regs[self.pointer]
-            if self.pointer == REG_CTRL_HUM:
-                value = self.regs[REG_CTRL_HUM]
-            out.append(value)
+            out.append(self.regs[self.pointer])
             self.pointer = (self.pointer + 1) & 0xFF
         return bytes(out)

@@ -112,8 +112,6 @@ class TMP102(SimI2CDevice):
 
     def _register(self, pointer: int) -> int:
         if pointer == 0:
-            if not self.config & SD:
-                self._convert()  # continuous conversion: the register is always fresh
             return self.temp_register
         if pointer == 1:
             return self._config_value()
@@ -144,8 +142,12 @@ class TMP102(SimI2CDevice):
             self.t_high = value & limit_mask
 
     def read(self, length: int) -> bytes:
+        if not self.config & SD:
+            # Continuous conversion: the part converts in the background, so whichever register is
+            # read, a conversion (and its ALERT decision) has happened just before the read.
+            self._convert()
         value = self._register(self.pointer)
         if self.config & TM:
-            self._alert = False  # interrupt mode: any read clears ALERT
+            self._alert = False  # interrupt mode: any read clears ALERT, after its value is taken
         pair = bytes((value >> 8, value & 0xFF))
         return (pair * (length // 2 + 1))[:length]

@@ -69,8 +69,10 @@ class PinHash:
         return hashlib.pbkdf2_hmac("sha256", secret, self.salt, self.params["i"], dklen=len(self.digest))
 
     def matches(self, pin: str) -> bool:
-        # Derive even for absurd input lengths (capped), so timing says nothing about the entry.
-        return hmac.compare_digest(self.derive(pin[:MAX_PIN_LENGTH]), self.digest)
+        # Derive even for absurd input lengths (capped), so timing says nothing about the entry;
+        # an entry past the cap is wrong whatever its first characters (no PIN is that long).
+        same = hmac.compare_digest(self.derive(pin[:MAX_PIN_LENGTH]), self.digest)
+        return same and len(pin) <= MAX_PIN_LENGTH
 
     def encode(self) -> str:
         params = ",".join(f"{k}={v}" for k, v in self.params.items())
@@ -99,7 +101,7 @@ def parse_pin_hash(text: str) -> PinHash:
     params: dict[str, int] = {}
     for item in params_text.split(","):
         key, _, value = item.partition("=")
-        if key not in _PARAMS[algorithm] or not value.isdigit():
+        if key not in _PARAMS[algorithm] or not (value.isascii() and value.isdigit()):  # not "²"
             raise PinHashError(f"bad parameter {item!r} for {algorithm}")
         params[key] = int(value)
     missing = [k for k in _PARAMS[algorithm] if k not in params]

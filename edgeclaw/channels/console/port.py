@@ -23,11 +23,13 @@ import termios
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from edgeclaw.errors import BackendError
 
 log = logging.getLogger("edgeclaw.console")
+T = TypeVar("T")
 
 
 class PortError(BackendError):
@@ -113,42 +115,35 @@ class SerialPort:
         finally:
             remove(self.fd)
 
-    async def read(self, max_bytes: int = 1024) -> bytes:
-        """The next bytes the terminal sent; raises PortGone when the port went away."""
-        loop = asyncio.get_running_loop()
+    async def _io(self, op: Callable[[], T], add: Callable[..., None], remove: Callable[[int], bool]) -> T:
+        """`op()` on the non-blocking descriptor, waiting on the event loop until it can proceed."""
         while True:
             if self._closed:
                 raise PortGone("port closed")
             try:
-                data = os.read(self.fd, max_bytes)
+                return op()
             except BlockingIOError:
-                await self._ready(loop.add_reader, loop.remove_reader)
-                continue
+                await self._ready(add, remove)
             except InterruptedError:
                 continue
             except OSError as e:
                 raise PortGone(e.strerror or str(e)) from None
-            if not data:
-                raise PortGone("hung up")
-            return data
+
+    async def read(self, max_bytes: int = 1024) -> bytes:
+        """The next bytes the terminal sent; raises PortGone when the port went away."""
+        loop = asyncio.get_running_loop()
+        data = await self._io(partial(os.read, self.fd, max_bytes), loop.add_reader, loop.remove_reader)
+        if not data:
+            raise PortGone("hung up")
+        return data
 
     async def write(self, data: bytes) -> None:
         """Write everything, waiting (without blocking the loop) while the driver's buffer is full."""
         loop = asyncio.get_running_loop()
         view = memoryview(data)
         while view:
-            if self._closed:
-                raise PortGone("port closed")
-            try:
-                n = os.write(self.fd, view)
-            except BlockingIOError:
-                await self._ready(loop.add_writer, loop.remove_writer)
-                continue
-            except InterruptedError:
-                continue
-            except OSError as e:
-                raise PortGone(e.strerror or str(e)) from None
-            view = view[n:]
+            written = await self._io(partial(os.write, self.fd, view), loop.add_writer, loop.remove_writer)
+            view = view[written:]
 
     def write_nowait(self, data: bytes) -> None:
         """Best effort, never waits: for a last word on shutdown."""
@@ -192,9 +187,10 @@ class PacedWriter:
         self._idle = asyncio.Event()
         self._idle.set()
         self._line_free_at = 0.0  # monotonic time at which the line will have sent everything so far
+        self._ended = False
 
     def write(self, data: bytes) -> None:
-        if data:
+        if data and not self._ended:  # after the writer ended (port gone) nothing will be sent
             self._buf += data
             self._idle.clear()
             self._wake.set()
@@ -208,14 +204,21 @@ class PacedWriter:
 
     async def run(self) -> None:
         """The writer task; raises PortGone when the port fails."""
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._buf:
-                chunk = bytes(self._buf[: self.CHUNK])
-                del self._buf[: self.CHUNK]
-                await self._pace(len(chunk))
-                await self.port.write(chunk)
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                while self._buf:
+                    chunk = bytes(self._buf[: self.CHUNK])
+                    del self._buf[: self.CHUNK]
+                    await self._pace(len(chunk))
+                    await self.port.write(chunk)
+                self._idle.set()
+        finally:
+            # Failed or cancelled: whoever waits in `drain` (a delivered message, the end of a
+            # reply) must not wait for ever on a writer that is gone.
+            self._ended = True
+            self._buf.clear()
             self._idle.set()
 
     async def _pace(self, size: int) -> None:

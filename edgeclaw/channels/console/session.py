@@ -32,7 +32,7 @@ from edgeclaw.agent.loop import AgentLoop
 from edgeclaw.channels.console.editor import CTRL_C, CTRL_D, ERASE_LINE, EventKind, LineEditor, LineEvent
 from edgeclaw.channels.console.login import LoginGate, LoginResult, log_logout
 from edgeclaw.channels.console.port import PacedWriter, PortGone, SerialPort
-from edgeclaw.channels.console.render import bound, encode_rows, to_rows
+from edgeclaw.channels.console.render import Bounded, bound, encode_rows, to_rows
 from edgeclaw.tools.approval import ApprovalRequest, Decision
 
 CHANNEL = "console"
@@ -125,6 +125,7 @@ class ConsoleSession:
         self._approval_lock = asyncio.Lock()
         self._asking = False
         self._key_after_cr = False
+        self._more_prompt = ""  # the -- more -- question on screen, redrawn under a delivered message
 
     # -- running -----------------------------------------------------------
     async def run(self) -> None:
@@ -256,56 +257,65 @@ class ConsoleSession:
         self.out.write(encode_rows(to_rows(text, self.options.width)))
 
     async def deliver(self, text: str) -> None:
-        """A message from outside the prompt loop (Channel.send): keep the line being typed intact."""
+        """A message from outside the prompt loop (Channel.send): keep the line being typed, or the
+        `-- more --` question being asked, intact and last on the screen."""
         if self._mode is _Mode.LINE:
             self.out.write(ERASE_LINE)
             self.say(text)
             self.out.write(self.editor.redraw())
+        elif self._mode is _Mode.KEY:
+            self.out.write(ERASE_LINE)
+            self.say(text)
+            self.out.write(self._more_prompt.encode())
         else:
             self.say(text)
         await self.out.drain()
 
     async def show(self, text: str) -> None:
         """A reply: wrapped, cut at max_output_lines, paged every page_lines rows; Ctrl-C stops it."""
+        self._output_active, self._output_stopped = True, False
+        try:
+            await self._page(bound(to_rows(text, self.options.width), self.options.max_output_lines))
+        finally:
+            self._output_active = False
+        # Not in the `finally`: when the session is being torn down (port lost, daemon stopping)
+        # the writer task is cancelled with this one, and waiting for it would never end.
+        await self.out.drain()
+
+    async def _page(self, bounded: Bounded) -> None:
         opts = self.options
-        bounded = bound(to_rows(text, opts.width), opts.max_output_lines)
         rows = bounded.rows
         total = len(rows)
         page = opts.page_lines or total
         shown = 0
-        self._output_active, self._output_stopped = True, False
-        try:
-            while shown < total:
-                end = min(shown + page, total)
-                # A few rows at a time, so Ctrl-C takes effect within a row or two.
-                for i in range(shown, end, 4):
-                    if self._output_stopped:
-                        break
-                    self.out.write(encode_rows(rows[i : min(i + 4, end)]))
-                    await self.out.drain()
+        while shown < total:
+            end = min(shown + page, total)
+            # A few rows at a time, so Ctrl-C takes effect within a row or two.
+            for i in range(shown, end, 4):
                 if self._output_stopped:
-                    self.say("[output stopped]")
+                    break
+                self.out.write(encode_rows(rows[i : min(i + 4, end)]))
+                await self.out.drain()
+            if self._output_stopped:
+                self.say("[output stopped]")
+                return
+            shown = end
+            if shown < total and opts.page_lines:
+                choice = await self._more(shown, total + bounded.cut)
+                if choice == "quit":
+                    self.say(f"[{total - shown + bounded.cut} more rows not shown]")
                     return
-                shown = end
-                if shown < total and opts.page_lines:
-                    choice = await self._more(shown, total + bounded.cut)
-                    if choice == "quit":
-                        self.say(f"[{total - shown + bounded.cut} more rows not shown]")
-                        return
-                    if choice == "all":
-                        page = total
-            if bounded.cut:
-                self.say(
-                    f"[{bounded.cut} more rows cut: the console shows at most {opts.max_output_lines}; "
-                    "ask for less, or read it in parts]"
-                )
-        finally:
-            self._output_active = False
-            await self.out.drain()
+                if choice == "all":
+                    page = total
+        if bounded.cut:
+            self.say(
+                f"[{bounded.cut} more rows cut: the console shows at most {opts.max_output_lines}; "
+                "ask for less, or read it in parts]"
+            )
 
     async def _more(self, shown: int, total: int) -> str:
-        prompt = f"-- more: {shown} of {total} rows; Space/Enter next page, a all, q quit --"
-        self.out.write(prompt.encode())
+        self._more_prompt = f"-- more: {shown} of {total} rows; Space/Enter next page, a all, q quit --"
+        self.out.write(self._more_prompt.encode())
         try:
             while True:
                 keys = await self._read_key(self._idle_s())

@@ -24,8 +24,9 @@ import logging
 import ssl
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import aiomqtt
 
@@ -40,7 +41,7 @@ from edgeclaw.channels.mqtt.connection import (
     TlsSettings,
 )
 from edgeclaw.channels.mqtt.dedup import PURGE_CHUNK, Lookup, RequestLedger, Seen, request_key
-from edgeclaw.channels.mqtt.discovery import discovery_payload
+from edgeclaw.channels.mqtt.discovery import discovery_payload, discovery_topic_usable
 from edgeclaw.channels.mqtt.outbox import Kind, Outbox
 from edgeclaw.channels.mqtt.protocol import (
     AdminRequest,
@@ -58,6 +59,7 @@ from edgeclaw.channels.mqtt.protocol import (
     parse_chat,
     parse_json_object,
     parse_tool_call,
+    peek_id,
     replayed,
     safe_response_topic,
     tool_answer,
@@ -86,8 +88,37 @@ MAX_PURGE_CHUNKS = 1000  # per housekeeping round; whatever is left waits for th
 # Events and ledger records wait this long after an answer (see MqttChannel._after_answers).
 AFTER_ANSWERS_S = 0.002
 
+INTERRUPTED = (
+    "this request was running when the daemon stopped; it is not run again (send it with a new id to run it)"
+)
+
 # Builds the error answer for one request: (code, message) -> payload.
 ErrorAnswer = Callable[[str, str], bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """A command as it came off the wire: what the inbound handlers need of the message."""
+
+    topic: str
+    payload: bytes
+    retained: bool
+    response_topic: str | None  # MQTT 5 only, like the two below
+    correlation: bytes | None
+    user_properties: list[tuple[str, str]] | None
+
+    @classmethod
+    def of(cls, message: aiomqtt.Message) -> Incoming:
+        props = message.properties  # None under MQTT 3.1.1
+        payload = message.payload if isinstance(message.payload, bytes) else str(message.payload).encode()
+        return cls(
+            message.topic.value,
+            payload,
+            message.retain,
+            getattr(props, "ResponseTopic", None),
+            getattr(props, "CorrelationData", None),
+            getattr(props, "UserProperty", None),
+        )
 
 
 class MqttChannel:
@@ -124,6 +155,14 @@ class MqttChannel:
         self.version = version
         self.topics = DeviceTopics(config.topic_prefix, device_id, config.discovery_prefix)
         self.verifier = Verifier(hmac_secret) if hmac_secret else None
+        t = self.topics
+        self._kinds: dict[str, Literal["tool", "chat", "admin"]] = {
+            t.tool_call: "tool",
+            t.chat_in: "chat",
+            t.admin_tools: "admin",
+        }
+        # Where answers go when the request named no (usable) Response Topic.
+        self._fallbacks = {"tool": t.tool_result, "chat": t.chat_out, "admin": t.admin_result}
         tls = None
         if config.tls is not None:
             tls = TlsSettings(config.tls.ca_file, config.tls.cert_file, config.tls.key_file)
@@ -143,9 +182,7 @@ class MqttChannel:
             will_topic=self.topics.status,
             will_payload=lambda: self._status_payload("offline"),
         )
-        self.connection = Connection(
-            self.settings, self._on_message, on_connect=self._on_connect, on_disconnect=None
-        )
+        self.connection = Connection(self.settings, self._on_message, on_connect=self._on_connect)
         self.outbox = Outbox(db, config.outbox_max)
         self.ledger: RequestLedger[Route] = RequestLedger(db, config.dedup_window_s)
         self.sender = Sender(self.connection, self.outbox)
@@ -182,6 +219,12 @@ class MqttChannel:
             self._background.append(loop.create_task(self._telemetry_loop(), name="mqtt-telemetry"))
         if self.ledger.enabled:
             self._background.append(loop.create_task(self._housekeeping(), name="mqtt-housekeeping"))
+        if self.config.discovery and not discovery_topic_usable(self.device_id):
+            log.warning(
+                "Home Assistant will ignore discovery on %s: its device id may hold only letters, digits, "
+                "'_' and '-' (set device_id)",
+                self.topics.discovery,
+            )
         log.info(
             "MQTT channel for %s on %s:%d (prefix %s)",
             self.device_id,
@@ -340,58 +383,59 @@ class MqttChannel:
 
     # -- inbound ---------------------------------------------------------------
     def _on_message(self, message: aiomqtt.Message) -> None:
-        topic = message.topic.value
-        payload = message.payload if isinstance(message.payload, bytes) else str(message.payload).encode()
-        props = message.properties
-        t = self.topics
-        if topic == t.ha_status:
-            if payload.strip().lower() == b"online":
+        msg = Incoming.of(message)
+        kind = self._kinds.get(msg.topic)
+        if kind is not None:
+            self._inbound(msg, kind)
+        elif msg.topic == self.topics.approval_response:
+            self._inbound_approval(msg)
+        elif msg.topic == self.topics.ha_status:
+            if msg.payload.strip().lower() == b"online":
                 self._spawn(self._republish_discovery())
-            return
-        response_topic = getattr(props, "ResponseTopic", None) if props is not None else None
-        correlation = getattr(props, "CorrelationData", None) if props is not None else None
-        user_props = getattr(props, "UserProperty", None) if props is not None else None
-        if topic == t.tool_call:
-            self._inbound(topic, payload, user_props, message.retain, response_topic, correlation, "tool")
-        elif topic == t.chat_in:
-            self._inbound(topic, payload, user_props, message.retain, response_topic, correlation, "chat")
-        elif topic == t.admin_tools:
-            self._inbound(topic, payload, user_props, message.retain, response_topic, correlation, "admin")
-        elif topic == t.approval_response:
-            self._inbound_approval(topic, payload, user_props, message.retain, response_topic, correlation)
         else:
-            log.debug("ignoring a message on %s", topic)
+            log.debug("ignoring a message on %s", msg.topic)
 
-    def _inbound(
-        self,
-        topic: str,
-        payload: bytes,
-        user_props: list[tuple[str, str]] | None,
-        retained: bool,
-        response_topic: str | None,
-        correlation: bytes | None,
-        kind: str,
-    ) -> None:
+    def _inbound(self, msg: Incoming, kind: Literal["tool", "chat", "admin"]) -> None:
+        """One command: exactly one answer, whatever goes wrong on the way (see the module doc)."""
         self.counters["requests"] += 1
-        fallback = {"tool": self.topics.tool_result, "chat": self.topics.chat_out}.get(
-            kind, self.topics.admin_result
-        )
-        route = Route(fallback, correlation)
-        bad_route = response_topic is not None and not safe_response_topic(response_topic)
-        if response_topic is not None and not bad_route:
-            route = Route(response_topic, correlation)
+        bad_route = msg.response_topic is not None and not safe_response_topic(msg.response_topic)
+        if msg.response_topic is None or bad_route:
+            route = Route(self._fallbacks[kind], msg.correlation)
+        else:
+            route = Route(msg.response_topic, msg.correlation)
 
-        def error(code: str, message: str, request_id: str | None = None, session: str = "") -> bytes:
+        def refusal(code: str, message: str, request_id: str | None) -> bytes:
+            """The error answer for a request refused before it was understood."""
             if kind == "tool":
                 return encode(tool_error(request_id, None, code, message))
             if kind == "admin":
                 return encode(admin_error(request_id, None, code, message))
-            return encode(chat_error(request_id, session, code, message))
+            return encode(chat_error(request_id, "", code, message))
 
+        answered = self.counters["answered"]
+        try:
+            self._accept(msg, kind, route, bad_route, refusal)
+        except Exception as e:
+            # A fault of ours (the state database failing, a bug) must not leave the caller waiting
+            # for an answer that never comes. Unless one already went out, this is it.
+            log.exception("handling a request on %s failed", msg.topic)
+            if self.counters["answered"] == answered:
+                problem = f"internal error: {type(e).__name__}: {e}"
+                self._answer(route, refusal("internal", problem, peek_id(msg.payload)))
+
+    def _accept(
+        self,
+        msg: Incoming,
+        kind: Literal["tool", "chat", "admin"],
+        route: Route,
+        bad_route: bool,
+        refusal: Callable[[str, str, str | None], bytes],
+    ) -> None:
+        """Check, authenticate and parse a command, then hand it to `_submit` (or refuse it)."""
         problem: WireError | None = None
         if bad_route:
-            problem = WireError("bad_response_topic", f"refused Response Topic {response_topic!r}")
-        elif retained:
+            problem = WireError("bad_response_topic", f"refused Response Topic {msg.response_topic!r}")
+        elif msg.retained:
             # A retained command would run again on every reconnect.
             problem = WireError("retained", "commands must not be published with the retain flag")
         elif kind == "admin" and self.verifier is None and not self.config.admin_unsigned:
@@ -400,66 +444,69 @@ class MqttChannel:
                 "admin/tools needs signed commands: set mqtt.hmac_secret_env or mqtt.hmac_secret_file "
                 "(or mqtt.admin_unsigned = true where the broker's ACLs protect this topic)",
             )
-        elif len(payload) > self.config.max_payload_bytes:
+        elif len(msg.payload) > self.config.max_payload_bytes:
             problem = WireError(
                 "too_large",
-                f"the payload is {len(payload)} bytes; the limit is {self.config.max_payload_bytes}",
+                f"the payload is {len(msg.payload)} bytes; the limit is {self.config.max_payload_bytes}",
             )
         if problem is not None:
             self.counters["rejected"] += 1
-            self._answer(route, error(problem.code, problem.message, _peek_id(payload)))
+            self._answer(route, refusal(problem.code, problem.message, peek_id(msg.payload)))
             return
+        max_age_s = self.config.hmac_max_age_s if self.verifier is not None else 0.0
         try:
-            body = self._authenticate(topic, payload, user_props)
-            if kind == "tool":
-                obj = parse_json_object(body, "tool/call")
-                if self.verifier is not None and self.config.hmac_max_age_s > 0:
-                    check_fresh(obj, self.config.hmac_max_age_s)
-                call = parse_tool_call(obj)
-            elif kind == "admin":
-                obj = parse_json_object(body, "admin/tools")
-                if self.verifier is not None and self.config.hmac_max_age_s > 0:
-                    check_fresh(obj, self.config.hmac_max_age_s)
-                admin = parse_admin(obj)
-            else:
+            body = self._authenticate(msg)
+            if kind == "chat":
                 chat = parse_chat(body)
-                if self.verifier is not None and self.config.hmac_max_age_s > 0:
-                    check_fresh(parse_json_object(body, "chat/in"), self.config.hmac_max_age_s)
+                if max_age_s > 0:
+                    # Plain text carries no `ts`: signed chat with a max age must be JSON.
+                    signed = parse_json_object(body, "chat/in") if body.lstrip().startswith(b"{") else {}
+                    check_fresh(signed, max_age_s)
+                self._submit_chat(chat, route, msg)
+                return
+            obj = parse_json_object(body, "tool/call" if kind == "tool" else "admin/tools")
+            if max_age_s > 0:
+                check_fresh(obj, max_age_s)
+            if kind == "tool":
+                self._submit_tool(parse_tool_call(obj), route)
+            else:
+                self._submit_admin(parse_admin(obj), route)
         except WireError as e:
             self.counters["rejected"] += 1
-            request_id = e.request_id or (_peek_id(payload) if e.code == "bad_signature" else None)
-            self._answer(route, error(e.code, e.message, request_id))
-            return
-        if kind == "tool":
-            key = request_key("tool", call.id, [call.tool, call.args, call.session])
-            self._submit(
-                key,
-                route,
-                lambda: self._run_tool(call, route),
-                lambda code, message: error(code, message, call.id),
-            )
-        elif kind == "admin":
-            key = request_key("admin", admin.id, [admin.action, admin.definition, admin.name])
-            self._submit(
-                key,
-                route,
-                lambda: self._run_admin(admin),
-                lambda code, message: encode(admin_error(admin.id, admin.action, code, message)),
-            )
-        else:
-            key = request_key("chat", chat.id, [chat.text, chat.session, chat.sender]) if chat.id else None
-            session = f"mqtt:{chat.session}" if chat.session else ""
-            self._submit(
-                key,
-                route,
-                lambda: self._run_chat(chat, route, response_topic if route.topic != fallback else topic),
-                lambda code, message: error(code, message, chat.id, session),
-            )
+            request_id = e.request_id or (peek_id(msg.payload) if e.code == "bad_signature" else None)
+            self._answer(route, refusal(e.code, e.message, request_id))
 
-    def _authenticate(self, topic: str, payload: bytes, user_props: list[tuple[str, str]] | None) -> bytes:
+    # Past parsing the request is understood: its error answers (busy, stopping, ...) name it fully.
+    def _submit_tool(self, call: ToolCallRequest, route: Route) -> None:
+        self._submit(
+            request_key("tool", call.id, [call.tool, call.args, call.session]),
+            route,
+            lambda: self._run_tool(call, route),
+            lambda code, text: encode(tool_error(call.id, call.tool, code, text)),
+        )
+
+    def _submit_admin(self, admin: AdminRequest, route: Route) -> None:
+        self._submit(
+            request_key("admin", admin.id, [admin.action, admin.definition, admin.name]),
+            route,
+            lambda: self._run_admin(admin),
+            lambda code, text: encode(admin_error(admin.id, admin.action, code, text)),
+        )
+
+    def _submit_chat(self, chat: ChatRequest, route: Route, msg: Incoming) -> None:
+        message = self._chat_message(chat, route, msg)
+        self._submit(
+            request_key("chat", chat.id, [chat.text, chat.session, chat.sender]) if chat.id else None,
+            route,
+            lambda: self._run_chat(chat, message),
+            lambda code, text: encode(chat_error(chat.id, message.session_key, code, text)),
+        )
+
+    def _authenticate(self, msg: Incoming) -> bytes:
+        """The request bytes, once the signature checks out (when signing is on)."""
         if self.verifier is None:
-            return payload
-        return self.verifier.verify(topic, payload, user_props)
+            return msg.payload
+        return self.verifier.verify(msg.topic, msg.payload, msg.user_properties)
 
     def _submit(
         self,
@@ -492,7 +539,8 @@ class MqttChannel:
 
     def _answered_from_ledger(self, key: str, found: Lookup, route: Route, error: ErrorAnswer) -> bool:
         """Handle a request the ledger already knows; False when it is new (and must run)."""
-        if found.seen is Seen.DONE and found.answer is not None:
+        if found.seen is Seen.DONE:
+            assert found.answer is not None  # a finished request always has its answer stored
             self.counters["replayed"] += 1
             self._answer(route, replayed(found.answer))
             return True
@@ -501,11 +549,7 @@ class MqttChannel:
             self.ledger.wait(key, route)
             return True
         if found.seen is Seen.INTERRUPTED:
-            answer = error(
-                "interrupted",
-                "this request was running when the daemon stopped; it is not run again "
-                "(send it with a new id to run it)",
-            )
+            answer = error("interrupted", INTERRUPTED)
             self.ledger.finish(key, answer)
             self._answer(route, answer)
             return True
@@ -520,8 +564,15 @@ class MqttChannel:
                 started = True
                 answer = await work()
         except asyncio.CancelledError:
-            # Stopping: still one answer. A request that never started may be sent again and run.
-            answer = error("stopping", "the daemon stopped before this request finished")
+            # Stopping: still one answer. One that started may have had effects, so it is recorded
+            # as done and not run again (a retry is told so, from the ledger); one still waiting for
+            # a slot never ran, and may be sent again and run.
+            if started:
+                answer = error("interrupted", INTERRUPTED)
+            else:
+                answer = error(
+                    "stopping", "the daemon stopped before this request started; try again shortly"
+                )
             self._answer(route, answer)
             self._conclude(key, answer, ran=started)
             raise
@@ -570,19 +621,22 @@ class MqttChannel:
         outcome = await self.registry.execute(call.tool, call.args, ctx)
         return encode(tool_answer(call.id, outcome))
 
-    async def _run_chat(self, chat: ChatRequest, route: Route, topic: str | None) -> bytes:
-        """One agent turn. The session is the payload's `session`, else the sender, else the topic
-        (the Response Topic when there is one, else chat/in)."""
-        session = f"mqtt:{chat.session}" if chat.session else ""
-        message = InboundMessage(
+    def _chat_message(self, chat: ChatRequest, route: Route, msg: Incoming) -> InboundMessage:
+        """The agent's view of a chat request. Its session is the payload's `session`, else the
+        sender, else the topic the answer goes to (the Response Topic, else chat/in)."""
+        conversation = route.topic if route.topic == msg.response_topic else msg.topic
+        return InboundMessage(
             channel=CHANNEL,
             text=chat.text,
-            chat_id=chat.sender or topic or route.topic,
+            chat_id=chat.sender or conversation,
             sender=chat.sender,
-            session=session,
+            session=f"mqtt:{chat.session}" if chat.session else "",
             peer_kind="direct",
             meta={"route": route, "id": chat.id},
         )
+
+    async def _run_chat(self, chat: ChatRequest, message: InboundMessage) -> bytes:
+        """One agent turn."""
         if self.agent is None:
             return encode(chat_error(chat.id, message.session_key, "no_agent", "chat is not available here"))
         reply = await self.agent.handle(message)
@@ -619,23 +673,14 @@ class MqttChannel:
         # A definition may carry a command line with a secret in it: scrubbed like tool output.
         return self.registry.scrubber.scrub(json.dumps(answer, ensure_ascii=False)).encode("utf-8")
 
-    def _inbound_approval(
-        self,
-        topic: str,
-        payload: bytes,
-        user_props: list[tuple[str, str]] | None,
-        retained: bool,
-        response_topic: str | None,
-        correlation: bytes | None,
-    ) -> None:
+    def _inbound_approval(self, msg: Incoming) -> None:
         """A decision for a pending approval. Answered only when the sender asked for an answer
         (a Response Topic); otherwise problems are logged."""
         result: dict[str, Any]
         try:
-            if retained:
+            if msg.retained:
                 raise WireError("retained", "approval responses must not be retained")
-            body = self._authenticate(topic, payload, user_props)
-            obj = parse_json_object(body, "approval/response")
+            obj = parse_json_object(self._authenticate(msg), "approval/response")
             if self.verifier is not None and self.config.hmac_max_age_s > 0:
                 check_fresh(obj, self.config.hmac_max_age_s)
             decision = parse_approval(obj)
@@ -652,8 +697,9 @@ class MqttChannel:
             result = {"id": e.request_id, "ok": False, "code": e.code, "error": e.message}
         if not result["ok"]:
             log.warning("approval response refused: %s", result["error"])
-        if response_topic is not None and safe_response_topic(response_topic):
-            self._answer(Route(response_topic, correlation), encode(result))
+        if msg.response_topic is not None and safe_response_topic(msg.response_topic):
+            # Not through `_answer`: an approval response is not one of the requests counted there.
+            self.sender.send(Kind.ANSWER, msg.response_topic, encode(result), correlation=msg.correlation)
 
     # -- outbound --------------------------------------------------------------
     def _answer(self, route: Route, payload: bytes) -> None:
@@ -664,22 +710,3 @@ class MqttChannel:
         task = asyncio.ensure_future(coro)
         self._spawned.add(task)
         task.add_done_callback(self._spawned.discard)
-
-
-def _peek_id(payload: bytes) -> str | None:
-    """Best effort: the id of a request we refuse, so the caller can match the error to it."""
-    if len(payload) > 1 << 20:
-        return None
-    try:
-        obj = json.loads(payload)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    if isinstance(obj, dict) and isinstance(obj.get("signed"), str):
-        try:
-            obj = json.loads(obj["signed"])
-        except json.JSONDecodeError:
-            return None
-    if isinstance(obj, dict) and isinstance(obj.get("id"), str | int) and not isinstance(obj.get("id"), bool):
-        text = str(obj["id"])
-        return text if len(text) <= 200 else None
-    return None

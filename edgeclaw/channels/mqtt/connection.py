@@ -10,10 +10,14 @@ reconnecting.
 Publishing is only attempted while connected; a publish that is waiting for
 its PUBACK when the connection drops fails at once (rather than after
 aiomqtt's timeout) so the caller can keep the message in its own outbox.
-Because of that, paho's own in-memory retransmission of unacknowledged
-messages is switched off by dropping them before each reconnect: the outbox
-is the one place a message is retried from, so it is never sent twice by two
-mechanisms.
+
+Each connection attempt gets a fresh `Client` (aiomqtt's client is reusable,
+but only through its public constructor can the Last Will be given, and we
+want a fresh timestamp in it each time). A fresh client also starts with no
+unacknowledged publishes: paho would otherwise re-send those itself after a
+reconnect while the outbox re-sends them too, delivering them twice. So the
+outbox is the one place a message is retried from, with no reach into
+aiomqtt's private paho client.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from dataclasses import dataclass, field
 import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 log = logging.getLogger("edgeclaw.mqtt")
@@ -145,8 +150,7 @@ class Connection:
 
     `on_message` is called on the receive loop and must not block: it is the
     caller's job to queue real work elsewhere. `on_connect` is called after
-    each successful connect and subscribe, `on_disconnect` when the
-    connection is lost.
+    each successful connect and subscribe.
     """
 
     def __init__(
@@ -155,15 +159,15 @@ class Connection:
         on_message: Callable[[aiomqtt.Message], None],
         *,
         on_connect: Callable[[], None] | None = None,
-        on_disconnect: Callable[[], None] | None = None,
         backoff: Backoff | None = None,
     ) -> None:
         self.settings = settings
         self._on_message = on_message
         self._on_connect = on_connect
-        self._on_disconnect = on_disconnect
         self.backoff = backoff or Backoff()
+        # The client of the current connection, or the one the next attempt will use.
         self._client: aiomqtt.Client | None = None
+        self._client_used = False
         self._lost: asyncio.Future[None] | None = None  # resolved when the current connection ends
         self._connected = asyncio.Event()
         self.connects = 0  # successful connections since start
@@ -185,12 +189,20 @@ class Connection:
 
     # -- the client ----------------------------------------------------------
     def open(self) -> None:
-        """Build the client now, so bad settings (an unreadable certificate) fail at start-up.
+        """Build the first client now, so bad settings (an unreadable certificate) fail at start-up.
 
         Raises OSError or ssl.SSLError for TLS files that cannot be used.
         """
         if self._client is None:
             self._client = self._build_client()
+            self._client_used = False
+
+    def _next_client(self) -> aiomqtt.Client:
+        """The client for this connection attempt: the one `open` built, else a fresh one."""
+        if self._client is None or self._client_used:
+            self._client = self._build_client()
+        self._client_used = True
+        return self._client
 
     def _build_client(self) -> aiomqtt.Client:
         s = self.settings
@@ -204,6 +216,10 @@ class Connection:
             tls_context = ssl.create_default_context(cafile=s.tls.ca_file or None)
             if s.tls.cert_file:
                 tls_context.load_cert_chain(s.tls.cert_file, s.tls.key_file or None)
+        will = None
+        if s.will_topic and s.will_payload is not None:
+            # Evaluated now, once per connection: the Last Will carries this connection's timestamp.
+            will = aiomqtt.Will(s.will_topic, s.will_payload(), qos=1, retain=True)
         client = aiomqtt.Client(
             s.host,
             s.port,
@@ -218,6 +234,7 @@ class Connection:
             keepalive=s.keepalive_s,
             timeout=s.connect_timeout_s,
             properties=properties,
+            will=will,
             tls_context=tls_context,
             max_inflight_messages=MAX_INFLIGHT,
             logger=logging.getLogger("edgeclaw.mqtt.client"),
@@ -230,42 +247,36 @@ class Connection:
         client.pending_calls_threshold = 1 << 30
         return client
 
-    def _prepare_reconnect(self, client: aiomqtt.Client) -> None:
-        """Reset the parts of paho's state aiomqtt does not expose (it is pinned below 3, which keeps them).
-
-        * Unacknowledged publishes from the last connection are dropped: our
-          outbox re-sends what did not get through, and paho re-sending the
-          same messages too would deliver them twice.
-        * The Last Will is set again so its timestamp is this connection's.
-        """
-        paho = client._client
-        paho.drop_out_messages()
-        s = self.settings
-        if s.will_topic and s.will_payload is not None:
-            paho.will_set(s.will_topic, s.will_payload(), qos=1, retain=True)
-
     async def _subscribe(self, client: aiomqtt.Client) -> None:
         topics = self.settings.subscriptions
         if not topics:
             return
         if self.settings.v5:
-            # no_local: never receive our own publishes (we publish to none of these, but a
-            # misconfigured prefix shared by two daemons must not loop). retain_as_published: keep the
-            # retain flag on live deliveries too, so a retained command is recognised at once.
+            # no_local: defence in depth -- were an answer ever published to one of our own command
+            # topics (safe_response_topic refuses that), it would not come back to us as a command.
+            # retain_as_published: keep the retain flag on live deliveries too, so a retained
+            # command is recognised at once.
             options = SubscribeOptions(qos=1, noLocal=True, retainAsPublished=True)
-            await client.subscribe([(t, options) for t in topics])
+            granted = await client.subscribe([(t, options) for t in topics])
         else:
-            await client.subscribe([(t, 1) for t in topics])
+            granted = await client.subscribe([(t, 1) for t in topics])
+        # A broker ACL may refuse a subscription in the SUBACK, which aiomqtt does not raise for:
+        # without this the device would sit connected and deaf to that topic, with nothing logged.
+        refused = [
+            f"{topic} ({code})"
+            for topic, code in zip(topics, granted, strict=False)
+            # paho 2 (VERSION2 callbacks) reports ReasonCodes for MQTT 3.1.1 too (0x80 = failure).
+            if isinstance(code, ReasonCode) and code.is_failure
+        ]
+        if refused:
+            log.error("the broker refused the subscription to %s: check its ACL", ", ".join(refused))
 
     async def run(self) -> None:
         """Connect, serve, reconnect; forever, until cancelled."""
-        self.open()
-        client = self._client
-        assert client is not None
         while not self._stopping:
             started = time.monotonic()
-            self._prepare_reconnect(client)
             try:
+                client = self._next_client()
                 async with client:
                     self._lost = asyncio.get_running_loop().create_future()
                     await self._subscribe(client)
@@ -299,12 +310,9 @@ class Connection:
                 self.last_error = f"{type(e).__name__}: {e}"
                 log.exception("unexpected error in the MQTT connection")
             finally:
-                was_connected = self._connected.is_set()
                 self._connected.clear()
                 if self._lost is not None and not self._lost.done():
                     self._lost.set_result(None)
-                if was_connected and self._on_disconnect is not None:
-                    self._on_disconnect()
             if time.monotonic() - started >= STABLE_CONNECTION_S:
                 self.backoff.reset()
             delay = self.backoff.next()
@@ -366,17 +374,17 @@ class Connection:
             waiting = False
             lost.remove_done_callback(on_lost)
 
-    async def stop(self, runner: asyncio.Task[None], last_will: tuple[str, bytes] | None = None) -> None:
-        """Publish `last_will` (topic, payload; retained) if connected, then disconnect cleanly.
+    async def stop(self, runner: asyncio.Task[None], goodbye: tuple[str, bytes] | None = None) -> None:
+        """Publish `goodbye` (topic, payload; retained) if connected, then disconnect cleanly.
 
         A clean DISCONNECT means the broker does not send the Last Will, so the
         offline status is published here by us instead.
         """
         self._stopping = True
-        if last_will is not None and self.connected:
+        if goodbye is not None and self.connected:
             try:
                 async with asyncio.timeout(5):
-                    await self.publish(last_will[0], last_will[1], retain=True)
+                    await self.publish(goodbye[0], goodbye[1], retain=True)
             except (PublishFailed, TimeoutError) as e:
                 log.warning("could not publish the offline status: %s", e)
         runner.cancel()

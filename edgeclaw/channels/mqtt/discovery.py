@@ -40,8 +40,15 @@ SENSORS = (
 
 
 def _object_id(device: str) -> str:
-    """Home Assistant ids allow [a-zA-Z0-9_-] only."""
-    return "".join(c if c.isalnum() or c in "_-" else "_" for c in device)
+    """Home Assistant ids allow [a-zA-Z0-9_-] only (ASCII: str.isalnum alone would pass "é")."""
+    return "".join(c if (c.isascii() and c.isalnum()) or c in "_-" else "_" for c in device)
+
+
+def discovery_topic_usable(device: str) -> bool:
+    """Home Assistant ignores a discovery topic whose id has characters other than [a-zA-Z0-9_-]
+    (a hostname with a dot in it, say). The topic is fixed by the MQTT contract, so such a
+    device id is reported at start-up rather than quietly changed."""
+    return bool(device) and _object_id(device) == device
 
 
 def discovery_payload(

@@ -45,7 +45,9 @@ MIGRATIONS = [
     )
 ]
 
-# A message the broker refused this many times is dropped (and counted) rather than blocking the queue.
+# A message whose forwarding failed this many times is dropped (and counted) rather than blocking the
+# queue for good. A connection that drops with the message in flight counts too: a message the broker
+# kicks us for (over its packet size limit, say) fails that way, every time.
 MAX_ATTEMPTS = 10
 
 
@@ -100,9 +102,14 @@ class Outbox:
     def put(self, message: OutMessage) -> bool:
         """Store a message; returns False when it was itself the one dropped to keep the bound."""
         with self.db.transaction() as conn:
-            if self._depth >= self.max_messages:
+            # A loop, not one victim: after a restart with a lower `outbox_max` the stored backlog
+            # is over the bound, and one-in-one-out would keep it there for good.
+            while self._depth >= self.max_messages:
                 lowest = conn.execute("SELECT min(kind) FROM mqtt_outbox").fetchone()[0]
-                if lowest is None or message.kind < lowest:
+                if lowest is None:
+                    self._depth = 0
+                    break
+                if message.kind < lowest:
                     # Everything stored is worth more than this message.
                     self._count_dropped(conn, 1)
                     return False

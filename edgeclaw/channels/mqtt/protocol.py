@@ -6,10 +6,10 @@ so a caller always learns what was wrong.
 
 Error codes: `bad_json`, `missing_field`, `bad_field`, `too_large`,
 `bad_signature`, `stale`, `retained`, `bad_response_topic`, `busy`,
-`interrupted`, `stopping`, `admin_disabled`, `invalid_definition`,
-`not_found`, `unavailable`, and for tool calls the
-registry's own stages (`unknown_tool`, `arguments`, `policy`, `rate_limit`,
-`bounds`, `tool_error`, `timeout`, ...).
+`interrupted`, `stopping`, `internal`, `no_agent` (chat), `unknown_approval`,
+`admin_disabled`, `invalid_definition`, `not_found`, `unavailable`, and for
+tool calls the registry's own stages (`unknown_tool`, `arguments`, `policy`,
+`rate_limit`, `bounds`, `tool_error`, `timeout`, ...).
 """
 
 from __future__ import annotations
@@ -114,27 +114,49 @@ def _text_field(obj: dict[str, Any], key: str, what: str, *, required: bool, lim
     value = obj.get(key)
     if value is None:
         if required:
-            raise WireError("missing_field", f"{what}: missing field {key!r}", _id_of(obj))
+            raise WireError("missing_field", f"{what}: missing field {key!r}", request_id_of(obj))
         return ""
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise WireError(
-            "bad_field", f"{what}: field {key!r} must be a string, got {type(value).__name__}", _id_of(obj)
+            "bad_field",
+            f"{what}: field {key!r} must be a string, got {type(value).__name__}",
+            request_id_of(obj),
         )
     text = str(value)
     if required and not text:
-        raise WireError("missing_field", f"{what}: field {key!r} is empty", _id_of(obj))
+        raise WireError("missing_field", f"{what}: field {key!r} is empty", request_id_of(obj))
     if len(text) > limit:
-        raise WireError("bad_field", f"{what}: field {key!r} is longer than {limit} characters", _id_of(obj))
+        raise WireError(
+            "bad_field", f"{what}: field {key!r} is longer than {limit} characters", request_id_of(obj)
+        )
     return text
 
 
-def _id_of(obj: dict[str, Any]) -> str | None:
+def request_id_of(obj: dict[str, Any]) -> str | None:
     """The request id when it is usable, so even an error answer can be matched to its request."""
     value = obj.get("id")
     if isinstance(value, bool) or not isinstance(value, str | int):
         return None
     text = str(value)
     return text if 0 < len(text) <= MAX_ID_CHARS else None
+
+
+# Past this size a refused payload is not parsed just to find its id.
+PEEK_MAX_BYTES = 1 << 20
+
+
+def peek_id(payload: bytes) -> str | None:
+    """Best effort: the id of a request refused before it was parsed (or authenticated), also from
+    inside a signed envelope, so the caller can match the error answer to its request."""
+    if len(payload) > PEEK_MAX_BYTES:
+        return None
+    try:
+        obj = json.loads(payload)
+        if isinstance(obj, dict) and isinstance(obj.get("signed"), str):
+            obj = json.loads(obj["signed"])
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return request_id_of(obj) if isinstance(obj, dict) else None
 
 
 def parse_tool_call(obj: dict[str, Any]) -> ToolCallRequest:
@@ -163,9 +185,9 @@ def parse_chat(payload: bytes) -> ChatRequest:
         obj = parse_json_object(payload, what)
         text = obj.get("text")
         if text is None:
-            raise WireError("missing_field", f"{what}: missing field 'text'", _id_of(obj))
+            raise WireError("missing_field", f"{what}: missing field 'text'", request_id_of(obj))
         if not isinstance(text, str):
-            raise WireError("bad_field", f"{what}: field 'text' must be a string", _id_of(obj))
+            raise WireError("bad_field", f"{what}: field 'text' must be a string", request_id_of(obj))
         request_id = _text_field(obj, "id", what, required=False, limit=MAX_ID_CHARS) or None
         return ChatRequest(
             text,
@@ -224,13 +246,15 @@ def check_fresh(obj: dict[str, Any], max_age_s: float, now: float | None = None)
     """For signed commands with `hmac_max_age_s`: a `ts` (Unix seconds) close to now, against replay."""
     ts = obj.get("ts")
     if isinstance(ts, bool) or not isinstance(ts, int | float):
-        raise WireError("stale", "signed commands must carry a numeric 'ts' (Unix seconds)", _id_of(obj))
+        raise WireError(
+            "stale", "signed commands must carry a numeric 'ts' (Unix seconds)", request_id_of(obj)
+        )
     now = time.time() if now is None else now
     if abs(now - ts) > max_age_s:
         raise WireError(
             "stale",
             f"'ts' is {now - ts:.0f} s away from this device's clock (at most {max_age_s:g} s allowed)",
-            _id_of(obj),
+            request_id_of(obj),
         )
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 
 from edgeclaw.channels.mqtt.connection import Connection, PublishFailed, publish_properties
 from edgeclaw.channels.mqtt.outbox import Kind, Outbox, OutMessage, StoredMessage
@@ -33,10 +32,6 @@ class Sender:
         self._tasks: set[asyncio.Task[None]] = set()
         self._forwarder: asyncio.Task[None] | None = None
         self._closed = False
-        self.published = 0
-        self.stored = 0
-        # Called (synchronously) after a message could not be kept; for counters and tests.
-        self.on_drop: Callable[[OutMessage], None] | None = None
 
     @property
     def pending(self) -> int:
@@ -50,16 +45,15 @@ class Sender:
         payload: bytes,
         *,
         correlation: bytes | None = None,
-        retain: bool = False,
     ) -> None:
         """Hand a message over for delivery. Never blocks and never raises for a broker problem."""
-        message = OutMessage(kind, topic, payload, self.outbox.next_order(), 1, retain, correlation)
-        if self._closed or self._backlog or not self.connection.connected:
-            self._store(message)
-            return
-        task = asyncio.get_running_loop().create_task(self._direct(message))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        message = self._publish_now(
+            OutMessage(kind, topic, payload, self.outbox.next_order(), correlation=correlation)
+        )
+        if message is not None:
+            task = asyncio.get_running_loop().create_task(self._direct(message))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def deliver(
         self,
@@ -74,11 +68,18 @@ class Sender:
         Returns once the broker confirmed the message or it was stored; never raises for a broker
         problem (a cancelled caller leaves the message in the outbox).
         """
-        message = OutMessage(kind, topic, payload, self.outbox.next_order(), 1, False, correlation)
+        message = self._publish_now(
+            OutMessage(kind, topic, payload, self.outbox.next_order(), correlation=correlation)
+        )
+        if message is not None:
+            await self._direct(message)
+
+    def _publish_now(self, message: OutMessage) -> OutMessage | None:
+        """The message when it may be published straight away; else it is stored, behind the backlog."""
         if self._closed or self._backlog or not self.connection.connected:
             self._store(message)
-            return
-        await self._direct(message)
+            return None
+        return message
 
     async def _direct(self, message: OutMessage) -> None:
         try:
@@ -89,7 +90,6 @@ class Sender:
                 retain=message.retain,
                 properties=publish_properties(correlation=message.correlation),
             )
-            self.published += 1
         except PublishFailed as e:
             log.debug("publish to %s failed (%s); kept in the outbox", message.topic, e)
             self._store(message)
@@ -99,9 +99,7 @@ class Sender:
             raise
 
     def _store(self, message: OutMessage) -> None:
-        self.stored += 1
-        if not self.outbox.put(message) and self.on_drop is not None:
-            self.on_drop(message)
+        self.outbox.put(message)  # a message dropped to keep the bound is counted by the outbox
         self._backlog = True
         if self.connection.connected and not self._closed:
             self._start_forwarder()
@@ -128,7 +126,6 @@ class Sender:
             done = [m.seq for m, r in zip(batch, results, strict=True) if r is None]
             failed = [m.seq for m, r in zip(batch, results, strict=True) if r is not None]
             self.outbox.delete(done)
-            self.published += len(done)
             if failed:
                 unexpected = [r for r in results if r is not None and not isinstance(r, PublishFailed)]
                 for error in unexpected:

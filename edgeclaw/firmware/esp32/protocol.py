@@ -23,6 +23,9 @@ GPIO_PINS = tuple(p for p in range(40) if p not in (20, 24, 28, 29, 30, 31))
 INPUT_ONLY = (34, 35, 36, 37, 38, 39)
 FLASH_PINS = (6, 7, 8, 9, 10, 11)  # wired to the SPI flash: touching them crashes the chip
 ADC1_PINS = (32, 33, 34, 35, 36, 37, 38, 39)  # ADC2 is unusable while Wi-Fi runs
+# 7-bit I2C addresses a device may have: 0000xxx and 1111xxx are reserved (MicroPython's scan range).
+I2C_FIRST = 0x08
+I2C_LAST = 0x77
 
 
 class BridgeError(Exception):
@@ -161,14 +164,14 @@ class BridgeHandler:
 
     def op_i2c_read(self, args):
         bus = _int_arg(args, "bus", 0, 1)
-        address = _int_arg(args, "address", 0x03, 0x77)
+        address = _int_arg(args, "address", I2C_FIRST, I2C_LAST)
         register = _int_arg(args, "register", 0, 255)
         length = _int_arg(args, "length", 1, 64)
         return {"data": _hex(self.hal.i2c_read(bus, address, register, length))}
 
     def op_i2c_write(self, args):
         bus = _int_arg(args, "bus", 0, 1)
-        address = _int_arg(args, "address", 0x03, 0x77)
+        address = _int_arg(args, "address", I2C_FIRST, I2C_LAST)
         register = _int_arg(args, "register", 0, 255)
         data = _hex_arg(args, "data")
         if len(data) > 64:

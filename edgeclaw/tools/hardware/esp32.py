@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from edgeclaw.backends.i2c import ADDRESS_FIRST, ADDRESS_LAST
 from edgeclaw.board import ESP32Grant, ESP32PinGrant, I2CBusGrant
 from edgeclaw.errors import ToolRefused
 from edgeclaw.tools.base import Args, ToolContext, ToolResult
@@ -89,7 +90,7 @@ class ESP32Tool(HardwareTool):
             raise ToolRefused(f"the ESP32's I2C bus {bus} is not granted by the {self.profile.name} profile")
         if args["action"] == "i2c_scan":
             return bus_grant, 0
-        address = number(args, "address", lo=0x03, hi=0x77)
+        address = number(args, "address", lo=ADDRESS_FIRST, hi=ADDRESS_LAST)
         allowed = bus_grant.may_write(address) if write else bus_grant.may_read(address)
         if not allowed:
             verb = "writing to" if write else "reading"

@@ -1,8 +1,8 @@
 """`i2c`: scan a bus, read and write device registers — only where the board profile allows.
 
 Scanning follows i2cdetect (quick write, or receive byte at 0x30-0x37 and
-0x50-0x5f; reserved addresses skipped), so only devices that acknowledge are
-listed. Reads need the address in the bus's `read` grant, writes in its
+0x50-0x5f; the reserved addresses 0x00-0x07 and 0x78-0x7f skipped), so only
+devices that acknowledge are listed. Reads need the address in the bus's `read` grant, writes in its
 `write` grant. `register_width = 2` sends a 16-bit register address (EEPROMs
 such as the 24C32), and `settle_ms` waits after a write (an EEPROM's write
 cycle) before the bus is handed to the next call.
@@ -10,10 +10,9 @@ cycle) before the bus is handed to the next call.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, ClassVar
 
-from edgeclaw.backends.i2c import SCAN_FIRST, SCAN_LAST
+from edgeclaw.backends.i2c import ADDRESS_FIRST, ADDRESS_LAST
 from edgeclaw.board import I2CBusGrant
 from edgeclaw.errors import ToolRefused
 from edgeclaw.tools.base import Args, ToolContext, ToolResult
@@ -82,7 +81,7 @@ class I2CTool(HardwareTool):
             if not grant.scan:
                 raise ToolRefused(f"scanning I2C bus {bus} is not granted by the {self.profile.name} profile")
             return
-        address = number(args, "address", lo=SCAN_FIRST, hi=SCAN_LAST)
+        address = number(args, "address", lo=ADDRESS_FIRST, hi=ADDRESS_LAST)
         width = args.get("register_width", 1)
         number(args, "register", lo=0, hi=0xFF if width == 1 else 0xFFFF)
         if action in WRITES:
@@ -112,7 +111,7 @@ class I2CTool(HardwareTool):
         bus = self.backends.i2c(bus_number)
         if action == "scan":
             return await self._scan(bus_number, grant)
-        address = number(args, "address", lo=SCAN_FIRST, hi=SCAN_LAST)
+        address = number(args, "address", lo=ADDRESS_FIRST, hi=ADDRESS_LAST)
         width = args.get("register_width", 1)
         register = number(args, "register", lo=0, hi=0xFF if width == 1 else 0xFFFF)
         at = f"0x{address:02x} register 0x{register:0{2 * width}x} on bus {bus_number}"
@@ -130,25 +129,23 @@ class I2CTool(HardwareTool):
             data = await bus.read_block(address, register.to_bytes(width, "big"), length)
             payload.update(length=len(data), data=data.hex(" "))
             return result(payload, f"{at}, {len(data)} bytes: {hexbytes(data)}")
+        settle_s = args.get("settle_ms", 0) / 1000  # waited with the bus held: see I2CBus
         if action == "write_byte":
             value = number(args, "value", lo=0, hi=0xFF)
-            await bus.write_byte_data(address, register, value)
+            await bus.write_byte_data(address, register, value, settle_s=settle_s)
             payload["written"] = 1
         elif action == "write_word":
             value = number(args, "value", lo=0, hi=0xFFFF)
-            await bus.write_word_data(address, register, value)
+            await bus.write_word_data(address, register, value, settle_s=settle_s)
             payload["written"] = 2
         else:
             data = data_bytes(args, "data", max_len=self.config.max_read_bytes)
-            await bus.write_block(address, register.to_bytes(width, "big") + data)
+            await bus.write_block(address, register.to_bytes(width, "big") + data, settle_s=settle_s)
             payload["written"] = len(data)
-        settle = args.get("settle_ms", 0)
-        if settle:
-            await asyncio.sleep(settle / 1000)
         return result(payload, f"{at}: wrote {payload['written']} byte(s)")
 
     async def _scan(self, bus_number: int, grant: I2CBusGrant) -> ToolResult:
-        candidates = [a for a in range(SCAN_FIRST, SCAN_LAST + 1) if grant.may_read(a)]
+        candidates = [a for a in range(ADDRESS_FIRST, ADDRESS_LAST + 1) if grant.may_read(a)]
         found = await self.backends.i2c(bus_number).scan(candidates)
         labels = {d.address: d.name for d in grant.devices}
         payload = {

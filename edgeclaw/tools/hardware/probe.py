@@ -15,7 +15,7 @@ import os
 from typing import Any, ClassVar
 
 from edgeclaw.backends.hub import BoardBackends
-from edgeclaw.board import BoardProfile, ProbeGrant, TargetRegion
+from edgeclaw.board import BoardProfile, ProbeGrant, TargetRegion, region_holding
 from edgeclaw.config.schema import HardwareConfig
 from edgeclaw.errors import ToolError, ToolRefused
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
@@ -71,13 +71,13 @@ class ProbeTool(Tool):
         return grant
 
     def _region(self, grant: ProbeGrant, address: int, length: int, write: bool) -> TargetRegion:
-        for region in grant.regions:
-            if region.base <= address and address + length <= region.end:
-                if write and region.access != "rw":
-                    raise ToolRefused(
-                        f"target region {region.name!r} is read-only in the {self.profile.name} profile"
-                    )
-                return region
+        region = region_holding(grant.regions, address, length)
+        if region is not None:
+            if write and region.access != "rw":
+                raise ToolRefused(
+                    f"target region {region.name!r} is read-only in the {self.profile.name} profile"
+                )
+            return region
         granted = ", ".join(f"{r.name} 0x{r.base:08x}-0x{r.end - 1:08x}" for r in grant.regions) or "none"
         raise ToolRefused(
             f"0x{address:08x}..0x{address + length - 1:08x} is not inside a target region of the "

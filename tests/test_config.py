@@ -180,3 +180,14 @@ def test_an_empty_secret_file_is_named(tmp_path):
     assert [str(p) for p in problems] == [
         f"{config._source}: providers.cloud.api_key_file: secret file {key} is empty"
     ]
+
+
+def test_policy_lists_may_name_custom_tools_from_the_same_file(tmp_path):
+    path = write(
+        tmp_path,
+        '[tools]\ndeny = ["say"]\n[[tools.custom]]\nname = "say"\ncommand = "echo {{.text}}"\n'
+        'description = "say it"\nparameters = {type = "object", properties = {text = {type = "string"}}}\n',
+    )
+    assert load_config(path, environ={}).tools.deny == ["say"]
+    other = write(tmp_path, '[tools]\ndeny = ["sya"]\n', "typo.toml")
+    assert any("unknown tool 'sya'" in m for m in errors_of(other))

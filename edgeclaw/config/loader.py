@@ -198,7 +198,10 @@ def check_config(config: Config) -> None:
     for key, problem in _console_problems(config):
         fail(key, problem)
 
-    for key, problem in PolicyEngine(policy_rules(config)).validate():
+    engine = PolicyEngine(policy_rules(config))
+    # Custom tools named in the same file are known names too (they are registered later, at start-up).
+    engine.set_tools({c.name: "custom" for c in config.tools.custom})
+    for key, problem in engine.validate():
         fail(key, problem)
     if errors:
         raise ConfigErrors(errors)

@@ -23,6 +23,7 @@ class InboundMessage:
     sender: str = ""
     session: str = ""  # an explicit session key; empty = derived from channel and chat id
     peer_kind: str = "direct"
+    caller: str = ""  # the sender's identity as the channel knows it (see ToolContext.caller)
     meta: Mapping[str, Any] = field(default_factory=dict)  # wire details the channel needs to answer
 
     @property

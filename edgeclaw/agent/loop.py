@@ -154,6 +154,7 @@ class AgentLoop:
             session_key=msg.session_key,
             agent_id=self.agent_id,
             sender=msg.sender,
+            caller=msg.caller,
         )
 
     # -- a model turn ------------------------------------------------------

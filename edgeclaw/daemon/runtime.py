@@ -20,6 +20,7 @@ from edgeclaw.errors import ConfigError, ConfigErrors
 from edgeclaw.store.db import Database
 from edgeclaw.store.sessions import SessionStore
 from edgeclaw.tools.approval import ApprovalBroker
+from edgeclaw.tools.audit import AuditTrail
 from edgeclaw.tools.registry import Registry
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ class Runtime:
     secrets: dict[str, str] = field(repr=False)  # never in a log line or a traceback's locals
     sessions: SessionStore
     approvals: ApprovalBroker = field(default_factory=ApprovalBroker)
+    # Approval decisions, admin changes, logins: logged at info and published by the channels.
+    audit: AuditTrail = field(default_factory=AuditTrail)
     _db: Database | None = None
     _closers: list[Callable[[], Awaitable[None] | None]] = field(default_factory=list)
     _agent: AgentLoop | None = None
@@ -138,6 +141,7 @@ def build_runtime(
         registry=registry,
         secrets=secrets,
         sessions=sessions,
+        audit=AuditTrail(scrubber.scrub),
     )
     ws = Workspace(workspace, tuple(Path(p) for p in t.allowed_paths), t.max_file_bytes)
     registry.register_all(fs_tools(ws))

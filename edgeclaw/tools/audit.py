@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,3 +121,43 @@ class ToolStats:
             "errors": sum(t.errors for t in self.tools.values()),
             "refused": sum(t.refused for t in self.tools.values()),
         }
+
+
+EventSink = Callable[[dict[str, Any]], None]
+trail_log = logging.getLogger("edgeclaw.audit")
+
+
+class AuditTrail:
+    """Where every security-relevant event goes besides tool calls: approval decisions, admin
+    changes, console logins. Each event is one info line in the log and one dict for every sink
+    (the MQTT channel publishes them on `events`).
+
+    Events carry names, outcomes, channels and identities, never argument values; the text is
+    scrubbed before it leaves, because identities and names come from callers too.
+    """
+
+    def __init__(self, scrub: Callable[[str], str] | None = None) -> None:
+        self._scrub = scrub or (lambda text: text)
+        self._sinks: list[EventSink] = []
+
+    def add_sink(self, sink: EventSink) -> None:
+        self._sinks.append(sink)
+
+    def remove_sink(self, sink: EventSink) -> None:
+        if sink in self._sinks:
+            self._sinks.remove(sink)
+
+    def emit(self, kind: str, **fields: Any) -> dict[str, Any]:
+        """Record one event: `kind` ("approval", "admin", "login", ...) and its fields."""
+        event: dict[str, Any] = {"kind": kind, "ts": round(time.time(), 3)}
+        for key, value in fields.items():
+            event[key] = self._scrub(value) if isinstance(value, str) else value
+        words = " ".join(f"{k}={v}" for k, v in event.items() if k not in ("kind", "ts") and v is not None)
+        trail_log.info("%s %s", kind, words)
+        for sink in list(self._sinks):
+            try:
+                sink(event)
+            except Exception:
+                # A sink failing (the broker gone) must not undo what was recorded or decided.
+                trail_log.exception("audit sink failed")
+        return event

@@ -24,7 +24,18 @@ class ToolContext:
     agent_id: str = "main"
     provider: str = ""  # the LLM provider that asked; "" for direct calls
     subagent_depth: int = 0
-    sender: str = ""
+    sender: str = ""  # who the caller says it is (MQTT "sender"): a label, not a proof
+    # Who is calling, as far as the channel can know it: "console:/dev/ttyGS0", "cli:alice",
+    # "mqtt:key:ops" (a signing key), "mqtt:sender:backend-1" (declared only), "mqtt:anonymous".
+    # Rate limits and ownership (background processes) are keyed on it, never on the session name,
+    # which the caller chooses freely. Empty = the channel itself (see `identity`).
+    caller: str = ""
+    request_id: str = ""  # the channel's id of the request this call serves (MQTT "id"), for matching
+
+    @property
+    def identity(self) -> str:
+        """The caller's identity, falling back to the channel name when the channel gave none."""
+        return self.caller or self.channel
 
 
 @dataclass(slots=True)

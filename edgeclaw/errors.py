@@ -16,12 +16,21 @@ class EdgeclawError(Exception):
 class ConfigError(EdgeclawError):
     """A configuration (or profile) file is wrong. Names file, key and what was expected."""
 
-    def __init__(self, source: str, key: str, problem: str) -> None:
+    def __init__(self, source: str, key: str, problem: str, line: int | None = None) -> None:
         self.source = source
         self.key = key
         self.problem = problem
-        where = f"{source}: {key}" if key else source
-        super().__init__(f"{where}: {problem}")
+        self.line = line  # in the file, where it is known
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        where = f"{self.source}: {self.key}" if self.key else self.source
+        at = f" (line {self.line})" if self.line is not None else ""
+        return f"{where}: {self.problem}{at}"
+
+    def at_line(self, line: int | None) -> ConfigError:
+        """The same error, placed on a line of its file."""
+        return ConfigError(self.source, self.key, self.problem, line)
 
 
 class ConfigErrors(EdgeclawError):

@@ -124,7 +124,8 @@ def test_search_order(tmp_path, monkeypatch):
         ("mqtt = 3", "mqtt: expected a table, got an integer"),
         ('device_id = "a/b"', "device_id: expected a name without '/'"),
         ("this is not toml", "not valid TOML"),
-        ("[console]\nbaud = 0", "console.baud: expected an integer > 0, got 0"),
+        ("[console]\nbaud = 0", "console.baud: expected a rate a serial port can be set to"),
+        ("[console]\nbaud = 115201", "console.baud: expected a rate a serial port can be set to"),
         ("[hardware]\nmax_read_bytes = 0", "hardware.max_read_bytes: expected an integer 1-1048576, got 0"),
         ("[agent]\nmax_retry_after_s = -1", "agent.max_retry_after_s: expected a number >= 0, got -1.0"),
         ("[mqtt]\nclient_id = 'a#'", "mqtt.client_id: expected a name without MQTT wildcards"),
@@ -155,6 +156,67 @@ def test_errors_name_file_key_and_expectation(tmp_path, text, expected):
 def test_all_errors_reported_at_once(tmp_path):
     path = write(tmp_path, "[mqtt]\nport = 'x'\nhost = 5\n[tools]\ntimeout_s = 'slow'")
     assert len(errors_of(path)) == 3
+
+
+NINE_MISTAKES = """\
+device_id = "a/b"
+bord = "sim"
+
+[agent]
+providers = ["nope"]
+max_iterations = "ten"
+
+[providers.x]
+kind = "gemini"
+
+[mqtt]
+port = 70000
+keepalive-s = true
+
+[console]
+baud = 115201
+width = 5
+"""
+
+
+def test_type_and_value_mistakes_are_reported_in_one_pass_with_their_lines(tmp_path):
+    path = write(tmp_path, NINE_MISTAKES)
+    messages = errors_of(path)
+    expected = [
+        ("device_id", 1),
+        ("bord", 2),
+        ("agent.providers[0]", 5),
+        ("agent.max_iterations", 6),
+        ("providers.x.model", 8),  # required and absent: the table's line
+        ("providers.x.kind", 9),
+        ("mqtt.port", 12),
+        ("mqtt.keepalive-s", 13),
+        ("console.baud", 16),
+        ("console.width", 17),
+    ]
+    assert len(messages) == len(expected), messages
+    for message, (key, line) in zip(messages, expected, strict=True):
+        assert message.startswith(f"{path}: {key}: ") and message.endswith(f"(line {line})"), message
+
+
+def test_a_key_whose_type_is_wrong_is_not_also_reported_for_its_value(tmp_path):
+    # A wrong type leaves the default in place for the other checks; no second message about it.
+    messages = errors_of(write(tmp_path, '[mqtt]\nport = "x"\n[console]\nbaud = "fast"\n'))
+    assert [m.split(": ")[1] for m in messages] == ["mqtt.port", "console.baud"]
+
+
+def test_a_standard_baud_rate_is_accepted(tmp_path):
+    assert load_config(write(tmp_path, "[console]\nbaud = 9600\n"), environ={}).console.baud == 9600
+
+
+def test_lines_are_found_in_arrays_of_tables_and_quoted_keys(tmp_path):
+    from edgeclaw.config.loader import key_lines, line_of
+
+    text = '[[tools.custom]]\nname = "a"\n[[tools.custom]]\n"name" = "b"\ntimeout_s = "x"\n'
+    lines = key_lines(text)
+    assert lines["tools.custom[1].name"] == 4
+    assert line_of("tools.custom[1].timeout_s", lines) == 5
+    assert line_of("tools.custom[1].command", lines) == 3  # absent: the table's header
 
 
 def test_missing_explicit_file_is_an_error(tmp_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import operator
 import os
+import re
 import tomllib
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -17,13 +18,20 @@ from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from edgeclaw.config.schema import Config
-from edgeclaw.config.typed import build_dataclass
+from edgeclaw.config.typed import build_lenient
 from edgeclaw.errors import ConfigError, ConfigErrors
 
 SYSTEM_CONFIG = Path("/etc/edgeclaw/edgeclaw.toml")
 KNOWN_CHANNELS = ("cli", "mqtt", "console", "agent")
 
 Fail = Callable[[str, str], None]
+
+# The rates Linux serial drivers accept (the termios B* constants, as pyserial lists them).
+SERIAL_BAUD_RATES = frozenset(
+    (50, 75, 110, 134, 150, 200, 300, 600, 1200, 1800, 2400, 4800, 9600, 19200, 38400, 57600, 115200,
+     230400, 460800, 500000, 576000, 921600, 1000000, 1152000, 1500000, 2000000, 2500000, 3000000,
+     3500000, 4000000)
+)  # fmt: skip
 
 
 class Range(NamedTuple):
@@ -82,7 +90,6 @@ RANGES: tuple[Range, ...] = (
     Range("mqtt.telemetry_interval_s", 0),
     Range("mqtt.dedup_window_s", 0),
     Range("mqtt.hmac_max_age_s", 0),
-    Range("console.baud", 0, above=True),
     Range("console.max_login_failures", 1),
     Range("console.lockout_s", 0),
     Range("console.login_delay_s", 0),
@@ -121,11 +128,13 @@ def find_config_path(
     return None
 
 
-def parse_toml(path: Path) -> dict[str, Any]:
+def read_toml(path: Path) -> tuple[dict[str, Any], str]:
+    """The parsed table and the file's text (for the line numbers of errors)."""
     source = str(path)
     try:
-        with path.open("rb") as f:
-            return tomllib.load(f)
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
+        return tomllib.loads(text), text
     except FileNotFoundError:
         raise ConfigErrors([ConfigError(source, "", "file not found")]) from None
     except PermissionError:
@@ -138,6 +147,10 @@ def parse_toml(path: Path) -> dict[str, Any]:
         raise ConfigErrors([ConfigError(source, "", f"not UTF-8 text: {e}")]) from None
 
 
+def parse_toml(path: Path) -> dict[str, Any]:
+    return read_toml(path)[0]
+
+
 def load_config(
     explicit: str | os.PathLike[str] | None = None, environ: dict[str, str] | None = None
 ) -> Config:
@@ -147,21 +160,111 @@ def load_config(
         config = Config()
         check_config(config)
         return config
-    return config_from_dict(parse_toml(path), str(path))
+    data, text = read_toml(path)
+    return config_from_dict(data, str(path), text)
 
 
-def config_from_dict(data: dict[str, Any], source: str) -> Config:
-    config, errors = build_dataclass(Config, data, source)
-    if errors:
-        raise ConfigErrors(errors)
-    assert config is not None
+def config_from_dict(data: dict[str, Any], source: str, text: str = "") -> Config:
+    """Build and check a config; raises ConfigErrors with every problem in the file at once.
+
+    The type checks and the checks across keys run in the same pass: a wrong type leaves that key
+    at its default so the rest can still be checked, and a value check is not repeated for a key
+    whose type was already wrong.
+    """
+    config, errors = build_lenient(Config, data, source)
     config._source = source
-    check_config(config)
+    wrong = [e.key for e in errors]
+    for problem in config_problems(config):
+        if not any(_overlaps(problem.key, key) for key in wrong):
+            errors.append(problem)
+    if errors:
+        lines = key_lines(text) if text else {}
+        # Errors from another file (a board profile the config names) keep their own place.
+        placed = [e.at_line(line_of(e.key, lines)) if e.source == source else e for e in errors]
+        # In file order, as a person works through them; problems with no line (defaults) last.
+        placed.sort(key=lambda e: e.line if e.line is not None else 1 << 30)
+        raise ConfigErrors(placed)
     return config
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """One key is the other, or inside it (`mqtt` and `mqtt.port`; `x[0]` and `x`)."""
+    return a == b or a.startswith((b + ".", b + "[")) or b.startswith((a + ".", a + "["))
+
+
+_HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(?:#.*)?$")
+_KEY_PART = r"""(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')"""
+_ASSIGN = re.compile(rf"^\s*({_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*=")
+
+
+def _dotted(raw: str) -> str:
+    parts = [p.strip().strip("\"'") for p in re.split(r"\.(?=(?:[^\"']*[\"'][^\"']*[\"'])*[^\"']*$)", raw)]
+    return ".".join(p.replace("-", "_") for p in parts)
+
+
+def key_lines(text: str) -> dict[str, int]:
+    """Where each dotted key (and table) is written in a TOML text, as the checks name them.
+
+    A line scanner rather than a second parser: tomllib does not report positions, and a
+    person fixing a file on a board wants the line. Arrays of tables count as `name[i]`.
+    """
+    lines: dict[str, int] = {}
+    table = ""
+    counts: dict[str, int] = {}
+    in_string = False
+    for number, line in enumerate(text.splitlines(), 1):
+        if in_string:
+            if line.count('"""') % 2 or line.count("'''") % 2:
+                in_string = False
+            continue
+        header = _HEADER.match(line)
+        if header:
+            name = _dotted(header.group(2))
+            if header.group(1) == "[[":
+                index = counts.get(name, 0)
+                counts[name] = index + 1
+                name = f"{name}[{index}]"
+            else:
+                # A table inside the latest element of an array of tables: [tools.custom.x] is rare,
+                # but [[a]] then [a.b] means a[last].b.
+                for array, n in counts.items():
+                    if name.startswith(array + "."):
+                        name = f"{array}[{n - 1}]{name[len(array) :]}"
+            table = name
+            lines.setdefault(table, number)
+            continue
+        assign = _ASSIGN.match(line)
+        if assign:
+            key = _dotted(assign.group(1))
+            lines.setdefault(f"{table}.{key}" if table else key, number)
+            rest = line[assign.end() :]
+            if rest.count('"""') % 2 or rest.count("'''") % 2:
+                in_string = True
+    return lines
+
+
+def line_of(key: str, lines: dict[str, int]) -> int | None:
+    """The line of `key`, else of the nearest enclosing key or table that is written in the file."""
+    key = key.replace("-", "_")
+    while key:
+        if key in lines:
+            return lines[key]
+        trimmed = re.sub(r"(\[\d+\]|\.[^.\[]+)$", "", key)
+        if trimmed == key:
+            return None
+        key = trimmed
+    return None
 
 
 def check_config(config: Config) -> None:
     """Checks that need more than one key, or the policy's vocabulary. Raises ConfigErrors."""
+    errors = config_problems(config)
+    if errors:
+        raise ConfigErrors(errors)
+
+
+def config_problems(config: Config) -> list[ConfigError]:
+    """Every problem that needs more than one key, or the policy's vocabulary."""
     from edgeclaw.tools.policy import PolicyEngine
 
     source = config._source
@@ -197,14 +300,20 @@ def check_config(config: Config) -> None:
             fail(f"tools.providers.{name}", f"no [providers.{name}] table")
     for key, problem in _console_problems(config):
         fail(key, problem)
+    if config.board != "auto":
+        from edgeclaw.board import load_profile
+
+        try:
+            load_profile(config.board, source)
+        except ConfigErrors as e:
+            errors.extend(e.errors)
 
     engine = PolicyEngine(policy_rules(config))
     # Custom tools named in the same file are known names too (they are registered later, at start-up).
     engine.set_tools({c.name: "custom" for c in config.tools.custom})
     for key, problem in engine.validate():
         fail(key, problem)
-    if errors:
-        raise ConfigErrors(errors)
+    return errors
 
 
 def _url_problem(url: str) -> str | None:
@@ -290,6 +399,10 @@ def _console_problems(config: Config) -> list[tuple[str, str]]:
             problems.append(("console.login_hash", str(e)))
     if c.login == "on" and not (c.login_hash or c.login_hash_file):
         problems.append(("console.login", '"on" needs login_hash or login_hash_file'))
+    if c.baud not in SERIAL_BAUD_RATES:
+        problems.append(
+            ("console.baud", f"expected a rate a serial port can be set to (e.g. 9600, 115200), got {c.baud}")
+        )
     if c.width and c.width < 20:
         problems.append(("console.width", f"expected 0 (no wrapping) or at least 20 columns, got {c.width}"))
     if c.reconnect_max_s < c.reconnect_min_s:

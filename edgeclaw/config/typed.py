@@ -85,14 +85,16 @@ class _Converter:
                 self.fail(key, f"expected {_expected(tp)}, got {_describe(value)}")
                 return []
             (item_type, *_) = get_args(tp)
-            items = [self.convert(v, item_type, f"{key}[{i}]") for i, v in enumerate(value)]
+            converted = [self.convert(v, item_type, f"{key}[{i}]") for i, v in enumerate(value)]
+            items = [v for v in converted if v is not None]  # the failed ones are errors already
             return tuple(items) if origin is tuple else items
         if origin is dict:
             if not isinstance(value, dict):
                 self.fail(key, f"expected a table, got {_describe(value)}")
                 return {}
             _, value_type = get_args(tp)
-            return {k: self.convert(v, value_type, f"{key}.{k}") for k, v in value.items()}
+            table = {k: self.convert(v, value_type, f"{key}.{k}") for k, v in value.items()}
+            return {k: v for k, v in table.items() if v is not None}
         if dataclasses.is_dataclass(tp):
             if not isinstance(value, dict):
                 self.fail(key, f"expected a table, got {_describe(value)}")
@@ -141,32 +143,57 @@ class _Converter:
             converted = self.convert(value, hints[name], key)
             if converted is not None:
                 kwargs[name] = converted
-        missing = [
+        required = [
             n
             for n, f in fields.items()
             if n not in kwargs
             and f.default is dataclasses.MISSING
             and f.default_factory is dataclasses.MISSING
-            and not any(e.key.startswith(f"{prefix}.{n}" if prefix else n) for e in self.errors)
         ]
-        for name in missing:
+        for name in required:
             key = f"{prefix}.{name}" if prefix else name
-            self.fail(key, f"required key is missing (expected {_expected(hints[name])})")
-        if missing:
-            return None  # type: ignore[return-value]
-        if any(
-            n not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-            for n, f in fields.items()
-        ):
-            return None  # type: ignore[return-value]  # a required table had errors of its own
+            if not any(e.key == key or e.key.startswith(key + ".") for e in self.errors):
+                self.fail(key, f"required key is missing (expected {_expected(hints[name])})")
+            # A stand-in, so the checks across keys still run over the rest of the file and report
+            # everything in one pass; the object is never used, because an error was recorded.
+            kwargs[name] = _placeholder(hints[name])
         return cls(**kwargs)
 
 
 def build_dataclass(cls: type[T], data: dict[str, Any], source: str) -> tuple[T | None, list[ConfigError]]:
     """Build `cls` from a TOML table. Returns the object (None when unusable) and all errors found."""
+    obj, errors = build_lenient(cls, data, source)
+    return (obj if not errors else None), errors
+
+
+def build_lenient(cls: type[T], data: dict[str, Any], source: str) -> tuple[T, list[ConfigError]]:
+    """Build `cls` from a TOML table even when parts are wrong, and list every error.
+
+    Wrong or unknown keys are left at their defaults (required ones get a stand-in), so the
+    checks that look across keys can run over the rest and everything is reported in one
+    pass. The object is only for those checks when there are errors.
+    """
     converter = _Converter(source)
     obj = converter.build(cls, data, "")
-    return (obj if not converter.errors else None), converter.errors
+    return obj, converter.errors
 
 
-__all__ = ["build_dataclass"]
+def _placeholder(tp: Any) -> Any:
+    """A value of type `tp` standing in for a missing required key."""
+    origin = get_origin(tp)
+    if origin is Literal:
+        return get_args(tp)[0]
+    if origin in (Union, types.UnionType):
+        return _placeholder(next(a for a in get_args(tp) if a is not type(None)))
+    if origin in (list, tuple):
+        return [] if origin is list else ()
+    if origin is dict:
+        return {}
+    if tp is Path:
+        return Path()
+    if dataclasses.is_dataclass(tp):
+        return _Converter("").build(tp, {}, "")
+    return tp() if tp in (str, int, float, bool) else None
+
+
+__all__ = ["build_dataclass", "build_lenient"]

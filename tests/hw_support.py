@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +26,11 @@ async def call(runtime: Runtime, tool: str, dry_run: bool = False, **args: Any) 
 
 
 async def ok(runtime: Runtime, tool: str, **args: Any) -> dict[str, Any]:
-    """Call and insist on success; returns the JSON the model sees."""
+    """Call and insist on success; returns the structured data of the result."""
     outcome = await call(runtime, tool, **args)
     assert outcome.ok, outcome.error
-    return json.loads(outcome.for_llm)
+    assert outcome.data is not None, f"{tool} returned no structured data"
+    return outcome.data
 
 
 def write_profile(tmp_path: Path, name: str, body: str) -> str:

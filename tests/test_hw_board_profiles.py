@@ -222,7 +222,7 @@ def test_done_when_i2c_scan_lists_exactly_the_sim_devices(run_cli):
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["ok"] is True
-    assert json.loads(result["for_llm"])["addresses"] == ["0x48", "0x50", "0x76"]
+    assert result["data"]["addresses"] == ["0x48", "0x50", "0x76"]
 
 
 @pytest.mark.skipif(shutil.which("qemu-system-arm") is None, reason="qemu-system-arm is not installed")
@@ -230,7 +230,7 @@ def test_done_when_probe_reads_the_vector_table_from_qemu(run_cli):
     args = '{"action": "read_memory", "address": 134217728, "length": 8}'
     out = run_cli("tool", "call", "probe", args, "--board", "sim", "--json")
     assert out.returncode == 0, out.stderr
-    result = json.loads(json.loads(out.stdout)["for_llm"])
+    result = json.loads(out.stdout)["data"]
     assert result["words_le"] == [0x2000_2000, 0x0800_0011]  # initial SP, reset vector (Thumb)
     # The CLI stopped the QEMU it started.
     left = subprocess.run(["pgrep", "-f", "stm32-vector-table.bin"], capture_output=True, text=True)

@@ -231,6 +231,6 @@ async def test_esp32_tool_end_to_end(tmp_path):
         temp = await ok(runtime, "esp32", action="i2c_read", bus=0, address="0x48", register=0, length=2)
         assert temp["data"] == "18 00"  # 24.0 °C in TMP102 format
         info = await call(runtime, "esp32", action="info")
-        assert info.ok and "ESP32 (simulated)" in info.for_user
+        assert info.ok and "ESP32 (simulated)" in info.for_llm
     finally:
         await runtime.aclose()

@@ -239,7 +239,7 @@ async def test_probe_tool_flashes_an_image_from_the_workspace(sim):
     (sim.workspace / "app.bin").write_bytes(image)
     outcome = await call(sim, "probe", action="flash", path="app.bin")
     assert outcome.ok, outcome.error
-    assert "write 100%" in outcome.for_user and "verify 100%" in outcome.for_user
+    assert "write 100%" in outcome.for_llm and "verify 100%" in outcome.for_llm
     back = await ok(sim, "probe", action="read_memory", address=0x0800_0000, length=len(image))
     assert bytes.fromhex(back["data"]) == image
 

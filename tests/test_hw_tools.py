@@ -103,7 +103,7 @@ async def test_settle_ms_keeps_the_bus_through_the_eeprom_write_cycle(sim):
     )
     assert wrote.ok, wrote.error
     assert got.ok, got.error
-    assert json.loads(got.for_llm)["data"] == "5a a5"
+    assert got.data is not None and got.data["data"] == "5a a5"
 
 
 async def test_i2c_nack_is_worded(sim):
@@ -273,10 +273,37 @@ async def test_dry_run_touches_nothing(sim):
     assert sim.registry.get("i2c").backends.live() == []
 
 
-async def test_results_are_json_for_the_model_and_text_for_people(sim):
+@pytest.mark.parametrize(
+    ("tool", "args", "key"),
+    [
+        ("i2c", {"action": "scan", "bus": 1}, "addresses"),
+        ("i2c", {"action": "read_byte", "bus": 1, "address": 0x76, "register": 0xD0}, "value"),
+        ("spi", {"bus": 0, "chip_select": 0, "data": [1, 128, 0]}, "received"),
+        ("gpio", {"action": "list"}, "pins"),
+        ("gpio", {"action": "read", "pin": "button"}, "active"),
+        ("hardware_memory", {"action": "regions"}, "regions"),
+        ("hardware_info", {}, "grants"),
+    ],
+)
+async def test_results_carry_data_and_one_readable_text(sim, tool, args, key):
+    outcome = await call(sim, tool, **args)
+    assert outcome.ok, outcome.error
+    assert outcome.data is not None and key in outcome.data
+    # One text, meant for people and the model alike: not a JSON document inside a string.
+    assert outcome.for_user is None
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(outcome.for_llm)
+    # `tool call --json` and MQTT send the same dict.
+    assert outcome.as_dict()["data"] == outcome.data
+    json.dumps(outcome.as_dict())
+
+
+async def test_the_scan_text_names_the_devices(sim):
     outcome = await call(sim, "i2c", action="scan", bus=1)
-    assert json.loads(outcome.for_llm)["addresses"]
-    assert "0x48  TMP102" in outcome.for_user
+    assert "I2C bus 1: 3 devices acknowledged" in outcome.for_llm
+    assert "0x48  TMP102" in outcome.for_llm
+    one = await call(sim, "i2c", action="write_byte", bus=1, address=0x76, register=0xF4, value=0)
+    assert one.for_llm.endswith("wrote 1 byte")
 
 
 async def test_concurrent_sessions_keep_eeprom_transactions_whole(sim):
@@ -299,7 +326,8 @@ async def test_concurrent_sessions_keep_eeprom_transactions_whole(sim):
         }
         outcome = await sim.registry.execute("i2c", args, ToolContext(session_key=session))
         assert outcome.ok, outcome.error
-        return bytes.fromhex(json.loads(outcome.for_llm)["data"])
+        assert outcome.data is not None
+        return bytes.fromhex(outcome.data["data"])
 
     results = await asyncio.gather(*(read(f"s{i}", 0x100 if i % 2 else 0x200) for i in range(20)))
     assert all(r == (bytes(range(16)) if i % 2 else bytes(range(100, 116))) for i, r in enumerate(results))

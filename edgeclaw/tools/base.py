@@ -40,11 +40,18 @@ class ToolContext:
 
 @dataclass(slots=True)
 class ToolResult:
-    """A tool's answer: text for the model, optional text for the person, and an error flag."""
+    """A tool's answer: text for the model, optional text for the person, an error flag, and
+    optional structured data.
+
+    `for_user` is None when the person should read the same text as the model (it is then sent
+    once). `data` holds the figures a program would want (addresses, values, pin states) as a
+    JSON-serialisable dict, so nobody has to parse them back out of a text.
+    """
 
     for_llm: str
     for_user: str | None = None
     is_error: bool = False
+    data: dict[str, Any] | None = None
 
     @classmethod
     def error(cls, message: str) -> ToolResult:

@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -53,9 +54,10 @@ class CallOutcome:
     duration_ms: float
     refused: bool = False
     stage: str = "ok"
+    data: dict[str, Any] | None = None  # the tool's structured result, scrubbed like the texts
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        shape = {
             "ok": self.ok,
             "tool": self.tool,
             "for_llm": self.for_llm,
@@ -63,6 +65,16 @@ class CallOutcome:
             "error": self.error,
             "duration_ms": round(self.duration_ms, 3),
         }
+        if self.data is not None:  # only when there is some: the documented keys stay as they are
+            shape["data"] = self.data
+        return shape
+
+
+# How the cut announces itself, as the last line of a capped text. Channels that cut again for their
+# own reasons (the console's row limit) look for it, so the note survives their cut.
+TRUNCATION_NOTE = re.compile(r"\[output truncated: \d+ of \d+ bytes not shown\]")
+# Structured data nested deeper than this is a tool's bug, not a result.
+MAX_DATA_DEPTH = 32
 
 
 def cap_text(text: str, max_bytes: int) -> str:
@@ -259,6 +271,8 @@ class Registry:
             if not isinstance(result.for_llm, str) or not isinstance(result.for_user, str | None):
                 # Caught here, in the tool's own stage, rather than as a TypeError in the scrubber.
                 raise TypeError("the tool's result text is not a str")
+            if result.data is not None:
+                result.data = _json_copy(result.data)  # a TypeError here is the tool's bug
             if result.is_error:
                 stage = "tool_error"
         except ToolRefused as e:
@@ -295,6 +309,7 @@ class Registry:
             for_llm=result.for_llm,
             for_user=result.for_user,
             refused=refused,
+            data=result.data,
         )
 
     def _clean(self, text: str) -> str:
@@ -329,7 +344,13 @@ class Registry:
         for_llm: str = "",
         for_user: str | None = None,
         refused: bool = False,
+        data: dict[str, Any] | None = None,
     ) -> CallOutcome:
+        data, dropped = self._clean_data(data)
+        if dropped:  # said where people and the model look, not only in the missing field
+            for_llm += dropped
+            if for_user is not None:
+                for_user += dropped
         for_llm = self._clean(for_llm)
         if for_user is not None:
             for_user = self._clean(for_user)
@@ -361,7 +382,19 @@ class Registry:
                 except Exception:
                     # An audit sink failing must not turn a good call into a failed one.
                     log.exception("audit sink failed")
-        return CallOutcome(name, ok, for_llm, for_user, error, duration_ms, refused, stage)
+        return CallOutcome(name, ok, for_llm, for_user, error, duration_ms, refused, stage, data)
+
+    def _clean_data(self, data: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str]:
+        """Structured data scrubbed string by string (never as JSON text, where a pattern could eat a
+        quote), and left out, with a note for the texts, when it is over the output limit."""
+        if data is None:
+            return None, ""
+        size = len(json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace"))
+        if size > self.max_output_bytes:
+            return None, (
+                f"\n[structured data left out: {size} bytes, over the {self.max_output_bytes}-byte limit]"
+            )
+        return _scrub_tree(data, self.scrubber.scrub), ""
 
     # -- shutdown ----------------------------------------------------------
     @property
@@ -386,6 +419,47 @@ class Registry:
         self._idle = asyncio.Event()
         if self._in_flight:
             await self._idle.wait()
+
+
+def _json_copy(data: Any) -> dict[str, Any]:
+    """A plain JSON copy of a tool's structured data (dict, list, str, int, float, bool, None only)."""
+    if not isinstance(data, dict):
+        raise TypeError(f"the tool's structured data is a {type(data).__name__}, not a dict")
+
+    def copy(value: Any, depth: int) -> Any:
+        if depth > MAX_DATA_DEPTH:
+            raise TypeError(f"the tool's structured data is nested over {MAX_DATA_DEPTH} levels")
+        if value is None or isinstance(value, str | bool):
+            return value
+        if isinstance(value, int):
+            if value.bit_length() > 1024:  # would not even print (int_max_str_digits)
+                raise TypeError("the tool's structured data holds an integer too long for JSON")
+            return value
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise TypeError("the tool's structured data holds a NaN or infinity (not JSON)")
+            return value
+        if isinstance(value, dict):
+            if not all(isinstance(k, str) for k in value):
+                raise TypeError("the tool's structured data has a key that is not a str")
+            return {k: copy(v, depth + 1) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [copy(v, depth + 1) for v in value]
+        raise TypeError(f"the tool's structured data holds a {type(value).__name__} (not JSON)")
+
+    result: dict[str, Any] = copy(data, 0)
+    return result
+
+
+def _scrub_tree(value: Any, scrub: Callable[[str], str]) -> Any:
+    """Every string in a JSON tree (keys included) through the scrubber; depth is bounded by `_json_copy`."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, dict):
+        return {scrub(k): _scrub_tree(v, scrub) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub_tree(v, scrub) for v in value]
+    return value
 
 
 def _parse_args(args: Mapping[str, Any] | str | None) -> dict[str, Any]:

@@ -9,7 +9,8 @@ multiple of 8 so wrapping can count columns.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from edgeclaw.channels.console.editor import char_width
 
@@ -93,6 +94,7 @@ def to_rows(text: str, width: int) -> list[str]:
 class Bounded:
     rows: list[str]
     cut: int  # rows left out at the end
+    tail: list[str] = field(default_factory=list)  # rows shown after the cut, whatever was cut
 
 
 def bound(rows: list[str], max_rows: int) -> Bounded:
@@ -100,6 +102,22 @@ def bound(rows: list[str], max_rows: int) -> Bounded:
     if len(rows) <= max_rows:
         return Bounded(rows, 0)
     return Bounded(rows[:max_rows], len(rows) - max_rows)
+
+
+def layout(
+    text: str, width: int, max_rows: int, *, keep_last: Callable[[str], object] | None = None
+) -> Bounded:
+    """A reply as bounded rows. A last line that `keep_last` accepts (the registry's own
+    "[output truncated …]" note) is set aside as the tail, so cutting the rows for the console
+    cannot cut away the news that the text was already cut. Trailing newlines make no rows."""
+    text = text.rstrip("\n")
+    tail: list[str] = []
+    if keep_last is not None:
+        head, newline, last = text.rpartition("\n")
+        if newline and keep_last(last):
+            text, tail = head, to_rows(last, width)
+    b = bound(to_rows(text, width), max_rows)
+    return Bounded(b.rows, b.cut, tail)
 
 
 def encode_rows(rows: list[str]) -> bytes:

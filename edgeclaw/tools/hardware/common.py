@@ -2,13 +2,13 @@
 
 Numbers for addresses, registers and values may be given as JSON integers or
 as "0x..." strings (models and people write hex for hardware); anything else
-is refused by the schema before a tool runs. Outputs follow one pattern:
-`for_llm` is compact JSON, `for_user` is a short readable text.
+is refused by the schema before a tool runs. Outputs follow one pattern: one
+short readable text (for the model and the person alike, so it travels once)
+and the figures as structured `data` (the same dict on every channel).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from edgeclaw.backends.hub import BoardBackends
@@ -111,7 +111,8 @@ def hex_dump(base: int, data: bytes, width: int = 16) -> str:
 
 
 def result(payload: dict[str, Any], text: str) -> ToolResult:
-    return ToolResult(for_llm=json.dumps(payload, separators=(", ", ": ")), for_user=text)
+    """The figures as data, and one text that reads well to a person and to the model."""
+    return ToolResult(for_llm=text, data=payload)
 
 
 def action_of(args: Args) -> str:

@@ -22,6 +22,7 @@ from edgeclaw.tools.hardware.common import (
     number,
     result,
 )
+from edgeclaw.wording import plural
 
 ACTIONS = ("info", "version", "gpio_read", "gpio_write", "adc_read", "i2c_scan", "i2c_read", "i2c_write")
 BRIDGE_MAX_BYTES = 64  # the firmware's per-request I2C limit
@@ -183,5 +184,5 @@ class ESP32Tool(HardwareTool):
         )
         return result(
             {"bus": bus_grant.bus, "address": f"0x{address:02x}", "register": register, "written": len(data)},
-            f"ESP32 I2C 0x{address:02x} register 0x{register:02x}: wrote {len(data)} byte(s)",
+            f"ESP32 I2C 0x{address:02x} register 0x{register:02x}: wrote {plural(len(data), 'byte')}",
         )

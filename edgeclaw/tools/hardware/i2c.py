@@ -25,6 +25,7 @@ from edgeclaw.tools.hardware.common import (
     number,
     result,
 )
+from edgeclaw.wording import plural
 
 READS = ("read_byte", "read_word", "read_block")
 WRITES = ("write_byte", "write_word", "write_block")
@@ -142,7 +143,7 @@ class I2CTool(HardwareTool):
             data = data_bytes(args, "data", max_len=self.config.max_read_bytes)
             await bus.write_block(address, register.to_bytes(width, "big") + data, settle_s=settle_s)
             payload["written"] = len(data)
-        return result(payload, f"{at}: wrote {payload['written']} byte(s)")
+        return result(payload, f"{at}: wrote {plural(payload['written'], 'byte')}")
 
     async def _scan(self, bus_number: int, grant: I2CBusGrant) -> ToolResult:
         candidates = [a for a in range(ADDRESS_FIRST, ADDRESS_LAST + 1) if grant.may_read(a)]
@@ -155,7 +156,7 @@ class I2CTool(HardwareTool):
             "probed": len(candidates),
         }
         lines = [
-            f"I2C bus {bus_number}: {len(found.found)} device(s) acknowledged "
+            f"I2C bus {bus_number}: {plural(len(found.found), 'device')} acknowledged "
             f"({len(candidates)} addresses probed)"
         ]
         for a in found.found:

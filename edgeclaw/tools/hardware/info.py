@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 from edgeclaw.board import describe_grants
 from edgeclaw.tools.base import Args, ToolContext, ToolResult
 from edgeclaw.tools.hardware.common import HardwareTool, result
+from edgeclaw.wording import plural
 
 
 def _read_text(path: str) -> str | None:
@@ -89,7 +90,7 @@ class HardwareInfoTool(HardwareTool):
         }
         lines = [
             f"board {self.profile.name}: {self.profile.description}",
-            f"SoC {self.profile.soc}; {os.cpu_count()} CPU(s)"
+            f"SoC {self.profile.soc}; {plural(os.cpu_count() or 1, 'CPU')}"
             + (f"; CPU {temperature:.1f} °C" if temperature is not None else "; no CPU temperature sensor"),
         ]
         if memory:

@@ -22,6 +22,7 @@ from edgeclaw.tools.hardware.common import (
     number,
     result,
 )
+from edgeclaw.wording import plural
 
 ADDRESS_LIMIT = 1 << 64
 WIDTHS = {8: 1, 16: 2, 32: 4}
@@ -121,4 +122,4 @@ class HardwareMemoryTool(HardwareTool):
         data = data_bytes(args, "data", max_len=self.config.max_read_bytes)
         await memory.write_bytes(offset, data)
         payload["written"] = len(data)
-        return result(payload, f"{region.name} @ 0x{address:x}: wrote {len(data)} bytes")
+        return result(payload, f"{region.name} @ 0x{address:x}: wrote {plural(len(data), 'byte')}")

@@ -19,6 +19,7 @@ from edgeclaw import __version__
 EXIT_OK = 0
 EXIT_TOOL_ERROR = 1
 EXIT_REFUSED = 2  # refused before running, or a usage / configuration error
+EXIT_BROKEN_PIPE = 141  # what a shell reports for a program ended by SIGPIPE (128 + 13)
 
 
 def _common(parser: argparse.ArgumentParser, board: bool = True) -> None:
@@ -62,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     call = tool_sub.add_parser("call", help="one call through the full registry path")
     _common(call)
     call.add_argument("name", help="tool name")
-    call.add_argument("args", nargs="?", default="{}", help="arguments as a JSON object")
+    # Default None, not "{}": main() tells a missing JSON from one written after the options.
+    call.add_argument("args", nargs="?", default=None, help="arguments as a JSON object (default {})")
     call.add_argument("--dry-run", action="store_true", help="run every check, but not the tool body")
     call.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -70,6 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
     config_sub = config.add_subparsers(dest="config_command", metavar="SUBCOMMAND", required=True)
     check = config_sub.add_parser("check", help="validate a config file")
     check.add_argument("file", nargs="?", help="config file (default: the one `run` would use)")
+    show_config = config_sub.add_parser("show", help="the effective configuration (secrets redacted)")
+    _common(show_config)
+    init = config_sub.add_parser("init", help="a commented sample configuration")
+    init.add_argument("file", nargs="?", help="write it here (refused if the file exists); default stdout")
+
+    status = sub.add_parser("status", help="ask the running daemon what it is doing")
+    _common(status, board=False)
+    status.add_argument("--json", action="store_true", help="print JSON")
 
     board = sub.add_parser("board", help="board profiles")
     board_sub = board.add_subparsers(dest="board_command", metavar="SUBCOMMAND", required=True)
@@ -227,6 +237,120 @@ def cmd_tools_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_config(args: argparse.Namespace) -> int:
+    if args.config_command == "show":
+        return cmd_config_show(args)
+    if args.config_command == "init":
+        return cmd_config_init(args)
+    return cmd_config_check(args)
+
+
+def cmd_config_show(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from edgeclaw import board as boards
+    from edgeclaw.config.paths import device_id, state_dir
+    from edgeclaw.config.render import render_effective
+    from edgeclaw.tools.scrub import Scrubber
+
+    config = _load(args)
+    if args.board:
+        config = dataclasses.replace(config, board=args.board)
+    state = state_dir(config.state_dir)
+    profile = boards.resolve(config.board, "--board" if args.board else config._source)
+    header = [
+        f"effective configuration from {config._source}",
+        f"device id: {device_id(config.device_id)}",
+        f"board: {config.board}" + (f" -> {profile.name}" if profile.name != config.board else ""),
+        f"state directory: {state}",
+        f"workspace: {config.workspace or state / 'workspace'}",
+        "secrets are never inline: only the names of their variables and files are shown",
+    ]
+    text = render_effective(config, header)
+    # Belt and braces: anything shaped like a credential (a URL with a password, a token someone
+    # pasted into a description) is redacted like tool output.
+    print(Scrubber().scrub(text), end="")
+    return EXIT_OK
+
+
+def cmd_config_init(args: argparse.Namespace) -> int:
+    from edgeclaw.config.render import render_sample
+
+    text = render_sample()
+    if not args.file:
+        print(text, end="")
+        return EXIT_OK
+    try:
+        with open(args.file, "x", encoding="utf-8") as f:  # "x": never overwrite a config
+            f.write(text)
+    except FileExistsError:
+        print(f"edgeclaw: {args.file} exists; not overwriting it", file=sys.stderr)
+        return EXIT_REFUSED
+    except OSError as e:
+        print(f"edgeclaw: cannot write {args.file}: {e.strerror}", file=sys.stderr)
+        return EXIT_REFUSED
+    print(f"wrote {args.file}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from edgeclaw.config.paths import state_dir
+    from edgeclaw.daemon.control import ControlError, ask_status, socket_path
+
+    path = socket_path(state_dir(_load(args).state_dir))
+    try:
+        status = ask_status(path)
+    except ControlError as e:
+        print(f"edgeclaw: {e}", file=sys.stderr)
+        return EXIT_TOOL_ERROR
+    if args.json:
+        print(json.dumps(status, ensure_ascii=False))
+        return EXIT_OK
+    for line in _status_lines(status):
+        print(line)
+    return EXIT_OK
+
+
+def _status_lines(status: dict[str, Any]) -> list[str]:
+    """The daemon's status for a person: the daemon, its tools, its state database, each channel."""
+    board = f"{status.get('board', '?')}{' (simulated)' if status.get('simulated_board') else ''}"
+    lines = [
+        f"edgeclaw {status.get('version', '?')} (pid {status.get('pid', '?')}): {status.get('state', '?')}, "
+        f"up {_duration(status.get('uptime_s', 0))}",
+        f"device {status.get('device', '?')}, board {board}",
+    ]
+    tools = status.get("tools") or {}
+    if tools:
+        lines.append(
+            f"tools: {tools.get('registered', 0)} registered, {tools.get('in_flight', 0)} running; "
+            f"{tools.get('calls', 0)} calls ({tools.get('errors', 0)} failed, "
+            f"{tools.get('refused', 0)} refused)"
+        )
+    state_db = status.get("state_db")
+    if isinstance(state_db, dict):
+        words = ", ".join(f"{k}: {v}" for k, v in state_db.items() if v not in (None, "", [], {}))
+        lines.append(f"state database: {words or 'ok'}")
+    for name, snapshot in (status.get("channels") or {}).items():
+        if isinstance(snapshot, dict) and snapshot:
+            words = ", ".join(f"{k} {v}" for k, v in snapshot.items() if not isinstance(v, dict | list))
+            lines.append(f"{name}: {words}")
+        else:
+            lines.append(f"{name}: running")
+    return lines
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {secs}s" if minutes else f"{secs}s"
+
+
 def cmd_config_check(args: argparse.Namespace) -> int:
     from edgeclaw.config import find_config_path, load_config
     from edgeclaw.daemon.runtime import build_runtime
@@ -361,7 +485,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "chat": cmd_chat,
     "tools": cmd_tools_list,
     "tool": cmd_tool_call,
-    "config": cmd_config_check,
+    "config": cmd_config,
+    "status": cmd_status,
     "board": cmd_board,
     "doctor": cmd_doctor,
     "approvals": cmd_approvals,
@@ -369,9 +494,42 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse, letting `tool call`'s JSON come after the options (`tool call i2c --board sim '{..}'`).
+
+    argparse fills an optional positional at its first chance, so a JSON written after the
+    options is left over; it is taken here, and anything else left over is an error as usual.
+    """
+    args, extra = parser.parse_known_args(argv)
+    if (
+        extra
+        and getattr(args, "command", None) == "tool"
+        and getattr(args, "args", "") is None
+        and len(extra) == 1
+        and not extra[0].startswith("-")
+    ):
+        args.args, extra = extra[0], []
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if getattr(args, "command", None) == "tool" and args.args is None:
+        args.args = "{}"
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # `edgeclaw ... | head`: the reader has gone. Say nothing more (no traceback) and keep the
+        # interpreter's final flush from failing again on the closed pipe.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     if args.command is None:
         parser.print_help()
         return EXIT_REFUSED
@@ -380,7 +538,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from edgeclaw.errors import ConfigErrors, EdgeclawError  # no imports of its own: --version stays fast
 
     try:
-        return COMMANDS[args.command](args)
+        status = COMMANDS[args.command](args)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at interpreter exit
+        return status
     except ConfigErrors as e:
         # A bad config or board profile refuses the command (exit 2); config check and doctor report theirs.
         _print_config_errors(e)

@@ -12,12 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from typing import Any
 
 from edgeclaw import __version__
 from edgeclaw.config.schema import Config
+from edgeclaw.daemon.control import ControlServer, socket_path
 from edgeclaw.daemon.runtime import Runtime, build_runtime
 from edgeclaw.daemon.sdnotify import LoopWatchdog, SystemdNotifier
 
@@ -58,13 +62,52 @@ class Daemon:
         self.runtime: Runtime | None = None
         self._stop = asyncio.Event()
         self.ready = asyncio.Event()
+        self._entered: list[object] = []  # the services, once entered (for status)
+        self._started = time.time()
 
     def request_stop(self) -> None:
         self._stop.set()
 
-    async def run(self) -> int:
-        import os
+    def status(self) -> dict[str, Any]:
+        """What `edgeclaw status` shows: the daemon, its tools, its state and each channel."""
+        runtime = self.runtime
+        state = "stopping" if self._stop.is_set() else ("serving" if self.ready.is_set() else "starting")
+        out: dict[str, Any] = {
+            "version": __version__,
+            "pid": os.getpid(),
+            "state": state,
+            "started": round(self._started, 3),
+            "uptime_s": round(time.time() - self._started, 1),
+        }
+        if runtime is None:
+            return out
+        out.update(
+            device=runtime.device_id,
+            board=runtime.board.name,
+            simulated_board=runtime.board.simulated,
+            workspace=str(runtime.workspace),
+            state_dir=str(runtime.state_dir),
+            tools={
+                "registered": len(runtime.registry.names()),
+                "in_flight": runtime.registry.in_flight,
+                **runtime.registry.stats.totals(),
+            },
+        )
+        health = getattr(runtime, "state_health", None)
+        if health is not None:
+            out["state_db"] = health.as_dict() if hasattr(health, "as_dict") else health
+        channels: dict[str, Any] = {}
+        for service in self._entered:
+            snapshot = getattr(service, "status_snapshot", None)
+            name = str(getattr(service, "name", type(service).__name__))
+            try:
+                channels[name] = snapshot() if callable(snapshot) else {}
+            except Exception as e:  # one channel's trouble must not hide the rest
+                channels[name] = {"error": f"{type(e).__name__}: {e}"}
+        out["channels"] = channels
+        return out
 
+    async def run(self) -> int:
         environ = os.environ if self.environ is None else self.environ
         notifier = SystemdNotifier.from_env(environ)
         loop = asyncio.get_running_loop()
@@ -86,7 +129,9 @@ class Daemon:
             try:
                 async with AsyncExitStack() as stack:
                     for factory in self.services:
-                        await stack.enter_async_context(factory(runtime))
+                        self._entered.append(await stack.enter_async_context(factory(runtime)))
+                    control = ControlServer(socket_path(runtime.state_dir), self.status)
+                    await stack.enter_async_context(control)
                     watchdog = LoopWatchdog.from_env(notifier, environ)
                     if watchdog is not None:
                         await stack.enter_async_context(watchdog)

@@ -1,4 +1,4 @@
-"""The sim board's parts in one place (blueprint §3.4), so tests and the daemon share one set.
+"""The sim board's parts in one place (see docs/hardware.md), so tests and the daemon share one set.
 
 I2C bus 1: TMP102 at 0x48, 24C32 EEPROM at 0x50 (its contents kept in the
 state directory), BME280 at 0x76. SPI 0.0: an MCP3008 with a fixed voltage

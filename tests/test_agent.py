@@ -265,6 +265,79 @@ async def test_stop_cancels_the_turn_in_flight(llm, agent_for):
     assert not reply.ok and reply.text == "Stopped."
 
 
+async def _until(predicate, what: str, timeout: float = 5) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await predicate():
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
+
+
+async def test_stop_ends_a_slow_call_and_says_what_it_stopped(agent_for):
+    agent = agent_for({}, [])
+    pulse = '/call gpio {"action": "pulse", "pin": "led", "duration_ms": 8000}'
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    call = asyncio.create_task(agent.handle(msg(pulse)))
+
+    async def running() -> bool:
+        return "now: running /call gpio" in (await agent.handle(msg("/status"))).text
+
+    await _until(running, "the pulse to be the session's turn")
+    stop = await agent.handle(msg("/stop"))
+    assert stop.text == "Stopping /call gpio."
+    reply = await asyncio.wait_for(call, 3)
+    assert not reply.ok and reply.text == "Stopped."
+    assert loop.time() - started < 4  # long before the 8 s pulse would have ended
+    # The pulse was cut short the way the backend promises: the output is not left on.
+    read = await agent.handle(msg('/call gpio {"action": "read", "pin": "led"}'))
+    assert read.ok and "inactive" in read.text
+    assert "now: idle" in (await agent.handle(msg("/status"))).text
+    assert (await agent.handle(msg("/stop"))).text == "Nothing is running."
+
+
+async def test_a_call_waits_for_the_sessions_turn_like_any_message(llm, agent_for):
+    llm.reply(Scripted(hang_s=0.6, body=openai_text("done").body))
+    agent = agent_for({"local": openai_cfg(llm)}, ["local"])
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    turn = asyncio.create_task(agent.handle(msg("slow")))
+    await asyncio.sleep(0.2)
+    call = await agent.handle(msg("/call session_status {}"))
+    assert call.ok and loop.time() - started >= 0.55  # serial within the session
+    assert (await turn).text == "done"
+
+
+async def test_status_keeps_the_session_apart_from_the_device(agent_for):
+    agent = agent_for({}, [])
+    for _ in range(3):
+        assert (await agent.handle(msg("/call session_status {}", chat="other"))).ok
+    assert not (await agent.handle(msg('/call read_file {"path": "../x"}'))).ok
+    text = (await agent.handle(msg("/status"))).text
+    session, device = text.split("device (all sessions, since start):")
+    assert "this session (cli:t1):" in session and "conversation: empty" in session
+    assert "tool calls: 1 (1 failed or refused)" in session and "now: idle" in session
+    assert "tool calls: 4 (0 failed, 1 refused)" in device and "models: none configured" in device
+    assert "board: sim" in device and "cli:t1" not in device
+
+
+async def test_help_for_a_tool_lists_its_arguments_from_the_schema(agent_for):
+    agent = agent_for({}, [])
+    text = (await agent.handle(msg("/help i2c"))).text
+    assert text.startswith("i2c (hardware): I2C bus access")
+    lines = {line.split()[0]: line for line in text.splitlines()[2:] if line.startswith("  ")}
+    assert "one of scan, read_byte" in lines["action"] and "required" in lines["action"]
+    assert "integer 0..255, required: bus number" in lines["bus"]
+    assert "integer 0..127 or string (matching ^0[xX]" in lines["address"] and "optional" in lines["address"]
+    assert "array of integer 0..255 (at most 4096 items)" in lines["data"]
+    assert list(lines)[:2] == ["action", "bus"]  # required first
+    assert 'example: /call i2c {"action": "scan", "bus": 0}' in text
+    assert "arguments: none" in (await agent.handle(msg("/help hardware_info"))).text
+    unknown = await agent.handle(msg("/help warp_drive"))
+    assert not unknown.ok and "no tool named 'warp_drive'" in unknown.text
+    assert "/help TOOL" in (await agent.handle(msg("/help"))).text
+
+
 async def test_sessions_are_serial_inside_and_concurrent_across(llm, agent_for):
     llm.reply(*[Scripted(hang_s=0.4, body=openai_text(f"r{i}").body) for i in range(4)])
     agent = agent_for({"local": openai_cfg(llm)}, ["local"])

@@ -8,7 +8,8 @@ or `max_iterations` is reached.
 
 Turns are serial within a session (a lock per session key) and concurrent
 across sessions. Each turn runs in its own task so `/stop` (or Ctrl-C on a
-terminal, or shutdown) cancels just that turn.
+terminal, or shutdown) cancels just that turn. A `/call` is a turn too: a tool
+can run as long as a model turn, and must be as stoppable.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from edgeclaw import __version__
-from edgeclaw.agent import history, slash
+from edgeclaw.agent import history, slash, tool_help
 from edgeclaw.agent.channel import InboundMessage, Reply
 from edgeclaw.agent.messages import Message
 from edgeclaw.agent.prompt import PromptBuilder
@@ -31,6 +32,7 @@ from edgeclaw.errors import EdgeclawError
 from edgeclaw.store.sessions import SessionStore
 from edgeclaw.tools.base import ToolContext
 from edgeclaw.tools.registry import Registry
+from edgeclaw.wording import plural
 
 log = logging.getLogger("edgeclaw.agent")
 
@@ -67,6 +69,7 @@ class AgentLoop:
         # session keys come from callers (MQTT's "session") and must not pile up for the daemon's life.
         self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         self._turns: dict[str, asyncio.Task[tuple[str, bool]]] = {}
+        self._turn_labels: dict[str, str] = {}  # what each running turn is, for /stop and /status
         self._stopping = False
         # Called with the session key when a conversation ends (/new): e.g. stop its background processes.
         self.session_end_hooks: list[Callable[[str], Awaitable[object]]] = []
@@ -75,25 +78,30 @@ class AgentLoop:
     async def handle(self, msg: InboundMessage) -> Reply:
         key = msg.session_key
         command = slash.parse(msg.text)
+        if command is not None and command.name == "call":
+            tool, _ = slash.split_call(command.argument)
+            return await self._as_turn(msg, f"/call {tool}".rstrip(), lambda: self._slash_reply(command, msg))
         if command is not None:
-            try:
-                text, ok = await self._slash(command, msg)
-            except Exception as e:  # the store or a hook failed: answer, never take the channel down
-                # Our own errors carry a message meant for people; anything else is a bug worth a traceback.
-                unexpected = not isinstance(e, EdgeclawError)
-                log.error("/%s failed in session %s: %s", command.name, key, e, exc_info=unexpected)
-                text, ok = f"error: /{command.name} failed: {type(e).__name__}: {e}", False
+            text, ok = await self._slash_reply(command, msg)
             return Reply(text, key, ok, msg)
         if not msg.text.strip():
             return Reply("(empty message) " + slash.HELP.splitlines()[0], key, False, msg)
         if not self.chain:
             return Reply(NO_MODEL, key, False, msg)
+        return await self._as_turn(msg, "the model's turn", lambda: self._turn(key, msg))
+
+    async def _as_turn(
+        self, msg: InboundMessage, label: str, body: Callable[[], Awaitable[tuple[str, bool]]]
+    ) -> Reply:
+        """Run `body` as the session's turn: serial with its other turns, in its own task, stoppable."""
+        key = msg.session_key
         async with self._session_lock(key):
             # Checked under the lock: a message queued behind a turn that shutdown cancelled must not start.
             if self._stopping:
                 return Reply(SHUTTING_DOWN, key, False, msg)
-            turn = asyncio.create_task(self._turn(key, msg))
+            turn: asyncio.Task[tuple[str, bool]] = asyncio.ensure_future(body())
             self._turns[key] = turn
+            self._turn_labels[key] = label
             try:
                 await asyncio.wait({turn})
             except asyncio.CancelledError:
@@ -104,6 +112,7 @@ class AgentLoop:
                 raise
             finally:
                 self._turns.pop(key, None)
+                self._turn_labels.pop(key, None)
         if turn.cancelled():
             return Reply("Stopped.", key, False, msg)
         error = turn.exception()
@@ -129,7 +138,7 @@ class AgentLoop:
                 del self._locks[key]
 
     def stop_turn(self, session_key: str) -> bool:
-        """Cancel the turn running in this session, if any."""
+        """Cancel the turn (a model turn or a `/call`) running in this session, if any."""
         turn = self._turns.get(session_key)
         if turn is None or turn.done():
             return False
@@ -217,12 +226,27 @@ class AgentLoop:
                 return
 
     # -- slash commands ----------------------------------------------------
+    async def _slash_reply(self, command: slash.SlashCommand, msg: InboundMessage) -> tuple[str, bool]:
+        try:
+            return await self._slash(command, msg)
+        except Exception as e:  # the store or a hook failed: answer, never take the channel down
+            # Our own errors carry a message meant for people; anything else is a bug worth a traceback.
+            unexpected = not isinstance(e, EdgeclawError)
+            log.error("/%s failed in session %s: %s", command.name, msg.session_key, e, exc_info=unexpected)
+            return f"error: /{command.name} failed: {type(e).__name__}: {e}", False
+
     async def _slash(self, command: slash.SlashCommand, msg: InboundMessage) -> tuple[str, bool]:
         key = msg.session_key
         ctx = self._context(msg)
         name = command.name
         if name in ("help", "?"):
-            return slash.HELP, True
+            if not command.argument:
+                return slash.HELP, True
+            wanted = command.argument.split()[0].removeprefix("/")
+            info = next((i for i in self.registry.infos(ctx) if i.name == wanted), None)
+            if info is None:
+                return f"no tool named {wanted!r} may be called here; /tools lists those that may", False
+            return tool_help.describe_tool(info), True
         if name == "tools":
             infos = self.registry.infos(ctx)
             if not infos:
@@ -236,11 +260,14 @@ class AgentLoop:
             outcome = await self.registry.execute(tool, args, ctx)
             if not outcome.ok:
                 return f"error: {outcome.error}", False
-            return outcome.for_user if outcome.for_user is not None else outcome.for_llm, True
+            # A command's output ends with a newline; a reply does not (it would show as a blank row).
+            text = outcome.for_user if outcome.for_user is not None else outcome.for_llm
+            return text.rstrip("\n") or "(no output)", True
         if name == "status":
             return self._status(key), True
         if name == "stop":
-            return ("Stopping the turn in progress." if self.stop_turn(key) else "Nothing is running."), True
+            label = self._turn_labels.get(key, "the turn")
+            return (f"Stopping {label}." if self.stop_turn(key) else "Nothing is running."), True
         if name == "new":
             if key in self._turns:
                 return "A turn is in progress; /stop it first.", False
@@ -256,24 +283,33 @@ class AgentLoop:
         return f"unknown command /{name}\n{slash.HELP}", False
 
     def _status(self, key: str) -> str:
-        lines = [f"edgeclaw {__version__}"]
-        lines += [f"{k}: {v}" for k, v in self.facts.items() if v]
+        """Two blocks: what belongs to this session, and what is the device's (every session's)."""
+        lines = [f"edgeclaw {__version__}", f"this session ({key}):"]
+        summary = self.sessions.summary(key)
+        lines.append(
+            f"  conversation: {plural(summary.messages, 'message')}, ~{plural(summary.tokens, 'token')}"
+            if summary is not None
+            else "  conversation: empty"
+        )
+        mine = self.registry.stats.sessions.get(key)
+        calls = mine.calls if mine is not None else 0
+        failed = mine.errors if mine is not None else 0
+        lines.append(f"  tool calls: {calls}" + (f" ({failed} failed or refused)" if failed else ""))
+        label = self._turn_labels.get(key)
+        lines.append(f"  now: running {label}" if key in self._turns and label else "  now: idle")
+        lines.append("device (all sessions, since start):")
+        lines += [f"  {k}: {v}" for k, v in self.facts.items() if v]
         if not self.chain:
-            lines.append("models: none configured (slash commands only)")
+            lines.append("  models: none configured (slash commands only)")
         for provider in self.chain.providers:
             h = self.chain.health[provider.name]
             state = "not tried yet" if h.ok is None else ("ok" if h.ok else f"failing: {h.last_error}")
-            lines.append(f"model {provider.name} ({provider.kind}, {provider.model}): {state}")
-        summary = self.sessions.summary(key)
-        if summary is not None:
-            lines.append(f"session {key}: {summary.messages} messages, ~{summary.tokens} tokens")
-        else:
-            lines.append(f"session {key}: empty")
+            lines.append(f"  model {provider.name} ({provider.kind}, {provider.model}): {state}")
         totals = self.registry.stats.totals()
         lines.append(
-            f"tool calls: {totals['calls']} ({totals['errors']} failed, {totals['refused']} refused)"
+            f"  tool calls: {totals['calls']} ({totals['errors']} failed, {totals['refused']} refused)"
         )
-        lines.append("turn in progress" if key in self._turns else "idle")
+        lines.append(f"  sessions with a turn running: {len(self._turns)}")
         return "\n".join(lines)
 
 

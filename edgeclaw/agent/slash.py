@@ -10,11 +10,15 @@ from dataclasses import dataclass
 
 HELP = """Commands:
   /help                 this list
+  /help TOOL            a tool's arguments: names, types, which are required
   /tools                the tools you may call here
   /call TOOL {json}     call a tool, e.g. /call session_status {}
-  /status               device, model and session status
-  /stop                 stop the turn in progress
+  /status               this session's state, then the device's
+  /stop                 stop the turn in progress (the model's, or a /call)
   /new                  start a fresh conversation (the old one is archived)"""
+
+# What Tab completes on the console and what `/help` lists; kept beside HELP so they cannot drift.
+COMMANDS = ("help", "tools", "call", "status", "stop", "new")
 
 
 @dataclass(frozen=True)

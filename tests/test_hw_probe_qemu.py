@@ -381,6 +381,22 @@ async def test_gdb_flash_through_vflash_packets_against_a_stub_with_a_memory_map
         await server.wait_closed()
 
 
+async def test_gdb_flash_refuses_an_image_that_runs_past_the_flash_region():
+    # Falling back to plain memory writes would have written whatever lies after the flash region.
+    stub = FakeFlashStub()
+    server = await asyncio.start_server(stub.serve, "127.0.0.1", 0)
+    client = GdbRemoteClient("127.0.0.1", server.sockets[0].getsockname()[1])
+    try:
+        await client.connect()
+        with pytest.raises(TargetError, match="runs past the end of the target's flash region"):
+            await client.flash(0x0800_3F00, b"\x11" * 0x200)
+        assert not any(p.startswith((b"vFlash", b"M", b"X")) for p in stub.log)  # nothing written
+    finally:
+        await client.close()
+        server.close()
+        await server.wait_closed()
+
+
 class FakeRegisterStub(FakeFlashStub):
     """A stub without a target description; `p` answers per register, or not at all."""
 

@@ -267,3 +267,53 @@ def test_make_dirs_does_not_follow_a_symlink_raced_in(ws: Workspace, base: Path)
     with pytest.raises(ToolRefused, match="became a symlink"):
         ws.make_dirs(target.parent)
     assert not (base / "outside" / "made").exists()
+
+
+# -- read_file: the one way every reader takes ------------------------------------------------------
+
+
+def test_read_file_reads_through_one_checked_descriptor(ws: Workspace, base: Path) -> None:
+    content = ws.read_file(ws.resolve("sub/a.txt"))
+    assert content.data == b"a\n" and content.size == 2 and not content.truncated
+
+
+def test_read_file_refuses_a_symlink_met_at_any_component(ws: Workspace, base: Path) -> None:
+    # Both were fine when resolved; then the file, or a directory above it, became a symlink out.
+    target = ws.resolve("sub/a.txt")
+    (ws.root / "sub" / "a.txt").unlink()
+    (ws.root / "sub" / "a.txt").symlink_to(base / "outside" / "secret")
+    with pytest.raises(ToolRefused, match="symlink"):
+        ws.read_file(target)
+    (ws.root / "sub").rename(base / "sub-away")
+    (ws.root / "sub").symlink_to(base / "outside")
+    with pytest.raises(ToolRefused, match="became a symlink"):
+        ws.read_file(ws.root / "sub" / "secret")
+
+
+def test_read_file_checks_type_links_and_size_on_the_descriptor(ws: Workspace, base: Path) -> None:
+    os.mkfifo(ws.root / "pipe")
+    with pytest.raises(ToolError, match="not a regular file"):
+        ws.read_file(ws.root / "pipe")  # and does not hang: opened non-blocking
+    with pytest.raises(workspace.IsADirectory):
+        ws.read_file(ws.root / "sub")
+    os.link(base / "outside" / "secret", ws.root / "linked")
+    with pytest.raises(ToolRefused, match="2 hard links"):
+        ws.read_file(ws.root / "linked")
+    (ws.root / "big").write_bytes(b"x" * 100)
+    with pytest.raises(workspace.FileTooLarge, match="100 bytes, over the 99 bytes file limit") as info:
+        ws.read_file(ws.root / "big", limit=99)
+    assert info.value.size == 100
+    cut = ws.read_file(ws.root / "big", limit=10, cut=True)
+    assert cut.data == b"x" * 10 and cut.truncated and cut.size == 100
+
+
+def test_a_link_swapped_while_being_resolved_is_a_refusal(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # os.path.realpath reads a link lstat saw a moment before; a swap in between makes it fail.
+    def racing_realpath(path: str) -> str:
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(workspace.os.path, "realpath", racing_realpath)
+    with pytest.raises(ToolRefused, match="changed while being checked"):
+        ws.resolve("sub/a.txt")

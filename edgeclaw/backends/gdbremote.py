@@ -406,9 +406,13 @@ class GdbRemoteClient:
         """Program `image` at `base`; returns how ("vFlash" or "memory writes, verified")."""
         report = progress or (lambda phase, done, total: None)
         regions = await self.flash_regions()
-        region = next(
-            (r for r in regions if r.start <= base and base + len(image) <= r.start + r.length), None
-        )
+        region = next((r for r in regions if r.start <= base < r.start + r.length), None)
+        if region is not None and base + len(image) > region.start + region.length:
+            # Plain memory writes past a flash region's end would land in whatever follows it.
+            raise TargetError(
+                f"a {len(image)}-byte image at 0x{base:08x} runs past the end of the target's flash "
+                f"region 0x{region.start:08x}-0x{region.start + region.length - 1:08x}"
+            )
         if region is not None:
             start = base - (base - region.start) % region.blocksize
             end = base + len(image)

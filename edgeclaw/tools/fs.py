@@ -32,7 +32,7 @@ from typing import Any, ClassVar, ParamSpec, TypeVar
 
 from edgeclaw.errors import ToolError, ToolRefused
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
-from edgeclaw.tools.workspace import Workspace
+from edgeclaw.tools.workspace import FileTooLarge, IsADirectory, Workspace, format_size, refuse_hard_links
 
 __all__ = [
     "EditFileTool",
@@ -74,17 +74,6 @@ def _os_error(verb: str, shown: str, exc: OSError) -> ToolError:
     return ToolError(f"cannot {verb} {shown}: {exc.strerror or exc}")
 
 
-def _fmt_size(n: int) -> str:
-    if n < 1024:
-        return f"{n} bytes"
-    size = float(n)
-    for unit in ("KiB", "MiB", "GiB"):
-        size /= 1024
-        if size < 1024 or unit == "GiB":
-            break
-    return f"{size:.1f} {unit} ({n} bytes)"
-
-
 def _split_lines(text: str) -> list[str]:
     """Lines split on '\\n' only (not `str.splitlines`, whose extra separators shift line numbers)."""
     if not text:
@@ -120,8 +109,8 @@ def _encode(content: str, ws: Workspace, shown: str) -> bytes:
         raise ToolError(f"content for {shown} is not encodable as UTF-8: {exc.reason}") from exc
     if len(data) > ws.max_file_bytes:
         raise ToolRefused(
-            f"refused: content for {shown} is {_fmt_size(len(data))}, "
-            f"over the {_fmt_size(ws.max_file_bytes)} file limit"
+            f"refused: content for {shown} is {format_size(len(data))}, "
+            f"over the {format_size(ws.max_file_bytes)} file limit"
         )
     return data
 
@@ -130,34 +119,16 @@ def _encode(content: str, ws: Workspace, shown: str) -> bytes:
 
 
 def _read_bytes(ws: Workspace, path: Path, shown: str) -> bytes:
-    """The whole regular file at `path`, refusing oversized and binary files."""
+    """The whole regular file at `path` (one safe open, see `Workspace.read_file`), refusing binary files."""
     try:
-        # O_NONBLOCK: opening a FIFO must not hang the call; it is refused below anyway.
-        fd = ws.open(path, os.O_RDONLY | os.O_NONBLOCK, shown=shown)
+        data = ws.read_file(path, shown=shown).data
+    except IsADirectory:
+        raise ToolError(f"{shown} is a directory; use list_files") from None
     except OSError as exc:
         raise _os_error("read", shown, exc) from exc
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise ToolError(f"{shown} is a directory; use list_files")
-        if not stat.S_ISREG(st.st_mode):
-            raise ToolError(f"{shown} is not a regular file")
-        _refuse_hard_links(st, shown)
-        if st.st_size > ws.max_file_bytes:
-            raise ToolRefused(_too_big(ws, shown, st.st_size))
-        try:
-            data = f.read(ws.max_file_bytes + 1)  # +1: notice a file that grew after fstat
-        except OSError as exc:
-            raise _os_error("read", shown, exc) from exc
-    if len(data) > ws.max_file_bytes:
-        raise ToolRefused(_too_big(ws, shown, len(data)))
     if _is_binary(data):
-        raise ToolError(f"{shown} is a binary file ({_fmt_size(len(data))}); only text files can be shown")
+        raise ToolError(f"{shown} is a binary file ({format_size(len(data))}); only text files can be shown")
     return data
-
-
-def _too_big(ws: Workspace, shown: str, size: int) -> str:
-    return f"refused: {shown} is {_fmt_size(size)}, over the {_fmt_size(ws.max_file_bytes)} file limit"
 
 
 def _read_text(ws: Workspace, path: Path, shown: str, *, strict: bool) -> str:
@@ -177,20 +148,6 @@ def _ensure_parent(ws: Workspace, path: Path, shown: str) -> int:
         return ws.make_dirs(path.parent)
     except OSError as exc:
         raise _os_error("create the directory for", shown, exc) from exc
-
-
-def _refuse_hard_links(st: os.stat_result, shown: str) -> None:
-    """Refuse a file with more than one name: another name may lie outside the workspace.
-
-    A hard link is not a symlink: nothing about the name inside says where else
-    the file lives, so reading it could show, and appending could change, a
-    file outside. (write_file and edit_file replace the name, never the file.)
-    """
-    if st.st_nlink > 1:
-        raise ToolRefused(
-            f"refused path {shown!r}: it has {st.st_nlink} hard links, and another one may lie "
-            "outside the workspace"
-        )
 
 
 def _atomic_write(ws: Workspace, path: Path, data: bytes, shown: str) -> bool:
@@ -254,7 +211,7 @@ def _append(ws: Workspace, path: Path, data: bytes, shown: str) -> int:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise ToolError(f"{shown} is not a regular file")
-            _refuse_hard_links(st, shown)
+            refuse_hard_links(st, shown)
             try:
                 # Two appends racing (big ones run in threads) would both pass the size check
                 # below and together pass the limit. Never wait: the event loop may be the caller.
@@ -264,8 +221,8 @@ def _append(ws: Workspace, path: Path, data: bytes, shown: str) -> int:
             st = os.fstat(fd)  # the size now that nobody else is appending
             if st.st_size + len(data) > ws.max_file_bytes:
                 raise ToolRefused(
-                    f"refused: appending {_fmt_size(len(data))} would make {shown} "
-                    f"{_fmt_size(st.st_size + len(data))}, over the {_fmt_size(ws.max_file_bytes)} limit"
+                    f"refused: appending {format_size(len(data))} would make {shown} "
+                    f"{format_size(st.st_size + len(data))}, over the {format_size(ws.max_file_bytes)} limit"
                 )
             try:
                 _write_all(fd, data)
@@ -513,7 +470,7 @@ class ReadFileTool(_FsTool):
         if not stat.S_ISREG(st.st_mode):  # refused before opening: opening a device can act on it
             raise ToolError(f"{shown} is not a regular file")
         if st.st_size > self.ws.max_file_bytes:
-            raise ToolRefused(_too_big(self.ws, shown, st.st_size))
+            raise FileTooLarge(shown, st.st_size, self.ws.max_file_bytes)
         return _ReadPlan(path, shown, st.st_size, start, end)
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
@@ -564,7 +521,7 @@ class WriteFileTool(_ContentTool):
         created = await asyncio.to_thread(_atomic_write, self.ws, path, data, shown)
         lines = len(_split_lines(data.decode("utf-8")))
         verb = "created" if created else "overwrote"
-        return _result(f"{verb} {shown} ({_fmt_size(len(data))}, {lines} lines)")
+        return _result(f"{verb} {shown} ({format_size(len(data))}, {lines} lines)")
 
 
 class EditFileTool(_FsTool):
@@ -630,7 +587,7 @@ class FileAppendTool(_ContentTool):
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
         path, shown, data = self._prepare(args)
         size = await _blocking(len(data), _append, self.ws, path, data, shown)
-        return _result(f"appended {_fmt_size(len(data))} to {shown} (now {_fmt_size(size)})")
+        return _result(f"appended {format_size(len(data))} to {shown} (now {format_size(size)})")
 
 
 class ListFilesTool(_FsTool):
@@ -771,7 +728,7 @@ class SearchTool(_FsTool):
         elif hits:
             lines.append(f"({len(hits)} matches in {files} files)")
         if too_big:
-            lines.append(f"(skipped {too_big} files over the {_fmt_size(self.ws.max_file_bytes)} limit)")
+            lines.append(f"(skipped {too_big} files over the {format_size(self.ws.max_file_bytes)} limit)")
         lines.extend(walk.notes())
         return _result("\n".join(lines))
 
@@ -799,11 +756,12 @@ class SearchTool(_FsTool):
             candidates = iter([(start, None)])
         try:
             for path, dir_fd in candidates:
-                data = self._load(path, dir_fd)
-                if data is None or _is_binary(data):
-                    continue
-                if len(data) > self.ws.max_file_bytes:
+                try:
+                    data = self._load(path, dir_fd)
+                except FileTooLarge:
                     too_big += 1
+                    continue
+                if data is None or _is_binary(data):
                     continue
                 shown = self.ws.display(path)
                 matched = False
@@ -831,25 +789,15 @@ class SearchTool(_FsTool):
         return _matches(glob_re, subject, deadline, full=True)
 
     def _load(self, path: Path, dir_fd: int | None) -> bytes | None:
-        """File content, one byte over the limit at most; None for unreadable or non-regular files."""
-        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+        """File content (one safe open, see `Workspace.read_file`); None for files that cannot be read:
+        unreadable, not regular, hard-linked (see `refuse_hard_links`), or a symlink raced in.
+        Raises FileTooLarge for a file over the limit."""
         try:
-            if dir_fd is None:
-                fd = self.ws.open(path, os.O_RDONLY | os.O_NONBLOCK)
-            else:
-                # Relative to the walk's verified directory descriptor, final component not followed.
-                fd = os.open(path.name, flags, dir_fd=dir_fd)
-        except (OSError, ToolRefused):
+            return self.ws.read_file(path, dir_fd=dir_fd).data
+        except FileTooLarge:
+            raise
+        except (OSError, ToolError, ToolRefused):
             return None
-        with os.fdopen(fd, "rb") as f:
-            try:
-                st = os.fstat(fd)
-                # Hard-linked files are skipped like unreadable ones (see _refuse_hard_links).
-                if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
-                    return None
-                return f.read(self.ws.max_file_bytes + 1)
-            except OSError:
-                return None
 
 
 class GlobTool(_FsTool):

@@ -25,11 +25,20 @@ Rules, in the order they are checked (`check_syntax`, then `resolve`):
   symlink is judged by its target), the path must be the root, an extra path,
   or below one of them, compared component-wise (`/ws2` is not inside `/ws`).
 
-Checking the name is not enough against a concurrent symlink swap, so files
-are opened with `O_NOFOLLOW` and the opened descriptor is checked again
-through `/proc/self/fd` (`Workspace.open`, `Workspace.open_dir`), and missing
-directories are created one level at a time without following symlinks
-(`Workspace.make_dirs`).
+Checking the name is not enough against a concurrent symlink swap: a name
+that was a regular file when it was checked can be a symlink to
+`/proc/self/environ` a moment later. So nothing is opened by its full path.
+`Workspace.open` walks from the root one component at a time, each relative
+to the descriptor of the one above and with `O_NOFOLLOW` (the resolved path
+is symlink-free, so a symlink met on the way was swapped in), and checks the
+opened descriptor again through `/proc/self/fd`; missing directories are
+created the same way (`Workspace.make_dirs`).
+
+Every reader of a workspace file (the fs tools, the system prompt's context
+files, flash images) goes through `Workspace.read_file`: one such open, then
+type, link count and size checked with `fstat` on that descriptor, and the
+bytes read from it, never more than the limit. Whatever was checked is what
+is read.
 """
 
 from __future__ import annotations
@@ -46,7 +55,7 @@ from urllib.parse import unquote
 
 from edgeclaw.errors import ToolError, ToolRefused
 
-__all__ = ["Workspace"]
+__all__ = ["FileContent", "FileTooLarge", "IsADirectory", "Workspace", "format_size", "refuse_hard_links"]
 
 _MAX_PATH_CHARS = 4096
 # `%` + two hex digits; decoded a few rounds deep to catch `%252e` and friends.
@@ -59,6 +68,72 @@ _SEPARATORS = re.compile(r"[/\\]")
 _PROC_FD = "/proc/self/fd"
 # stat errors that mean "nothing there" (a dangling or looping symlink counts as nothing).
 _ABSENT = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP})
+_READ_CHUNK = 64 * 1024
+# A directory met on the walk that is not one any more: O_DIRECTORY | O_NOFOLLOW on a symlink gives
+# ENOTDIR (or ELOOP); on a final component, O_NOFOLLOW gives ELOOP.
+_SWAPPED = frozenset({errno.ENOTDIR, errno.ELOOP})
+
+
+def format_size(n: int) -> str:
+    """A byte count as a person reads it: "812 bytes", "4.0 KiB (4096 bytes)"."""
+    if n < 1024:
+        return f"{n} bytes"
+    size = float(n)
+    for unit in ("KiB", "MiB", "GiB"):
+        size /= 1024
+        if size < 1024 or unit == "GiB":
+            break
+    return f"{size:.1f} {unit} ({n} bytes)"
+
+
+class FileTooLarge(ToolRefused):
+    """A workspace file over the size its reader accepts (measured on the open descriptor)."""
+
+    def __init__(self, shown: str, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(f"refused: {shown} is {format_size(size)}, over the {format_size(limit)} file limit")
+
+
+class IsADirectory(ToolError):
+    """A reader was given a directory where it needs a file."""
+
+
+@dataclass(frozen=True, slots=True)
+class FileContent:
+    """What `Workspace.read_file` read: the bytes, the size `fstat` gave, and whether it was cut."""
+
+    data: bytes
+    size: int
+    truncated: bool = False
+
+
+def refuse_hard_links(st: os.stat_result, shown: str) -> None:
+    """Refuse a file with more than one name: another name may lie outside the workspace.
+
+    A hard link is not a symlink: nothing about the name inside says where else
+    the file lives (the daemon's config, an API key file), so reading it could
+    show, and appending could change, a file outside. (write_file and edit_file
+    replace the name, never the file.)
+    """
+    if st.st_nlink > 1:
+        raise ToolRefused(
+            f"refused path {shown!r}: it has {st.st_nlink} hard links, and another one may lie "
+            "outside the workspace"
+        )
+
+
+def _read_upto(fd: int, limit: int) -> bytes:
+    """At most `limit` bytes from `fd`, up to its end."""
+    chunks: list[bytes] = []
+    left = limit
+    while left > 0:
+        chunk = os.read(fd, min(left, _READ_CHUNK))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 def _real(path: Path | str) -> Path:
@@ -160,7 +235,12 @@ class Workspace:
         """
         self.check_syntax(user_path)
         candidate = Path(user_path) if user_path.startswith("/") else self.root / user_path
-        real = _real(candidate)
+        try:
+            real = _real(candidate)
+        except OSError as exc:
+            # realpath reads a link that lstat saw a moment before: a swap in between fails it.
+            why = f"it changed while being checked ({exc.strerror or exc})"
+            raise ToolRefused(f"refused path {user_path!r}: {why}") from exc
         if not self.contains(real):
             lexical = Path(os.path.normpath(candidate))
             if self.contains(lexical):
@@ -203,25 +283,77 @@ class Workspace:
         if not self.contains(Path(target)):
             raise ToolRefused(f"refused path {shown!r}: it was redirected to {target} while being opened")
 
-    def open(self, path: Path, flags: int, mode: int = 0o666, *, shown: str = "") -> int:
-        """`os.open` a resolved path without following a final symlink, then verify the descriptor.
+    def _root_of(self, path: Path, shown: str) -> Path:
+        root = next((r for r in self._roots if path == r or path.is_relative_to(r)), None)
+        if root is None:
+            raise ToolRefused(f"refused path {shown!r}: it is outside the workspace")
+        return root
 
-        A symlink appearing at `path` after `resolve` (ELOOP) becomes a
-        refusal; other `OSError`s propagate for the caller to word.
+    def open(self, path: Path, flags: int, mode: int = 0o666, *, shown: str = "") -> int:
+        """`os.open` a resolved path without following a symlink at any component; verify the descriptor.
+
+        The walk starts at the root (or extra path) holding `path`, and opens
+        each directory below it relative to the one above with `O_NOFOLLOW`,
+        then the last component with `flags | O_NOFOLLOW`. A symlink met on the
+        way (swapped in after `resolve`) is a refusal; other `OSError`s
+        propagate for the caller to word.
         """
         shown = shown or self.display(path)
-        try:
-            fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                why = "it is a symlink loop, or became a symlink meanwhile"
-                raise ToolRefused(f"refused path {shown!r}: {why}") from exc
-            raise
+        root = self._root_of(path, shown)
+        parts = path.relative_to(root).parts
+        if not parts:
+            fd = os.open(root, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        else:
+            dir_fd = self._open_parent(root, parts[:-1], shown)
+            try:
+                fd = self.open_at(dir_fd, parts[-1], flags, mode, shown=shown, verify=False)
+            finally:
+                os.close(dir_fd)
         try:
             self.verify_fd(fd, shown)
         except BaseException:
             os.close(fd)
             raise
+        return fd
+
+    def _open_parent(self, root: Path, parts: tuple[str, ...], shown: str) -> int:
+        """The descriptor of `root/parts...`, each level opened without following a symlink."""
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            for part in parts:
+                try:
+                    below = os.open(
+                        part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
+                    )
+                except OSError as exc:
+                    if exc.errno in _SWAPPED and _is_symlink(part, fd):
+                        why = "a directory in it became a symlink during the call"
+                        raise ToolRefused(f"refused path {shown!r}: {why}") from exc
+                    raise
+                os.close(fd)
+                fd = below
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def open_at(
+        self, dir_fd: int, name: str, flags: int, mode: int = 0o666, *, shown: str, verify: bool = True
+    ) -> int:
+        """Open `name` in the verified directory `dir_fd`, never following a symlink there."""
+        try:
+            fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                why = "it is a symlink loop, or became a symlink meanwhile"
+                raise ToolRefused(f"refused path {shown!r}: {why}") from exc
+            raise
+        if verify:
+            try:
+                self.verify_fd(fd, shown)
+            except BaseException:
+                os.close(fd)
+                raise
         return fd
 
     def open_dir(self, path: Path, *, shown: str = "") -> int:
@@ -237,9 +369,7 @@ class Workspace:
         wherever the link leads before any descriptor could be checked.
         """
         shown = shown or self.display(path)
-        root = next((r for r in self._roots if path == r or path.is_relative_to(r)), None)
-        if root is None:
-            raise ToolRefused(f"refused path {shown!r}: it is outside the workspace")
+        root = self._root_of(path, shown)
         fd = self.open_dir(root)
         try:
             for part in path.relative_to(root).parts:
@@ -250,8 +380,7 @@ class Workspace:
                         part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
                     )
                 except OSError as exc:
-                    # O_DIRECTORY | O_NOFOLLOW on a symlink fails with ENOTDIR (or ELOOP).
-                    if exc.errno in (errno.ENOTDIR, errno.ELOOP) and _is_symlink(part, fd):
+                    if exc.errno in _SWAPPED and _is_symlink(part, fd):
                         why = "a directory in it became a symlink during the call"
                         raise ToolRefused(f"refused path {shown!r}: {why}") from exc
                     raise
@@ -262,6 +391,55 @@ class Workspace:
             os.close(fd)
             raise
         return fd
+
+    # -- reading a file: the one way every reader takes ------------------------
+
+    def read_file(
+        self,
+        path: Path,
+        *,
+        limit: int | None = None,
+        cut: bool = False,
+        shown: str = "",
+        dir_fd: int | None = None,
+    ) -> FileContent:
+        """The content of the regular file at the resolved `path`, read through one safe open.
+
+        Opened once (`open`, or `open_at` relative to a walk's verified
+        directory `dir_fd`); its type, link count and size are checked with
+        `fstat` on that descriptor, and the bytes come from it. At most `limit`
+        bytes (default `max_file_bytes`): a bigger file is refused
+        (`FileTooLarge`), or with `cut` its first `limit` bytes are returned,
+        marked truncated. A file that grows after the `fstat` is caught by
+        reading one byte over the limit. Raises `ToolRefused` for a symlink,
+        a redirected descriptor or a hard-linked file, `ToolError` for a
+        directory or a special file, `OSError` for the caller to word.
+        """
+        shown = shown or self.display(path)
+        limit = self.max_file_bytes if limit is None else limit
+        # O_NONBLOCK: opening a FIFO must not hang the call; it is refused below anyway.
+        flags = os.O_RDONLY | os.O_NONBLOCK
+        if dir_fd is None:
+            fd = self.open(path, flags, shown=shown)
+        else:
+            fd = self.open_at(dir_fd, path.name, flags, shown=shown)
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise IsADirectory(f"{shown} is a directory, not a file")
+            if not stat.S_ISREG(st.st_mode):
+                raise ToolError(f"{shown} is not a regular file")
+            refuse_hard_links(st, shown)
+            if st.st_size > limit and not cut:
+                raise FileTooLarge(shown, st.st_size, limit)
+            data = _read_upto(fd, limit + 1)  # +1: notice a file that grew after fstat
+        finally:
+            os.close(fd)
+        if len(data) <= limit:
+            return FileContent(data, st.st_size)
+        if not cut:
+            raise FileTooLarge(shown, max(len(data), st.st_size), limit)
+        return FileContent(data[:limit], st.st_size, truncated=True)
 
     # -- output --------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
+from pathlib import Path
 from typing import Any, ClassVar
 
 from edgeclaw.backends.hub import BoardBackends
@@ -20,7 +20,7 @@ from edgeclaw.config.schema import HardwareConfig
 from edgeclaw.errors import ToolError, ToolRefused
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
 from edgeclaw.tools.hardware.common import bytes_schema, data_bytes, hex_dump, int_or_hex, number, result
-from edgeclaw.tools.workspace import Workspace
+from edgeclaw.tools.workspace import FileTooLarge, Workspace
 
 log = logging.getLogger("edgeclaw.tools.probe")
 
@@ -84,7 +84,8 @@ class ProbeTool(Tool):
             f"{self.profile.name} profile (granted: {granted})"
         )
 
-    def _flash_plan(self, grant: ProbeGrant, args: Args) -> tuple[int, str]:
+    def _flash_target(self, grant: ProbeGrant, args: Args) -> tuple[int, Path]:
+        """Where to program, and the resolved image path; the image itself is judged on what is read."""
         if not grant.flash:
             raise ToolRefused(f"flashing the target is not granted by the {self.profile.name} profile")
         if self.workspace is None:
@@ -92,16 +93,35 @@ class ProbeTool(Tool):
         if "path" not in args:
             raise ToolRefused("argument 'path' (the image file, in the workspace) is required for flash")
         base = number(args, "base", lo=0, hi=0xFFFF_FFFF, default=grant.flash_base)
-        path = self.workspace.resolve(args["path"], must_exist=True)
-        size = path.stat().st_size
-        if size == 0:
-            raise ToolRefused(f"{args['path']!r} is empty")
-        if base < grant.flash_base or base + size > grant.flash_base + grant.flash_size:
+        if not grant.flash_base <= base < grant.flash_base + grant.flash_size:
+            raise ToolRefused(f"0x{base:08x} is outside {self._flash_area(grant)}")
+        return base, self.workspace.resolve(args["path"], must_exist=True)
+
+    def _flash_area(self, grant: ProbeGrant) -> str:
+        end = grant.flash_base + grant.flash_size - 1
+        return f"the flash area 0x{grant.flash_base:08x}-0x{end:08x} of the {self.profile.name} profile"
+
+    def _load_image(self, grant: ProbeGrant, base: int, path: Path, shown: str) -> bytes:
+        """The image, read through one safe open (`Workspace.read_file`) and never more than fits.
+
+        Size and type are checked on the descriptor the bytes come from, so a
+        symlink or a bigger file swapped in after `check` cannot change what is
+        flashed: the daemon's environment, its config or key files never reach
+        the target, and nothing is written past the end of the flash area.
+        """
+        assert self.workspace is not None  # _flash_target refused otherwise
+        room = grant.flash_base + grant.flash_size - base
+        try:
+            image = self.workspace.read_file(path, limit=room, shown=shown).data
+        except FileTooLarge as e:
             raise ToolRefused(
-                f"a {size}-byte image at 0x{base:08x} does not fit the flash area 0x{grant.flash_base:08x}-"
-                f"0x{grant.flash_base + grant.flash_size - 1:08x} of the {self.profile.name} profile"
-            )
-        return base, str(path)
+                f"a {e.size}-byte image at 0x{base:08x} does not fit {self._flash_area(grant)}"
+            ) from None
+        except OSError as e:
+            raise ToolError(f"cannot read {shown!r}: {e.strerror or e}") from None
+        if not image:
+            raise ToolRefused(f"{shown!r} is empty")
+        return image
 
     async def check(self, args: Args, ctx: ToolContext) -> None:
         grant = self._grant()
@@ -115,7 +135,8 @@ class ProbeTool(Tool):
         elif action in CONTROL and not grant.control:
             raise ToolRefused(f"{action} is not granted by the {self.profile.name} profile (control = false)")
         elif action == "flash":
-            self._flash_plan(grant, args)
+            base, path = self._flash_target(grant, args)
+            await asyncio.to_thread(self._load_image, grant, base, path, args["path"])
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
         grant = self._grant()
@@ -169,11 +190,8 @@ class ProbeTool(Tool):
         return await self._flash(grant, args)
 
     async def _flash(self, grant: ProbeGrant, args: Args) -> ToolResult:
-        base, path = self._flash_plan(grant, args)
-        try:
-            image = await asyncio.to_thread(_read_image, path, grant.flash_size + 1)
-        except OSError as e:
-            raise ToolError(f"cannot read {args['path']!r}: {e.strerror}") from None
+        base, path = self._flash_target(grant, args)
+        image = await asyncio.to_thread(self._load_image, grant, base, path, args["path"])
         steps: list[str] = []
         last: dict[str, int] = {}
 
@@ -185,14 +203,9 @@ class ProbeTool(Tool):
                 last[phase] = quarter
                 line = f"{phase} {pct}% ({done}/{total} bytes)"
                 steps.append(line)
-                log.info("flashing %s: %s", os.path.basename(path), line)
+                log.info("flashing %s: %s", path.name, line)
 
         method = await self.backends.probe().flash(base, image, progress)
         payload = {"base": f"0x{base:08x}", "bytes": len(image), "method": method, "progress": steps}
         text = "\n".join([*steps, f"flashed {len(image)} bytes at 0x{base:08x} ({method})"])
         return result(payload, text)
-
-
-def _read_image(path: str, limit: int) -> bytes:
-    with open(path, "rb") as f:
-        return f.read(limit)

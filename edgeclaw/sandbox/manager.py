@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import stat
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,10 +23,10 @@ from pathlib import Path
 from edgeclaw.errors import BackendError
 from edgeclaw.sandbox.base import Limits, SandboxBackend, SandboxSpec
 from edgeclaw.sandbox.bubblewrap import BubblewrapBackend
-from edgeclaw.sandbox.cgroup import PidsCgroups
+from edgeclaw.sandbox.cgroup import SandboxCgroups, layout_reason
 from edgeclaw.sandbox.firejail import FirejailBackend
 from edgeclaw.sandbox.host import HostBackend
-from edgeclaw.sandbox.process import ChildProcess, Launch
+from edgeclaw.sandbox.process import MIB, ChildProcess, DiskReserve, Launch, parent_death_launcher
 
 log = logging.getLogger("edgeclaw.sandbox")
 
@@ -39,7 +40,11 @@ _PROBE_CACHE: dict[tuple[str, str, int], str | None] = {}
 
 
 class SandboxUnavailable(BackendError):
-    """No backend that the configuration accepts works on this machine."""
+    """No backend that the configuration accepts works on this machine (or may run a command now)."""
+
+
+class NoRoomToRun(SandboxUnavailable):
+    """The workspace's file system is under the reserve kept for the daemon: nothing is started."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,21 @@ class SandboxSettings:
     pids_cgroup: str = "auto"
     etc_allow: tuple[str, ...] | None = None  # None = the built-in list
     hide_paths: tuple[Path, ...] = ()
+    # All sandboxed commands of this process together (a memory cgroup); 0 = no such bound.
+    max_total_memory_bytes: int = 512 * MIB
+    # Free space commands must leave on the workspace's file system; 0 = no reserve.
+    disk_reserve_bytes: int = 64 * MIB
+
+
+def is_setuid(binary: str | None) -> bool:
+    """Whether the backend's program is setuid or setgid (the kernel then drops a parent-death signal)."""
+    if not binary:
+        return False
+    try:
+        mode = os.stat(binary).st_mode
+    except OSError:
+        return False
+    return bool(mode & (stat.S_ISUID | stat.S_ISGID))
 
 
 def make_backend(name: str, settings: SandboxSettings) -> SandboxBackend:
@@ -96,12 +116,16 @@ async def _smoke(backend: SandboxBackend, limits: Limits) -> str | None:
         token = secrets.token_hex(4)
         # Writes into the workspace and echoes: both must work for the backend to be of use.
         script = f"echo {token} > probe && cat probe && echo {_SMOKE_WORD}"
+        # Started the way real commands are (parent-death signal, the guard for a setuid
+        # program), so a chain that cannot work here fails the probe, not the first command.
         launch = Launch(
             argv=backend.wrap(["/bin/sh", "-c", script], spec),
             env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(ws)},
             cwd=ws,
             backend=backend.name,
             noise_lines=backend.noise_lines,
+            setuid_backend=is_setuid(backend.locate()),
+            parent_death=parent_death_launcher(),
         )
         try:
             child = await ChildProcess.start(launch)
@@ -118,7 +142,7 @@ async def _smoke(backend: SandboxBackend, limits: Limits) -> str | None:
 
 
 class Sandbox:
-    """The configured backend, probed once, plus the pids cgroups: builds `Launch`es."""
+    """The configured backend, probed once, plus the cgroups: builds `Launch`es."""
 
     def __init__(self, settings: SandboxSettings) -> None:
         if settings.backend not in BACKEND_NAMES:
@@ -126,7 +150,7 @@ class Sandbox:
         self.settings = settings
         self._chosen: SandboxBackend | None = None
         self._failures: list[str] = []
-        self._cgroups: PidsCgroups | None = None
+        self._cgroups: SandboxCgroups | None = None
         self._cgroups_checked = False
 
     async def backend(self) -> SandboxBackend:
@@ -155,15 +179,47 @@ class Sandbox:
         self._chosen = HostBackend()
         return self._chosen
 
-    def cgroups(self) -> PidsCgroups | None:
+    def cgroups(self) -> SandboxCgroups | None:
         if not self._cgroups_checked:
             self._cgroups_checked = True
-            self._cgroups = PidsCgroups.find(self.settings.pids_cgroup)
+            s = self.settings
+            self._cgroups = SandboxCgroups.find(s.pids_cgroup, s.max_total_memory_bytes)
             if self._cgroups is None and os.geteuid() == 0:
                 log.warning(
                     "running as root without a writable pids cgroup: the process limit is not enforced"
                 )
+            if s.max_total_memory_bytes > 0 and (self._cgroups is None or not self._cgroups.bounds_memory):
+                log.warning("%s", self.memory_bound())
         return self._cgroups
+
+    def memory_bound(self) -> str:
+        """What bounds the memory of sandboxed commands here, in words (for the log and `doctor`)."""
+        s = self.settings
+        per_process = (
+            f"per process only (RLIMIT_AS, sandbox.max_memory_mb = {s.limits.max_memory_bytes // MIB})"
+        )
+        if s.max_total_memory_bytes <= 0:
+            return f"sandbox.max_total_memory_mb = 0: sandboxed commands are bounded {per_process}"
+        cgroups = self.cgroups()
+        if cgroups is not None and cgroups.bounds_memory:
+            return (
+                f"all sandboxed commands together: {s.max_total_memory_bytes // MIB} MiB, no swap "
+                f"({cgroups.layout.how})"
+            )
+        why = layout_reason(s.pids_cgroup) if cgroups is None else "no memory controller there"
+        return f"no memory cgroup ({why}): sandboxed commands are bounded {per_process}, not in total"
+
+    def check_disk(self, workspace: Path) -> None:
+        """Refuse to start a command while the workspace's file system is under the reserve."""
+        reserve = self.settings.disk_reserve_bytes
+        if reserve <= 0:
+            return
+        free = DiskReserve(workspace, reserve).free_bytes()
+        if free is not None and free < reserve:
+            raise NoRoomToRun(
+                f"the workspace's file system has {free // MIB} MiB free, under the {reserve // MIB} MiB "
+                "kept for the daemon's own state (sandbox.disk_reserve_mb); free some space first"
+            )
 
     async def launch(
         self,
@@ -178,6 +234,7 @@ class Sandbox:
     ) -> Launch:
         backend = await self.backend()
         s = self.settings
+        self.check_disk(workspace)
         cgroups = self.cgroups()
         if cgroups is None and os.geteuid() == 0 and backend.confines and s.required:
             # RLIMIT_NPROC does nothing for root: without a pids cgroup a fork bomb is not contained.
@@ -197,11 +254,11 @@ class Sandbox:
         cgroup = None
         if cgroups is not None:
             try:
-                # The backend's own processes (firejail's two, a shell) count too.
-                cgroup = cgroups.create(s.limits.max_processes + 4)
+                # The backend's own processes (the guard shell, firejail's two, a shell) count too.
+                cgroup = cgroups.create(s.limits.max_processes + 5)
             except OSError as e:
                 where = cgroups.parent
-                raise BackendError(f"cannot create a pids cgroup under {where}: {e.strerror}") from None
+                raise BackendError(f"cannot create a command cgroup under {where}: {e.strerror}") from None
         return Launch(
             argv=backend.wrap(list(argv), spec),
             env=dict(env),
@@ -209,6 +266,10 @@ class Sandbox:
             backend=backend.name,
             cgroup=cgroup,
             noise_lines=backend.noise_lines,
+            setuid_backend=is_setuid(backend.locate()),
+            parent_death=parent_death_launcher(),
+            disk_reserve=DiskReserve(workspace, s.disk_reserve_bytes) if s.disk_reserve_bytes > 0 else None,
+            memory_bound_bytes=cgroups.memory_max if cgroups is not None else 0,
         )
 
     def describe(self) -> str:

@@ -1,21 +1,34 @@
 """Starting, watching and killing a sandboxed command.
 
 Every command starts in a new session (so it leads its own process group)
-and, where available, in its own pids cgroup. Killing it kills the whole
-group and everything in the cgroup, grandchildren included, and the child is
-always waited for, so nothing is left running and nothing is left a zombie.
-Output (stdout and stderr interleaved, as a terminal shows them) is read
+and, where available, in its own cgroup. Killing it kills the whole group and
+everything in the cgroup, grandchildren included, and the child is always
+waited for, so nothing is left running and nothing is left a zombie. Output
+(stdout and stderr interleaved, as a terminal shows them) is read
 continuously so the child never blocks on a full pipe; only a bounded amount
 is kept, and what was cut is stated.
+
+Commands die with the daemon: the first process gets a parent-death signal
+(`setpriv --pdeathsig`, util-linux) before anything else runs. The kernel
+clears that signal when a setuid program such as firejail is executed by an
+unprivileged user, so for a setuid backend a small shell stays as the
+sandbox's parent: it keeps the signal and, when it arrives, kills the
+sandbox (whose own processes firejail ties to its life). While a command
+runs, a watch kills it when the workspace's file system falls under the
+reserve kept for the daemon, or (cgroup v1, which has no `memory.oom.group`)
+when the OOM killer has taken one of its processes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
+import shutil
 import signal
+import subprocess
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -23,17 +36,80 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgeclaw.errors import BackendError
-from edgeclaw.sandbox.cgroup import PidsCgroup
+from edgeclaw.sandbox.cgroup import CommandCgroup
 
 log = logging.getLogger("edgeclaw.sandbox")
 
 READ_CHUNK = 64 * 1024
-# The shell wrapper that moves itself into the cgroup before exec'ing the sandbox, so that
-# no Python runs between fork and exec and the command is inside from its first instruction.
-_JOIN_CGROUP = 'echo $$ > "$0" || exit 125; exec "$@"'
+MIB = 1024 * 1024
+# The first shell of a command: it writes its own pid into each of the command's cgroup.procs
+# files ($0 says how many follow), then execs the sandbox, so that no Python runs between fork
+# and exec and the command is inside from its first instruction.
+_JOIN_CGROUP = 'n=$0; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n - 1)); done; '
+_JOIN_THEN_EXEC = _JOIN_CGROUP + 'exec "$@"'
+# For a setuid sandbox: the shell joins the cgroups, starts the sandbox as its child (stdin
+# handed on explicitly: a background command's stdin is otherwise /dev/null) and waits for it,
+# reporting its exit status. The parent-death signal (SIGUSR1 here, given by setpriv) makes it
+# SIGKILL the sandbox and go. SIGTERM, SIGINT and SIGHUP reach the sandbox directly (it is in
+# the same process group); the shell ignores them, so it is still there to report the status.
+# `$!` in the trap is empty until the sandbox is started, and traps run between commands.
+_GUARD_SETUID = _JOIN_CGROUP + (
+    "trap 'kill -KILL $! 2>/dev/null; exit 137' USR1; "
+    'exec 3<&0; "$@" <&3 3<&- & '
+    "trap '' TERM INT HUP; "
+    "exec 3<&- </dev/null >/dev/null 2>&1; "
+    "wait $!"
+)
 CGROUP_JOIN_FAILED = 125
 # After a kill, how long to wait for the output pipe to close before giving up on it.
 _POST_KILL_DRAIN_S = 2.0
+# The disk watch looks again in the time the headroom above the reserve would last at this
+# rate, which is faster than a board can write even into its page cache; between these bounds.
+_DISK_FILL_BYTES_PER_S = 8 * 1024 * MIB
+_DISK_WATCH_MIN_S = 0.01
+_DISK_WATCH_MAX_S = 1.0
+# cgroup v1 kills one process at the memory limit; how soon the rest of the command follows.
+_OOM_WATCH_S = 0.1
+
+
+@functools.cache
+def parent_death_launcher() -> str | None:
+    """`setpriv` when it can set a parent-death signal (util-linux 2.33 and later), else None."""
+    path = shutil.which("setpriv")
+    if path is None:
+        log.warning("setpriv (util-linux) not found: sandboxed commands will not die with the daemon")
+        return None
+    try:
+        done = subprocess.run(
+            [path, "--pdeathsig", "KILL", "/bin/true"], capture_output=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        done = None
+    if done is None or done.returncode != 0:
+        log.warning("%s cannot set a parent-death signal: commands will not die with the daemon", path)
+        return None
+    return path
+
+
+@dataclass(frozen=True)
+class DiskReserve:
+    """Free space a command must leave on the workspace's file system, for the daemon's own state."""
+
+    path: Path
+    reserve_bytes: int
+
+    def free_bytes(self) -> int | None:
+        try:
+            st = os.statvfs(self.path)
+        except OSError:
+            return None
+        return st.f_bavail * st.f_frsize
+
+    def note(self) -> str:
+        return (
+            f"the workspace's file system fell under {self.reserve_bytes // MIB} MiB free, the reserve "
+            "kept for the daemon's own state (sandbox.disk_reserve_mb)"
+        )
 
 
 @dataclass
@@ -44,13 +120,33 @@ class Launch:
     env: dict[str, str]
     cwd: Path
     backend: str
-    cgroup: PidsCgroup | None = None
+    cgroup: CommandCgroup | None = None
     noise_lines: frozenset[str] = frozenset()
+    # The backend's program is setuid (firejail): the parent-death signal needs the guard shell.
+    setuid_backend: bool = False
+    # setpriv, to give the first process a parent-death signal; None: commands outlive the daemon.
+    parent_death: str | None = None
+    disk_reserve: DiskReserve | None = None
+    memory_bound_bytes: int = 0  # what all sandboxed commands together may use (0: not bounded)
 
     def full_argv(self) -> list[str]:
-        if self.cgroup is None:
-            return list(self.argv)
-        return ["/bin/sh", "-c", _JOIN_CGROUP, str(self.cgroup.procs_file), *self.argv]
+        procs = [str(p) for p in self.cgroup.procs_files] if self.cgroup is not None else []
+        guard = self.setuid_backend and self.parent_death is not None
+        if guard:
+            core = ["/bin/sh", "-c", _GUARD_SETUID, str(len(procs)), *procs, *self.argv]
+        elif procs:
+            core = ["/bin/sh", "-c", _JOIN_THEN_EXEC, str(len(procs)), *procs, *self.argv]
+        else:
+            core = list(self.argv)
+        if self.parent_death is None:
+            return core
+        return [self.parent_death, "--pdeathsig", "USR1" if guard else "KILL", *core]
+
+    def memory_note(self) -> str:
+        return (
+            f"out of memory: all sandboxed commands together may use {self.memory_bound_bytes // MIB} MiB "
+            "(sandbox.max_total_memory_mb)"
+        )
 
 
 @dataclass
@@ -63,6 +159,8 @@ class RunResult:
     fork_failures: int = 0
     duration_s: float = 0.0
     signal: int | None = None  # the signal that ended it, when one did
+    # Why it was killed, when a limit of the sandbox as a whole did it (memory, disk reserve).
+    limit_hit: str | None = None
 
 
 class HeadTailBuffer:
@@ -113,6 +211,9 @@ class ChildProcess:
         self.proc = proc
         self.started = time.monotonic()
         self.killed_by_us = False
+        # Set when a limit of the sandbox as a whole ended the command: what it was, in words.
+        self.limit_hit: str | None = None
+        self._watch: asyncio.Task[None] | None = None
 
     @classmethod
     async def start(cls, launch: Launch, *, stdin: bool = False) -> ChildProcess:
@@ -131,7 +232,12 @@ class ChildProcess:
             if launch.cgroup is not None:
                 launch.cgroup.remove()
             raise BackendError(f"cannot start the command ({launch.backend}): {e.strerror or e}") from None
-        return cls(launch, proc)
+        child = cls(launch, proc)
+        cgroup = launch.cgroup
+        v1_memory = cgroup is not None and cgroup.memory_dir is not None and not cgroup.v2
+        if launch.disk_reserve is not None or v1_memory:
+            child._watch = asyncio.create_task(child._watch_limits(), name=f"limits of command {proc.pid}")
+        return child
 
     @property
     def pid(self) -> int:
@@ -174,8 +280,48 @@ class ChildProcess:
         # Members of the group may outlive the direct child for a moment (they were killed,
         # not reaped by us); kill the group again now that the leader is gone.
         self.signal_group(signal.SIGKILL)
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+            self._watch = None
+        self._note_oom()
         if self.launch.cgroup is not None:
             await asyncio.to_thread(self.launch.cgroup.remove)
+
+    def _note_oom(self) -> None:
+        """Whether the OOM killer took part of the command (v2 kills all of it by itself)."""
+        cgroup = self.launch.cgroup
+        if self.limit_hit is None and cgroup is not None and cgroup.oom_kills() > 0:
+            self.limit_hit = self.launch.memory_note()
+
+    def _limit_breach(self) -> tuple[str | None, float]:
+        """A limit of the sandbox as a whole that the command has crossed, and when to look again."""
+        delay = _DISK_WATCH_MAX_S
+        reserve = self.launch.disk_reserve
+        if reserve is not None:
+            free = reserve.free_bytes()
+            if free is not None:
+                headroom = free - reserve.reserve_bytes
+                if headroom < 0:
+                    return reserve.note(), 0.0
+                delay = min(max(headroom / _DISK_FILL_BYTES_PER_S, _DISK_WATCH_MIN_S), _DISK_WATCH_MAX_S)
+        cgroup = self.launch.cgroup
+        if cgroup is not None and cgroup.memory_dir is not None and not cgroup.v2:
+            if cgroup.oom_kills() > 0:
+                return self.launch.memory_note(), 0.0
+            delay = min(delay, _OOM_WATCH_S)
+        return None, delay
+
+    async def _watch_limits(self) -> None:
+        while self.running:
+            reason, delay = self._limit_breach()
+            if reason is not None:
+                log.warning("command %d killed: %s", self.proc.pid, reason)
+                self.limit_hit = reason
+                self.kill()
+                return
+            await asyncio.sleep(delay)
 
     def fork_failures(self) -> int:
         return self.launch.cgroup.fork_failures() if self.launch.cgroup is not None else 0
@@ -221,6 +367,9 @@ class ChildProcess:
                     await reader
             failures = self.fork_failures()
             await self.close()
+        text = buffer.text(self.launch.noise_lines)
+        if self.limit_hit is not None:
+            text += ("" if not text or text.endswith("\n") else "\n") + f"[killed: {self.limit_hit}]\n"
         code = self.proc.returncode
         sig = -code if code is not None and code < 0 else None
         if (
@@ -232,13 +381,14 @@ class ChildProcess:
             raise BackendError("the command could not be placed in its pids cgroup")
         return RunResult(
             exit_code=None if (timed_out or over_limit) else code,
-            output=buffer.text(self.launch.noise_lines),
+            output=text,
             total_bytes=buffer.total,
             timed_out=timed_out,
             output_limit_hit=over_limit,
             fork_failures=failures,
             duration_s=time.monotonic() - self.started,
             signal=sig,
+            limit_hit=self.limit_hit,
         )
 
 

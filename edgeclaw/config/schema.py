@@ -144,6 +144,8 @@ class SandboxConfig:
     bubblewrap_path: str = "bwrap"
     max_processes: int = 64  # per command (a pids cgroup; RLIMIT_NPROC for non-root)
     max_memory_mb: int = 512  # address space per process
+    max_total_memory_mb: int = 512  # all sandboxed commands together (a memory cgroup); 0 = no such bound
+    disk_reserve_mb: int = 64  # free space commands must leave on the workspace's file system; 0 = none
     max_file_mb: int = 64  # largest file a command may write
     max_open_files: int = 256
     pids_cgroup: str = "auto"  # "auto", "" (none) or a writable cgroup directory

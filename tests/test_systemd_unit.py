@@ -226,3 +226,18 @@ def test_sysusers_creates_user_and_hardware_groups(tmp_path: Path) -> None:
     assert (etc.st_uid, etc.st_gid, etc.st_mode & 0o7777) == (0, gid, 0o750)
     state = (tmp_path / "var/lib/edgeclaw").stat()
     assert (state.st_uid, state.st_gid, state.st_mode & 0o7777) == (uid, gid, 0o750)
+
+
+def test_memory_is_bounded_and_the_cgroup_delegated(unit: list[tuple[str, str, str]]) -> None:
+    # The whole service, commands included, under a share of the board's RAM.
+    memory_max = single(unit, "Service", "MemoryMax")
+    assert re.fullmatch(r"([1-9]\d?)%", memory_max), memory_max
+    # The daemon makes its commands' pids and memory cgroups in its own, delegated cgroup.
+    assert {"pids", "memory"} <= set(single(unit, "Service", "Delegate").split())
+    # A command killed for memory must not stop the service (the default OOMPolicy=stop would).
+    assert single(unit, "Service", "OOMPolicy") == "continue"
+    # Read-only /sys/fs/cgroup would take the delegated cgroup away again.
+    for value in values(unit, "Service", "ProtectControlGroups"):
+        assert value.lower() in {"no", "false", "0", "off"}
+    comments = "\n".join(line for line in UNIT.read_text().splitlines() if line.lstrip().startswith("#"))
+    assert "ProtectControlGroups=" in comments and "sandbox.max_total_memory_mb" in comments

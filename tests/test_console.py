@@ -283,10 +283,10 @@ def test_lockout_after_five_wrong_entries(console, caplog):
     _, (port,) = console(with_llm=False)
     term = port.terminal()
     term.expect("none configured; slash commands only")
-    for left in (4, 3, 2, 1):
+    for left in ("4 tries", "3 tries", "2 tries", "1 try"):
         term.expect("PIN: ")
         term.send("0000\r")
-        term.expect(rf"Wrong PIN \({left} tries left")
+        term.expect_exact(f"Wrong PIN ({left} left before a lockout).")
     term.expect("PIN: ")
     term.send("0000\r")
     term.expect(r"Wrong PIN\.")
@@ -297,10 +297,10 @@ def test_lockout_after_five_wrong_entries(console, caplog):
     term.send(PIN + "\r")
     term.expect("Locked after too many wrong entries")
     term.expect("PIN: ")
-    messages = [r.getMessage() for r in caplog.records if r.name == "edgeclaw.audit.console"]
-    assert sum("login failed" in m for m in messages) == 5
-    assert any("locked for 300 s" in m for m in messages)
-    assert any("login refused" in m for m in messages)
+    messages = [r.getMessage() for r in caplog.records if r.name == "edgeclaw.audit"]
+    assert sum("outcome=failed" in m or "outcome=locked_out" in m for m in messages) == 5
+    assert any("outcome=locked_out" in m and "lockout_s=300" in m for m in messages)
+    assert any("login outcome=refused" in m for m in messages)
 
 
 def test_slash_commands_and_the_sim_i2c_scan(console):
@@ -357,19 +357,67 @@ def test_an_approval_answered_on_the_console(console):
     # The countdown redraws the question in place.
     term.expect(r"\x1b\[Kallow once / always / deny \[o/w/d\] \((\d+) s\)\? ")
     assert int(term.match.group(1)) < first
-    term.send("maybe\r")
+    term.send("maybe\r")  # a word, not a key: read to Enter, and not an answer
     term.expect(r"Answer o \(allow once\), w \(allow always\) or d \(deny\)\.")
-    term.send("o\r")
+    term.send("o")  # one key answers, as the question says: no Enter needed
     term.expect("Allowed once.")
     term.expect(r"flashed blink\.bin \(allow-once\)")
     term.expect_exact(PROMPT)
     term.send('/call flash_firmware {"image": "evil.bin"}\r')
     term.expect("flash evil.bin to the STM32")
     term.expect(r"\[o/w/d\]")
-    term.send("d\r")
+    term.send("d")
     term.expect("Denied.")
     term.expect("error: not flashed: denied by the person asked")
     term.expect_exact(PROMPT)
+
+
+def test_approvals_take_one_key_and_a_word_cannot_answer_letter_by_letter(console):
+    def tools(runtime: Runtime) -> None:
+        runtime.registry.register(FlashFirmware(runtime.approvals))
+
+    _, (port,) = console(with_llm=False, extra=tools)
+    term = port.terminal()
+    login(term)
+    term.send('/call flash_firmware {"image": "a.bin"}\r')
+    term.expect(r"\[o/w/d\] \(\d+ s\)\? ")
+    term.send("w")
+    term.expect_exact("Allowed from now on.")
+    term.expect(r"flashed a\.bin \(allow-always\)")
+    term.expect_exact(PROMPT)
+    # "maybe" typed key by key: "m" starts a written answer, so its "a" and "y" grant nothing.
+    term.send('/call flash_firmware {"image": "b.bin"}\r')
+    term.expect(r"\[o/w/d\] \(\d+ s\)\? ")
+    for key in "maybe":
+        term.send(key)
+        time.sleep(0.05)
+    term.expect_exact("maybe")
+    assert "Allowed" not in term.before
+    term.send("\r")
+    term.expect_exact("Answer o (allow once), w (allow always) or d (deny).")
+    term.send("deny\r")  # a whole word, then Enter, answers too
+    term.expect_exact("Denied.")
+    term.expect("error: not flashed: denied by the person asked")
+    term.expect_exact(PROMPT)
+    # A key and then the Enter of habit: the Enter is not taken as a line at the prompt.
+    term.send('/call flash_firmware {"image": "c.bin"}\r')
+    term.expect(r"\[o/w/d\] \(\d+ s\)\? ")
+    term.send("o")
+    term.expect_exact("Allowed once.")
+    term.expect_exact(PROMPT)
+    term.send("\r")
+    term.send("/status\r")
+    term.expect_exact("this session (console:")
+    assert PROMPT not in term.before  # no empty line was entered in between
+    term.expect_exact(PROMPT)
+    # Three non-answers deny.
+    term.send('/call flash_firmware {"image": "d.bin"}\r')
+    term.expect(r"\[o/w/d\] \(\d+ s\)\? ")
+    for _ in range(3):
+        term.send("x\r")
+        term.expect_exact("Answer o (allow once)")
+    term.expect_exact("Denied (no answer after 3 tries).")
+    term.expect("error: not flashed: denied by the person asked")
 
 
 def test_approval_during_a_model_turn_and_ctrl_c_at_the_question(console, llm):
@@ -409,17 +457,17 @@ def test_line_editing_and_bytes_that_are_not_utf8(console):
     login(term)
     # Backspace, DEL, Ctrl-U, Ctrl-W and an arrow key's escape sequence.
     port.write(b"/stax\x7fg\x08tus now\x17\x1b[A\r")
-    term.expect("session console:")
+    term.expect_exact("this session (console:")
     term.expect_exact(PROMPT)
     port.write(b"rubbish\x15/status\n")  # Ctrl-U, then LF alone ends the line too
-    term.expect("session console:")
+    term.expect_exact("this session (console:")
     term.expect_exact(PROMPT)
     port.write(b"/status\r\n")  # CRLF: one line, not a line and an empty one
-    term.expect("session console:")
+    term.expect_exact("this session (console:")
     term.expect_exact(PROMPT)
     # Invalid UTF-8 inside a line: dropped, counted, and the line still works.
     port.write(b"/call session_status\xff\xfe {}\xc3\r")
-    term.expect(r"3 byte\(s\) that were not UTF-8 were ignored")
+    term.expect("ignored 3 bytes that were not UTF-8")
     term.expect("channel: console")
     term.expect_exact(PROMPT)
     # Line noise (as from a wrong baud rate) and UTF-8 text: the session carries on.
@@ -454,6 +502,111 @@ def test_long_output_is_paged_and_cut(console):
     term.expect(r"\[15 more rows cut: the console shows at most 25")
     assert "row 0026" not in term.before
     term.expect_exact(PROMPT)
+
+
+def test_a_paste_at_the_more_question_ends_paging_and_becomes_the_next_line(console):
+    def tools(runtime: Runtime) -> None:
+        runtime.registry.register(ManyLines())
+
+    _, (port,) = console(with_llm=False, extra=tools, page_lines=10)
+    term = port.terminal()
+    login(term)
+    term.send('/call many_lines {"count": 30}\r')
+    term.expect(r"-- more: 10 of 30 rows")
+    term.send("/stop\r")  # pasted (or typed ahead) while the question is up
+    term.expect_exact("[20 more rows not shown]")
+    term.expect_exact(PROMPT + "/stop")  # kept as input, not swallowed
+    term.expect_exact("Nothing is running.")
+    term.expect_exact(PROMPT)
+    assert "row 0011" not in term.before
+    # The paging keys still page, a lone Enter included.
+    term.send('/call many_lines {"count": 30}\r')
+    term.expect(r"-- more: 10 of 30 rows")
+    term.send("\r")
+    term.expect("row 0020")
+    term.expect(r"-- more: 20 of 30 rows")
+    term.send("q")
+    term.expect_exact("[10 more rows not shown]")
+    term.expect_exact(PROMPT)
+
+
+def test_the_registrys_truncation_note_survives_the_consoles_row_limit(console):
+    def tools(runtime: Runtime) -> None:
+        runtime.registry.register(ManyLines())
+
+    # 5000 rows of 9 bytes: over the registry's 32 KiB, and far over the console's 25 rows.
+    _, (port,) = console(with_llm=False, extra=tools, page_lines=0, max_output_lines=25)
+    term = port.terminal()
+    login(term)
+    term.send('/call many_lines {"count": 5000}\r')
+    term.expect("row 0025")
+    term.expect(r"\[\d+ more rows cut: the console shows at most 25")
+    term.expect(r"\[output truncated: \d+ of 44999 bytes not shown\]")
+    term.expect_exact(PROMPT)
+
+
+def test_up_and_down_recall_earlier_lines(console):
+    _, (port,) = console(with_llm=False, page_lines=0)
+    term = port.terminal()
+    login(term)
+    assert "i2c (hardware):" in run(term, "/help i2c")
+    assert "this session (console:" in run(term, "/status")
+    term.send("\x1b[A")  # Up: the last line
+    term.expect_exact("\x1b[K" + PROMPT + "/status")
+    term.send("\x1bOA")  # Up again, as a terminal in application cursor mode sends it
+    term.expect_exact("\x1b[K" + PROMPT + "/help i2c")
+    term.send("\r")
+    term.expect_exact("i2c (hardware):")
+    term.expect_exact(PROMPT)
+    # Down past the newest line gives back what was being typed.
+    term.send("/sta")
+    term.send("\x1b[A")
+    term.expect_exact("\x1b[K" + PROMPT + "/help i2c")
+    term.send("\x1b[B")
+    term.expect_exact("\x1b[K" + PROMPT + "/sta")
+    term.send("tus\r")
+    term.expect_exact("this session (console:")
+    term.expect_exact(PROMPT)
+    # A new login starts with no history: the last technician's lines are gone.
+    term.send("\x04")
+    login(term)
+    term.send("\x1b[A")
+    term.expect_exact("\x07")
+    term.send("/status\r")
+    term.expect_exact("this session (console:")
+
+
+def test_tab_completes_commands_and_tool_names(console):
+    _, (port,) = console(with_llm=False, page_lines=0)
+    term = port.terminal()
+    login(term)
+    term.send("/he\t")
+    term.expect_exact("\x1b[K" + PROMPT + "/help ")
+    term.send("i2\t")
+    term.expect_exact("\x1b[K" + PROMPT + "/help i2c ")
+    term.send("\r")
+    term.expect_exact("i2c (hardware):")
+    term.expect_exact(PROMPT)
+    term.send("/s\t")  # as far as /status and /stop agree
+    term.expect_exact("\x1b[K" + PROMPT + "/st")
+    term.send("\t")  # then both are listed, and the line stays
+    term.expect_exact("/status  /stop\r\n" + PROMPT + "/st")
+    term.send("\x15/call hardware_i\t")
+    term.expect_exact("\x1b[K" + PROMPT + "/call hardware_info ")
+    term.send("{}\r")
+    term.expect("board sim")
+    term.expect_exact(PROMPT)
+    term.send("/call nosuchtool\t")
+    term.expect_exact("\x07")  # nothing to complete: the bell
+
+
+def test_help_for_a_tool_on_the_console(console):
+    _, (port,) = console(with_llm=False, page_lines=0)
+    term = port.terminal()
+    login(term)
+    text = unwrapped(run(term, "/help gpio"))
+    assert "gpio (hardware): GPIO pins" in text
+    assert "action" in text and "one of list, read, write, pulse, pwm, required" in text
 
 
 def test_a_message_delivered_at_the_more_question_leaves_it_on_screen(console):
@@ -524,7 +677,7 @@ def test_the_port_vanishes_and_comes_back(console, caplog):
     port.vanish()  # cable pulled
     _wait_for(lambda: logged("port lost"), "the loss to be logged")
     _wait_for(lambda: logged("cannot open"), "a failed reopen to be logged")
-    assert logged(f"console logout on {port.link} (port lost)")
+    assert logged(f'logout caller=console:{port.link} channel=console reason="port lost"')
     # Meanwhile the daemon still serves: a tool call through the same registry works.
     runtime = daemon.runtime
     assert runtime is not None
@@ -534,7 +687,7 @@ def test_the_port_vanishes_and_comes_back(console, caplog):
     term = port.terminal()
     term.expect("device bench-01")
     login(term)  # a new connection means a new login
-    assert "session console:" in run(term, "/status")
+    assert "this session (console:" in run(term, "/status")
 
 
 def test_two_consoles_are_independent_sessions(console, llm):
@@ -546,7 +699,7 @@ def test_two_consoles_are_independent_sessions(console, llm):
     term_a.send("slow question\r")
     term_a.expect_exact("(working; Ctrl-C stops it)")
     status_b = run(term_b, "/status")
-    assert f"session console:{b.link}" in unwrapped(status_b) and "idle" in status_b
+    assert f"this session (console:{b.link})" in unwrapped(status_b) and "now: idle" in status_b
     term_b.send("\x04")
     term_b.expect("Logged out")
     # Logging out on B touched nothing on A: its turn is still running, and Ctrl-C there stops it.
@@ -554,7 +707,7 @@ def test_two_consoles_are_independent_sessions(console, llm):
     term_a.expect("Stopped.")
     term_a.expect_exact(PROMPT)
     status_a = run(term_a, "/status")
-    assert f"session console:{a.link}" in unwrapped(status_a)
+    assert f"this session (console:{a.link})" in unwrapped(status_a)
 
 
 def test_idle_logout_delivery_and_goodbye(console, caplog):
@@ -571,7 +724,7 @@ def test_idle_logout_delivery_and_goodbye(console, caplog):
     term.expect("cron: the greenhouse door is open")
     term.expect_exact(PROMPT + "/sta")  # the line being typed is redrawn under it
     term.send("tus\r")
-    term.expect("session console:")
+    term.expect_exact("this session (console:")
     term.expect_exact(PROMPT)
     daemon.stop()
     term.expect_exact("[edgeclaw is stopping]")
@@ -622,7 +775,7 @@ def test_edgeclaw_run_with_a_console_and_picocom(tmp_path, state_env):
         listing += picocom.before
         assert "i2c" in listing
         scan = run(picocom, '/call i2c {"action":"scan","bus":1}')
-        assert "I2C bus 1: 3 device(s)" in scan
+        assert "I2C bus 1: 3 devices" in scan
         for line in ("0x48  TMP102", "0x50  24C32", "0x76  BME280"):
             assert line in scan
         picocom.sendcontrol("a")
@@ -632,7 +785,7 @@ def test_edgeclaw_run_with_a_console_and_picocom(tmp_path, state_env):
         assert daemon.wait(15) == 0
         err = daemon.stderr.read() if daemon.stderr else ""
         assert f"console {board_end}: open at 115200 8N1" in err
-        assert "console login on" in err
+        assert "login outcome=ok caller=console:" in err
     finally:
         for proc in (picocom, daemon):
             if proc is not None:

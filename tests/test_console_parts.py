@@ -31,7 +31,7 @@ from edgeclaw.channels.console.port import (
     SerialPort,
     serve_port,
 )
-from edgeclaw.channels.console.render import bound, sanitize, to_rows, wrap_line
+from edgeclaw.channels.console.render import bound, layout, sanitize, to_rows, wrap_line
 from edgeclaw.config.loader import config_from_dict
 from edgeclaw.daemon.console import console_service
 from edgeclaw.daemon.lifecycle import configured_services
@@ -116,6 +116,53 @@ def test_escape_sequences_are_swallowed():
     assert event.text == "abcdef"
 
 
+def test_history_steps_through_earlier_lines_and_back_to_the_draft():
+    editor = LineEditor()
+    for line in ("/status", "", "/tools", "/tools", "/help i2c"):
+        editor.remember(line)
+    assert editor.history == ["/status", "/tools", "/help i2c"]  # no blanks, no repeats
+    editor.start("> ", history=True)
+    editor.feed(b"/ne")
+    echo, _, _ = editor.feed(b"\x1b[A")
+    assert editor.text == "/help i2c" and echo == b"\r\x1b[K> /help i2c"
+    editor.feed(b"\x1bOA\x1b[A")
+    assert editor.text == "/status"
+    echo, _, _ = editor.feed(b"\x1b[A")
+    assert editor.text == "/status" and echo == b"\x07"  # the oldest: the bell
+    editor.feed(b"\x1b[B\x1b[B\x1b[B")
+    assert editor.text == "/ne"  # past the newest: what was being typed
+    _, event, _ = editor.feed(b"\x1b[A\r")
+    assert event.text == "/help i2c"
+    # Ctrl-Up (ESC [ 1 ; 5 A) is not Up; and a masked line (a PIN) never shows the history.
+    editor.start("> ", history=True)
+    editor.feed(b"\x1b[1;5A")
+    assert editor.text == ""
+    editor.start("PIN: ", mask="*", history=True)
+    echo, _, _ = editor.feed(b"\x1b[A")
+    assert editor.text == "" and b"status" not in echo
+    editor.forget()
+    assert editor.history == []
+
+
+def test_tab_completes_to_the_common_start_and_lists_the_choices():
+    words = ["/status ", "/stop ", "/tools "]
+    editor = LineEditor()
+    editor.start("> ", complete=lambda typed: words)
+    echo, _, _ = editor.feed(b"/t\t")
+    assert editor.text == "/tools " and echo.endswith(b"\r\x1b[K> /tools ")
+    editor.start("> ", complete=lambda typed: words)
+    editor.feed(b"/s\t")
+    assert editor.text == "/st"
+    echo, _, _ = editor.feed(b"\t")
+    assert echo == b"\r\n/status  /stop\r\n> /st" and editor.text == "/st"
+    echo, _, _ = editor.feed(b"x\t")
+    assert echo == b"x\x07"
+    plain = LineEditor()
+    plain.start("> ")
+    plain.feed(b"a\tb")
+    assert plain.text == "a b"  # without a completer, Tab is a space as before
+
+
 def test_invalid_utf8_is_dropped_and_counted():
     editor = LineEditor()
     editor.start("> ")
@@ -188,6 +235,14 @@ def test_bound_keeps_the_head_and_counts_the_rest():
     assert bound(["a"], 4).cut == 0
 
 
+def test_layout_keeps_a_marked_last_line_out_of_the_cut_and_drops_trailing_newlines():
+    text = "\n".join(f"r{i}" for i in range(10)) + "\n[note]\n"
+    b = layout(text, 80, 4, keep_last=lambda line: line == "[note]")
+    assert b.rows == ["r0", "r1", "r2", "r3"] and b.cut == 6 and b.tail == ["[note]"]
+    assert layout("hello\n", 80, 4).rows == ["hello"]
+    assert layout("[note]", 80, 4, keep_last=lambda line: True).tail == []  # a one-line text is itself
+
+
 # -- PIN hashes and the gate -------------------------------------------------------
 @pytest.mark.parametrize("algorithm", ["scrypt", "pbkdf2-sha256"])
 def test_pin_hash_round_trip(algorithm):
@@ -256,9 +311,9 @@ async def test_gate_locks_out_after_max_failures_and_reopens(caplog):
     clock.now += 61
     assert gate.locked_for() == 0
     assert (await gate.attempt("2468", "ttyA")).result is LoginResult.OK and checked == ["2468"]
-    lines = [r.getMessage() for r in caplog.records if r.name == "edgeclaw.audit.console"]
-    assert "console login on ttyA" in lines
-    assert any("locked for 60 s" in line for line in lines)
+    lines = [r.getMessage() for r in caplog.records if r.name == "edgeclaw.audit"]
+    assert "login outcome=ok caller=console:ttyA channel=console" in lines
+    assert any("outcome=locked_out" in line and "lockout_s=60" in line for line in lines)
 
 
 async def test_gate_checks_one_entry_at_a_time():

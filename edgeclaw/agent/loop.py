@@ -154,6 +154,10 @@ class AgentLoop:
         if turns:
             await asyncio.wait(turns)
 
+    def tool_names(self, msg: InboundMessage) -> list[str]:
+        """The tools a message like this one may call (as /tools lists them): for completion."""
+        return [info.name for info in self.registry.infos(self._context(msg))]
+
     def _context(self, msg: InboundMessage) -> ToolContext:
         """The per-call values for tool calls made on behalf of this message."""
         return ToolContext(

@@ -6,8 +6,11 @@ never waits on anything but the port, so a keystroke is seen at once even in
 the middle of a long turn or a long reply. What a keystroke means depends on
 what the main flow (or an approval question) is waiting for:
 
-- a line (the PIN, the prompt, an approval answer): the line editor gets it;
-- one key (the `-- more --` prompt): the next chunk answers it;
+- a line (the PIN, the prompt, a typed approval answer): the line editor gets it;
+- one key (the `-- more --` prompt, an approval question): the next chunk
+  answers it when it is one of the keys asked for; anything else is typing
+  (a paste at `-- more --` ends the paging and becomes the next line; at an
+  approval question it starts a typed answer);
 - nothing (a turn is running, output is being written): Ctrl-C stops the turn
   or the output, anything else is kept as type-ahead for the next prompt
   (except before an approval question, where type-ahead is thrown away so a
@@ -27,13 +30,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import Enum
 
+from edgeclaw.agent import approval_text, slash
 from edgeclaw.agent.channel import InboundMessage
 from edgeclaw.agent.loop import AgentLoop
 from edgeclaw.channels.console.editor import CTRL_C, CTRL_D, ERASE_LINE, EventKind, LineEditor, LineEvent
-from edgeclaw.channels.console.login import LoginGate, LoginResult, log_logout
+from edgeclaw.channels.console.login import LoginGate, LoginResult
 from edgeclaw.channels.console.port import PacedWriter, PortGone, SerialPort
-from edgeclaw.channels.console.render import Bounded, bound, encode_rows, to_rows
+from edgeclaw.channels.console.render import Bounded, encode_rows, layout, to_rows
 from edgeclaw.tools.approval import ApprovalRequest, Decision
+from edgeclaw.tools.registry import TRUNCATION_NOTE
+from edgeclaw.wording import plural
 
 CHANNEL = "console"
 TYPEAHEAD_MAX = 1024
@@ -42,26 +48,9 @@ LOGOUT_COMMANDS = ("/logout", "/exit", "/quit")
 CONSOLE_HELP = """On this console:
   /logout               log out (so does Ctrl-D on an empty line)
   Ctrl-C                stop the turn or the output in progress
+  Up, Down              earlier lines; Tab completes commands and tool names
   Ctrl-U, Ctrl-W        erase the line, the last word; Ctrl-L redraws it"""
-
-# The same letters as `edgeclaw chat` and `tool call`: "a" (allow) is once, "w" is always, so a
-# technician's habit from one never grants more than meant on the other.
-_ANSWERS = {
-    "o": Decision.ALLOW_ONCE,
-    "once": Decision.ALLOW_ONCE,
-    "allow once": Decision.ALLOW_ONCE,
-    "a": Decision.ALLOW_ONCE,
-    "allow": Decision.ALLOW_ONCE,
-    "y": Decision.ALLOW_ONCE,
-    "yes": Decision.ALLOW_ONCE,
-    "w": Decision.ALLOW_ALWAYS,
-    "always": Decision.ALLOW_ALWAYS,
-    "allow always": Decision.ALLOW_ALWAYS,
-    "d": Decision.DENY,
-    "deny": Decision.DENY,
-    "n": Decision.DENY,
-    "no": Decision.DENY,
-}
+ENTER = (b"\r", b"\n", b"\r\n")
 
 
 @dataclass(frozen=True)
@@ -124,8 +113,10 @@ class ConsoleSession:
         self._output_stopped = False
         self._approval_lock = asyncio.Lock()
         self._asking = False
-        self._key_after_cr = False
-        self._more_prompt = ""  # the -- more -- question on screen, redrawn under a delivered message
+        # After a key that answered a question, the Enter a habit adds is not the next line:
+        # "any" swallows a leading CR, LF or CRLF of the next input, "lf" only an LF (CR came already).
+        self._swallow_enter = ""
+        self._key_prompt = ""  # the one-key question on screen, redrawn under a delivered message
 
     # -- running -----------------------------------------------------------
     async def run(self) -> None:
@@ -153,7 +144,7 @@ class ConsoleSession:
             if self._handle_task is not None:
                 self._handle_task.cancel()
             if self.logged_in and self.gate is not None:
-                log_logout(self.chat_id, reason)
+                self.gate.log_logout(self.chat_id, reason)
             self.logged_in = False
 
     async def _read_loop(self) -> None:
@@ -163,13 +154,11 @@ class ConsoleSession:
     # -- input dispatch ------------------------------------------------------
     def _on_input(self, data: bytes) -> None:
         self._last_activity = time.monotonic()
-        if self._key_after_cr:
-            # A CR answered the -- more -- prompt; a CRLF terminal's LF follows and means nothing.
-            self._key_after_cr = False
-            if data.startswith(b"\n"):
-                data = data[1:]
-                if not data:
-                    return
+        swallow, self._swallow_enter = self._swallow_enter, ""
+        if swallow:
+            data = _drop_enter(data, lf_only=swallow == "lf")
+            if not data:
+                return
         if self._mode is _Mode.LINE:
             self._feed_line(data)
             return
@@ -202,7 +191,8 @@ class ConsoleSession:
             self._output_stopped = stopped = True
         task = self._handle_task
         if task is not None and not task.done():
-            # A model turn is stopped through the loop; a slash command (no turn) by cancelling it.
+            # A turn (the model's or a /call) is stopped through the loop, which says "Stopped.";
+            # anything else still running is simply cancelled.
             if not self.agent.stop_turn(self.session_key):
                 task.cancel()
             stopped = True
@@ -210,13 +200,17 @@ class ConsoleSession:
             self.out.write(b"^C\r\n")
 
     async def _read_line(
-        self, prompt: str, *, mask: str | None = None, idle_s: float = 0
+        self, prompt: str, *, mask: str | None = None, idle_s: float = 0, history: bool = False
     ) -> LineEvent | None:
-        """The next line from the editor; None when `idle_s` pass with no keystroke."""
+        """The next line from the editor; None when `idle_s` pass with no keystroke.
+
+        `history`: the prompt's own lines, with Up/Down and Tab completion (not a PIN or an answer).
+        """
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[LineEvent] = loop.create_future()
         self._line_future = fut
-        self.out.write(self.editor.start(prompt, mask=mask))
+        complete = self._complete if history else None
+        self.out.write(self.editor.start(prompt, mask=mask, history=history, complete=complete))
         self._mode = _Mode.LINE
         if self._typeahead:
             data = bytes(self._typeahead)
@@ -266,16 +260,23 @@ class ConsoleSession:
         elif self._mode is _Mode.KEY:
             self.out.write(ERASE_LINE)
             self.say(text)
-            self.out.write(self._more_prompt.encode())
+            self.out.write(self._key_prompt.encode())
         else:
             self.say(text)
         await self.out.drain()
 
     async def show(self, text: str) -> None:
-        """A reply: wrapped, cut at max_output_lines, paged every page_lines rows; Ctrl-C stops it."""
+        """A reply: wrapped, cut at max_output_lines, paged every page_lines rows; Ctrl-C stops it.
+
+        The registry's own "[output truncated …]" note is kept out of the console's cut: it is
+        shown at the end whatever the console cut or the technician skipped.
+        """
         self._output_active, self._output_stopped = True, False
+        opts = self.options
         try:
-            await self._page(bound(to_rows(text, self.options.width), self.options.max_output_lines))
+            await self._page(
+                layout(text, opts.width, opts.max_output_lines, keep_last=TRUNCATION_NOTE.fullmatch)
+            )
         finally:
             self._output_active = False
         # Not in the `finally`: when the session is being torn down (port lost, daemon stopping)
@@ -298,37 +299,47 @@ class ConsoleSession:
                 await self.out.drain()
             if self._output_stopped:
                 self.say("[output stopped]")
+                self.out.write(encode_rows(bounded.tail))
                 return
             shown = end
             if shown < total and opts.page_lines:
                 choice = await self._more(shown, total + bounded.cut)
-                if choice == "quit":
-                    self.say(f"[{total - shown + bounded.cut} more rows not shown]")
+                if choice in ("quit", "typing"):
+                    self.say(f"[{plural(total - shown + bounded.cut, 'more row')} not shown]")
+                    self.out.write(encode_rows(bounded.tail))
                     return
                 if choice == "all":
                     page = total
         if bounded.cut:
             self.say(
-                f"[{bounded.cut} more rows cut: the console shows at most {opts.max_output_lines}; "
-                "ask for less, or read it in parts]"
+                f"[{plural(bounded.cut, 'more row')} cut: the console shows at most "
+                f"{opts.max_output_lines}; ask for less, or read it in parts]"
             )
+        self.out.write(encode_rows(bounded.tail))
 
     async def _more(self, shown: int, total: int) -> str:
-        self._more_prompt = f"-- more: {shown} of {total} rows; Space/Enter next page, a all, q quit --"
-        self.out.write(self._more_prompt.encode())
+        """ "next", "all", "quit", or "typing": keys that are not paging keys (a paste, a command typed
+        ahead) end the paging and are kept, to become the next line at the prompt."""
+        self._key_prompt = f"-- more: {shown} of {total} rows; Space/Enter next page, a all, q quit --"
+        self.out.write(self._key_prompt.encode())
         try:
-            while True:
-                keys = await self._read_key(self._idle_s())
-                if keys is None:
-                    return "quit"
-                key = keys[:1]
-                if key in (b" ", b"\r", b"\n"):
-                    self._key_after_cr = key == b"\r"
-                    return "next"
-                if key in (b"a", b"A"):
-                    return "all"
-                if key in (b"q", b"Q", bytes([CTRL_C]), bytes([CTRL_D])):
-                    return "quit"
+            keys = await self._read_key(self._idle_s())
+            while keys is not None and keys[:1] == b"\x1b":
+                keys = await self._read_key(self._idle_s())  # a cursor key: not typing, not an answer
+            if keys is None:
+                return "quit"
+            if bytes([CTRL_C]) in keys or keys[:1] == bytes([CTRL_D]):
+                return "quit"
+            key = _lone_key(keys)
+            if key in (b" ", b"\r"):
+                self._swallow_enter = "lf" if keys.endswith(b"\r") else ""  # a CRLF terminal's LF
+                return "next"
+            if key in (b"a", b"A"):
+                return "all"
+            if key in (b"q", b"Q"):
+                return "quit"
+            self._typeahead[:0] = keys[:TYPEAHEAD_MAX]
+            return "typing"
         finally:
             self.out.write(ERASE_LINE)
 
@@ -345,7 +356,7 @@ class ConsoleSession:
             reason = await self._shell()
             self.logged_in = False
             if self.gate is not None:
-                log_logout(self.chat_id, reason)
+                self.gate.log_logout(self.chat_id, reason)
             self.say(f"Logged out ({reason}).")
             self.out.write(b"\r\n")
 
@@ -379,19 +390,26 @@ class ConsoleSession:
             if attempt.locked_for_s:
                 self.say("Wrong PIN.")
             else:
-                self.say(f"Wrong PIN ({attempt.tries_left} tries left before a lockout).")
+                self.say(f"Wrong PIN ({plural(attempt.tries_left, 'try', 'tries')} left before a lockout).")
 
     async def _shell(self) -> str:
         """The prompt loop; returns why it ended."""
         self._last_activity = time.monotonic()
+        try:
+            return await self._prompt_loop()
+        finally:
+            self.editor.forget()  # the next person on this port starts with an empty history
+
+    async def _prompt_loop(self) -> str:
         while True:
-            event = await self._read_line(self.prompt, idle_s=self._idle_s())
+            event = await self._read_line(self.prompt, idle_s=self._idle_s(), history=True)
             if event is None:
                 self.out.write(b"\r\n")
                 return f"idle for {self.options.idle_logout_s:g} s"
             if event.invalid_bytes:
                 self.say(
-                    f"({event.invalid_bytes} byte(s) that were not UTF-8 were ignored: "
+                    f"(ignored {plural(event.invalid_bytes, 'byte')} that "
+                    f"{'was' if event.invalid_bytes == 1 else 'were'} not UTF-8: "
                     "check the terminal is set to UTF-8 and the port's speed and framing)"
                 )
             if event.kind is EventKind.EOF:
@@ -401,6 +419,7 @@ class ConsoleSession:
             text = event.text.strip()
             if not text:
                 continue
+            self.editor.remember(text)
             if text.lower() in LOGOUT_COMMANDS:
                 return text.lower()
             reply = await self._handle(text)
@@ -409,8 +428,31 @@ class ConsoleSession:
             await self.show(reply)
             self._last_activity = time.monotonic()
 
+    def _message(self, text: str) -> InboundMessage:
+        return InboundMessage(
+            CHANNEL,
+            text,
+            chat_id=self.chat_id,
+            sender="technician",
+            peer_kind="local",
+            caller=f"console:{self.port.path}",  # the port is who the console knows is calling
+        )
+
+    def _complete(self, typed: str) -> list[str]:
+        """Tab at the prompt: slash commands, then the tool names /call and /help take here."""
+        if not typed.startswith("/"):
+            return []
+        head, space, rest = typed.partition(" ")
+        if not space:
+            names = [*slash.COMMANDS, *(c.removeprefix("/") for c in LOGOUT_COMMANDS)]
+            return [f"/{n} " for n in sorted(names)]
+        if head.lower() in ("/call", "/help") and " " not in rest:
+            # Only the tools the policy lets through on this console, as /tools lists them.
+            return [f"{head} {name} " for name in self.agent.tool_names(self._message(typed))]
+        return []
+
     async def _handle(self, text: str) -> str:
-        msg = InboundMessage(CHANNEL, text, chat_id=self.chat_id, sender="technician", peer_kind="local")
+        msg = self._message(text)
         task = asyncio.create_task(self._reply_text(msg), name=f"console turn {self.chat_id}")
         self._handle_task = task
         notice = asyncio.get_running_loop().call_later(WORKING_NOTICE_S, self._working_notice)
@@ -438,43 +480,76 @@ class ConsoleSession:
 
     # -- approvals -----------------------------------------------------------
     async def ask_approval(self, request: ApprovalRequest) -> Decision | None:
-        """Ask on this console; None when no turn of this session is waiting for it."""
+        """Ask on this console; None when no turn of this session is waiting for it.
+
+        One key answers (o, w or d, as the question says); a key that is not one of them starts a
+        typed answer, read up to Enter, so the letters of a word typed at the question can never
+        answer it one by one. Ctrl-C denies and stops the turn.
+        """
         if self._handle_task is None or not self.logged_in:
             return None
         async with self._approval_lock:
             self._asking = True
             self._typeahead.clear()  # only an answer typed after the question counts
-            rows = ["", f"Approval needed: {request.tool} wants to run:"]
-            rows += ["  " + r for r in to_rows(request.summary, max(self.options.width - 2, 0))]
+            rows = [""]
+            for row in approval_text.question_rows(request):
+                rows += to_rows(row, self.options.width)
             self.out.write(encode_rows(rows))
             ticker = asyncio.create_task(self._count_down(request))
             try:
-                while True:
-                    event = await self._read_line(_approval_prompt(request))
-                    assert event is not None
-                    if event.kind is not EventKind.LINE:
-                        self.say("Denied.")
-                        if event.kind is EventKind.INTERRUPT:
-                            self._interrupt_from_turn()
-                        return Decision.DENY
-                    decision = _ANSWERS.get(event.text.strip().lower())
-                    if decision is None:
-                        self.say("Answer o (allow once), w (allow always) or d (deny).")
+                for _ in range(approval_text.MAX_TRIES):
+                    answer = await self._approval_answer(request)
+                    if answer is None:
+                        self.say(approval_text.HINT)
                         continue
-                    self.say(
-                        {"allow-once": "Allowed once.", "allow-always": "Allowed from now on."}.get(
-                            decision.value, "Denied."
-                        )
-                    )
-                    return decision
+                    self.say(approval_text.decided(answer))
+                    return answer
+                self.say(approval_text.DENIED_AFTER_TRIES)
+                return Decision.DENY
+            except _Interrupted:
+                self.say(approval_text.decided(Decision.DENY))
+                self._interrupt_from_turn()
+                return Decision.DENY
             except asyncio.CancelledError:
                 self.out.write(b"\r\n")
                 # The broker cancels at the deadline; anything earlier is the turn or the console stopping.
-                self.say("No answer in time: denied." if request.seconds_left < 1 else "Cancelled.")
+                self.say(approval_text.TIMED_OUT if request.seconds_left < 1 else "Cancelled.")
                 raise
             finally:
                 ticker.cancel()
                 self._asking = False
+                self._key_prompt = ""
+
+    async def _approval_answer(self, request: ApprovalRequest) -> Decision | None:
+        """One answer: a key, or a typed line; None when it was not an answer."""
+        self._key_prompt = approval_text.prompt(request)
+        self.out.write(self._key_prompt.encode())
+        keys = await self._read_key()
+        assert keys is not None
+        if bytes([CTRL_C]) in keys:
+            raise _Interrupted
+        if keys[:1] == bytes([CTRL_D]):
+            self.out.write(b"\r\n")
+            return Decision.DENY
+        key = _lone_key(keys)
+        if key == b"\r":
+            self.out.write(b"\r\n")
+            return None  # Enter alone: asked again, not taken as an answer either way
+        decision = approval_text.KEYS.get(key.decode("ascii", "replace").lower()) if key else None
+        if decision is not None:
+            self._swallow_enter = _after(keys)
+            self.out.write(key + b"\r\n")  # echo the answer on its row
+            return decision
+        # Not one key: what was typed is the start of a written answer ("allow once", "deny").
+        self._typeahead[:0] = keys[:TYPEAHEAD_MAX]
+        self.out.write(ERASE_LINE)
+        event = await self._read_line(self._key_prompt)
+        assert event is not None
+        if event.kind is EventKind.INTERRUPT:
+            raise _Interrupted
+        if event.kind is EventKind.EOF:
+            return Decision.DENY
+        return approval_text.parse_answer(event.text)
 
     def _interrupt_from_turn(self) -> None:
         task = self._handle_task
@@ -485,13 +560,43 @@ class ConsoleSession:
         while True:
             # Wake at whole seconds of the deadline, so the count steps evenly.
             await asyncio.sleep((request.seconds_left % 1.0) or 1.0)
+            self._key_prompt = approval_text.prompt(request)
             if self._mode is _Mode.LINE:
-                self.out.write(self.editor.redraw(_approval_prompt(request)))
+                self.out.write(self.editor.redraw(self._key_prompt))
+            elif self._mode is _Mode.KEY:
+                self.out.write(ERASE_LINE + self._key_prompt.encode())
 
     def goodbye(self, text: str) -> None:
         """A last line on shutdown, without waiting for a slow terminal."""
         self.port.write_nowait(b"\r\n" + text.encode() + b"\r\n")
 
 
-def _approval_prompt(request: ApprovalRequest) -> str:
-    return f"allow once / always / deny [o/w/d] ({math.ceil(request.seconds_left)} s)? "
+class _Interrupted(Exception):
+    """Ctrl-C at an approval question."""
+
+
+def _lone_key(keys: bytes) -> bytes | None:
+    """The one key this input is, Enter (CR, LF or CRLF) as b"\\r", or None when it is more than one key
+    (typing, a paste, an escape sequence)."""
+    if keys in ENTER:
+        return b"\r"
+    for enter in (b"\r\n", b"\r", b"\n"):
+        if keys.endswith(enter):
+            keys = keys[: -len(enter)]
+            break
+    return keys if len(keys) == 1 else None
+
+
+def _after(keys: bytes) -> str:
+    """Which Enter may still follow a key that answered: any, only the LF of a CRLF, or none."""
+    if keys.endswith((b"\n",)):
+        return ""
+    return "lf" if keys.endswith(b"\r") else "any"
+
+
+def _drop_enter(data: bytes, *, lf_only: bool) -> bytes:
+    if data.startswith(b"\n"):
+        return data[1:]
+    if not lf_only and data.startswith(b"\r"):
+        return data[2:] if data.startswith(b"\r\n") else data[1:]
+    return data

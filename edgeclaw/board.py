@@ -11,7 +11,10 @@ Profiles are validated on load exactly like the config: the TOML is turned
 into the dataclasses below by `config.typed.build_dataclass`, then checked
 across keys, and every problem names the file, the key and what was expected.
 `board = "auto"` matches the device tree against each profile's `[detect]`
-strings and falls back to `sim` off-board, saying so in the log.
+strings; when nothing matches it uses `generic-linux`, which grants no
+hardware, and says so in the log. The simulated board is used only when asked
+for (`board = "sim"`, `--board sim`): served as a fallback, its fabricated
+readings would pass for real ones.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from edgeclaw.firmware.esp32 import protocol as esp32_fw
 
 log = logging.getLogger("edgeclaw.board")
 
-FALLBACK_BOARD = "sim"
+# What `auto` picks when no profile matches: grants nothing, so nothing simulated passes for real.
+FALLBACK_BOARD = "generic-linux"
 DEVICE_TREE_MODEL = Path("/proc/device-tree/model")
 DEVICE_TREE_COMPATIBLE = Path("/proc/device-tree/compatible")
 
@@ -533,15 +537,23 @@ def detect(
 
 
 def resolve(name: str, source: str = "board") -> BoardProfile:
-    """Resolve the configured board: a name, a path, or "auto" (detect, else the sim board)."""
+    """Resolve the configured board: a name, a path, or "auto" (detect, else `generic-linux`)."""
     if name != "auto":
         return load_profile(name, source)
     found = detect()
     if found is not None:
         log.info("board detected: %s", found.name)
         return found
-    log.info("no board profile matches this machine; using the %r board", FALLBACK_BOARD)
-    return load_profile(FALLBACK_BOARD, source)
+    fallback = load_profile(FALLBACK_BOARD, source)
+    model = " / ".join(_read_dt(DEVICE_TREE_MODEL)) or "no device-tree model"
+    log.warning(
+        "no board profile matches this machine (%s); using %r, which grants %s. "
+        'Set board = "NAME" (see edgeclaw board show NAME), or board = "sim" for the simulated board',
+        model,
+        fallback.name,
+        "; ".join(describe_grants(fallback)),
+    )
+    return fallback
 
 
 def describe_grants(profile: BoardProfile) -> list[str]:

@@ -156,8 +156,13 @@ def cmd_tool_call(args: argparse.Namespace) -> int:
             shape = {"ok": False, "tool": args.name, "for_llm": refusal, "for_user": None}
             print(json.dumps({**shape, "error": refusal, "duration_ms": 0.0}, ensure_ascii=False))
         return EXIT_REFUSED
+    user = current_user()
     ctx = ToolContext(
-        channel="cli", peer_kind="local", session_key=f"cli:{os.getuid()}", sender=current_user()
+        channel="cli",
+        peer_kind="local",
+        session_key=f"cli:{os.getuid()}",
+        sender=user,
+        caller=f"cli:{user}",  # rate limits and ownership follow the user, not the session name
     )
     if sys.stdin.isatty():
         # Approval questions go to this terminal; without one the broker has nobody to ask (= deny).

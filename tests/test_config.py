@@ -92,7 +92,7 @@ def test_no_file_means_defaults(tmp_path, monkeypatch):
     monkeypatch.setattr("edgeclaw.config.loader.SYSTEM_CONFIG", tmp_path / "absent.toml")
     assert find_config_path(None, {}) is None
     config = load_config(None, environ={})
-    assert config.board == "auto" and config.tools.profile == "full" and config.tools.rate_limit == 150
+    assert config.board == "auto" and config.tools.profile == "full" and config.tools.rate_limit == 60
 
 
 def test_search_order(tmp_path, monkeypatch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -185,12 +186,42 @@ def test_no_device_tree_means_no_match(tmp_path):
     assert board.detect(tmp_path / "missing-model", tmp_path / "missing-compatible") is None
 
 
-def test_auto_falls_back_to_sim_with_a_log_line(monkeypatch, tmp_path, caplog):
+def test_auto_that_matches_nothing_picks_generic_linux_and_says_so(monkeypatch, tmp_path, caplog):
+    model, compatible = _dt(tmp_path, "Pine64 RockPro64", ["pine64,rockpro64", "rockchip,rk3399"])
+    monkeypatch.setattr(board, "DEVICE_TREE_MODEL", model)
+    monkeypatch.setattr(board, "DEVICE_TREE_COMPATIBLE", compatible)
+    with caplog.at_level("INFO", logger="edgeclaw.board"):
+        chosen = board.resolve("auto")
+    assert chosen.name == "generic-linux" and not chosen.simulated
+    assert board.describe_grants(chosen) == ["nothing: no buses, pins, memory regions, probe or bridge"]
+    [record] = [r for r in caplog.records if "no board profile matches" in r.getMessage()]
+    assert record.levelname == "WARNING"
+    assert "(Pine64 RockPro64); using 'generic-linux', which grants nothing" in record.getMessage()
+    assert 'board = "sim" for the simulated board' in record.getMessage()
+
+
+def test_the_simulated_board_only_when_asked_for(monkeypatch, tmp_path):
     monkeypatch.setattr(board, "DEVICE_TREE_MODEL", tmp_path / "none")
     monkeypatch.setattr(board, "DEVICE_TREE_COMPATIBLE", tmp_path / "none")
-    with caplog.at_level("INFO", logger="edgeclaw.board"):
-        assert board.resolve("auto").name == "sim"
-    assert "no board profile matches this machine; using the 'sim' board" in caplog.text
+    assert not board.resolve("auto").simulated
+    assert board.resolve("sim").simulated
+
+
+def test_a_deployment_without_board_serves_no_fabricated_readings(state_env, tmp_path):
+    """The gateway case: no `board =`, a machine no profile matches. The TMP102 must not answer."""
+    if board.DEVICE_TREE_MODEL.exists():  # pragma: no cover - running on a real board
+        pytest.skip("this machine has a device tree")
+    config = tmp_path / "gateway.toml"
+    config.write_text(f'state_dir = "{tmp_path / "gw-state"}"\n')
+    env = {**state_env, "EDGECLAW_CONFIG": str(config)}
+    read = '{"action": "read_word", "bus": 1, "address": 72, "register": 0}'
+    out = subprocess.run(
+        [sys.executable, "-m", "edgeclaw", "tool", "call", "i2c", read, "--json"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "I2C bus 1 is not granted by the generic-linux profile" in json.loads(out.stdout)["error"]
+    assert "using 'generic-linux'" in out.stderr  # and the log said why
 
 
 # -- the command line -----------------------------------------------------------------------------
@@ -214,7 +245,7 @@ def test_board_detect_off_board(run_cli):
     out = run_cli("board", "detect")
     if board.DEVICE_TREE_MODEL.exists():  # pragma: no cover - running on a real board
         return
-    assert out.returncode == 1 and "the daemon would use 'sim'" in out.stdout
+    assert out.returncode == 1 and "the daemon would use 'generic-linux'" in out.stdout
 
 
 def test_done_when_i2c_scan_lists_exactly_the_sim_devices(run_cli):

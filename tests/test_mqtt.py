@@ -124,7 +124,8 @@ def daemon_config(tmp_path: Path, port: int, **mqtt: Any) -> dict[str, Any]:
         "board": "sim",
         "device_id": DEV,
         "state_dir": str(tmp_path / "state"),
-        "tools": {"rate_limit": 0, **extra_tools},
+        # The test tools are not in the remote profile MQTT callers get by default: widen it.
+        "tools": {"rate_limit": 0, "channels": {"mqtt": {"profile": "full"}}, **extra_tools},
         "mqtt": {"enabled": True, "port": port, "telemetry_interval_s": 0, **mqtt},
         **top,
     }

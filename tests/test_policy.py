@@ -63,6 +63,10 @@ def allowed(e: PolicyEngine, **ctx) -> set[str]:
     return set(e.allowed(ToolContext(**ctx)))
 
 
+# What MQTT callers get when the config says nothing about them: reading and the hardware, no
+# shell, no background processes, no file writes.
+REMOTE = {"read_file", "list_files", "i2c", "gpio", "session_status"}
+
 PIPELINE_CASES = [
     pytest.param({}, {}, set(TOOLS), id="full-profile-everything"),
     pytest.param({"profile": "minimal"}, {}, {"session_status"}, id="minimal"),
@@ -142,6 +146,32 @@ PIPELINE_CASES = [
         set(TOOLS),
         id="channel-rule-only-for-that-channel",
     ),
+    pytest.param({}, {"channel": "mqtt"}, REMOTE, id="mqtt-callers-get-the-remote-profile-by-default"),
+    pytest.param(
+        {"channels": {"mqtt": PolicyLayer()}},
+        {"channel": "mqtt"},
+        REMOTE,
+        id="an-empty-mqtt-table-is-no-rule",
+    ),
+    pytest.param(
+        {"channels": {"mqtt": PolicyLayer(profile="full")}},
+        {"channel": "mqtt"},
+        set(TOOLS),
+        id="one-line-widens-mqtt-to-full",
+    ),
+    pytest.param(
+        {"channels": {"mqtt": PolicyLayer(allow=["exec", "i2c"])}},
+        {"channel": "mqtt"},
+        {"exec", "i2c"},
+        id="an-mqtt-allow-list-replaces-the-default",
+    ),
+    pytest.param(
+        {"profile": "minimal", "channels": {"mqtt": PolicyLayer(profile="full")}},
+        {"channel": "mqtt"},
+        {"session_status"},
+        id="widening-mqtt-never-exceeds-the-global-steps",
+    ),
+    pytest.param({}, {"channel": "console"}, set(TOOLS), id="the-console-keeps-every-tool"),
     pytest.param({"deny": ["group:runtime"]}, {}, set(TOOLS) - {"exec", "process"}, id="global-deny"),
     pytest.param(
         {"agents": {"main": AgentLayer(deny=("web_fetch",))}}, {}, set(TOOLS) - {"web_fetch"}, id="agent-deny"
@@ -262,3 +292,13 @@ def test_explain_names_the_step_that_removed_a_tool():
     assert "tools.channels.mqtt.profile" in e.explain("exec", ToolContext(channel="mqtt"))
     assert e.explain("read_file", ToolContext()) == "allowed"
     assert "subagent" in e.explain("cron", ToolContext(subagent_depth=1))
+
+
+def test_explain_says_how_to_widen_the_mqtt_default():
+    e = engine()
+    why = e.explain("write_file", ToolContext(channel="mqtt"))
+    assert why == (
+        "removed by the mqtt channel's default profile 'remote' "
+        '(widen with [tools.channels.mqtt] profile = "full")'
+    )
+    assert e.explain("i2c", ToolContext(channel="mqtt")) == "allowed"

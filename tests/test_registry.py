@@ -11,8 +11,8 @@ import pytest
 from edgeclaw.errors import BackendError, ToolError, ToolRefused
 from edgeclaw.tools.audit import AuditRecord, args_digest
 from edgeclaw.tools.base import Tool, ToolContext, ToolResult
-from edgeclaw.tools.policy import PolicyEngine, PolicyRules
-from edgeclaw.tools.ratelimit import SlidingWindowLimiter
+from edgeclaw.tools.policy import PolicyEngine, PolicyLayer, PolicyRules
+from edgeclaw.tools.ratelimit import RateLimiter
 from edgeclaw.tools.registry import Registry, cap_text
 from edgeclaw.tools.schema import SchemaError
 from edgeclaw.tools.scrub import Scrubber
@@ -100,7 +100,7 @@ class Loud(Tool):
 def make(rules: PolicyRules | None = None, limit: int = 150, **kw) -> tuple[Registry, list[AuditRecord]]:
     scrubber = Scrubber()
     scrubber.add_secret("hunter2-secret")
-    reg = Registry(PolicyEngine(rules or PolicyRules()), scrubber, SlidingWindowLimiter(limit, 3600), **kw)
+    reg = Registry(PolicyEngine(rules or PolicyRules()), scrubber, RateLimiter(limit, 30.0), **kw)
     for tool in (Echo(), Sleeper(), Faulty(), Loud()):
         reg.register(tool)
     records: list[AuditRecord] = []
@@ -161,27 +161,20 @@ async def test_policy_refusal_says_why_and_does_not_run():
     assert "echo" not in [i.name for i in reg.infos(CTX)]
 
 
-async def test_rate_limit_is_per_session_and_limited_calls_do_not_run():
-    reg, _ = make(limit=3)
+async def test_rate_limit_is_per_caller_not_per_session_and_limited_calls_do_not_run():
+    reg, _ = make(PolicyRules(channels={"mqtt": PolicyLayer(profile="full")}), limit=3)
+    alice = ToolContext(channel="mqtt", session_key="mqtt:a", caller="mqtt:key:alice")
     for _ in range(3):
-        assert (await reg.execute("echo", {"text": "a"}, CTX)).ok
-    limited = await reg.execute("echo", {"text": "a"}, CTX)
-    assert limited.refused and limited.stage == "rate_limit" and "at most 3 tool calls" in limited.error
+        assert (await reg.execute("echo", {"text": "a"}, alice)).ok
+    limited = await reg.execute("echo", {"text": "a"}, alice)
+    assert limited.refused and limited.stage == "rate_limit"
+    assert "caller 'mqtt:key:alice' may make 3 tool calls at once" in limited.error
     assert reg.get("echo").calls == 3
-    assert (await reg.execute("echo", {"text": "a"}, ToolContext(session_key="s2"))).ok
-
-
-def test_sliding_window_frees_slots_as_time_passes():
-    now = [0.0]
-    limiter = SlidingWindowLimiter(2, 10.0, clock=lambda: now[0])
-    assert limiter.acquire("a") == 0 and limiter.acquire("a") == 0
-    assert limiter.acquire("a") == pytest.approx(10.0)
-    now[0] = 5.0
-    assert limiter.acquire("a") == pytest.approx(5.0)
-    now[0] = 10.01
-    assert limiter.acquire("a") == 0
-    assert limiter.remaining("a") == 1
-    assert SlidingWindowLimiter(0, 1).acquire("a") == 0  # 0 = unlimited
+    # A new session name does not give the same caller a new allowance; another caller has its own.
+    elsewhere = ToolContext(channel="mqtt", session_key="mqtt:other", caller="mqtt:key:alice")
+    assert (await reg.execute("echo", {"text": "a"}, elsewhere)).stage == "rate_limit"
+    bob = ToolContext(channel="mqtt", session_key="mqtt:a", caller="mqtt:key:bob")
+    assert (await reg.execute("echo", {"text": "a"}, bob)).ok
 
 
 async def test_dry_run_runs_checks_but_not_the_body_and_uses_no_rate_slot():
@@ -373,18 +366,6 @@ def test_args_digest_is_keyed_so_short_arguments_cannot_be_guessed():
     assert args_digest(args) == args_digest(dict(args))  # stable within the process
     assert args_digest(args) != hashlib.sha256(plain.encode()).hexdigest()[:16]
     assert args_digest(args) != args_digest({"pin": "1235"})
-
-
-def test_rate_limit_never_answers_go_without_recording_the_call():
-    # At these values `first <= now - window` is false but `first + window - now` rounds to 0.0:
-    # the window was full, yet the wait read as "go" and nothing was recorded.
-    now = [275.6578775557274]
-    limiter = SlidingWindowLimiter(1, 3600.0, clock=lambda: now[0])
-    assert limiter.acquire("a") == 0
-    now[0] = 3875.6578775557273
-    first = limiter.acquire("a")
-    second = limiter.acquire("a")
-    assert first == 0 and second > 0  # one call goes (and is counted), the next waits
 
 
 async def test_a_registered_secret_is_scrubbed_from_json_output():

@@ -39,7 +39,12 @@ class TerminalChannel:
 
     def message(self, text: str) -> InboundMessage:
         return InboundMessage(
-            channel=CHANNEL, text=text, chat_id=self.user, sender=self.user, peer_kind="local"
+            channel=CHANNEL,
+            text=text,
+            chat_id=self.user,
+            sender=self.user,
+            peer_kind="local",
+            caller=f"{CHANNEL}:{self.user}",
         )
 
     async def send(self, reply: Reply) -> None:

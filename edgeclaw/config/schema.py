@@ -130,8 +130,13 @@ class ToolsConfig:
     max_output_bytes: int = 32 * 1024
     max_file_bytes: int = 10 * 1024 * 1024
     allowed_paths: list[str] = field(default_factory=list)  # extra path prefixes beside the workspace
-    rate_limit: int = 150  # calls per session per window; 0 = unlimited
-    rate_window_s: float = 3600.0
+    # Token buckets per caller identity (never per session name), under a ceiling per channel.
+    # Sized so a backend polling every 10 s plus bursts of commands never meets them; a flood is
+    # stopped after the burst and gets a call back every 60/per_minute s.
+    rate_limit: int = 60  # calls one caller may make at once (the bucket); 0 = no rate limits at all
+    rate_per_minute: float = 30.0  # the bucket's refill: one caller's sustained rate
+    channel_rate_limit: int = 300  # calls all callers of one channel may make at once; 0 = no ceiling
+    channel_rate_per_minute: float = 600.0  # the channel bucket's refill
     exec: ExecConfig = field(default_factory=ExecConfig)
     custom: list[CustomToolConfig] = field(default_factory=list)
 

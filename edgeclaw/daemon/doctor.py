@@ -149,6 +149,90 @@ async def provider_findings(runtime: Runtime) -> list[Finding]:
     return out
 
 
+def board_choice_finding(runtime: Runtime) -> Finding | None:
+    """The simulated board serves made-up readings: right on a laptop, wrong on a deployed device.
+    And `auto` that matched nothing runs with no hardware granted."""
+    from edgeclaw.board import FALLBACK_BOARD
+
+    profile = runtime.board
+    if profile.simulated:
+        return Finding(
+            "warn",
+            "board choice",
+            f"{profile.name!r} is simulated: every sensor reading is fabricated. Fine for trying "
+            'edgeclaw out; on a real device set board = "NAME" (edgeclaw board detect / board show)',
+        )
+    if runtime.config.board == "auto" and profile.name == FALLBACK_BOARD:
+        return Finding(
+            "warn",
+            "board choice",
+            f"no board profile matches this machine, so {FALLBACK_BOARD!r} is used and no hardware is "
+            f'granted; set board = "NAME" for your board (or board = "{FALLBACK_BOARD}" to say so)',
+        )
+    return None
+
+
+def _is_pty(path: str) -> bool:
+    """A pseudo-terminal (socat, a test) rather than a physical port; symlinks to one count too."""
+    return os.path.realpath(path).startswith("/dev/pts/")
+
+
+def console_login_findings(runtime: Runtime) -> list[Finding]:
+    """A console without a PIN on a physical port gives anyone with a cable the board's tools:
+    allowed, but it must be a deliberate choice."""
+    from edgeclaw.daemon.console import login_gate
+    from edgeclaw.errors import ConfigErrors
+
+    c = runtime.config.console
+    if not c.ports:
+        return []
+    try:
+        gate = login_gate(runtime, c, runtime.config._source)
+    except ConfigErrors as e:
+        return [Finding("FAIL", "console login", str(e))]
+    if gate is not None:
+        return [Finding("ok", "console login", f"PIN required on {', '.join(c.ports)}")]
+    physical = [p for p in c.ports if not _is_pty(p)]
+    if not physical:
+        return [Finding("ok", "console login", "no PIN, but only pseudo-terminals are served")]
+    why = 'login = "off"' if c.login == "off" else "no login_hash or login_hash_file"
+    return [
+        Finding(
+            "warn",
+            "console login",
+            f"no PIN on {', '.join(physical)} ({why}): anyone with a cable gets the console's tools. "
+            "If that is not deliberate, set login_hash (edgeclaw console hash-pin)",
+        )
+    ]
+
+
+def mqtt_policy_finding(runtime: Runtime) -> Finding | None:
+    """What MQTT callers may use beyond the remote default, and whether their commands are signed."""
+    from edgeclaw.tools.policy import DEFAULT_CHANNEL_PROFILES
+
+    config = runtime.config
+    if not config.mqtt.enabled:
+        return None
+    policy = runtime.registry.policy
+    allowed = policy.allowed(ToolContext(channel="mqtt", session_key="mqtt:doctor", peer_kind="device"))
+    default_profile = DEFAULT_CHANNEL_PROFILES["mqtt"]
+    beyond = sorted(allowed - policy.profile_members(default_profile))
+    if not beyond:
+        return Finding(
+            "ok", "mqtt tools", f"MQTT callers get the {default_profile!r} profile: reading, hardware"
+        )
+    signed = bool(config.mqtt.hmac_secret_env or config.mqtt.hmac_secret_file)
+    shown = ", ".join(beyond[:8]) + (f" and {len(beyond) - 8} more" if len(beyond) > 8 else "")
+    if signed:
+        return Finding("ok", "mqtt tools", f"MQTT callers may also use {shown} (commands are signed)")
+    return Finding(
+        "warn",
+        "mqtt tools",
+        f"MQTT callers may also use {shown}, and commands are not signed: anyone who can publish "
+        "to the broker can. Set mqtt.hmac_secret_env or hmac_secret_file, or narrow [tools.channels.mqtt]",
+    )
+
+
 async def diagnose(runtime: Runtime) -> list[Finding]:
     findings = state_findings(runtime) + device_findings(runtime)
     findings.append(await sandbox_finding(runtime))
@@ -156,4 +240,8 @@ async def diagnose(runtime: Runtime) -> list[Finding]:
     if broker is not None:
         findings.append(broker)
     findings += await provider_findings(runtime)
+    for finding in (board_choice_finding(runtime), mqtt_policy_finding(runtime)):
+        if finding is not None:
+            findings.append(finding)
+    findings += console_login_findings(runtime)
     return findings

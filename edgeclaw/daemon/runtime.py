@@ -99,7 +99,7 @@ def build_runtime(
     from edgeclaw.tools.fs import fs_tools
     from edgeclaw.tools.hardware import hardware_tools
     from edgeclaw.tools.policy import PolicyEngine
-    from edgeclaw.tools.ratelimit import SlidingWindowLimiter
+    from edgeclaw.tools.ratelimit import RateLimiter
     from edgeclaw.tools.scrub import Scrubber
     from edgeclaw.tools.session_status import SessionStatusTool
     from edgeclaw.tools.sessions import SessionsHistoryTool, SessionsListTool
@@ -126,7 +126,7 @@ def build_runtime(
 
     t = config.tools
     policy = PolicyEngine(policy_rules(config))
-    limiter = SlidingWindowLimiter(t.rate_limit, t.rate_window_s)
+    limiter = RateLimiter(t.rate_limit, t.rate_per_minute, t.channel_rate_limit, t.channel_rate_per_minute)
     registry = Registry(
         policy, scrubber, limiter, default_timeout_s=t.timeout_s, max_output_bytes=t.max_output_bytes
     )

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,16 +81,20 @@ class SessionCounters:
     last_activity: float = 0.0  # wall clock
 
 
-MAX_SESSIONS_TRACKED = 4096
+# Session names come from callers: the per-session table keeps the most recently active ones, and
+# forgets a session idle this long, so its size never depends on how many names were invented.
+MAX_SESSIONS_TRACKED = 1024
+SESSION_IDLE_FORGET_S = 24 * 3600.0
 
 
 @dataclass
 class ToolStats:
-    """Running totals since start, per tool and per session (idlest sessions dropped past a bound)."""
+    """Running totals since start, per tool and per session (least recently active dropped first)."""
 
     started: float = field(default_factory=time.time)
     tools: dict[str, ToolCounters] = field(default_factory=dict)
-    sessions: dict[str, SessionCounters] = field(default_factory=dict)
+    # Least recently active first, so dropping the idlest is O(1).
+    sessions: OrderedDict[str, SessionCounters] = field(default_factory=OrderedDict)
 
     def record(
         self, tool: str, session: str, ok: bool, refused: bool, duration_ms: float, now: float
@@ -103,17 +108,21 @@ class ToolStats:
             t.refused += 1
         elif not ok:
             t.errors += 1
-        s = self.sessions.get(session)
+        sessions = self.sessions
+        s = sessions.get(session)
         if s is None:
-            if len(self.sessions) >= MAX_SESSIONS_TRACKED:
-                oldest = min(self.sessions, key=lambda k: self.sessions[k].last_activity)
-                del self.sessions[oldest]
-            s = self.sessions[session] = SessionCounters()
+            s = sessions[session] = SessionCounters()
+        else:
+            sessions.move_to_end(session)
         s.calls += 1
         if not ok:
             s.errors += 1
         s.last_tool = tool
         s.last_activity = now
+        while len(sessions) > MAX_SESSIONS_TRACKED or (
+            next(iter(sessions.values())).last_activity < now - SESSION_IDLE_FORGET_S
+        ):
+            sessions.popitem(last=False)
 
     def totals(self) -> dict[str, int]:
         return {

@@ -8,7 +8,8 @@ The steps, in order (each restricting step only narrows the set):
  4. provider allow            tools.providers.P.allow
  5. agent allow               tools.agents.A.allow
  6. agent+provider allow      tools.agents.A.providers.P.allow
- 7. group allow               tools.channels.C.profile / .allow (the caller's channel)
+ 7. group allow               tools.channels.C.profile / .allow (the caller's channel; without
+                              rules of its own, mqtt gets the `remote` profile: DEFAULT_CHANNEL_PROFILES)
  8. deny                      tools.deny, then tools.agents.A.deny
  9. alsoAllow                 tools.also_allow, tools.agents.A.also_allow (adds back)
 10. subagent deny             always for subagents; the leaf list too at max depth
@@ -66,7 +67,16 @@ PROFILES: dict[str, tuple[str, ...] | None] = {
     "minimal": ("session_status",),
     # Boards without a shell: hardware, files and messages, nothing that runs programs.
     "device": ("group:hardware", "group:fs", "group:messaging", "session_status"),
+    # What a caller on a network wire gets unless the config widens it: reading files, the hardware
+    # (which the board profile bounds: writes only where it grants them) and its own status. No
+    # shell, no background processes, no file writes, no custom tools.
+    "remote": ("read_file", "list_files", "search", "glob", "group:hardware", "session_status"),
 }
+
+# The channel step a channel gets when the config has no [tools.channels.NAME] rules for it. MQTT
+# callers are remote machines, often unsigned: they get the `remote` profile unless the config says
+# otherwise (`[tools.channels.mqtt] profile = "full"` gives them everything the global steps allow).
+DEFAULT_CHANNEL_PROFILES: dict[str, str] = {"mqtt": "remote"}
 
 # A subagent never gets these: they act on the parent's behalf or reach people directly.
 SUBAGENT_ALWAYS_DENY: tuple[str, ...] = (
@@ -237,6 +247,11 @@ class PolicyEngine:
         members = PROFILES[name]
         return set(self._tool_groups) if members is None else self._expand(members)
 
+    def profile_members(self, name: str) -> frozenset[str]:
+        """The registered tools a profile names (PolicyNameError for an unknown profile)."""
+        check_profile(name)
+        return frozenset(self._profile_set(name))
+
     def _steps(
         self, agent_id: str, provider: str, channel: str, depth: int
     ) -> list[tuple[str, str, set[str]]]:
@@ -272,9 +287,19 @@ class PolicyEngine:
             )
         chan = r.channels.get(channel)
         channel_admits: set[str] | None = None  # what the caller's channel lets through; None = no rule
-        if chan is not None and chan.profile:
-            channel_admits = self._profile_set(chan.profile)
-            steps.append((f"tools.channels.{channel}.profile = {chan.profile!r}", "keep", channel_admits))
+        chan_profile = chan.profile if chan is not None else ""
+        label = f"tools.channels.{channel}.profile = {chan_profile!r}"
+        if (chan is None or not (chan.profile or chan.allow)) and channel in DEFAULT_CHANNEL_PROFILES:
+            # A channel the config says nothing about (no table, or an empty one) gets its built-in
+            # default; a table of its own (a profile, an allow list) replaces the default.
+            chan_profile = DEFAULT_CHANNEL_PROFILES[channel]
+            label = (
+                f"the {channel} channel's default profile {chan_profile!r} "
+                f'(widen with [tools.channels.{channel}] profile = "full")'
+            )
+        if chan_profile:
+            channel_admits = self._profile_set(chan_profile)
+            steps.append((label, "keep", channel_admits))
         if chan is not None and chan.allow:
             members = self._expand(chan.allow)
             steps.append((f"tools.channels.{channel}.allow", "keep", members))

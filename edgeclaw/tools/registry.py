@@ -1,7 +1,7 @@
 """The registry: the one path every tool call takes, from any channel or the model.
 
 execute(name, args, ctx):
-  find the tool → validate arguments against its schema → policy → per-session
+  find the tool → validate arguments against its schema → policy → per-caller
   rate limit → the tool's own bounds check (a dry run stops here) → run under
   a timeout, capturing exceptions → cap the output size → scrub credentials
   from both outputs → audit record and statistics.
@@ -26,7 +26,7 @@ from edgeclaw.errors import BackendError, ToolError, ToolRefused
 from edgeclaw.tools.audit import AuditRecord, ToolStats, args_digest
 from edgeclaw.tools.base import Tool, ToolContext, ToolInfo, ToolResult
 from edgeclaw.tools.policy import PolicyEngine
-from edgeclaw.tools.ratelimit import SlidingWindowLimiter
+from edgeclaw.tools.ratelimit import RateLimiter
 from edgeclaw.tools.schema import ArgumentError, compile_schema
 from edgeclaw.tools.scrub import Scrubber
 
@@ -107,14 +107,14 @@ class Registry:
         self,
         policy: PolicyEngine,
         scrubber: Scrubber | None = None,
-        limiter: SlidingWindowLimiter | None = None,
+        limiter: RateLimiter | None = None,
         *,
         default_timeout_s: float = 60.0,
         max_output_bytes: int = 32 * 1024,
     ) -> None:
         self.policy = policy
         self.scrubber = scrubber or Scrubber()
-        self.limiter = limiter or SlidingWindowLimiter(150, 3600.0)
+        self.limiter = limiter or RateLimiter()
         self.default_timeout_s = default_timeout_s
         self.max_output_bytes = max_output_bytes
         self.stats = ToolStats()
@@ -222,21 +222,15 @@ class Registry:
                 return self._refuse(
                     name, parsed, ctx, started, "policy", f"tool {name!r} is not allowed here ({why})"
                 )
-            wait = (
-                self.limiter.retry_after(ctx.session_key)
+            # Keyed on who calls (never the session name, which callers choose), under the channel's ceiling.
+            limiter = self.limiter
+            throttled = (
+                limiter.check(ctx.identity, ctx.channel)
                 if dry_run
-                else self.limiter.acquire(ctx.session_key)
+                else limiter.acquire(ctx.identity, ctx.channel)
             )
-            if wait:
-                return self._refuse(
-                    name,
-                    parsed,
-                    ctx,
-                    started,
-                    "rate_limit",
-                    f"rate limit: at most {self.limiter.limit} tool calls per {self.limiter.window_s:g} s "
-                    f"for this session; try again in {math.ceil(wait)} s",
-                )
+            if throttled is not None:
+                return self._refuse(name, parsed, ctx, started, "rate_limit", throttled.message)
         except Exception as e:
             # A fault in the checks themselves (a policy that cannot be evaluated, say) must
             # refuse the call, not escape to the channel: fail closed.

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from edgeclaw.tools.audit import ToolStats
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
-from edgeclaw.tools.ratelimit import SlidingWindowLimiter
+from edgeclaw.tools.ratelimit import RateLimiter
 
 
 class SessionFacts(Protocol):
@@ -30,7 +30,7 @@ class SessionStatusTool(Tool):
     def __init__(
         self,
         stats: ToolStats,
-        limiter: SlidingWindowLimiter,
+        limiter: RateLimiter,
         facts: SessionFacts | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -53,8 +53,10 @@ class SessionStatusTool(Tool):
             "tool_errors": counters.errors if counters else 0,
             "last_tool": counters.last_tool if counters else None,
             "last_activity": _iso(counters.last_activity) if counters and counters.last_activity else None,
-            "rate_limit_remaining": self._limiter.remaining(ctx.session_key),
-            "rate_limit_window_s": self._limiter.window_s,
+            "caller": ctx.identity,
+            # Calls this caller could make right now (its bucket and its channel's), and the limits.
+            "rate_limit_remaining": self._limiter.remaining(ctx.identity, ctx.channel),
+            "rate_limit": self._limiter.describe(),
         }
         if self._facts is not None:
             status.update(self._facts.describe(ctx.session_key))

@@ -180,7 +180,8 @@ def cmd_tool_call(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(outcome.as_dict(), ensure_ascii=False))
     elif outcome.ok:
-        print(outcome.for_user if outcome.for_user is not None else outcome.for_llm)
+        text = outcome.for_user if outcome.for_user is not None else outcome.for_llm
+        print(text, end="" if text.endswith("\n") else "\n")  # a command's output has its own newline
     else:
         print(f"edgeclaw: {outcome.error}", file=sys.stderr)
     if outcome.ok:

@@ -109,6 +109,24 @@ def test_ctrl_c_cancels_the_turn_in_flight(state_env, llm):
     child.expect(pexpect.EOF)
 
 
+def test_the_approval_question_reads_as_on_the_console(state_env):
+    configure(state_env, None)
+    child = _spawn(state_env)
+    child.expect("you> ")
+    child.sendline('/call exec {"command": "python3 -c \'print(6 * 7)\'"}')
+    child.expect_exact("Approval needed: exec wants to run:")
+    child.expect_exact("python3 -c")
+    child.expect(r"allow once / always / deny \[o/w/d\] \(\d+ s\)\? ")
+    child.sendline("maybe")
+    child.expect_exact("Answer o (allow once), w (allow always) or d (deny).")
+    child.sendline("o")
+    child.expect_exact("Allowed once.")
+    child.expect(r"\r\n42\r\n")
+    child.expect("you> ")
+    child.sendeof()
+    child.expect(pexpect.EOF)
+
+
 class Forever(Tool):
     name = "forever"
     group = "runtime"
@@ -132,7 +150,7 @@ async def test_ctrl_c_stops_a_slow_slash_command_and_the_chat_goes_on(tmp_path):
         agent.registry.register(tool)
         out = io.StringIO()
         terminal = TerminalChannel(agent, out=out, interactive=False)
-        # /call is no model turn, so /stop cannot reach it: Ctrl-C must cancel it directly.
+        # A /call is the session's turn: Ctrl-C stops it like a model turn, and the chat goes on.
         handling = asyncio.create_task(terminal.handle_line("/call forever {}"))
         await asyncio.wait_for(tool.started.wait(), 5)
         terminal.interrupt()

@@ -316,8 +316,8 @@ def test_tool_call_asks_on_the_terminal(state_env, answer: bytes, expect_ok: boo
     )
     os.close(child)
     try:
-        prompt = _read_until(main, b"al[w]ays")
-        assert b"approval needed for exec" in prompt and b"python3" in prompt, prompt
+        prompt = _read_until(main, b"[o/w/d]")
+        assert b"Approval needed: exec wants to run:" in prompt and b"python3" in prompt, prompt
         os.write(main, answer)
         stdout, _ = proc.communicate(timeout=30)
     finally:

@@ -107,3 +107,12 @@ def test_the_registry_note_survives_the_consoles_row_limit():
     assert len(b.rows) == 400 and b.cut == len(rows) - 401
     assert b.tail and TRUNCATION_NOTE.fullmatch(b.tail[-1])
     assert "line 0000" in b.rows[0]
+
+
+def test_tool_call_prints_a_commands_output_without_an_extra_blank_line(run_cli):
+    out = run_cli("tool", "call", "exec", '{"command": "printf \'one\\\\ntwo\\\\n\'"}')
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "one\ntwo\n"
+    scan = run_cli("tool", "call", "i2c", '{"action": "scan", "bus": 1}', "--board", "sim")
+    assert scan.stdout.endswith("0x76  BME280 temperature/pressure/humidity\n")
+    assert not scan.stdout.endswith("\n\n")

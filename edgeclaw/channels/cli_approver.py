@@ -1,7 +1,8 @@
 """Approval questions for `edgeclaw tool call` on a terminal.
 
 When the command runs on a terminal, a tool that needs approval asks right
-there: allow once, allow always, or deny. Without a terminal nobody can
+there, in the same words as the console and `edgeclaw chat`: allow once,
+allow always, or deny. Without a terminal nobody can
 answer, so the approver says so and the broker turns that into a deny. The
 answer is read with the event loop's reader (not a blocking thread), so a
 question that times out is simply withdrawn and the command can exit.
@@ -15,28 +16,16 @@ import os
 import sys
 from typing import TextIO
 
+from edgeclaw.agent import approval_text
 from edgeclaw.tools.approval import ApprovalRequest, Decision
-
-_ANSWERS = {
-    "a": Decision.ALLOW_ONCE,
-    "o": Decision.ALLOW_ONCE,
-    "y": Decision.ALLOW_ONCE,
-    "yes": Decision.ALLOW_ONCE,
-    "once": Decision.ALLOW_ONCE,
-    "allow": Decision.ALLOW_ONCE,
-    "w": Decision.ALLOW_ALWAYS,
-    "always": Decision.ALLOW_ALWAYS,
-    "d": Decision.DENY,
-    "n": Decision.DENY,
-    "no": Decision.DENY,
-    "deny": Decision.DENY,
-    "": Decision.DENY,
-}
-MAX_TRIES = 3
 
 
 class TerminalApprover:
-    """Asks the person at this terminal; `fd` is read, the question is written to `out`."""
+    """Asks the person at this terminal; `fd` is read, the question is written to `out`.
+
+    The words and answers are the console's (`approval_text`); a terminal in line mode needs
+    Enter after the answer.
+    """
 
     def __init__(self, fd: int = 0, out: TextIO | None = None) -> None:
         self.fd = fd
@@ -45,17 +34,18 @@ class TerminalApprover:
     async def ask_approval(self, request: ApprovalRequest) -> Decision | None:
         if not os.isatty(self.fd):
             return None
-        summary = request.summary.replace("\n", "\n  ")
-        self._say(f"\nedgeclaw: approval needed for {request.tool}:\n  {summary}\n")
-        for _ in range(MAX_TRIES):
-            self._say(f"[a]llow once, allow al[w]ays, [d]eny ({request.seconds_left:.0f} s left)? ")
+        self._say("\n" + "\n".join(approval_text.question_rows(request)) + "\n")
+        for _ in range(approval_text.MAX_TRIES):
+            self._say(approval_text.prompt(request))
             line = await self._read_line()
             if line is None:
                 return None  # end of input: nobody there
-            decision = _ANSWERS.get(line.strip().lower())
+            decision = approval_text.parse_answer(line)
             if decision is not None:
+                self._say(approval_text.decided(decision) + "\n")
                 return decision
-            self._say(f"'{line.strip()}' is not an answer.\n")
+            self._say(approval_text.HINT + "\n")
+        self._say(approval_text.DENIED_AFTER_TRIES + "\n")
         return Decision.DENY
 
     def _say(self, text: str) -> None:

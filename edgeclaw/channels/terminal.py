@@ -67,7 +67,7 @@ class TerminalChannel:
         if current is None or current.done():
             print("\n(Ctrl-D quits)", file=self.out, flush=True)
         elif not self.agent.stop_turn(self.message("").session_key):
-            # A slash command (/call of a slow tool) is not a model turn: cancel it directly.
+            # A turn (the model's or a /call) stops through the loop; anything else is cancelled.
             current.cancel()
 
     async def handle_line(self, text: str) -> Reply:

@@ -315,7 +315,7 @@ async def test_status_keeps_the_session_apart_from_the_device(agent_for):
     assert not (await agent.handle(msg('/call read_file {"path": "../x"}'))).ok
     text = (await agent.handle(msg("/status"))).text
     session, device = text.split("device (all sessions, since start):")
-    assert "this session (cli:t1):" in session and "conversation: empty" in session
+    assert "session cli:t1 (this conversation):" in session and "conversation: empty" in session
     assert "tool calls: 1 (1 failed or refused)" in session and "now: idle" in session
     assert "tool calls: 4 (0 failed, 1 refused)" in device and "models: none configured" in device
     assert "board: sim" in device and "cli:t1" not in device

@@ -422,7 +422,7 @@ def test_approvals_take_one_key_and_a_word_cannot_answer_letter_by_letter(consol
     term.expect_exact(PROMPT)
     term.send("\r")
     term.send("/status\r")
-    term.expect_exact("this session (console:")
+    term.expect_exact("session console:")
     assert PROMPT not in term.before  # no empty line was entered in between
     term.expect_exact(PROMPT)
     # Three non-answers deny.
@@ -472,13 +472,13 @@ def test_line_editing_and_bytes_that_are_not_utf8(console):
     login(term)
     # Backspace, DEL, Ctrl-U, Ctrl-W and an arrow key's escape sequence.
     port.write(b"/stax\x7fg\x08tus now\x17\x1b[A\r")
-    term.expect_exact("this session (console:")
+    term.expect_exact("session console:")
     term.expect_exact(PROMPT)
     port.write(b"rubbish\x15/status\n")  # Ctrl-U, then LF alone ends the line too
-    term.expect_exact("this session (console:")
+    term.expect_exact("session console:")
     term.expect_exact(PROMPT)
     port.write(b"/status\r\n")  # CRLF: one line, not a line and an empty one
-    term.expect_exact("this session (console:")
+    term.expect_exact("session console:")
     term.expect_exact(PROMPT)
     # Invalid UTF-8 inside a line: dropped, counted, and the line still works.
     port.write(b"/call session_status\xff\xfe {}\xc3\r")
@@ -565,7 +565,7 @@ def test_up_and_down_recall_earlier_lines(console):
     term = port.terminal()
     login(term)
     assert "i2c (hardware):" in run(term, "/help i2c")
-    assert "this session (console:" in run(term, "/status")
+    assert "session console:" in run(term, "/status")
     term.send("\x1b[A")  # Up: the last line
     term.expect_exact("\x1b[K" + PROMPT + "/status")
     term.send("\x1bOA")  # Up again, as a terminal in application cursor mode sends it
@@ -580,7 +580,7 @@ def test_up_and_down_recall_earlier_lines(console):
     term.send("\x1b[B")
     term.expect_exact("\x1b[K" + PROMPT + "/sta")
     term.send("tus\r")
-    term.expect_exact("this session (console:")
+    term.expect_exact("session console:")
     term.expect_exact(PROMPT)
     # A new login starts with no history: the last technician's lines are gone.
     term.send("\x04")
@@ -588,7 +588,7 @@ def test_up_and_down_recall_earlier_lines(console):
     term.send("\x1b[A")
     term.expect_exact("\x07")
     term.send("/status\r")
-    term.expect_exact("this session (console:")
+    term.expect_exact("session console:")
 
 
 def test_tab_completes_commands_and_tool_names(console):
@@ -702,7 +702,7 @@ def test_the_port_vanishes_and_comes_back(console, caplog):
     term = port.terminal()
     term.expect("device bench-01")
     login(term)  # a new connection means a new login
-    assert "this session (console:" in run(term, "/status")
+    assert "session console:" in run(term, "/status")
 
 
 def test_two_consoles_are_independent_sessions(console, llm):
@@ -714,7 +714,7 @@ def test_two_consoles_are_independent_sessions(console, llm):
     term_a.send("slow question\r")
     term_a.expect_exact("(working; Ctrl-C stops it)")
     status_b = run(term_b, "/status")
-    assert f"this session (console:{b.link})" in unwrapped(status_b) and "now: idle" in status_b
+    assert f"session console:{b.link} (this conversation)" in unwrapped(status_b) and "now: idle" in status_b
     term_b.send("\x04")
     term_b.expect("Logged out")
     # Logging out on B touched nothing on A: its turn is still running, and Ctrl-C there stops it.
@@ -722,7 +722,7 @@ def test_two_consoles_are_independent_sessions(console, llm):
     term_a.expect("Stopped.")
     term_a.expect_exact(PROMPT)
     status_a = run(term_a, "/status")
-    assert f"this session (console:{a.link})" in unwrapped(status_a)
+    assert f"session console:{a.link} (this conversation)" in unwrapped(status_a)
 
 
 def test_idle_logout_delivery_and_goodbye(console, caplog):
@@ -739,7 +739,7 @@ def test_idle_logout_delivery_and_goodbye(console, caplog):
     term.expect("cron: the greenhouse door is open")
     term.expect_exact(PROMPT + "/sta")  # the line being typed is redrawn under it
     term.send("tus\r")
-    term.expect_exact("this session (console:")
+    term.expect_exact("session console:")
     term.expect_exact(PROMPT)
     daemon.stop()
     term.expect_exact("[edgeclaw is stopping]")

@@ -77,6 +77,12 @@ class AgentLoop:
     # -- entry point -------------------------------------------------------
     async def handle(self, msg: InboundMessage) -> Reply:
         key = msg.session_key
+        """The reply to one message, scrubbed: a model repeats what it read (a key in a file, a key it
+        was told), errors quote what failed, and every reply goes straight out on some channel."""
+        reply = await self._answer(msg)
+        return dataclasses.replace(reply, text=self.registry.scrubber.scrub(reply.text))
+
+    async def _answer(self, msg: InboundMessage) -> Reply:
         command = slash.parse(msg.text)
         if command is not None and command.name == "call":
             tool, _ = slash.split_call(command.argument)
@@ -288,7 +294,7 @@ class AgentLoop:
 
     def _status(self, key: str) -> str:
         """Two blocks: what belongs to this session, and what is the device's (every session's)."""
-        lines = [f"edgeclaw {__version__}", f"this session ({key}):"]
+        lines = [f"edgeclaw {__version__}", f"session {key} (this conversation):"]
         summary = self.sessions.summary(key)
         lines.append(
             f"  conversation: {plural(summary.messages, 'message')}, ~{plural(summary.tokens, 'token')}"

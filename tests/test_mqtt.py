@@ -195,7 +195,8 @@ async def test_tool_call_answers_on_response_topic_with_correlation_else_on_tool
         assert answer.correlation == b"\x00corr-a"
         body = answer.json
         assert body["id"] == "a" and body["ok"] is True and body["tool"] == "work"
-        assert body["for_user"] == "done a" and body["for_llm"] == "done a"
+        # One text is sent once: `for_user` only when it says something else than `for_llm`.
+        assert body["for_llm"] == "done a" and "for_user" not in body
         assert isinstance(body["duration_ms"], float) and "error" not in body
 
         # No Response Topic: the fixed fallback topic (and the Correlation Data still echoed).
@@ -380,7 +381,7 @@ async def test_a_fault_inside_the_channel_still_gets_one_answer(tmp_path, broker
         Caller(broker.port, [ANSWERS]) as c,
     ):
         # The state database failing on the receive path (before any task exists) ...
-        def broken_begin(key):
+        def broken_begin(*args, **kwargs):
             raise sqlite3.OperationalError("disk I/O error")
 
         monkeypatch.setattr(d.ch.ledger, "begin", broken_begin)
@@ -505,27 +506,33 @@ async def test_chat_round_trip_with_response_topic_and_on_chat_out(tmp_path, bro
         missing = next(b for b in bodies if not b["ok"])
         assert missing["code"] == "missing_field" and "'text'" in missing["error"]
         status = next(b for b in bodies if b["ok"])
-        assert "session mqtt:s1" in status["text"]
+        assert "mqtt:s1" in status["text"]
 
 
 # -- approvals --------------------------------------------------------------------
+APPROVER = "approver-key-0f1e2d3c"
+
+
 async def test_approvals_are_asked_over_mqtt(tmp_path, broker):
+    config = daemon_config(tmp_path, broker.port, approver_secret_env="EC_APPROVER")
+    respond = f"{BASE}/approval/response"
     async with (
-        running_daemon(daemon_config(tmp_path, broker.port)) as d,
+        running_daemon(config, {"EC_APPROVER": APPROVER}) as d,
         Caller(broker.port, [ANSWERS, f"{BASE}/approval/request"]) as c,
     ):
         assert d.guarded is not None
+
+        async def decide(question_id: str, decision: str, corr: bytes | None = None) -> None:
+            body = {"id": question_id, "decision": decision}
+            signed = envelope(APPROVER.encode(), respond, body, response_topic=ANSWERS, correlation=corr)
+            await c.publish(respond, signed, response_topic=ANSWERS, correlation=corr)
+
         await c.publish(f"{BASE}/tool/call", {"id": "g1", "tool": "guarded"}, response_topic=ANSWERS)
         [question] = await c.answers(f"{BASE}/approval/request", 1)
         q = question.json
         assert q["tool"] == "guarded" and q["summary"] == "switch the pump on"
         assert q["session"] == "mqtt:tools" and q["expires_at"] > time.time() + 60
-        await c.publish(
-            f"{BASE}/approval/response",
-            {"id": q["id"], "decision": "allow-once"},
-            response_topic=ANSWERS,
-            correlation=b"ack",
-        )
+        await decide(q["id"], "allow-once", b"ack")
         answers = await c.answers(ANSWERS, 2)
         ack = next(a for a in answers if a.correlation == b"ack")
         assert ack.json == {"id": q["id"], "ok": True}
@@ -534,15 +541,17 @@ async def test_approvals_are_asked_over_mqtt(tmp_path, broker):
 
         await c.publish(f"{BASE}/tool/call", {"id": "g2", "tool": "guarded"}, response_topic=ANSWERS)
         questions = await c.answers(f"{BASE}/approval/request", 2)
-        await c.publish(f"{BASE}/approval/response", {"id": questions[1].json["id"], "decision": "deny"})
-        answers = await c.answers(ANSWERS, 3)
-        assert answers[2].json["ok"] is False and "denied" in answers[2].json["error"]
+        await decide(questions[1].json["id"], "deny")
+        answers = await c.answers(ANSWERS, 4)
+        denied = next(a.json for a in answers if a.json.get("id") == "g2")
+        assert denied["ok"] is False and "denied by mqtt:key:approver" in denied["error"]
 
         # Nobody answers: the broker's deadline denies.
         d.runtime.approvals.timeout_s = 0.5
         await c.publish(f"{BASE}/tool/call", {"id": "g3", "tool": "guarded"}, response_topic=ANSWERS)
-        answers = await c.answers(ANSWERS, 4)
-        assert answers[3].json["ok"] is False and "timed out" in answers[3].json["error"]
+        answers = await c.answers(ANSWERS, 5)
+        timed_out = next(a.json for a in answers if a.json.get("id") == "g3")
+        assert timed_out["ok"] is False and "timed out" in timed_out["error"]
         assert d.guarded.ran == 1 and d.ch.approver.pending == []
         # Approval responses are not requests: the acks do not skew the one-answer-per-request count.
         assert d.ch.counters["answered"] == d.ch.counters["requests"] == 3
@@ -559,14 +568,14 @@ async def test_hmac_signed_calls_are_accepted_and_unsigned_or_forged_ones_refuse
     ):
 
         async def with_hmac_property(n: str, corr: bytes, key: bytes, signed_topic: str = topic) -> None:
-            body = json.dumps(call(n)).encode()
-            mac_ = mac(key, signed_topic, body)
+            body = json.dumps({**call(n), "ts": time.time()}).encode()
+            mac_ = mac(key, signed_topic, body, ANSWERS, corr)
             await c.publish(topic, body, response_topic=ANSWERS, correlation=corr, user=[("hmac", mac_)])
 
         await with_hmac_property("signed-prop", b"1", secret.encode())
         await c.publish(
             topic,
-            envelope(secret.encode(), topic, call("signed-env")),
+            envelope(secret.encode(), topic, call("signed-env"), response_topic=ANSWERS, correlation=b"2"),
             response_topic=ANSWERS,
             correlation=b"2",
         )
@@ -581,7 +590,9 @@ async def test_hmac_signed_calls_are_accepted_and_unsigned_or_forged_ones_refuse
         assert d.work.executions == Counter({"signed-prop": 1, "signed-env": 1})
         # The secret is registered with the scrubber: a tool cannot print it.
         await c.publish(
-            topic, envelope(secret.encode(), topic, call("leak", say=secret)), response_topic=ANSWERS
+            topic,
+            envelope(secret.encode(), topic, call("leak", say=secret), response_topic=ANSWERS),
+            response_topic=ANSWERS,
         )
         leak = (await c.answers(ANSWERS, 6))[5].json
         assert secret not in json.dumps(leak) and "[REDACTED]" in leak["for_llm"]
@@ -597,17 +608,24 @@ async def test_hmac_max_age_refuses_stale_signed_commands(tmp_path, broker):
     ):
         fresh = {**call("fresh"), "ts": time.time()}
         stale = {**call("stale"), "ts": time.time() - 3600}
+        key = secret.encode()
         await c.publish(
-            topic, envelope(secret.encode(), topic, fresh), response_topic=ANSWERS, correlation=b"f"
+            topic,
+            envelope(key, topic, fresh, response_topic=ANSWERS, correlation=b"f"),
+            response_topic=ANSWERS,
+            correlation=b"f",
         )
         await c.publish(
-            topic, envelope(secret.encode(), topic, stale), response_topic=ANSWERS, correlation=b"s"
+            topic,
+            envelope(key, topic, stale, response_topic=ANSWERS, correlation=b"s"),
+            response_topic=ANSWERS,
+            correlation=b"s",
         )
         # Signed plain-text chat cannot carry a `ts`: refused as stale, not as malformed JSON.
         chat_topic = f"{BASE}/chat/in"
         await c.publish(
             chat_topic,
-            envelope(secret.encode(), chat_topic, "hello"),
+            envelope(secret.encode(), chat_topic, "hello", response_topic=ANSWERS, correlation=b"t"),
             response_topic=ANSWERS,
             correlation=b"t",
         )
@@ -714,7 +732,7 @@ async def test_signed_admin_commands_define_replace_and_remove_custom_tools(tmp_
     async with running_daemon(config, env) as d, Caller(broker.port, [ANSWERS]) as c:
 
         async def ask(topic: str, body: dict[str, Any], n: int) -> dict[str, Any]:
-            await c.publish(topic, envelope(key, topic, body), response_topic=ANSWERS)
+            await c.publish(topic, envelope(key, topic, body, response_topic=ANSWERS), response_topic=ANSWERS)
             return (await c.answers(ANSWERS, n, within=30))[n - 1].json
 
         defined = await ask(admin, {"id": "d1", "action": "define", "tool": SAY}, 1)

@@ -83,6 +83,12 @@ class AgentLoop:
 
     async def _answer(self, msg: InboundMessage) -> Reply:
         key = msg.session_key
+        """The reply to one message, scrubbed: a model repeats what it read (a key in a file, a key it
+        was told), errors quote what failed, and every reply goes straight out on some channel."""
+        reply = await self._answer(msg)
+        return dataclasses.replace(reply, text=self.registry.scrubber.scrub(reply.text))
+
+    async def _answer(self, msg: InboundMessage) -> Reply:
         command = slash.parse(msg.text)
         if command is not None and command.name == "call":
             tool, _ = slash.split_call(command.argument)
@@ -91,7 +97,7 @@ class AgentLoop:
             text, ok = await self._slash_reply(command, msg)
             return Reply(text, key, ok, msg)
         if not msg.text.strip():
-            return Reply("(empty message) " + slash.HELP.splitlines()[0], key, False, msg)
+            return Reply("(empty message) Send a question, or one of these.\n" + slash.HELP, key, False, msg)
         if not self.chain:
             return Reply(NO_MODEL, key, False, msg)
         return await self._as_turn(msg, "the model's turn", lambda: self._turn(key, msg))

@@ -342,8 +342,28 @@ def _check_mqtt(config: Config, fail: Fail) -> None:
         fail("mqtt.discovery_prefix", "expected a non-empty name without MQTT wildcards (# +)")
     if 0 < m.telemetry_interval_s < 0.1:
         fail("mqtt.telemetry_interval_s", "expected 0 (off) or at least 0.1 s")
-    if m.hmac_max_age_s and not (m.hmac_secret_env or m.hmac_secret_file):
-        fail("mqtt.hmac_max_age_s", "needs hmac_secret_env or hmac_secret_file")
+    if m.approver_secret_env and m.approver_secret_file:
+        fail("mqtt", "set approver_secret_env or approver_secret_file, not both")
+    for key in ("hmac_key_name", "approver_key_name"):
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", getattr(m, key)):
+            fail(f"mqtt.{key}", "expected 1-64 letters, digits, '_', '.' or '-' (it names the key in events)")
+    if m.hmac_key_name == m.approver_key_name:
+        fail("mqtt.approver_key_name", "expected a name other than hmac_key_name (they are different keys)")
+    if m.hmac_max_age_s <= 0:
+        fail(
+            "mqtt.hmac_max_age_s",
+            "expected more than 0 s: without an age limit a signed message could be "
+            "replayed once the request ledger has forgotten it",
+        )
+    elif (m.hmac_secret_env or m.hmac_secret_file) and m.dedup_window_s < 2 * m.hmac_max_age_s:
+        # A message is accepted while |now - ts| <= max age, so up to 2 x max age after it first
+        # arrived; the ledger must remember it that long for a replay to be caught.
+        fail(
+            "mqtt.dedup_window_s",
+            f"expected at least 2 x hmac_max_age_s ({_plain(2 * m.hmac_max_age_s)} s) with signed commands, "
+            "so the ledger remembers a signed command for as long as it could be accepted; raise it "
+            "or lower hmac_max_age_s",
+        )
     if m.tls is not None and bool(m.tls.cert_file) != bool(m.tls.key_file):
         fail("mqtt.tls", "set cert_file and key_file together (a client certificate needs its key)")
 

@@ -188,7 +188,12 @@ class MqttConfig:
     dedup_window_s: float = 600.0  # a repeated request id within this window is answered, not run again
     hmac_secret_env: str = ""  # shared secret for signed commands: an environment variable ...
     hmac_secret_file: str = ""  # ... or a file (never inline)
-    hmac_max_age_s: float = 0.0  # > 0: signed commands must carry a "ts" no older than this
+    hmac_key_name: str = "command"  # callers signing with it are "mqtt:key:NAME"
+    hmac_max_age_s: float = 300.0  # signed messages carry a "ts" at most this far from the device's clock
+    # The approver key: approval/response must be signed with it. Unset = no MQTT approvals (denied).
+    approver_secret_env: str = ""
+    approver_secret_file: str = ""
+    approver_key_name: str = "approver"  # decisions are on record as by "mqtt:key:NAME"
     events: bool = True  # one audit event per tool call on {prefix}/{dev}/events
     discovery: bool = True  # Home Assistant device discovery
     discovery_prefix: str = "homeassistant"

@@ -60,6 +60,10 @@ def secret_refs(config: Config) -> dict[str, SecretRef]:
         refs["mqtt.hmac"] = SecretRef("mqtt.hmac_secret_env", env=m.hmac_secret_env)
     elif m.hmac_secret_file:
         refs["mqtt.hmac"] = SecretRef("mqtt.hmac_secret_file", file=m.hmac_secret_file)
+    if m.approver_secret_env:
+        refs["mqtt.approver"] = SecretRef("mqtt.approver_secret_env", env=m.approver_secret_env)
+    elif m.approver_secret_file:
+        refs["mqtt.approver"] = SecretRef("mqtt.approver_secret_file", file=m.approver_secret_file)
     return refs
 
 

@@ -1,5 +1,5 @@
-"""Wire the MQTT channel from the runtime: the shared agent loop, registry, approvals, database,
-secrets and the custom tools' definition API."""
+"""Wire the MQTT channel from the runtime: the shared agent loop, registry, approvals, audit trail,
+database, secrets and the custom tools' definition API."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ def mqtt_service(runtime: Runtime) -> MqttChannel:
         agent=runtime.agent,
         password=runtime.secrets.get("mqtt", ""),
         hmac_secret=runtime.secrets.get("mqtt.hmac", ""),
+        approver_secret=runtime.secrets.get("mqtt.approver", ""),
+        audit=runtime.audit,
         source=runtime.config._source,
         custom_tools=custom_tools_for(runtime.registry),
     )

@@ -132,6 +132,7 @@ def build_runtime(
     )
     # The closure reads `runtime` when a session is first touched, after it exists.
     sessions = SessionStore(lambda: runtime.db)
+    audit = AuditTrail(scrubber.scrub)
     runtime = Runtime(
         config=config,
         device_id=device_id(config.device_id),
@@ -141,7 +142,9 @@ def build_runtime(
         registry=registry,
         secrets=secrets,
         sessions=sessions,
-        audit=AuditTrail(scrubber.scrub),
+        audit=audit,
+        # Every channel's approval questions and decisions go to the same trail.
+        approvals=ApprovalBroker(audit=audit),
     )
     ws = Workspace(workspace, tuple(Path(p) for p in t.allowed_paths), t.max_file_bytes)
     registry.register_all(fs_tools(ws))

@@ -5,6 +5,12 @@ the local terminal) register an `Approver` for their name when they start.
 The question goes to the channel the call came from (`ctx.channel`). A channel
 that cannot ask, an approver that fails, and a question nobody answers in
 time all mean **deny**: fail closed.
+
+Every question and every decision (who asked, for which request, who decided
+or why nobody could) goes to the audit trail, so all channels' approvals are
+on record in one form: one info line on `edgeclaw.audit` and an `approval`
+event on MQTT `events`. The summary is not in the event: it quotes the
+command, an argument value.
 """
 
 from __future__ import annotations
@@ -15,8 +21,9 @@ import secrets
 import time
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
+from edgeclaw.tools.audit import AuditTrail
 from edgeclaw.tools.base import ToolContext
 
 log = logging.getLogger("edgeclaw.approval")
@@ -47,47 +54,109 @@ class ApprovalRequest:
         return max(0.0, self.expires_at - time.time())
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """A decision and who made it, for channels where the approver is not simply the person on the
+    channel (MQTT: the holder of the approver key)."""
+
+    decision: Decision
+    by: str
+
+
+class ApprovalUnavailable(Exception):
+    """Raised by an approver that must not ask on this channel; the message says why (it becomes
+    the deny reason the caller sees)."""
+
+
 class Approver(Protocol):
     """A channel's way of putting the question to the person on that channel."""
 
-    async def ask_approval(self, request: ApprovalRequest) -> Decision | None:
-        """The person's decision, or None when nobody could be asked. May be cancelled at the deadline."""
+    async def ask_approval(self, request: ApprovalRequest) -> Decision | Verdict | None:
+        """The person's decision (a bare Decision: decided by the person on the calling channel),
+        or None when nobody could be asked. May be cancelled at the deadline."""
         ...
 
 
 class ApprovalBroker:
-    def __init__(self, timeout_s: float = DEFAULT_APPROVAL_TIMEOUT_S) -> None:
+    def __init__(
+        self, timeout_s: float = DEFAULT_APPROVAL_TIMEOUT_S, audit: AuditTrail | None = None
+    ) -> None:
         self.timeout_s = timeout_s
+        self.audit = audit if audit is not None else AuditTrail()
         self._approvers: dict[str, Approver] = {}
+        self._refusals: dict[str, str] = {}  # channels whose approvals are off, and why
 
     def register(self, channel: str, approver: Approver) -> None:
+        self._refusals.pop(channel, None)
         self._approvers[channel] = approver
+
+    def refuse(self, channel: str, reason: str) -> None:
+        """Approvals on this channel are off: deny every question with `reason`, asking nobody."""
+        self._approvers.pop(channel, None)
+        self._refusals[channel] = reason
 
     def unregister(self, channel: str, approver: Approver | None = None) -> None:
         if approver is None or self._approvers.get(channel) is approver:
             self._approvers.pop(channel, None)
+            self._refusals.pop(channel, None)
 
     async def request(
         self, tool: str, summary: str, ctx: ToolContext, timeout_s: float | None = None
     ) -> tuple[Decision, str]:
         """Ask and wait. Returns the decision and a reason fit for an error message when it is a deny."""
-        approver = self._approvers.get(ctx.channel)
-        if approver is None:
-            return Decision.DENY, f"approval required, and channel {ctx.channel!r} cannot ask anyone"
         timeout = self.timeout_s if timeout_s is None else timeout_s
         request = ApprovalRequest(
             id=secrets.token_hex(8), tool=tool, summary=summary, ctx=ctx, expires_at=time.time() + timeout
         )
+        refusal = self._refusals.get(ctx.channel)
+        if refusal is not None:
+            return self._decided(request, "unavailable", refusal)
+        approver = self._approvers.get(ctx.channel)
+        if approver is None:
+            return self._decided(
+                request, "unavailable", f"approval required, and channel {ctx.channel!r} cannot ask anyone"
+            )
+        self._record(request, "asked", expires_at=round(request.expires_at, 3))
         try:
             async with asyncio.timeout(timeout):
-                decision = await approver.ask_approval(request)
+                answer = await approver.ask_approval(request)
         except TimeoutError:
-            return Decision.DENY, f"approval request {request.id} timed out after {timeout:g} s"
+            return self._decided(
+                request, "timeout", f"approval request {request.id} timed out after {timeout:g} s"
+            )
+        except ApprovalUnavailable as e:
+            return self._decided(request, "unavailable", str(e))
         except Exception:
             log.exception("approver for channel %s failed", ctx.channel)
-            return Decision.DENY, "approval could not be asked (the channel failed)"
-        if decision is None:
-            return Decision.DENY, "nobody could be asked for approval"
-        if not decision.allows:
-            return Decision.DENY, "denied by the person asked"
-        return decision, ""
+            return self._decided(request, "failed", "approval could not be asked (the channel failed)")
+        if answer is None:
+            return self._decided(request, "unavailable", "nobody could be asked for approval")
+        if isinstance(answer, Verdict):
+            verdict, who = answer, answer.by
+        else:  # the person on the calling channel
+            verdict, who = Verdict(answer, ctx.identity), "the person asked"
+        if not verdict.decision.allows:
+            return self._decided(request, "deny", f"denied by {who}", by=verdict.by)
+        self._record(request, verdict.decision.value, by=verdict.by)
+        return verdict.decision, ""
+
+    def _decided(
+        self, request: ApprovalRequest, decision: str, reason: str, *, by: str | None = None
+    ) -> tuple[Decision, str]:
+        """A deny, on record with its reason."""
+        self._record(request, decision, by=by, reason=reason)
+        return Decision.DENY, reason
+
+    def _record(self, request: ApprovalRequest, decision: str, **fields: Any) -> None:
+        ctx = request.ctx
+        self.audit.emit(
+            "approval",
+            decision=decision,
+            approval=request.id,
+            tool=request.tool,
+            channel=ctx.channel,
+            caller=ctx.identity,
+            session=ctx.session_key,
+            request_id=ctx.request_id or None,
+            **fields,
+        )

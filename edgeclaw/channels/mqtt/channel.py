@@ -2,13 +2,18 @@
 
 Flow of a request (`tool/call` or `chat/in`):
 
-  receive loop (never waits) → size check → signature → parse → request
+  receive loop (never waits) → size check → signature (and `ts`) → parse → request
   ledger (a repeat is answered from the stored result, or joins the running
   original) → admission (at most `inbound_queue` requests waiting or running;
   beyond that the answer is "busy") → a task per request, at most
   `max_concurrent` running → `Registry.execute` / `AgentLoop.handle` →
   exactly one answer per delivered request, to the MQTT 5 Response Topic
   with its Correlation Data, else to `tool/result` / `chat/out`.
+
+Who is calling (`ToolContext.caller`, `InboundMessage.caller`) is what the
+channel can prove or was told: "mqtt:key:NAME" for a command signed with the
+command key, else "mqtt:sender:NAME" for a declared `sender`, else
+"mqtt:anonymous". A `tool/cancel` stops a call of the same caller only.
 
 Answers, events and telemetry go through the store-and-forward `Sender`, so
 nothing produced while the broker is unreachable is lost (within the outbox
@@ -19,6 +24,8 @@ clean stop; the same `offline` is the Last Will for an unclean one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import json
 import logging
 import ssl
@@ -33,7 +40,7 @@ import aiomqtt
 from edgeclaw import __version__
 from edgeclaw.agent.channel import InboundMessage, Reply
 from edgeclaw.agent.loop import AgentLoop
-from edgeclaw.channels.mqtt.approvals import MqttApprover
+from edgeclaw.channels.mqtt.approvals import NO_APPROVER, MqttApprover
 from edgeclaw.channels.mqtt.connection import (
     Connection,
     ConnectionSettings,
@@ -45,23 +52,27 @@ from edgeclaw.channels.mqtt.discovery import discovery_payload, discovery_topic_
 from edgeclaw.channels.mqtt.outbox import Kind, Outbox
 from edgeclaw.channels.mqtt.protocol import (
     AdminRequest,
+    CancelRequest,
     ChatRequest,
     Route,
     ToolCallRequest,
     WireError,
     admin_error,
+    cancel_answer,
+    cancel_error,
     chat_answer,
     chat_error,
     check_fresh,
     encode,
     parse_admin,
     parse_approval,
+    parse_cancel,
     parse_chat,
     parse_json_object,
     parse_tool_call,
     peek_id,
     replayed,
-    safe_response_topic,
+    response_topic_problem,
     tool_answer,
     tool_error,
 )
@@ -72,8 +83,8 @@ from edgeclaw.channels.mqtt.topics import DeviceTopics
 from edgeclaw.config.schema import MqttConfig
 from edgeclaw.errors import ConfigError, ConfigErrors
 from edgeclaw.store.db import Database
-from edgeclaw.tools.approval import ApprovalBroker, ApprovalRequest, Decision
-from edgeclaw.tools.audit import AuditRecord
+from edgeclaw.tools.approval import ApprovalBroker, ApprovalRequest, Decision, Verdict
+from edgeclaw.tools.audit import AuditRecord, AuditTrail
 from edgeclaw.tools.base import ToolContext
 from edgeclaw.tools.custom import CustomTools, InvalidDefinition
 from edgeclaw.tools.registry import Registry
@@ -94,6 +105,19 @@ INTERRUPTED = (
 
 # Builds the error answer for one request: (code, message) -> payload.
 ErrorAnswer = Callable[[str, str], bytes]
+Kind_ = Literal["tool", "chat", "admin", "cancel"]
+WHAT = {"tool": "tool/call", "cancel": "tool/cancel", "chat": "chat/in", "admin": "admin/tools"}
+ANONYMOUS = "mqtt:anonymous"
+
+
+@dataclass(slots=True)
+class Cancellable:
+    """A tool call admitted and not yet answered, which a `tool/cancel` from its caller may stop."""
+
+    caller: str
+    task: asyncio.Task[None] | None = None  # set once `_serve` runs (a task cancelled earlier never would)
+    started: bool = False  # it holds a slot: running, not waiting
+    cancelled_by: str | None = None  # the cancel request's id
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +166,8 @@ class MqttChannel:
         health: HealthSources | None = None,
         source: str = "<config>",
         custom_tools: CustomTools | None = None,
+        approver_secret: str = "",
+        audit: AuditTrail | None = None,
     ) -> None:
         self.config = config
         self.source = source  # the config file, for error messages
@@ -154,15 +180,39 @@ class MqttChannel:
         self.custom_tools = custom_tools
         self.version = version
         self.topics = DeviceTopics(config.topic_prefix, device_id, config.discovery_prefix)
-        self.verifier = Verifier(hmac_secret) if hmac_secret else None
+        self.audit = audit
+        self.verifier = Verifier(hmac_secret, config.hmac_key_name) if hmac_secret else None
+        # Approval responses are signed with their own key: a command key cannot approve.
+        self.approver_verifier = (
+            Verifier(approver_secret, config.approver_key_name) if approver_secret else None
+        )
+        if self.verifier and self.approver_verifier and self.verifier.same_secret(self.approver_verifier):
+            raise ConfigErrors(
+                [
+                    ConfigError(
+                        source,
+                        "mqtt.approver_secret_env"
+                        if config.approver_secret_env
+                        else "mqtt.approver_secret_file",
+                        "the approver key must differ from the command key (hmac_secret_*): "
+                        "otherwise whoever may send commands may approve them",
+                    )
+                ]
+            )
         t = self.topics
-        self._kinds: dict[str, Literal["tool", "chat", "admin"]] = {
+        self._kinds: dict[str, Kind_] = {
             t.tool_call: "tool",
+            t.tool_cancel: "cancel",
             t.chat_in: "chat",
             t.admin_tools: "admin",
         }
         # Where answers go when the request named no (usable) Response Topic.
-        self._fallbacks = {"tool": t.tool_result, "chat": t.chat_out, "admin": t.admin_result}
+        self._fallbacks = {
+            "tool": t.tool_result,
+            "cancel": t.tool_result,
+            "chat": t.chat_out,
+            "admin": t.admin_result,
+        }
         tls = None
         if config.tls is not None:
             tls = TlsSettings(config.tls.ca_file, config.tls.cert_file, config.tls.key_file)
@@ -186,7 +236,9 @@ class MqttChannel:
         self.outbox = Outbox(db, config.outbox_max)
         self.ledger: RequestLedger[Route] = RequestLedger(db, config.dedup_window_s)
         self.sender = Sender(self.connection, self.outbox)
-        self.approver = MqttApprover(self.connection, self.topics.approval_request)
+        self.approver = MqttApprover(
+            self.connection, self.topics.approval_request, enabled=self.approver_verifier is not None
+        )
         self.collector = TelemetryCollector(
             board, version, registry.stats, health or HealthSources(disk=Path(db.path).parent)
         )
@@ -197,7 +249,9 @@ class MqttChannel:
         self._background: list[asyncio.Task[None]] = []
         self._spawned: set[asyncio.Task[None]] = set()
         self._runner: asyncio.Task[None] | None = None
-        self._events: list[AuditRecord] = []
+        self._events: list[AuditRecord | dict[str, Any]] = []
+        # Tool calls by request id, while they may still be cancelled.
+        self._cancellable: dict[str, list[Cancellable]] = {}
         self._finished: list[tuple[str, bytes]] = []
         self._flush_handle: asyncio.TimerHandle | None = None
         self._closing = False
@@ -210,9 +264,14 @@ class MqttChannel:
             raise ConfigErrors(
                 [ConfigError(self.source, "mqtt.tls", f"cannot use the TLS files: {e}")]
             ) from None
-        self.approvals.register(CHANNEL, self)
+        if self.approver_verifier is not None:
+            self.approvals.register(CHANNEL, self)
+        else:  # nobody on MQTT is entitled to approve: denied with the reason, nothing published
+            self.approvals.refuse(CHANNEL, NO_APPROVER)
         if self.config.events:
             self.registry.add_audit_sink(self._audit)
+            if self.audit is not None:
+                self.audit.add_sink(self._trail_event)
         loop = asyncio.get_running_loop()
         self._runner = loop.create_task(self.connection.run(), name="mqtt-connection")
         if self.config.telemetry_interval_s > 0:
@@ -247,10 +306,12 @@ class MqttChannel:
         if self._background or self._spawned:
             await asyncio.wait([*self._background, *self._spawned])
         self.registry.remove_audit_sink(self._audit)
+        if self.audit is not None:
+            self.audit.remove_sink(self._trail_event)
         if self._flush_handle is not None:
             self._flush_handle.cancel()
         self._flush_after_answers()  # what was still waiting for its moment
-        self.approvals.unregister(CHANNEL, self)
+        self.approvals.unregister(CHANNEL, None if self.approver_verifier is None else self)
         await self.sender.close()
         if self._runner is not None:
             await self.connection.stop(self._runner, (self.topics.status, self._status_payload("offline")))
@@ -266,7 +327,7 @@ class MqttChannel:
             request_id = reply.in_reply_to.meta.get("id")
         self._answer(route, encode(chat_answer(reply.text, reply.session, reply.ok, request_id)))
 
-    async def ask_approval(self, request: ApprovalRequest) -> Decision | None:
+    async def ask_approval(self, request: ApprovalRequest) -> Decision | Verdict | None:
         return await self.approver.ask_approval(request)
 
     # -- status, discovery, telemetry ----------------------------------------
@@ -349,13 +410,19 @@ class MqttChannel:
         self._events.append(record)
         self._after_answers()
 
+    def _trail_event(self, event: dict[str, Any]) -> None:
+        """Approval decisions, admin changes, logins (the runtime's AuditTrail): published on `events`
+        like tool calls, and with them."""
+        self._events.append(event)
+        self._after_answers()
+
     def _publish_events(self) -> None:
         records, self._events = self._events, []
         for record in records:
-            event = record.as_dict()
+            event = dict(record) if isinstance(record, dict) else record.as_dict()
             event["device"] = self.device_id
-            # The registry already scrubbed the error text; the whole event is scrubbed again because
-            # session keys and tool names come from callers too.
+            # The registry and the trail already scrubbed their texts; the whole event is scrubbed
+            # again because session keys, names and identities come from callers too.
             text = self.registry.scrubber.scrub(json.dumps(event, ensure_ascii=False, separators=(",", ":")))
             self.sender.send(Kind.EVENT, self.topics.events, text.encode("utf-8", "surrogatepass"))
 
@@ -395,10 +462,19 @@ class MqttChannel:
         else:
             log.debug("ignoring a message on %s", msg.topic)
 
-    def _inbound(self, msg: Incoming, kind: Literal["tool", "chat", "admin"]) -> None:
+    def _route_problem(self, msg: Incoming) -> str | None:
+        """Why the message's Response Topic is refused, or None (also when it has none)."""
+        if msg.response_topic is None:
+            return None
+        return response_topic_problem(
+            msg.response_topic, self.config.topic_prefix, self.config.discovery_prefix
+        )
+
+    def _inbound(self, msg: Incoming, kind: Kind_) -> None:
         """One command: exactly one answer, whatever goes wrong on the way (see the module doc)."""
         self.counters["requests"] += 1
-        bad_route = msg.response_topic is not None and not safe_response_topic(msg.response_topic)
+        route_problem = self._route_problem(msg)
+        bad_route = route_problem is not None
         if msg.response_topic is None or bad_route:
             route = Route(self._fallbacks[kind], msg.correlation)
         else:
@@ -408,13 +484,15 @@ class MqttChannel:
             """The error answer for a request refused before it was understood."""
             if kind == "tool":
                 return encode(tool_error(request_id, None, code, message))
+            if kind == "cancel":
+                return encode(cancel_error(request_id, None, code, message))
             if kind == "admin":
                 return encode(admin_error(request_id, None, code, message))
-            return encode(chat_error(request_id, "", code, message))
+            return encode(chat_error(request_id, None, code, message))
 
         answered = self.counters["answered"]
         try:
-            self._accept(msg, kind, route, bad_route, refusal)
+            self._accept(msg, kind, route, route_problem, refusal)
         except Exception as e:
             # A fault of ours (the state database failing, a bug) must not leave the caller waiting
             # for an answer that never comes. Unless one already went out, this is it.
@@ -426,15 +504,17 @@ class MqttChannel:
     def _accept(
         self,
         msg: Incoming,
-        kind: Literal["tool", "chat", "admin"],
+        kind: Kind_,
         route: Route,
-        bad_route: bool,
+        route_problem: str | None,
         refusal: Callable[[str, str, str | None], bytes],
     ) -> None:
         """Check, authenticate and parse a command, then hand it to `_submit` (or refuse it)."""
         problem: WireError | None = None
-        if bad_route:
-            problem = WireError("bad_response_topic", f"refused Response Topic {msg.response_topic!r}")
+        if route_problem is not None:
+            problem = WireError(
+                "bad_response_topic", f"refused Response Topic {msg.response_topic!r}: {route_problem}"
+            )
         elif msg.retained:
             # A retained command would run again on every reconnect.
             problem = WireError("retained", "commands must not be published with the retain flag")
@@ -453,22 +533,26 @@ class MqttChannel:
             self.counters["rejected"] += 1
             self._answer(route, refusal(problem.code, problem.message, peek_id(msg.payload)))
             return
-        max_age_s = self.config.hmac_max_age_s if self.verifier is not None else 0.0
+        signed = self.verifier is not None
         try:
             body = self._authenticate(msg)
             if kind == "chat":
                 chat = parse_chat(body)
-                if max_age_s > 0:
-                    # Plain text carries no `ts`: signed chat with a max age must be JSON.
-                    signed = parse_json_object(body, "chat/in") if body.lstrip().startswith(b"{") else {}
-                    check_fresh(signed, max_age_s)
-                self._submit_chat(chat, route, msg)
+                if signed:
+                    # Plain text carries no `ts`: signed chat must be JSON.
+                    stamped = parse_json_object(body, "chat/in") if body.lstrip().startswith(b"{") else {}
+                    check_fresh(stamped, self.config.hmac_max_age_s)
+                self._submit_chat(chat, route, msg, body if signed else None)
                 return
-            obj = parse_json_object(body, "tool/call" if kind == "tool" else "admin/tools")
-            if max_age_s > 0:
-                check_fresh(obj, max_age_s)
+            obj = parse_json_object(body, WHAT[kind])
+            if signed:
+                check_fresh(obj, self.config.hmac_max_age_s)
             if kind == "tool":
-                self._submit_tool(parse_tool_call(obj), route)
+                call = parse_tool_call(obj)
+                self._submit_tool(call, route, self._caller(call.sender))
+            elif kind == "cancel":
+                cancel = parse_cancel(obj)
+                self._cancel(cancel, route, self._caller(cancel.sender))
             else:
                 self._submit_admin(parse_admin(obj), route)
         except WireError as e:
@@ -476,14 +560,50 @@ class MqttChannel:
             request_id = e.request_id or (peek_id(msg.payload) if e.code == "bad_signature" else None)
             self._answer(route, refusal(e.code, e.message, request_id))
 
+    def _caller(self, sender: str) -> str:
+        """The caller's identity: the signing key when there is one (a proof), else the declared sender
+        (a label), else anonymous."""
+        if self.verifier is not None:  # every command was checked against it
+            return self.verifier.identity
+        if sender:
+            return f"mqtt:sender:{sender}"
+        return ANONYMOUS
+
     # Past parsing the request is understood: its error answers (busy, stopping, ...) name it fully.
-    def _submit_tool(self, call: ToolCallRequest, route: Route) -> None:
+    def _submit_tool(self, call: ToolCallRequest, route: Route, caller: str) -> None:
+        entry = Cancellable(caller)
         self._submit(
             request_key("tool", call.id, [call.tool, call.args, call.session]),
             route,
-            lambda: self._run_tool(call, route),
+            lambda: self._run_tool(call, route, caller),
             lambda code, text: encode(tool_error(call.id, call.tool, code, text)),
+            cancel=(call.id, entry),
         )
+
+    def _cancel(self, cancel: CancelRequest, route: Route, caller: str) -> None:
+        """Stop a call of the same caller: it is answered `cancelled` (by `_serve`), this request with
+        what the call was doing. Not through the ledger or admission: a cancel must get through when
+        the device is busy, and a repeated cancel is harmless."""
+        entries = [
+            e for e in self._cancellable.get(cancel.target, ()) if e.caller == caller and not e.cancelled_by
+        ]
+        if not entries:
+            answer = cancel_error(
+                cancel.id,
+                cancel.target,
+                "not_found",
+                f"no call with id {cancel.target!r} from this caller is waiting or running "
+                "(finished already, never sent, or sent by another caller)",
+            )
+            self._answer(route, encode(answer))
+            return
+        state = "running" if any(e.started for e in entries) else "waiting"
+        for entry in entries:
+            entry.cancelled_by = cancel.id
+            if entry.task is not None:  # else `_serve` sees `cancelled_by` when it starts
+                entry.task.cancel()
+        log.info("call %s cancelled by request %s (%s)", cancel.target, cancel.id, caller)
+        self._answer(route, encode(cancel_answer(cancel.id, cancel.target, state)))
 
     def _submit_admin(self, admin: AdminRequest, route: Route) -> None:
         self._submit(
@@ -493,10 +613,14 @@ class MqttChannel:
             lambda code, text: encode(admin_error(admin.id, admin.action, code, text)),
         )
 
-    def _submit_chat(self, chat: ChatRequest, route: Route, msg: Incoming) -> None:
+    def _submit_chat(self, chat: ChatRequest, route: Route, msg: Incoming, signed_body: bytes | None) -> None:
         message = self._chat_message(chat, route, msg)
+        ledger_id = chat.id
+        if ledger_id is None and signed_body is not None:
+            # A signed message must never run twice, with or without an id: its signed bytes name it.
+            ledger_id = "signed:" + hashlib.sha256(signed_body).hexdigest()[:32]
         self._submit(
-            request_key("chat", chat.id, [chat.text, chat.session, chat.sender]) if chat.id else None,
+            request_key("chat", ledger_id, [chat.text, chat.session, chat.sender]) if ledger_id else None,
             route,
             lambda: self._run_chat(chat, message),
             lambda code, text: encode(chat_error(chat.id, message.session_key, code, text)),
@@ -506,7 +630,9 @@ class MqttChannel:
         """The request bytes, once the signature checks out (when signing is on)."""
         if self.verifier is None:
             return msg.payload
-        return self.verifier.verify(msg.topic, msg.payload, msg.user_properties)
+        return self.verifier.verify(
+            msg.topic, msg.payload, msg.user_properties, msg.response_topic, msg.correlation
+        )
 
     def _submit(
         self,
@@ -514,6 +640,7 @@ class MqttChannel:
         route: Route,
         work: Callable[[], Awaitable[bytes]],
         error: ErrorAnswer,
+        cancel: tuple[str, Cancellable] | None = None,
     ) -> None:
         if not self.ledger.enabled:
             key = None
@@ -533,7 +660,9 @@ class MqttChannel:
         if key is not None and self._answered_from_ledger(key, self.ledger.begin(key), route, error):
             return
         self._admitted += 1
-        task = asyncio.get_running_loop().create_task(self._serve(key, route, work, error))
+        if cancel is not None:
+            self._cancellable.setdefault(cancel[0], []).append(cancel[1])
+        task = asyncio.get_running_loop().create_task(self._serve(key, route, work, error, cancel))
         self._requests.add(task)
         task.add_done_callback(self._requests.discard)
 
@@ -556,32 +685,62 @@ class MqttChannel:
         return False
 
     async def _serve(
-        self, key: str | None, route: Route, work: Callable[[], Awaitable[bytes]], error: ErrorAnswer
+        self,
+        key: str | None,
+        route: Route,
+        work: Callable[[], Awaitable[bytes]],
+        error: ErrorAnswer,
+        cancel: tuple[str, Cancellable] | None = None,
     ) -> None:
         started = False
+        ran = True
+        entry = cancel[1] if cancel is not None else None
         try:
+            if entry is not None:
+                entry.task = asyncio.current_task()
+                if entry.cancelled_by is not None:  # cancelled before this task first ran
+                    raise asyncio.CancelledError
             async with self._slots:
                 started = True
+                if entry is not None:
+                    entry.started = True
                 answer = await work()
+            self._keep_answer(entry)
         except asyncio.CancelledError:
-            # Stopping: still one answer. One that started may have had effects, so it is recorded
-            # as done and not run again (a retry is told so, from the ledger); one still waiting for
-            # a slot never ran, and may be sent again and run.
-            if started:
-                answer = error("interrupted", INTERRUPTED)
-            else:
+            if self._cancelled_by_caller(entry):
+                assert entry is not None and entry.cancelled_by is not None
+                # Like a stop, one that started may have had effects (recorded, not run again);
+                # one still waiting never ran and may be sent again.
+                ran = started
                 answer = error(
-                    "stopping", "the daemon stopped before this request started; try again shortly"
+                    "cancelled",
+                    f"cancelled by request {entry.cancelled_by!r} "
+                    + (
+                        "while it ran: it may have had part of its effect"
+                        if started
+                        else "before it started: it did not run (send it again to run it)"
+                    ),
                 )
-            self._answer(route, answer)
-            self._conclude(key, answer, ran=started)
-            raise
+            else:
+                # Stopping: still one answer. One that started may have had effects, so it is
+                # recorded as done and not run again (a retry is told so, from the ledger); one
+                # still waiting for a slot never ran, and may be sent again and run.
+                if started:
+                    answer = error("interrupted", INTERRUPTED)
+                else:
+                    answer = error(
+                        "stopping", "the daemon stopped before this request started; try again shortly"
+                    )
+                self._answer(route, answer)
+                self._conclude(key, answer, ran=started)
+                raise
         except Exception as e:
             log.exception("request failed")
             answer = error("internal", f"internal error: {type(e).__name__}: {e}")
         finally:
             self._admitted -= 1
-        self._conclude(key, answer, ran=True)
+            self._uncancellable(cancel)  # from here on nothing may interrupt the answer
+        self._conclude(key, answer, ran=ran)
         self.counters["answered"] += 1
         if self._events:
             # The call's event goes out in the same socket write as its answer (it is queued before
@@ -589,6 +748,34 @@ class MqttChannel:
             asyncio.get_running_loop().call_soon(self._publish_events)
         # Published from this task (no hop to another): the answer is what the caller waits for.
         await self.sender.deliver(Kind.ANSWER, route.topic, answer, correlation=route.correlation)
+
+    def _cancelled_by_caller(self, entry: Cancellable | None) -> bool:
+        """Whether the CancelledError being handled came from a caller's `tool/cancel` (and not from
+        a stop, which wins); if so the task's cancellation is taken back, so it can still answer."""
+        if entry is None or entry.cancelled_by is None or self._closing:
+            return False
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            task.uncancel()
+        return True
+
+    def _keep_answer(self, entry: Cancellable | None) -> None:
+        """A tool that swallowed the cancel and returned anyway: its answer stands, and the pending
+        cancellation must not hit the delivery of it instead."""
+        if entry is not None and entry.cancelled_by is not None and not self._closing:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                task.uncancel()
+
+    def _uncancellable(self, cancel: tuple[str, Cancellable] | None) -> None:
+        if cancel is None:
+            return
+        request_id, entry = cancel
+        entries = self._cancellable.get(request_id)
+        if entries is not None and entry in entries:
+            entries.remove(entry)
+            if not entries:
+                del self._cancellable[request_id]
 
     def _conclude(self, key: str | None, answer: bytes, *, ran: bool) -> None:
         """Record the answer in the ledger (copies that waited on it are answered then)."""
@@ -604,7 +791,7 @@ class MqttChannel:
             for waiter in self.ledger.abandon(key):
                 self._answer(waiter, answer)
 
-    async def _run_tool(self, call: ToolCallRequest, route: Route) -> bytes:
+    async def _run_tool(self, call: ToolCallRequest, route: Route, caller: str) -> bytes:
         if call.session:
             session_key = f"mqtt:{call.session}"
         elif call.sender:
@@ -617,6 +804,8 @@ class MqttChannel:
             peer_kind="device",
             session_key=session_key,
             sender=call.sender,
+            caller=caller,
+            request_id=call.id,
         )
         outcome = await self.registry.execute(call.tool, call.args, ctx)
         return encode(tool_answer(call.id, outcome))
@@ -632,6 +821,7 @@ class MqttChannel:
             sender=chat.sender,
             session=f"mqtt:{chat.session}" if chat.session else "",
             peer_kind="direct",
+            caller=self._caller(chat.sender),
             meta={"route": route, "id": chat.id},
         )
 
@@ -671,20 +861,24 @@ class MqttChannel:
         except InvalidDefinition as e:
             return encode(admin_error(admin.id, admin.action, "invalid_definition", str(e)))
         # A definition may carry a command line with a secret in it: scrubbed like tool output.
-        return self.registry.scrubber.scrub(json.dumps(answer, ensure_ascii=False)).encode("utf-8")
+        text = json.dumps(answer, ensure_ascii=False, separators=(",", ":"))
+        return self.registry.scrubber.scrub(text).encode("utf-8", "surrogatepass")
 
     def _inbound_approval(self, msg: Incoming) -> None:
-        """A decision for a pending approval. Answered only when the sender asked for an answer
-        (a Response Topic); otherwise problems are logged."""
+        """A decision for a pending approval, counted only when signed with the approver key.
+        Answered only when the sender asked for an answer (a Response Topic); otherwise problems
+        are logged."""
         result: dict[str, Any]
         try:
             if msg.retained:
                 raise WireError("retained", "approval responses must not be retained")
-            obj = parse_json_object(self._authenticate(msg), "approval/response")
-            if self.verifier is not None and self.config.hmac_max_age_s > 0:
-                check_fresh(obj, self.config.hmac_max_age_s)
+            approver = self.approver_verifier
+            if approver is None:
+                raise WireError("unavailable", NO_APPROVER, peek_id(msg.payload))
+            obj = parse_json_object(self._approver_signed(approver, msg), "approval/response")
+            check_fresh(obj, self.config.hmac_max_age_s)
             decision = parse_approval(obj)
-            if self.approver.answer(decision):
+            if self.approver.answer(decision, by=approver.identity):
                 result = {"id": decision.id, "ok": True}
             else:
                 result = {
@@ -697,9 +891,33 @@ class MqttChannel:
             result = {"id": e.request_id, "ok": False, "code": e.code, "error": e.message}
         if not result["ok"]:
             log.warning("approval response refused: %s", result["error"])
-        if msg.response_topic is not None and safe_response_topic(msg.response_topic):
+        if msg.response_topic is not None and self._route_problem(msg) is None:
             # Not through `_answer`: an approval response is not one of the requests counted there.
             self.sender.send(Kind.ANSWER, msg.response_topic, encode(result), correlation=msg.correlation)
+
+    def _approver_signed(self, approver: Verifier, msg: Incoming) -> bytes:
+        """The approval response's bytes once the approver key's signature checks out."""
+        args = (msg.topic, msg.payload, msg.user_properties, msg.response_topic, msg.correlation)
+        try:
+            return approver.verify(*args)
+        except WireError as e:
+            request_id = peek_id(msg.payload)
+            command_signed = False
+            if self.verifier is not None:
+                with contextlib.suppress(WireError):
+                    command_signed = self.verifier.signed_body(*args) is not None
+            if command_signed:
+                raise WireError(
+                    "bad_signature",
+                    "this approval response is signed with the command key; approvals must be signed "
+                    "with the approver key (the one who asks may not approve)",
+                    request_id,
+                ) from None
+            raise WireError(
+                "bad_signature",
+                f"approval responses must be signed with the approver key: {e.message}",
+                request_id,
+            ) from None
 
     # -- outbound --------------------------------------------------------------
     def _answer(self, route: Route, payload: bytes) -> None:

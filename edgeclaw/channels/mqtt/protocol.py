@@ -1,12 +1,14 @@
-"""The MQTT payloads: parsing requests and shaping answers (blueprint §3.2).
+"""The MQTT payloads: parsing requests and shaping answers (docs/mqtt.md).
 
 Every problem with a request is a `WireError` carrying a short machine code
 and a sentence naming the problem; the channel turns it into an error answer,
 so a caller always learns what was wrong.
 
-Error codes: `bad_json`, `missing_field`, `bad_field`, `too_large`,
-`bad_signature`, `stale`, `retained`, `bad_response_topic`, `busy`,
-`interrupted`, `stopping`, `internal`, `no_agent` (chat), `unknown_approval`,
+Error codes: `bad_json` (not JSON, not an object, or JSON this device will not
+take: nested deeper than `MAX_JSON_DEPTH`, numbers too long or not finite),
+`missing_field`, `bad_field`, `too_large`, `bad_signature`, `stale`,
+`retained`, `bad_response_topic`, `busy`, `interrupted`, `stopping`,
+`cancelled`, `internal`, `no_agent` (chat), `unknown_approval`,
 `admin_disabled`, `invalid_definition`, `not_found`, `unavailable`, and for
 tool calls the registry's own stages (`unknown_tool`, `arguments`, `policy`,
 `rate_limit`, `bounds`, `tool_error`, `timeout`, ...).
@@ -15,19 +17,28 @@ tool calls the registry's own stages (`unknown_tool`, `arguments`, `policy`,
 from __future__ import annotations
 
 import json
+import math
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from edgeclaw.channels.mqtt.topics import reserved_topic
 from edgeclaw.tools.approval import Decision
 from edgeclaw.tools.registry import CallOutcome
 
 MAX_ID_CHARS = 200
 MAX_NAME_CHARS = 200
+# Inbound JSON deeper than this, or with longer numbers, is refused before anything walks it: the
+# ledger digest, the schema check and the audit digest all recurse, and a 1000-level request would
+# end as a RecursionError (a traceback and no answer) instead of a clear refusal.
+MAX_JSON_DEPTH = 64
+MAX_NUMBER_CHARS = 100
+MAX_RESPONSE_TOPIC_CHARS = 512
 
 # Suffixes of command topics: an answer must never be published to one, or an answer to one device
-# could be replayed as a command to another.
-COMMAND_SUFFIXES = ("/tool/call", "/chat/in", "/approval/response", "/admin/tools")
+# could be replayed as a command to another -- under any prefix, not only ours.
+COMMAND_SUFFIXES = ("/tool/call", "/tool/cancel", "/chat/in", "/approval/response", "/admin/tools")
 
 
 class WireError(Exception):
@@ -77,6 +88,15 @@ ADMIN_ACTIONS = ("define", "remove", "list")
 
 
 @dataclass(frozen=True, slots=True)
+class CancelRequest:
+    """`tool/cancel`: `{"id": "c1", "cancel": "ID"}` stops the running (or waiting) call `ID`."""
+
+    id: str
+    target: str
+    sender: str = ""  # as on the call: only a call of the same caller can be cancelled
+
+
+@dataclass(frozen=True, slots=True)
 class ApprovalAnswer:
     id: str
     decision: Decision
@@ -86,25 +106,123 @@ def encode(obj: Any) -> bytes:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
 
 
-def safe_response_topic(topic: str) -> bool:
+def response_topic_problem(topic: str, prefix: str, discovery_prefix: str) -> str | None:
+    """Why we will not publish an answer to this Response Topic, or None when we will.
+
+    Refused: wildcards, `$` topics, control characters (they would also make the signed input
+    ambiguous, see signing.py), any topic ending in a command suffix, and every topic that belongs
+    to the devices under `prefix` (their reports and commands, any device's) or to Home Assistant.
+    """
+    if not topic:
+        return "it is empty"
+    if len(topic) > MAX_RESPONSE_TOPIC_CHARS:
+        return f"it is longer than {MAX_RESPONSE_TOPIC_CHARS} characters"
+    if any(c in topic for c in "#+"):
+        return "it has MQTT wildcards"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in topic):
+        return "it has control characters"
+    if topic.startswith("$"):
+        return "it is a broker topic ($...)"
+    if topic.endswith(COMMAND_SUFFIXES):
+        return "it is a command topic"
+    return reserved_topic(topic, prefix, discovery_prefix)
+
+
+def safe_response_topic(
+    topic: str, prefix: str = "edgeclaw", discovery_prefix: str = "homeassistant"
+) -> bool:
     """A Response Topic we are willing to publish to."""
-    return (
-        bool(topic)
-        and len(topic) <= 512
-        and not any(c in topic for c in "#+\x00")
-        and not topic.startswith("$")
-        and not topic.endswith(COMMAND_SUFFIXES)
-    )
+    return response_topic_problem(topic, prefix, discovery_prefix) is None
 
 
 # -- parsing ---------------------------------------------------------------
-def parse_json_object(payload: bytes, what: str) -> dict[str, Any]:
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _number(text: str) -> str:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise ValueError(f"a number with {len(text)} characters (at most {MAX_NUMBER_CHARS})")
+    return text
+
+
+def _int(text: str) -> int:
+    return int(_number(text))
+
+
+def _float(text: str) -> float:
+    value = float(_number(text))
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text} is out of range")
+    return value
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    """Whether containers nest deeper than `limit`; iterative, so it cannot recurse itself."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False
+
+
+# A lone surrogate can come in as a `\ud800` escape or as its bytes (json.loads decodes with
+# surrogatepass); it is not text, and SQLite, the scrubber and every encoder after us would fail on it.
+_MAYBE_SURROGATE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+_MAYBE_SURROGATE_TEXT = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def _lone_surrogate(value: Any) -> bool:
+    """Whether any string (key or value) holds a surrogate code point; iterative like `_too_deep`."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            if _SURROGATE.search(node):
+                return True
+        elif isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
+
+
+def load_json(payload: bytes | str, what: str) -> Any:
+    """The one parser for inbound JSON: `bad_json` for anything this device will not take.
+
+    Beyond malformed text and non-UTF-8 bytes: nesting deeper than MAX_JSON_DEPTH, numbers longer
+    than MAX_NUMBER_CHARS characters, NaN / Infinity, numbers that overflow a float, and strings
+    holding lone surrogates (`"\\ud800"`).
+    """
     try:
-        value = json.loads(payload)
+        value = json.loads(payload, parse_int=_int, parse_float=_float, parse_constant=_refuse_constant)
     except UnicodeDecodeError:
         raise WireError("bad_json", f"{what}: the payload is not UTF-8 text") from None
     except json.JSONDecodeError as e:
         raise WireError("bad_json", f"{what}: malformed JSON: {e.msg} at position {e.pos}") from None
+    except RecursionError:
+        raise WireError("bad_json", f"{what}: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as e:  # from the number hooks above
+        raise WireError("bad_json", f"{what}: {e}") from None
+    if isinstance(value, dict | list) and _too_deep(value, MAX_JSON_DEPTH):
+        raise WireError("bad_json", f"{what}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    maybe = (
+        _MAYBE_SURROGATE_BYTES.search(payload)
+        if isinstance(payload, bytes)
+        else _MAYBE_SURROGATE_TEXT.search(payload)
+    )
+    if maybe and _lone_surrogate(value):
+        raise WireError("bad_json", f"{what}: a string holds a lone surrogate (not valid Unicode)")
+    return value
+
+
+def parse_json_object(payload: bytes | str, what: str) -> dict[str, Any]:
+    value = load_json(payload, what)
     if not isinstance(value, dict):
         raise WireError("bad_json", f"{what}: expected a JSON object, got {type(value).__name__}")
     return value
@@ -116,29 +234,40 @@ def _text_field(obj: dict[str, Any], key: str, what: str, *, required: bool, lim
         if required:
             raise WireError("missing_field", f"{what}: missing field {key!r}", request_id_of(obj))
         return ""
-    if isinstance(value, bool) or not isinstance(value, str | int):
+    # Strings only: a number coerced to text would make `1` and `"1"` the same request id.
+    if not isinstance(value, str):
         raise WireError(
             "bad_field",
-            f"{what}: field {key!r} must be a string, got {type(value).__name__}",
+            f"{what}: field {key!r} must be a string, got {_json_type(value)}",
             request_id_of(obj),
         )
-    text = str(value)
-    if required and not text:
+    if required and not value:
         raise WireError("missing_field", f"{what}: field {key!r} is empty", request_id_of(obj))
-    if len(text) > limit:
+    if len(value) > limit:
         raise WireError(
             "bad_field", f"{what}: field {key!r} is longer than {limit} characters", request_id_of(obj)
         )
-    return text
+    return value
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
 
 
 def request_id_of(obj: dict[str, Any]) -> str | None:
     """The request id when it is usable, so even an error answer can be matched to its request."""
     value = obj.get("id")
-    if isinstance(value, bool) or not isinstance(value, str | int):
+    if not isinstance(value, str):
         return None
-    text = str(value)
-    return text if 0 < len(text) <= MAX_ID_CHARS else None
+    return value if 0 < len(value) <= MAX_ID_CHARS else None
 
 
 # Past this size a refused payload is not parsed just to find its id.
@@ -151,10 +280,10 @@ def peek_id(payload: bytes) -> str | None:
     if len(payload) > PEEK_MAX_BYTES:
         return None
     try:
-        obj = json.loads(payload)
+        obj = load_json(payload, "")
         if isinstance(obj, dict) and isinstance(obj.get("signed"), str):
-            obj = json.loads(obj["signed"])
-    except (UnicodeDecodeError, json.JSONDecodeError):
+            obj = load_json(obj["signed"], "")
+    except WireError:
         return None
     return request_id_of(obj) if isinstance(obj, dict) else None
 
@@ -242,8 +371,18 @@ def parse_admin(obj: dict[str, Any]) -> AdminRequest:
     return AdminRequest(request_id, action)
 
 
+def parse_cancel(obj: dict[str, Any]) -> CancelRequest:
+    what = "tool/cancel"
+    request_id = _text_field(obj, "id", what, required=True, limit=MAX_ID_CHARS)
+    target = _text_field(obj, "cancel", what, required=True, limit=MAX_ID_CHARS)
+    sender = _text_field(obj, "sender", what, required=False, limit=MAX_NAME_CHARS)
+    return CancelRequest(request_id, target, sender)
+
+
 def check_fresh(obj: dict[str, Any], max_age_s: float, now: float | None = None) -> None:
-    """For signed commands with `hmac_max_age_s`: a `ts` (Unix seconds) close to now, against replay."""
+    """For signed commands: a `ts` (Unix seconds) within `hmac_max_age_s` of now. With the request
+    ledger remembering ids for at least twice that (a config check), a captured signed command
+    can never run twice: while it is fresh the ledger knows it, and after that it is stale."""
     ts = obj.get("ts")
     if isinstance(ts, bool) or not isinstance(ts, int | float):
         raise WireError(
@@ -260,10 +399,15 @@ def check_fresh(obj: dict[str, Any], max_age_s: float, now: float | None = None)
 
 # -- answers ---------------------------------------------------------------
 def tool_answer(request_id: str, outcome: CallOutcome) -> dict[str, Any]:
+    """`for_llm` always; `for_user` only when it says something else (one text is sent once);
+    `data` when the tool returned structured data."""
     answer: dict[str, Any] = {"id": request_id, "ok": outcome.ok, "tool": outcome.tool}
-    if outcome.for_user is not None:
+    if outcome.for_user is not None and outcome.for_user != outcome.for_llm:
         answer["for_user"] = outcome.for_user
     answer["for_llm"] = outcome.for_llm
+    data = getattr(outcome, "data", None)
+    if data is not None:
+        answer["data"] = data
     if outcome.error is not None:
         answer["error"] = outcome.error
     if not outcome.ok:
@@ -276,14 +420,15 @@ def tool_error(request_id: str | None, tool: str | None, code: str, message: str
     return {"id": request_id, "ok": False, "tool": tool, "error": message, "code": code, "duration_ms": 0.0}
 
 
-def chat_answer(text: str, session: str, ok: bool, request_id: str | None) -> dict[str, Any]:
+def chat_answer(text: str, session: str | None, ok: bool, request_id: str | None) -> dict[str, Any]:
     answer: dict[str, Any] = {"text": text, "session": session, "ok": ok}
     if request_id is not None:
         answer["in_reply_to"] = request_id
     return answer
 
 
-def chat_error(request_id: str | None, session: str, code: str, message: str) -> dict[str, Any]:
+def chat_error(request_id: str | None, session: str | None, code: str, message: str) -> dict[str, Any]:
+    """`session` is None for a request refused before it was understood."""
     answer = chat_answer(message, session, False, request_id)
     answer["error"] = message
     answer["code"] = code
@@ -292,6 +437,15 @@ def chat_error(request_id: str | None, session: str, code: str, message: str) ->
 
 def admin_error(request_id: str | None, action: str | None, code: str, message: str) -> dict[str, Any]:
     return {"id": request_id, "ok": False, "action": action, "error": message, "code": code}
+
+
+def cancel_answer(request_id: str | None, target: str | None, state: str) -> dict[str, Any]:
+    """The answer to a cancel: `state` is what the cancelled call was doing ("running", "waiting")."""
+    return {"id": request_id, "ok": True, "cancel": target, "state": state}
+
+
+def cancel_error(request_id: str | None, target: str | None, code: str, message: str) -> dict[str, Any]:
+    return {"id": request_id, "ok": False, "cancel": target, "error": message, "code": code}
 
 
 def replayed(answer: bytes) -> bytes:

@@ -1,7 +1,10 @@
 """The topic names of one device: `{prefix}/{dev}/...` plus Home Assistant's two.
 
-Fixed by the MQTT contract (blueprint §3.2); fleet dashboards and backends
-are written against these names, so they live in one place.
+Fixed by the MQTT contract (docs/mqtt.md); fleet dashboards and backends
+are written against these names, so they live in one place -- and so does the
+rule for which topics belong to the devices (`reserved_topic`): an answer
+aimed there by a caller's Response Topic could pose as a device's report or
+arrive at another device as a command.
 """
 
 from __future__ import annotations
@@ -62,6 +65,10 @@ class DeviceTopics:
         return f"{self.base}/tool/call"
 
     @property
+    def tool_cancel(self) -> str:
+        return f"{self.base}/tool/cancel"
+
+    @property
     def approval_response(self) -> str:
         return f"{self.base}/approval/response"
 
@@ -75,9 +82,38 @@ class DeviceTopics:
 
     def subscriptions(self, *, admin: bool, discovery: bool) -> list[str]:
         """Only this device's own command topics (and Home Assistant's birth topic): no wildcards."""
-        topics = [self.chat_in, self.tool_call, self.approval_response]
+        topics = [self.chat_in, self.tool_call, self.tool_cancel, self.approval_response]
         if admin:
             topics.append(self.admin_tools)
         if discovery:
             topics.append(self.ha_status)
         return topics
+
+
+# The first level under a device (`{prefix}/{dev}/LEVEL/...`) of every topic a device reads or writes,
+# now or later: status, health, telemetry and events are reports; tool, chat, approval and admin hold
+# both commands and answers.
+DEVICE_LEVELS = frozenset({"status", "health", "telemetry", "events", "tool", "chat", "approval", "admin"})
+# Pseudo-devices that address several devices at once: `{prefix}/_all/...`, `{prefix}/_group/{g}/...`.
+FLEET_LEVELS = {"_all": 1, "_group": 2}
+
+
+def reserved_topic(topic: str, prefix: str, discovery_prefix: str) -> str | None:
+    """Why `topic` belongs to the devices under `prefix` (any device, not only this one) or to
+    Home Assistant's discovery, or None when a caller may have answers sent there."""
+    levels = topic.split("/")
+    if topic == discovery_prefix or topic.startswith(discovery_prefix + "/"):
+        return f"it is under Home Assistant's discovery prefix {discovery_prefix!r}"
+    head = prefix.split("/")
+    if levels[: len(head)] != head:
+        return None
+    rest = levels[len(head) :]
+    if not rest:
+        return f"it is the topic prefix {prefix!r} itself"
+    device_levels = FLEET_LEVELS.get(rest[0], 1)
+    below = rest[device_levels:]
+    if not below:
+        return "it is a device's own level"
+    if below[0] in DEVICE_LEVELS:
+        return f"it is under a device's {below[0]!r} topics"
+    return None

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import stat
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -65,17 +64,6 @@ class SandboxSettings:
     disk_reserve_bytes: int = 64 * MIB
 
 
-def is_setuid(binary: str | None) -> bool:
-    """Whether the backend's program is setuid or setgid (the kernel then drops a parent-death signal)."""
-    if not binary:
-        return False
-    try:
-        mode = os.stat(binary).st_mode
-    except OSError:
-        return False
-    return bool(mode & (stat.S_ISUID | stat.S_ISGID))
-
-
 def make_backend(name: str, settings: SandboxSettings) -> SandboxBackend:
     if name == "firejail":
         return FirejailBackend(settings.firejail_path)
@@ -116,15 +104,14 @@ async def _smoke(backend: SandboxBackend, limits: Limits) -> str | None:
         token = secrets.token_hex(4)
         # Writes into the workspace and echoes: both must work for the backend to be of use.
         script = f"echo {token} > probe && cat probe && echo {_SMOKE_WORD}"
-        # Started the way real commands are (parent-death signal, the guard for a setuid
-        # program), so a chain that cannot work here fails the probe, not the first command.
+        # Started the way real commands are (the parent-death signal and the shell that keeps
+        # it), so a chain that cannot work here fails the probe, not the first command.
         launch = Launch(
             argv=backend.wrap(["/bin/sh", "-c", script], spec),
             env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(ws)},
             cwd=ws,
             backend=backend.name,
             noise_lines=backend.noise_lines,
-            setuid_backend=is_setuid(backend.locate()),
             parent_death=parent_death_launcher(),
         )
         try:
@@ -266,7 +253,6 @@ class Sandbox:
             backend=backend.name,
             cgroup=cgroup,
             noise_lines=backend.noise_lines,
-            setuid_backend=is_setuid(backend.locate()),
             parent_death=parent_death_launcher(),
             disk_reserve=DiskReserve(workspace, s.disk_reserve_bytes) if s.disk_reserve_bytes > 0 else None,
             memory_bound_bytes=cgroups.memory_max if cgroups is not None else 0,

@@ -9,14 +9,17 @@ continuously so the child never blocks on a full pipe; only a bounded amount
 is kept, and what was cut is stated.
 
 Commands die with the daemon: the first process gets a parent-death signal
-(`setpriv --pdeathsig`, util-linux) before anything else runs. The kernel
-clears that signal when a setuid program such as firejail is executed by an
-unprivileged user, so for a setuid backend a small shell stays as the
-sandbox's parent: it keeps the signal and, when it arrives, kills the
-sandbox (whose own processes firejail ties to its life). While a command
-runs, a watch kills it when the workspace's file system falls under the
-reserve kept for the daemon, or (cgroup v1, which has no `memory.oom.group`)
-when the OOM killer has taken one of its processes.
+(`setpriv --pdeathsig`, util-linux) before anything else runs, and stays as
+the sandbox's parent, a small shell that kills the sandbox and its process
+group when the signal comes (the sandbox's own processes die with it: its
+PID namespace ends). It stays because the kernel clears the signal when a
+setuid program such as firejail is executed by an unprivileged user. What
+escapes both (a detached process on the host, a system without setpriv) is
+ended by the next start, through the cgroups (`cgroup.end_leftovers`).
+
+While a command runs, a watch kills it when the workspace's file system falls
+under the reserve kept for the daemon, or (cgroup v1, which has no
+`memory.oom.group`) when the OOM killer has taken one of its processes.
 """
 
 from __future__ import annotations
@@ -42,23 +45,34 @@ log = logging.getLogger("edgeclaw.sandbox")
 
 READ_CHUNK = 64 * 1024
 MIB = 1024 * 1024
-# The first shell of a command: it writes its own pid into each of the command's cgroup.procs
-# files ($0 says how many follow), then execs the sandbox, so that no Python runs between fork
-# and exec and the command is inside from its first instruction.
-_JOIN_CGROUP = 'n=$0; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n - 1)); done; '
-_JOIN_THEN_EXEC = _JOIN_CGROUP + 'exec "$@"'
-# For a setuid sandbox: the shell joins the cgroups, starts the sandbox as its child (stdin
-# handed on explicitly: a background command's stdin is otherwise /dev/null) and waits for it,
-# reporting its exit status. The parent-death signal (SIGUSR1 here, given by setpriv) makes it
-# SIGKILL the sandbox and go. SIGTERM, SIGINT and SIGHUP reach the sandbox directly (it is in
-# the same process group); the shell ignores them, so it is still there to report the status.
-# `$!` in the trap is empty until the sandbox is started, and traps run between commands.
-_GUARD_SETUID = _JOIN_CGROUP + (
-    "trap 'kill -KILL $! 2>/dev/null; exit 137' USR1; "
+# The first shell of a command. $0 is the daemon's pid, or "-": setpriv gave this process its
+# parent-death signal before the shell started, so if the daemon died before that, no signal
+# will ever come, and $PPID (the parent when the shell started) says so; the shell then stops.
+# It writes its own pid into each of the command's cgroup.procs files ($1 says how many
+# follow), so that no Python runs between fork and exec and the command is inside from its
+# first instruction.
+_PREAMBLE = (
+    '[ "$0" = - ] || [ "$PPID" = "$0" ] || exit 137; '
+    'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n - 1)); done; '
+)
+_THEN_EXEC = _PREAMBLE + 'exec "$@"'
+# With a parent-death signal the shell stays, as the sandbox's parent: the kernel clears that
+# signal when a setuid program (firejail) is executed by an unprivileged user, bubblewrap sets
+# its own only once it has made its namespaces, and on the host a command's children never get
+# it. So setpriv gives this shell SIGUSR1, and the shell SIGKILLs the sandbox and its whole
+# process group when it comes. It starts the sandbox as its child (stdin handed on explicitly: a
+# background command's stdin is otherwise /dev/null) and waits for it. SIGTERM, SIGINT and SIGHUP
+# reach the sandbox directly (same process group); the shell ignores them, so it is still there
+# to report the status, ending by the same signal as the sandbox when a signal ended it. `$!` in
+# the trap is empty until the sandbox is started, and traps run between commands.
+_THEN_GUARD = _PREAMBLE + (
+    "trap 'kill -KILL $! 2>/dev/null; kill -KILL 0' USR1; "
     'exec 3<&0; "$@" <&3 3<&- & '
     "trap '' TERM INT HUP; "
     "exec 3<&- </dev/null >/dev/null 2>&1; "
-    "wait $!"
+    "wait $!; s=$?; "
+    '[ "$s" -gt 128 ] && [ "$s" -lt 160 ] && { trap - TERM INT HUP USR1; kill -$((s - 128)) $$; }; '
+    'exit "$s"'
 )
 CGROUP_JOIN_FAILED = 125
 # After a kill, how long to wait for the output pipe to close before giving up on it.
@@ -66,7 +80,7 @@ _POST_KILL_DRAIN_S = 2.0
 # The disk watch looks again in the time the headroom above the reserve would last at this
 # rate, which is faster than a board can write even into its page cache; between these bounds.
 _DISK_FILL_BYTES_PER_S = 8 * 1024 * MIB
-_DISK_WATCH_MIN_S = 0.01
+_DISK_WATCH_MIN_S = 0.005
 _DISK_WATCH_MAX_S = 1.0
 # cgroup v1 kills one process at the memory limit; how soon the rest of the command follows.
 _OOM_WATCH_S = 0.1
@@ -122,8 +136,6 @@ class Launch:
     backend: str
     cgroup: CommandCgroup | None = None
     noise_lines: frozenset[str] = frozenset()
-    # The backend's program is setuid (firejail): the parent-death signal needs the guard shell.
-    setuid_backend: bool = False
     # setpriv, to give the first process a parent-death signal; None: commands outlive the daemon.
     parent_death: str | None = None
     disk_reserve: DiskReserve | None = None
@@ -131,16 +143,12 @@ class Launch:
 
     def full_argv(self) -> list[str]:
         procs = [str(p) for p in self.cgroup.procs_files] if self.cgroup is not None else []
-        guard = self.setuid_backend and self.parent_death is not None
-        if guard:
-            core = ["/bin/sh", "-c", _GUARD_SETUID, str(len(procs)), *procs, *self.argv]
-        elif procs:
-            core = ["/bin/sh", "-c", _JOIN_THEN_EXEC, str(len(procs)), *procs, *self.argv]
-        else:
-            core = list(self.argv)
+        if self.parent_death is None and not procs:
+            return list(self.argv)
         if self.parent_death is None:
-            return core
-        return [self.parent_death, "--pdeathsig", "USR1" if guard else "KILL", *core]
+            return ["/bin/sh", "-c", _THEN_EXEC, "-", str(len(procs)), *procs, *self.argv]
+        core = ["/bin/sh", "-c", _THEN_GUARD, str(os.getpid()), str(len(procs)), *procs, *self.argv]
+        return [self.parent_death, "--pdeathsig", "USR1", *core]
 
     def memory_note(self) -> str:
         return (

@@ -19,6 +19,7 @@ from edgeclaw import __version__
 EXIT_OK = 0
 EXIT_TOOL_ERROR = 1
 EXIT_REFUSED = 2  # refused before running, or a usage / configuration error
+EXIT_WOULD_ASK = 3  # `tool call --dry-run`: the checks passed, but the call would ask a person first
 EXIT_BROKEN_PIPE = 141  # what a shell reports for a program ended by SIGPIPE (128 + 13)
 
 
@@ -185,7 +186,7 @@ def cmd_tool_call(args: argparse.Namespace) -> int:
     else:
         print(f"edgeclaw: {outcome.error}", file=sys.stderr)
     if outcome.ok:
-        return EXIT_OK
+        return EXIT_WOULD_ASK if outcome.stage == "dry_run_approval" else EXIT_OK
     return EXIT_REFUSED if outcome.refused else EXIT_TOOL_ERROR
 
 

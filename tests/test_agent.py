@@ -393,15 +393,15 @@ async def test_history_tool_respects_channel_boundaries(agent_for):
 
 async def test_new_ends_the_sessions_background_processes(agent_for):
     agent = agent_for({}, [])
-    ended: list[str] = []
+    ended: list[tuple[str, str]] = []
 
-    async def hook(key: str) -> None:
-        ended.append(key)
+    async def hook(key: str, identity: str) -> None:
+        ended.append((key, identity))
 
     agent.session_end_hooks.append(hook)
     await agent.handle(msg("/call session_status {}"))
     await agent.handle(msg("/new"))
-    assert ended == ["cli:t1"]
+    assert ended == [("cli:t1", "cli")]  # the session, and who ended it (its processes only)
     # The daemon wires the process tool's cleanup to the same hook.
     assert any(getattr(h, "__self__", None) is not None for h in agent.session_end_hooks[:-1])
 

@@ -71,8 +71,9 @@ class AgentLoop:
         self._turns: dict[str, asyncio.Task[tuple[str, bool]]] = {}
         self._turn_labels: dict[str, str] = {}  # what each running turn is, for /stop and /status
         self._stopping = False
-        # Called with the session key when a conversation ends (/new): e.g. stop its background processes.
-        self.session_end_hooks: list[Callable[[str], Awaitable[object]]] = []
+        # Called with the session key and the caller's identity when a conversation ends (/new): e.g.
+        # stop the background processes that caller started in it (never another caller's).
+        self.session_end_hooks: list[Callable[[str, str], Awaitable[object]]] = []
 
     # -- entry point -------------------------------------------------------
     async def handle(self, msg: InboundMessage) -> Reply:
@@ -290,7 +291,7 @@ class AgentLoop:
             archived = self.sessions.archive(key)
             for hook in self.session_end_hooks:
                 try:
-                    await hook(key)
+                    await hook(key, ctx.identity)
                 except Exception:
                     log.exception("session-end hook failed for %s", key)
             return (

@@ -69,7 +69,8 @@ class ExecConfig:
     sandbox_timeout_s: float = 300.0  # default and longest run in a sandbox
     approval_timeout_s: float = 120.0  # an unanswered approval request is a deny
     env_allow: list[str] = field(default_factory=lambda: ["PATH", "LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ"])
-    max_processes_per_session: int = 4  # background processes (the process tool)
+    max_processes_per_caller: int = 4  # background processes (the process tool) of one caller identity
+    max_processes_total: int = 8  # background processes on the device, every caller together
     process_timeout_s: float = 3600.0  # a background process is killed after this long
     process_buffer_bytes: int = 65536  # output kept per background process
 
@@ -97,6 +98,8 @@ class CustomToolConfig:
     cwd: str = ""  # relative to the workspace; empty = the workspace
     env: dict[str, str] = field(default_factory=dict)
     agent: str = ""  # empty = every agent; else only this agent id sees it
+    option_args: list[str] = field(default_factory=list)  # parameters whose value may begin with '-'
+    code_args: list[str] = field(default_factory=list)  # parameters that may be program code (a sed script)
 
 
 @dataclass

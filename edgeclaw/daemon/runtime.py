@@ -148,7 +148,7 @@ def build_runtime(
     )
     ws = Workspace(workspace, tuple(Path(p) for p in t.allowed_paths), t.max_file_bytes)
     registry.register_all(fs_tools(ws))
-    from edgeclaw.tools.shell import install_shell_tools  # exec, process and custom tools
+    from edgeclaw.tools.shell_setup import install_shell_tools  # exec, process and custom tools
 
     install_shell_tools(registry, config, ws, state, secrets, scrubber, environ).attach(
         approvals=runtime.approvals, database=lambda: runtime.db, on_close=runtime.on_close

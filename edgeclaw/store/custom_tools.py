@@ -2,7 +2,7 @@
 
 The definition (description, parameters, command template, timeout, working
 directory, scope) is stored as JSON; the environment values are sealed with
-AES-256-GCM (`SecretBox`) and never stored in the clear. Writing a definition
+AES-256-GCM (`SecretBox`, the `crypto` extra) and never stored in the clear. Writing a definition
 replaces the old one in a single transaction.
 """
 
@@ -42,6 +42,7 @@ class StoredCustomTool:
     env: dict[str, str] = field(default_factory=dict)
     created_at: float = 0.0
     updated_at: float = 0.0
+    env_problem: str = ""  # why the sealed environment could not be opened ("" = it could, or there is none)
 
 
 def _context(name: str) -> str:
@@ -76,12 +77,20 @@ class CustomToolStore:
         return self._load(rows[0]) if rows else None
 
     def list(self) -> list[StoredCustomTool]:
-        return [self._load(r) for r in self.db.query("SELECT * FROM custom_tools ORDER BY name")]
+        """Every row; one whose environment cannot be opened says why in `env_problem` (the rest load)."""
+        rows = self.db.query("SELECT * FROM custom_tools ORDER BY name")
+        return [self._load(r, tolerant=True) for r in rows]
 
-    def _load(self, row: Any) -> StoredCustomTool:
+    def _load(self, row: Any, tolerant: bool = False) -> StoredCustomTool:
         env: dict[str, str] = {}
+        problem = ""
         if row["env_sealed"] is not None:
-            plain = self.box.open(bytes(row["env_sealed"]), _context(row["name"]))
+            try:
+                plain = self.box.open(bytes(row["env_sealed"]), _context(row["name"]))
+            except BackendError as e:
+                if not tolerant:
+                    raise
+                problem, plain = str(e), b"{}"
             try:
                 env = json.loads(plain)
             except ValueError:
@@ -93,4 +102,5 @@ class CustomToolStore:
             env=env,
             created_at=row["created_at"],
             updated_at=row["updated_at"],
+            env_problem=problem,
         )

@@ -1,7 +1,11 @@
 """Encryption at rest for small secrets in the state database (custom tools' environment values).
 
-AES-256-GCM from the `cryptography` package, imported only when a secret is
-actually sealed or opened. The 32-byte key lives in a file of its own in the
+AES-256-GCM from the `cryptography` package, an optional dependency (the
+`crypto` extra: `pip install 'edgeclaw[crypto]'`) imported only when a
+secret is actually sealed or opened; without it sealing and opening raise
+`CryptoUnavailable`, naming the extra, and nothing else in edgeclaw needs
+it. The format does not depend on how edgeclaw was installed: values sealed
+before stay readable once the package is there. The 32-byte key lives in a file of its own in the
 state directory, created with mode 0600; a key file that others may read, or
 that another user owns (who could have planted it), is refused rather than
 used. Each sealed value is `nonce (12 bytes) || ciphertext+tag`, and the
@@ -14,12 +18,30 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 from edgeclaw.errors import BackendError
 
 KEY_FILENAME = "secrets.key"
+CRYPTO_EXTRA_HINT = "install edgeclaw with the crypto extra: pip install 'edgeclaw[crypto]'"
 KEY_BYTES = 32
 NONCE_BYTES = 12
+
+
+class CryptoUnavailable(BackendError):
+    """The `cryptography` package is missing: sealed secrets can be neither written nor read."""
+
+
+def _aesgcm() -> tuple[Any, type[Exception]]:
+    try:
+        from cryptography.exceptions import InvalidTag
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    except ImportError:
+        raise CryptoUnavailable(
+            "custom tools' environment values are stored encrypted (AES-256-GCM), which needs the "
+            f"'cryptography' package; {CRYPTO_EXTRA_HINT}"
+        ) from None
+    return AESGCM, InvalidTag
 
 
 class SecretBox:
@@ -89,21 +111,18 @@ class SecretBox:
         return key
 
     def seal(self, plaintext: bytes, context: str) -> bytes:
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
+        aesgcm, _ = _aesgcm()  # before the key: no key file is made for nothing
         nonce = os.urandom(NONCE_BYTES)
-        return nonce + AESGCM(self._load_key()).encrypt(nonce, plaintext, context.encode())
+        return nonce + aesgcm(self._load_key()).encrypt(nonce, plaintext, context.encode())
 
     def open(self, sealed: bytes, context: str) -> bytes:
-        from cryptography.exceptions import InvalidTag
-        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
+        aesgcm, invalid_tag = _aesgcm()
         if len(sealed) < NONCE_BYTES + 16:
             raise BackendError("a sealed secret is truncated")
         nonce, body = sealed[:NONCE_BYTES], sealed[NONCE_BYTES:]
         try:
-            return AESGCM(self._load_key()).decrypt(nonce, body, context.encode())
-        except InvalidTag:
+            return aesgcm(self._load_key()).decrypt(nonce, body, context.encode())
+        except invalid_tag:
             raise BackendError(
                 f"a sealed secret for {context!r} does not decrypt with {self.key_path} "
                 "(wrong key, or the data was altered)"

@@ -59,6 +59,13 @@ class ToolResult:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingApproval:
+    """What `check` returns when the call would still need a person's yes: a dry run says so."""
+
+    reason: str  # why approval would be asked ("'rm' is not on the allowlist ...")
+
+
+@dataclass(frozen=True, slots=True)
 class ToolInfo:
     """The public face of a tool, as listed by `edgeclaw tools list`."""
 
@@ -85,8 +92,12 @@ class Tool(ABC):
     # None = the registry's default timeout.
     timeout_s: ClassVar[float | None] = None
 
-    async def check(self, args: Args, ctx: ToolContext) -> None:  # noqa: B027 - optional hook
-        """Refuse (raise ToolRefused) when the call would leave its bounds. Default: nothing to check."""
+    async def check(self, args: Args, ctx: ToolContext) -> PendingApproval | None:  # noqa: B027
+        """Refuse (raise ToolRefused) when the call would leave its bounds. Default: nothing to check.
+
+        Returns a `PendingApproval` when the call passed but would ask a person first (so a dry
+        run does not say "would run"), else None.
+        """
 
     @abstractmethod
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult | str: ...

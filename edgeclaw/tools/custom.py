@@ -2,29 +2,33 @@
 
 A definition has a name, a description, JSON-schema parameters, a command
 template, a timeout (60 s by default), a working directory inside the
-workspace, environment values and a scope (every agent, or one agent id).
+workspace, environment values, a scope (every agent, or one agent id), and
+two lists that widen what arguments may be: `option_args` (values that may
+begin with `-`, where the program would read an option) and `code_args`
+(values that may stand where a program reads code, such as a `sed` script).
 `{{.key}}` in the template is replaced by the argument `key`, shell-quoted
 (`shlex.quote`), so an argument is always one word of data and never shell
-syntax: `'; rm -rf ~ #` arrives as that literal string. The rendered command
-then goes through the same deny groups, approval for package installs, and
-sandbox as `exec` (the security and ask-always modes, which restrict what a
-*model* writes, do not apply to an administrator's template).
+syntax; where a placeholder may stand and what its value may be is the
+template's business (`custom_template`). The rendered command then goes
+through the same deny groups (reading each value as the data it is),
+approval for package installs, and sandbox as `exec` (the security and
+ask-always modes, which restrict what a *model* writes, do not apply to an
+administrator's template).
 
 Definitions come from the config (`[[tools.custom]]`) or at runtime through
 `CustomTools.define` / `remove`, which an admin channel calls: those are
-stored in the state database (environment values sealed with AES-256-GCM)
-and take effect at once, replacing any earlier definition of that name in
-one step. An invalid definition is refused with the reason
-(`InvalidDefinition`); config-defined tools cannot be replaced at runtime.
+stored in the state database (environment values sealed with AES-256-GCM,
+which needs the `crypto` extra) and take effect at once, replacing any
+earlier definition of that name in one step. An invalid definition is
+refused with the reason (`InvalidDefinition`); config-defined tools cannot
+be replaced at runtime.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
-import shlex
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,13 +37,15 @@ from typing import TYPE_CHECKING, Any
 from edgeclaw.config.schema import Config
 from edgeclaw.errors import ConfigError, ToolRefused
 from edgeclaw.store.custom_tools import CustomToolStore
-from edgeclaw.store.secretbox import SecretBox
-from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
-from edgeclaw.tools.command_text import normal_form, normalise
+from edgeclaw.store.secretbox import CryptoUnavailable, SecretBox
+from edgeclaw.tools.base import Args, PendingApproval, Tool, ToolContext, ToolResult
+from edgeclaw.tools.command_text import normalise
+from edgeclaw.tools.custom_template import InvalidDefinition, Template
 from edgeclaw.tools.denylist import DenyList
 from edgeclaw.tools.policy import KNOWN_TOOL_NAMES
 from edgeclaw.tools.schema import SchemaError, compile_schema
 from edgeclaw.tools.shell import format_run
+from edgeclaw.tools.shell_syntax import PLACEHOLDER
 
 if TYPE_CHECKING:
     from edgeclaw.tools.registry import Registry
@@ -47,7 +53,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("edgeclaw.tools.custom")
 
-PLACEHOLDER = re.compile(r"\{\{\s*\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _BAD_PLACEHOLDER = re.compile(r"\{\{(?!\s*\.[A-Za-z_][A-Za-z0-9_]*\s*\}\})")
 NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -60,17 +65,17 @@ FORBIDDEN_ENV = frozenset(
     }
 )  # fmt: skip
 MAX_TIMEOUT_S = 3600.0
-FIELDS = frozenset({"name", "description", "parameters", "command", "timeout_s", "cwd", "env", "agent"})
-
-
-class InvalidDefinition(ValueError):
-    """A custom tool definition that cannot be used; the message says why."""
+FIELDS = frozenset(
+    {"name", "description", "parameters", "command", "timeout_s", "cwd", "env", "agent", "option_args",
+     "code_args"}
+)  # fmt: skip
+__all__ = ["CustomToolSpec", "CustomTools", "InvalidDefinition", "custom_tools_for", "parse_definition"]
 
 
 @dataclass(frozen=True)
 class CustomToolSpec:
     name: str
-    command: str
+    template: Template
     description: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
     timeout_s: float = 60.0
@@ -80,30 +85,32 @@ class CustomToolSpec:
     source: str = "runtime"  # "config" or "runtime"
 
     @property
+    def command(self) -> str:
+        return self.template.command
+
+    @property
     def placeholders(self) -> list[str]:
-        return list(dict.fromkeys(PLACEHOLDER.findall(self.command)))
+        return self.template.placeholders
 
     def render(self, args: Mapping[str, Any]) -> str:
-        """The command with every `{{.key}}` replaced by the shell-quoted argument (missing = '').
+        return self.template.render(args)
 
-        Each value is put in normal form first (see `command_text.normal_form`), so
-        the rendered command is already what `normalise` returns and the quoting
-        survives it; `checked_command` verifies that.
+    def checked_command(self, args: Mapping[str, Any]) -> tuple[str, str]:
+        """The command to run and the text the deny groups read; refuses unusable values.
+
+        Refused: a value beginning with `-` where the program reads options (unless
+        the parameter is in `option_args`), and a rendered command that normalising
+        would change (what is quoted must be what runs).
         """
-        return PLACEHOLDER.sub(
-            lambda m: shlex.quote(normal_form(_as_text(args.get(m.group(1))))), self.command
-        )
-
-    def checked_command(self, args: Mapping[str, Any]) -> str:
-        """`render`, refused unless normalising it changes nothing (what is quoted is what runs)."""
-        rendered = self.render(args)
+        self.template.check_values(args)
+        rendered = self.template.render(args)
         if normalise(rendered) != rendered:
             raise ToolRefused("refused arguments: their text is not stable under normalisation")
-        return rendered
+        return rendered, self.template.deny_reading(args)
 
     def definition(self) -> dict[str, Any]:
         """The stored form (environment values excluded: they are sealed separately)."""
-        return {
+        stored: dict[str, Any] = {
             "name": self.name,
             "description": self.description,
             "parameters": self.parameters,
@@ -112,22 +119,15 @@ class CustomToolSpec:
             "cwd": self.cwd,
             "agent": self.agent,
         }
+        if self.template.option_args:
+            stored["option_args"] = sorted(self.template.option_args)
+        if self.template.code_args:
+            stored["code_args"] = sorted(self.template.code_args)
+        return stored
 
     def public(self) -> dict[str, Any]:
         """What a listing may show: environment variable names, never their values."""
         return {**self.definition(), "env": sorted(self.env), "source": self.source}
-
-
-def _as_text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return value
-    if isinstance(value, int | float):
-        return repr(value)
-    return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
 def parse_definition(data: Mapping[str, Any], *, source: str = "runtime") -> CustomToolSpec:
@@ -162,11 +162,6 @@ def parse_definition(data: Mapping[str, Any], *, source: str = "runtime") -> Cus
         )
     if _BAD_PLACEHOLDER.search(command):
         raise InvalidDefinition("command: a '{{' that is not a {{.name}} placeholder")
-    for key, where in unsafe_placeholders(normalised):
-        raise InvalidDefinition(
-            f"command: placeholder {{{{.{key}}}}} is {where}; write it as a bare word "
-            "(the value is shell-quoted for you)"
-        )
     parameters = data.get("parameters") or {"type": "object", "properties": {}}
     if not isinstance(parameters, Mapping):
         raise InvalidDefinition("parameters: expected a JSON-schema object")
@@ -208,6 +203,15 @@ def parse_definition(data: Mapping[str, Any], *, source: str = "runtime") -> Cus
     agent = data.get("agent", "")
     if not isinstance(agent, str):
         raise InvalidDefinition("agent: expected an agent id, or '' for every agent")
+    lists = {}
+    for key in ("option_args", "code_args"):
+        value = data.get(key) or []
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise InvalidDefinition(f"{key}: expected a list of parameter names")
+        lists[key] = value
+    template = Template.load(
+        normalised, parameters=props, option_args=lists["option_args"], code_args=lists["code_args"]
+    )
     # The template itself must pass the deny groups (with neutral words for the placeholders):
     # a definition that can only ever be refused is a mistake worth reporting now.
     probe = PLACEHOLDER.sub("ARG", normalised)
@@ -216,7 +220,7 @@ def parse_definition(data: Mapping[str, Any], *, source: str = "runtime") -> Cus
             raise InvalidDefinition(f"command: {hit.describe()}")
     return CustomToolSpec(
         name=name,
-        command=command.strip(),
+        template=template,
         description=description,
         parameters=parameters,
         timeout_s=float(timeout),
@@ -225,130 +229,6 @@ def parse_definition(data: Mapping[str, Any], *, source: str = "runtime") -> Cus
         agent=agent,
         source=source,
     )
-
-
-# Shell contexts in which a shell-quoted value is NOT one plain word of data: inside quotes the
-# quoting of the value itself is literal text (so `"…$(…)…"` expands and `'…'` ends early), a
-# comment ends at a newline in the value, and a here-document body expands `$(…)`.
-_CONTEXT_NAMES = {
-    "'": "inside single quotes",
-    '"': "inside double quotes",
-    "$'": "inside $'...' quotes",
-    "`": "inside backquotes",
-    "${": "inside ${...}",
-    "$((": "inside $((...)) arithmetic",
-    "#": "inside a comment",
-}
-_CLOSERS = {"$'": "'", "`": "`", '"': '"', "${": "}"}
-_OPENERS = ("$((", "$(", "${", "$'", "'", '"', "`")  # longest first
-_WORD_BREAK = frozenset(" \t\n;&|()<>")
-_COMMAND_BREAK = frozenset("\n;&|(")
-# Words after which the next word is a program again.
-_PROGRAM_FOLLOWS = frozenset(
-    {"if", "then", "else", "elif", "while", "until", "do", "!", "time", "exec", "command", "builtin",
-     "env", "nice", "nohup", "setsid", "stdbuf", "xargs", "sudo", "doas", "busybox"}
-)  # fmt: skip
-
-
-def _innermost_context(stack: list[str]) -> str:
-    """What the innermost quoting context is called, or "" when it is plain shell (`$(...)` starts afresh)."""
-    for opener in reversed(stack):
-        if opener == "$(":
-            return ""
-        if opener in _CONTEXT_NAMES:
-            return _CONTEXT_NAMES[opener]
-    return ""
-
-
-def unsafe_placeholders(command: str) -> list[tuple[str, str]]:
-    """Placeholders the shell would not read as one plain argument word: `(key, where)` pairs.
-
-    A small scanner of POSIX shell quoting: single, double and `$'...'` quotes,
-    backquotes, `${...}`, `$(...)` (whose inside is plain shell again),
-    `$((...))`, comments and here-documents. A placeholder must stand where a
-    word of data does: outside every quote, comment and here-document, and not
-    as the program name (the value would choose what runs).
-    """
-    problems: list[tuple[str, str]] = []
-    stack: list[str] = []
-    heredoc = False
-    word, word_at_command = "", False
-    word_start = command_start = True
-    i, n = 0, len(command)
-    while i < n:
-        found = PLACEHOLDER.match(command, i)
-        if found is not None:
-            where = _innermost_context(stack)
-            if not where and heredoc:
-                where = "after a here-document (<<), whose body is expanded"
-            if not where and command_start:
-                where = "the program name"
-            if where:
-                problems.append((found.group(1), where))
-            i = found.end()
-            word, word_start, command_start = "\x00", False, False
-            continue
-        c = command[i]
-        top = stack[-1] if stack else ""
-        if top == "#":
-            if c == "\n":
-                stack.pop()
-                word, word_start, command_start = "", True, True
-            i += 1
-        elif top == "'":
-            if c == "'":
-                stack.pop()
-            i += 1
-        elif top in _CLOSERS:
-            if c == "\\" and top != "${":
-                i += 2
-            elif c == _CLOSERS[top]:
-                stack.pop()
-                i += 1
-            elif top == '"' and command.startswith("$(", i):
-                stack.append("$((" if command.startswith("$((", i) else "$(")
-                i += len(stack[-1])
-                word, word_start, command_start = "", True, stack[-1] == "$("
-            else:
-                i += 1
-        else:
-            # Plain shell: the top level, or inside $( ) / $(( )).
-            opener = next((o for o in _OPENERS if command.startswith(o, i)), None)
-            if c == "\\":
-                i += 2
-                word, word_start, command_start = word + "\\", False, False
-            elif opener is not None:
-                stack.append(opener)
-                i += len(opener)
-                if opener == "$(":
-                    word, word_start, command_start = "", True, True
-                else:
-                    word, word_start, command_start = word + opener, False, False
-            elif c == ")" and top in ("$(", "$(("):
-                stack.pop()
-                i += 2 if top == "$((" and command.startswith("))", i) else 1
-                word, word_start, command_start = "\x00", False, False
-            elif c == "#" and word_start:
-                stack.append("#")
-                i += 1
-            elif command.startswith("<<<", i):
-                i += 3  # a here-string: its word is an ordinary word
-                word, word_start = "", True
-            else:
-                if command.startswith("<<", i):
-                    heredoc = True
-                if c in _WORD_BREAK:
-                    if word_at_command and word in _PROGRAM_FOLLOWS:
-                        command_start = True
-                    if c in _COMMAND_BREAK:
-                        command_start = True
-                    word, word_start = "", True
-                else:
-                    if word_start:
-                        word_at_command = command_start
-                    word, word_start, command_start = word + c, False, False
-                i += 1
-    return problems
 
 
 class CustomTool(Tool):
@@ -368,16 +248,19 @@ class CustomTool(Tool):
         if self.spec.agent and ctx.agent_id != self.spec.agent:
             raise ToolRefused(f"custom tool {self.name!r} belongs to agent {self.spec.agent!r}")
 
-    async def check(self, args: Args, ctx: ToolContext) -> None:
+    async def check(self, args: Args, ctx: ToolContext) -> PendingApproval | None:
         self._scope(ctx)
-        self.shell.gate.check(self.spec.checked_command(args), ctx, tool=self.name, trusted=True)
+        command, reading = self.spec.checked_command(args)
+        assessment = self.shell.gate.check(command, ctx, tool=self.name, trusted=True, reading=reading)
         self.shell.runner.resolve_cwd(self.spec.cwd or None)
         await self.shell.runner.backend()
+        return self.shell.gate.dry_run_note(assessment, ctx, tool=self.name)
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
         self._scope(ctx)
         shell = self.shell
-        assessment = shell.gate.check(self.spec.checked_command(args), ctx, tool=self.name, trusted=True)
+        command, reading = self.spec.checked_command(args)
+        assessment = shell.gate.check(command, ctx, tool=self.name, trusted=True, reading=reading)
         cwd = shell.runner.resolve_cwd(self.spec.cwd or None)
         timeout_s = await shell.runner.timeout_for(self.spec.timeout_s)
         await shell.gate.approve(assessment, ctx, tool=self.name)
@@ -417,6 +300,11 @@ class CustomTools:
         for row in self.store().list():
             if row.name in self._specs and self._specs[row.name].source == "config":
                 continue  # the config wins; the stale row stays until removed
+            if row.env_problem:
+                # Sealed values that cannot be opened here (no `cryptography`, another key): the
+                # tool would run without its environment, so it is not offered at all.
+                log.warning("stored custom tool %s skipped: %s", row.name, row.env_problem)
+                continue
             try:
                 spec = parse_definition({**row.definition, "env": row.env})
             except InvalidDefinition as e:
@@ -457,7 +345,10 @@ class CustomTools:
         if existing is not None and not isinstance(existing, CustomTool):
             raise InvalidDefinition(f"name {spec.name!r} is already a built-in tool")
         # Stored first: if the database write fails, the running table is unchanged too.
-        self.store().put(spec.name, spec.agent, spec.definition(), spec.env)
+        try:
+            self.store().put(spec.name, spec.agent, spec.definition(), spec.env)
+        except CryptoUnavailable as e:
+            raise InvalidDefinition(f"env: {e}") from None
         self._install(spec)
         return spec
 
@@ -505,6 +396,8 @@ def custom_config_errors(custom: CustomTools, config: Config) -> list[ConfigErro
             "cwd": entry.cwd,
             "env": entry.env,
             "agent": entry.agent,
+            "option_args": entry.option_args,
+            "code_args": entry.code_args,
         }
         try:
             custom.add_from_config(data)

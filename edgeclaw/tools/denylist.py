@@ -15,6 +15,8 @@ ordinary work (`ls -la`, `grep -r foo .`, `python3 script.py`).
 
 from __future__ import annotations
 
+import fnmatch
+import posixpath
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -77,11 +79,26 @@ def _group(
     return DenyGroup(name, description, risk, action, tuple(re.compile(p, flags) for p in patterns))
 
 
-_SYSTEM_DIRS = r"(?:bin|boot|dev|etc|home|lib\w*|opt|proc|root|sbin|srv|sys|usr|var)"
+def _long_option(name: str, shortest: int) -> str:
+    """`--name` and every abbreviation of it down to `shortest` letters (getopt takes any unique prefix)."""
+    tail = ""
+    for ch in reversed(name[shortest:]):
+        tail = f"(?:{re.escape(ch)}{tail})?"
+    return "--" + re.escape(name[:shortest]) + tail + r"(?=[\s=;&|)'\"]|$)"
+
+
+_SYSTEM_DIRS = (
+    r"(?:bin|boot|dev|etc|home|lib\w*|media|mnt|opt|proc|root|run|sbin|snap|srv|sys|tmp|usr|var|lost\+found)"
+)
 # The root however spelt (`/`, `//`, `/./`, `/..`), a glob or variable right under it (`/*`, `/?`,
-# `/$x`), a system directory, the home directory, `.`/`..`, or everything here.
-_ROOTISH = r"(?:/[/.]*\*?|/[?*\[$]\S*|/" + _SYSTEM_DIRS + r"/?\*?|~/?\*?|\$\{?HOME\}?/?\*?)"
-_RM_TARGET = r"(?:--no-preserve-root|" + _ROOTISH + r"|\.\.?/?\*?|\*)"
+# `/$x`), a system directory, a home directory (`~`, `~user`, `$HOME`), `.`/`..` and chains of
+# them (`../..`), or everything here.
+_ROOTISH = r"(?:/[/.]*\*?|/[?*\[$]\S*|/" + _SYSTEM_DIRS + r"/?\*?|~[\w.-]*/?\*?|\$\{?HOME\}?/?\*?)"
+_RM_TARGET = r"(?:--no-preserve-root|" + _ROOTISH + r"|(?:\.\.?/+)*\.\.?/?\*?|\*)"
+# rm's recursion, however spelt: -r, -R, inside a bundle (-fR, -Rfv), --recursive or a prefix of it.
+_RM_RECURSIVE = r"(?:-[a-zA-Z]*[rR]|" + _long_option("recursive", 1) + ")"
+# chmod/chown/chgrp: -R or --recursive (`--re` is ambiguous with --reference, so from `--rec`).
+_CH_RECURSIVE = r"(?:-[a-zA-Z]*R|" + _long_option("recursive", 3) + ")"
 # Where a target ends: also a closing parenthesis or quote, for `os.system('rm -rf /')` read
 # without its quotes.
 _TARGET_END = r"(?=$|[\s;&|)'\"\]])"
@@ -93,9 +110,9 @@ DENY_GROUPS: tuple[DenyGroup, ...] = (
         "destructive operations",
         Risk.CRITICAL,
         [
-            _cmd("rm")
-            + rf"(?={_ARGS}\s(?:-[a-zA-Z]*[rR]|--recursive))"
-            + rf"{_ARGS}\s{_RM_TARGET}{_TARGET_END}",
+            _cmd("rm") + rf"(?={_ARGS}\s{_RM_RECURSIVE})" + rf"{_ARGS}\s{_RM_TARGET}{_TARGET_END}",
+            # --no-preserve-root abbreviated (`--no-p`, even `--n`): rm accepts it.
+            _cmd("rm") + rf"{_ARGS}\s{_long_option('no-preserve-root', 1)}",
             # The same from a script: rmtree('/'), or rm -rf / as an argument list.
             rf"\brmtree\s*\(\s*['\"]?{_ROOTISH}['\"]?\s*[,)]",
             rf"['\"]?(?:[\w./-]*/)?rm['\"]?\s*,\s*['\"]?-[a-zA-Z]*[rR][a-zA-Z]*['\"]?\s*,\s*['\"]?{_ROOTISH}['\"]?\s*[,\])]",
@@ -115,7 +132,7 @@ DENY_GROUPS: tuple[DenyGroup, ...] = (
             _WRITE_TO + r"/dev/(?:sd|hd|vd|xvd|nvme|mmcblk|mtd|loop|disk/)",
             r"(\S+)\s*\(\)\s*\{[^}]*\1\s*\|\s*\1\s*&",  # the classic fork bomb shape
             _cmd("chmod", "chown", "chgrp")
-            + rf"{_ARGS}\s-[a-zA-Z]*R{_ARGS}\s/(?:{_SYSTEM_DIRS})?/?(?=$|[\s;&|])",
+            + rf"(?={_ARGS}\s{_CH_RECURSIVE}){_ARGS}\s/(?:{_SYSTEM_DIRS})?/?(?=$|[\s;&|])",
             _cmd("find") + rf"\s+/(?:{_SYSTEM_DIRS})?/?\s{_ARGS}-delete",
             _cmd("find")
             + rf"\s+/(?:{_SYSTEM_DIRS})?/?\s{_ARGS}-(?:exec|execdir|ok)\s+(?:[\w./-]*/)?(?:rm|shred)\b",
@@ -413,6 +430,8 @@ DENY_GROUPS: tuple[DenyGroup, ...] = (
 )
 
 _BY_NAME = {g.name: g for g in DENY_GROUPS}
+_RM_COMMAND = re.compile(_cmd("rm") + rf"({_ARGS})")
+_RM_RECURSIVE_WORD = re.compile(_RM_RECURSIVE)
 
 
 def canonical_group(name: str) -> str | None:
@@ -422,12 +441,26 @@ def canonical_group(name: str) -> str | None:
 
 
 class DenyList:
-    """The deny groups with per-group on/off switches."""
+    """The deny groups with per-group on/off switches.
 
-    def __init__(self, switches: Mapping[str, bool] | None = None) -> None:
+    `workspace`: the workspace directory (as configured and as its real path). Commands run in it
+    with `HOME` set to it, so `destructive-ops` also refuses a recursive `rm` of the workspace or
+    of any directory holding it (`rm -rf /var/lib` when the workspace is
+    `/var/lib/edgeclaw/workspace`), however the path is written (relative, `~/..`, a glob).
+    """
+
+    def __init__(self, switches: Mapping[str, bool] | None = None, workspace: Iterable[str] = ()) -> None:
         self.enabled: frozenset[str] = frozenset(
             g.name for g in DENY_GROUPS if (switches or {}).get(g.name, True)
         )
+        roots = [posixpath.normpath(str(w)) for w in workspace if str(w).startswith("/")]
+        self.workspace = roots[0] if roots else ""
+        protected: dict[tuple[str, ...], None] = {}
+        for root in roots:
+            parts = tuple(x for x in root.split("/") if x)
+            for n in range(len(parts) + 1):
+                protected[parts[:n]] = None
+        self._protected = tuple(protected)
 
     @staticmethod
     def resolve_switches(*layers: Mapping[str, bool]) -> dict[str, bool]:
@@ -450,9 +483,49 @@ class DenyList:
             if group.name not in self.enabled:
                 continue
             hit = _first_match(group, views)
+            if hit is None and group.name == "destructive-ops" and self._protected:
+                hit = next((h for v in views if (h := self._removes_workspace(v))), None)
             if hit is not None:
                 hits.append(DenyHit(group, hit))
         return hits
+
+    def _removes_workspace(self, view: str) -> str | None:
+        """A recursive rm whose target is the workspace or a directory that holds it."""
+        for m in _RM_COMMAND.finditer(view):
+            words = m.group(1).split()
+            if not any(_RM_RECURSIVE_WORD.match(w) for w in words if w.startswith("-")):
+                continue
+            options_done = False
+            for word in words:
+                if word == "--" and not options_done:
+                    options_done = True
+                    continue
+                if word.startswith("-") and not options_done:
+                    continue
+                if self._protects(word):
+                    return m.group(0).strip()[:80]
+        return None
+
+    def _protects(self, target: str) -> bool:
+        home = self.workspace
+        if target == "~" or target.startswith("~/"):
+            target = home + target[1:]
+        else:
+            target = re.sub(r"^\$(?:HOME\b|\{HOME\})", home, target)
+        if target.startswith("$"):
+            return False  # another variable: the program-from-a-variable rules see what they can
+        path = posixpath.normpath(posixpath.join(home, target))
+        parts = tuple(x for x in path.split("/") if x)
+        if not any(c in path for c in "*?["):
+            return parts in self._protected
+        # A glob: refused when it can match the workspace or a directory holding it, or when it is
+        # everything in the workspace (`rm -rf ./*` is refused as `*` is).
+        if parts[-1:] == ("*",) and "/" + "/".join(parts[:-1]) == self.workspace:
+            return True
+        return any(
+            len(p) == len(parts) and all(fnmatch.fnmatchcase(a, b) for a, b in zip(p, parts, strict=True))
+            for p in self._protected
+        )
 
 
 def _first_match(group: DenyGroup, views: tuple[str, ...]) -> str | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
+from edgeclaw.tools.base import Args, PendingApproval, Tool, ToolContext, ToolResult
 from edgeclaw.tools.shell import format_run
 
 if TYPE_CHECKING:
@@ -52,10 +52,11 @@ class ExecTool(Tool):
         # the command its full timeout; the runner kills the command at its own deadline.
         self.timeout_s = shell.runner.sandbox_timeout_s + shell.gate.approval_timeout_s + 30
 
-    async def check(self, args: Args, ctx: ToolContext) -> None:
-        self.shell.gate.check(args["command"], ctx, tool=self.name)
+    async def check(self, args: Args, ctx: ToolContext) -> PendingApproval | None:
+        assessment = self.shell.gate.check(args["command"], ctx, tool=self.name)
         self.shell.runner.resolve_cwd(args.get("cwd"))
         await self.shell.runner.backend()
+        return self.shell.gate.dry_run_note(assessment, ctx, tool=self.name)
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
         shell = self.shell

@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from edgeclaw.config.schema import AgentPolicy, ExecConfig
 from edgeclaw.errors import ToolRefused
 from edgeclaw.store.approvals import ApprovalStore
 from edgeclaw.tools.approval import ApprovalBroker, Decision
-from edgeclaw.tools.base import ToolContext
+from edgeclaw.tools.base import PendingApproval, ToolContext
+from edgeclaw.tools.command_roles import runs_program_option
 from edgeclaw.tools.command_text import normalise, program_of, simple_commands
 from edgeclaw.tools.denylist import DenyList
 
@@ -48,7 +49,11 @@ class AgentExecPolicy:
     network: bool
 
     def allowlisted(self, command: str) -> bool:
-        """True when every program in the command line is on the allowlist (globs allowed).
+        """True when every program in the command line is on the allowlist (globs allowed)."""
+        return not self.allowlist_miss(command)
+
+    def allowlist_miss(self, command: str) -> str:
+        """Why the command line is not allowlisted ("" when every program in it is).
 
         A program given with a path counts only from a system directory (`./ls`
         is whatever the workspace holds), a program that runs another one
@@ -57,20 +62,24 @@ class AgentExecPolicy:
         (`sort --compress-program=sh`): all of those are misses.
         """
         commands = simple_commands(command)
+        if commands is None:
+            return "a command or process substitution cannot be allowlisted"
         if not commands:
-            return False
+            return "no program in it is on the allowlist"
         for words in commands:
             program = program_of(words)
             if not program or any(c in program for c in "$`\\{}*?["):
-                return False
+                return "its program name is computed when it runs, so it cannot be allowlisted"
             path = next(w for w in words if not _ASSIGNMENT.fullmatch(w))
             if "/" in path and path.rsplit("/", 1)[0] not in _SYSTEM_BIN_DIRS:
-                return False
-            if program in _RUNS_PROGRAMS or _runs_program_option(program, words):
-                return False
+                return f"{path!r} is not a program from a system directory"
+            if program in _RUNS_PROGRAMS:
+                return f"{program!r} runs other programs, so it is never on the allowlist"
+            if runs_program_option(program, words[1:]):
+                return f"{program!r} is given an option that runs another program"
             if not any(fnmatch.fnmatchcase(program, pattern) for pattern in self.allowlist):
-                return False
-        return True
+                return f"{program!r} is not on the allowlist (tools.exec.allowlist)"
+        return ""
 
 
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
@@ -84,44 +93,15 @@ _RUNS_PROGRAMS = frozenset(
      "nsenter", "runuser", "sh", "bash", "dash", "zsh", "ksh", "ash",
      "less", "more", "man", "vi", "vim", "awk", "gawk", "mawk", "sed"}
 )  # fmt: skip
-# Options with which an otherwise harmless program runs a program of the caller's choosing.
-_PROGRAM_OPTIONS: dict[str, tuple[str, ...]] = {
-    "sort": ("--compress-program",),
-    "tar": ("--to-command", "--use-compress-program", "-I", "--checkpoint-action", "--rsh-command",
-            "--info-script", "-F", "--new-volume-script"),
-    "find": ("-exec", "-execdir", "-ok", "-okdir"),
-    "rsync": ("-e", "--rsh", "--rsync-path"),
-    "git": ("-c", "--config-env", "--exec-path", "--upload-pack", "--receive-pack"),
-    "zip": ("-T", "--test", "-TT", "--unzip-command"),
-    "diff3": ("--diff-program",),
-    "sdiff": ("--diff-program",),
-}  # fmt: skip
-
-
-def _runs_program_option(program: str, words: list[str]) -> bool:
-    """Whether `words` give `program` an option that makes it run another program.
-
-    Long options match by unambiguous prefix too (`--compress-prog`, as getopt
-    accepts), short ones inside a bundle (`-xIgzip`).
-    """
-    return any(_option_matches(w, o) for w in words[1:] for o in _PROGRAM_OPTIONS.get(program, ()))
-
-
-def _option_matches(word: str, option: str) -> bool:
-    if option.startswith("--"):
-        name = word.split("=", 1)[0]
-        return word.startswith("--") and len(name) > 2 and option.startswith(name)
-    if len(option) == 2:
-        return word.startswith("-") and not word.startswith("--") and option[1] in word[1:]
-    return word == option
-
-
 class ExecPolicies:
     """Per-agent policies from [tools.exec] and [tools.agents.ID.exec]; ValueError for bad names."""
 
-    def __init__(self, exec_config: ExecConfig, agents: Mapping[str, AgentPolicy]) -> None:
+    def __init__(
+        self, exec_config: ExecConfig, agents: Mapping[str, AgentPolicy], workspace: Iterable[str] = ()
+    ) -> None:
         self.base = exec_config
         self.agents = dict(agents)
+        self.workspace = tuple(workspace)  # as configured and as real path: see DenyList
         self._cache: dict[str, AgentExecPolicy] = {}
         # Build every configured agent now so a bad group name fails at start-up.
         self.for_agent("")
@@ -141,7 +121,7 @@ class ExecPolicies:
             security=(over.security if over and over.security else base.security),
             ask=(over.ask if over and over.ask else base.ask),
             allowlist=tuple(over.allowlist if over and over.allowlist is not None else base.allowlist),
-            deny=DenyList(switches),
+            deny=DenyList(switches, self.workspace),
             network=(over.network if over and over.network is not None else base.network),
         )
         self._cache[agent_id] = policy
@@ -177,11 +157,15 @@ class CommandGate:
         self.scrub = scrub
         self.approval_timeout_s = approval_timeout_s
 
-    def check(self, raw: str, ctx: ToolContext, *, tool: str, trusted: bool = False) -> Assessment:
+    def check(
+        self, raw: str, ctx: ToolContext, *, tool: str, trusted: bool = False, reading: str | None = None
+    ) -> Assessment:
         """Everything short of asking. Raises ToolRefused; returns what approval (if any) is needed.
 
         `trusted` is for commands an administrator wrote (custom tools): the
         security and ask-always modes do not apply, the deny groups do.
+        `reading` is what the deny groups check instead of the command itself
+        (a custom tool's template with each value as the one word of data it is).
         """
         command = normalise(raw)
         policy = self.policies.for_agent(ctx.agent_id)
@@ -189,7 +173,7 @@ class CommandGate:
             raise ToolRefused(
                 f"shell commands are disabled for agent {ctx.agent_id!r} (tools.exec.security = 'deny')"
             )
-        hits = policy.deny.check(command)
+        hits = policy.deny.check(normalise(reading) if reading is not None else command)
         for hit in hits:
             if hit.group.action == "deny":
                 raise ToolRefused(f"refused command: {hit.describe()}")
@@ -201,14 +185,20 @@ class CommandGate:
         if not trusted:
             if policy.ask == "always":
                 reasons.append("tools.exec.ask = 'always'")
-            elif policy.security == "allowlist" and not policy.allowlisted(command):
-                reasons.append("a program in it is not on tools.exec.allowlist")
+            elif policy.security == "allowlist" and (miss := policy.allowlist_miss(command)):
+                reasons.append(miss)
         assessment = Assessment(command, tuple(reasons), policy)
         if reasons and policy.ask == "off" and not self._remembered(tool, ctx, command):
             raise ToolRefused(
                 f"refused command: it needs approval ({'; '.join(reasons)}) and tools.exec.ask = 'off'"
             )
         return assessment
+
+    def dry_run_note(self, assessment: Assessment, ctx: ToolContext, *, tool: str) -> PendingApproval | None:
+        """For a dry run: the approval the call would ask for (None when it would just run)."""
+        if not assessment.needs_approval or self._remembered(tool, ctx, assessment.command):
+            return None
+        return PendingApproval("; ".join(assessment.reasons))
 
     def _remembered(self, tool: str, ctx: ToolContext, command: str) -> bool:
         return self._store().find(tool, ctx.agent_id, command) is not None

@@ -24,7 +24,7 @@ from typing import Any
 
 from edgeclaw.errors import BackendError, ToolError, ToolRefused
 from edgeclaw.tools.audit import AuditRecord, ToolStats, args_digest
-from edgeclaw.tools.base import Tool, ToolContext, ToolInfo, ToolResult
+from edgeclaw.tools.base import PendingApproval, Tool, ToolContext, ToolInfo, ToolResult
 from edgeclaw.tools.policy import PolicyEngine
 from edgeclaw.tools.ratelimit import RateLimiter
 from edgeclaw.tools.schema import ArgumentError, compile_schema
@@ -255,8 +255,13 @@ class Registry:
         self._in_flight.add(timeout)
         try:
             async with timeout:
-                await entry.tool.check(args, ctx)
+                pending = await entry.tool.check(args, ctx)
                 if dry_run:
+                    if isinstance(pending, PendingApproval):
+                        # Not "would run": a person would be asked first (`tool call` exits 3).
+                        note = f"dry run: {name} would ask for approval: {pending.reason}"
+                        stage = "dry_run_approval"
+                        return self._finish(name, args, ctx, started, True, stage, None, for_llm=note)
                     return self._finish(
                         name, args, ctx, started, True, "dry_run", None, for_llm=f"dry run: {name} would run"
                     )

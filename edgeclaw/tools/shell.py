@@ -1,4 +1,4 @@
-"""Running checked commands in the sandbox, and wiring the shell tools into a runtime.
+"""What the shell tools share: running checked commands in the sandbox, and the runtime's wiring.
 
 `ShellRunner` is what exec, process and custom tools share after the
 `CommandGate` has allowed a command: it picks the timeout (60 s on the
@@ -8,24 +8,21 @@ password stay out), works out what the command must not see (the state
 directory and its database and key, the config file, secret files) and
 launches it through `edgeclaw.sandbox`.
 
-`install_shell_tools` registers the tools; `ShellTools.attach` then hands
-them the runtime's approval broker and database and registers their
-shutdown (background processes are killed when the runtime closes).
+`ShellTools` holds the runner, the gate and the approval and database
+wiring. It knows none of the tools that use it: they import this module,
+never the other way round; `tools/shell_setup.py` builds and registers them
+and hands `ShellTools` the hooks to run when the runtime attaches and closes.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import pwd
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from edgeclaw.config.schema import Config
-from edgeclaw.errors import ConfigError, ConfigErrors, ToolError, ToolRefused
-from edgeclaw.sandbox import ChildProcess, Launch, Limits, RunResult, Sandbox, SandboxSettings
+from edgeclaw.errors import ToolError, ToolRefused
+from edgeclaw.sandbox import ChildProcess, Launch, RunResult, Sandbox
 from edgeclaw.sandbox.base import SandboxBackend, hidden_entries
 from edgeclaw.sandbox.manager import SandboxUnavailable
 from edgeclaw.sandbox.process import child_env
@@ -36,28 +33,10 @@ from edgeclaw.tools.base import ToolResult
 from edgeclaw.tools.exec_policy import CommandGate, ExecPolicies
 from edgeclaw.tools.workspace import Workspace
 
-if TYPE_CHECKING:
-    from edgeclaw.tools.custom import CustomTools
-    from edgeclaw.tools.process import ProcessManager
-    from edgeclaw.tools.registry import Registry
-    from edgeclaw.tools.scrub import Scrubber
-
-log = logging.getLogger("edgeclaw.tools.shell")
-
 # Output past this many bytes kills the command (it is not shown anyway).
 DRAIN_LIMIT_BYTES = 8 * 1024 * 1024
 # Room left under the registry's output cap for the status line we append.
 STATUS_ROOM_BYTES = 256
-# Places that hold edgeclaw's own configuration and runtime state on an installed system, systemd's
-# credentials (LoadCredential=) and root's home (SSH keys, shell history: a root daemon's commands
-# run as uid 0 and could read them).
-SYSTEM_HIDDEN = (
-    Path("/etc/edgeclaw"),
-    Path("/run/edgeclaw"),
-    Path("/var/lib/edgeclaw"),
-    Path("/run/credentials"),
-    Path("/root"),
-)
 # Variables of the daemon's own process that a command must never get, whatever env_allow says:
 # systemd's notify and watchdog channel, socket activation, and edgeclaw's own settings.
 _DAEMON_ONLY_ENV = frozenset(
@@ -209,7 +188,7 @@ class _Wiring:
 
 
 class ShellTools:
-    """The exec, process and custom tools of one runtime, and what they share."""
+    """What the exec, process and custom tools of one runtime share: runner, gate, approvals, database."""
 
     def __init__(
         self,
@@ -235,8 +214,9 @@ class ShellTools:
             scrub=scrub,
             approval_timeout_s=approval_timeout_s,
         )
-        self.processes: ProcessManager | None = None
-        self.custom: CustomTools | None = None
+        # Set by the tools' installer: run once the runtime attaches, and when it closes.
+        self._attach_hooks: list[Callable[[], object]] = []
+        self._close_hooks: list[Callable[[], Awaitable[object]]] = []
 
     # -- wiring -----------------------------------------------------------
     def _open_own_db(self) -> Database:
@@ -263,6 +243,14 @@ class ShellTools:
     def use_broker(self, broker: ApprovalBroker) -> None:
         self._wiring.broker = broker
 
+    def when_attached(self, hook: Callable[[], object]) -> None:
+        """Run `hook` once the runtime has attached its broker and database (loading stored tools)."""
+        self._attach_hooks.append(hook)
+
+    def when_closed(self, hook: Callable[[], Awaitable[object]]) -> None:
+        """Await `hook` when the runtime closes (stopping background processes)."""
+        self._close_hooks.append(hook)
+
     def attach(
         self,
         *,
@@ -270,153 +258,16 @@ class ShellTools:
         database: Callable[[], Database],
         on_close: Callable[[Callable[[], object]], None],
     ) -> None:
-        """Use the daemon's approval broker and database; stop background processes when it closes."""
+        """Use the daemon's approval broker and database; run the close hooks when it closes."""
         self._wiring = _Wiring(broker=approvals, database=database)
         self._approvals = None
         on_close(self.aclose)
-        if self.custom is not None and self.has_database():
-            # Runtime-defined tools exist only once the database does; a `tool call` with none never opens it.
-            self.custom.load_stored()
+        for hook in self._attach_hooks:
+            hook()
 
     async def aclose(self) -> None:
-        if self.processes is not None:
-            await self.processes.aclose()
+        for hook in self._close_hooks:
+            await hook()
         if self._own_db is not None:
             self._own_db.close()
             self._own_db = None
-
-
-def _sandbox_settings(config: Config) -> SandboxSettings:
-    s = config.sandbox
-    mib = 1024 * 1024
-    return SandboxSettings(
-        backend=s.backend,
-        required=s.required,
-        firejail_path=s.firejail_path,
-        bubblewrap_path=s.bubblewrap_path,
-        limits=Limits(
-            max_processes=s.max_processes,
-            max_memory_bytes=s.max_memory_mb * mib,
-            max_file_bytes=s.max_file_mb * mib,
-            max_open_files=s.max_open_files,
-        ),
-        pids_cgroup=s.pids_cgroup,
-        etc_allow=tuple(s.etc_allow) if s.etc_allow else None,
-        # Real paths: a symlinked directory holding the workspace must still be seen to hold it.
-        hide_paths=tuple(Path(os.path.realpath(p)) for p in s.hide_paths),
-    )
-
-
-def _own_home() -> Path | None:
-    """The home directory of the user the daemon runs as (from the password database, not $HOME)."""
-    try:
-        home = Path(os.path.realpath(pwd.getpwuid(os.geteuid()).pw_dir))
-    except KeyError:
-        return None
-    return home if len(home.parts) > 1 else None
-
-
-def _check_settings(config: Config) -> list[ConfigError]:
-    source = config._source
-    errors: list[ConfigError] = []
-    e = config.tools.exec
-    s = config.sandbox
-    for key, value in (
-        ("tools.exec.host_timeout_s", e.host_timeout_s),
-        ("tools.exec.sandbox_timeout_s", e.sandbox_timeout_s),
-        ("tools.exec.approval_timeout_s", e.approval_timeout_s),
-        ("tools.exec.process_timeout_s", e.process_timeout_s),
-    ):
-        if value <= 0:
-            errors.append(ConfigError(source, key, f"expected a number > 0, got {value}"))
-    for key, value, least in (
-        ("tools.exec.max_processes_per_session", e.max_processes_per_session, 0),
-        ("tools.exec.process_buffer_bytes", e.process_buffer_bytes, 1024),
-        ("sandbox.max_processes", s.max_processes, 1),
-        ("sandbox.max_memory_mb", s.max_memory_mb, 16),
-        ("sandbox.max_file_mb", s.max_file_mb, 1),
-        ("sandbox.max_open_files", s.max_open_files, 16),
-    ):
-        if value < least:
-            errors.append(ConfigError(source, key, f"expected an integer >= {least}, got {value}"))
-    for i, name in enumerate(s.etc_allow):
-        if not name or "/" in name or "," in name or name in (".", ".."):
-            errors.append(ConfigError(source, f"sandbox.etc_allow[{i}]", "expected a name inside /etc"))
-    for i, path in enumerate(s.hide_paths):
-        if not path.startswith("/"):
-            errors.append(ConfigError(source, f"sandbox.hide_paths[{i}]", "expected an absolute path"))
-    return errors
-
-
-def install_shell_tools(
-    registry: Registry,
-    config: Config,
-    workspace: Workspace,
-    state_dir: Path,
-    secrets: Mapping[str, str],
-    scrubber: Scrubber,
-    environ: Mapping[str, str] | None = None,
-) -> ShellTools:
-    """Register exec, process and the configured custom tools. Raises ConfigErrors for bad settings."""
-    from edgeclaw.config.secrets import secret_refs
-    from edgeclaw.tools.custom import CustomTools, custom_config_errors
-    from edgeclaw.tools.exec import ExecTool
-    from edgeclaw.tools.process import ProcessManager, ProcessTool
-
-    source = config._source
-    errors = _check_settings(config)
-    try:
-        policies = ExecPolicies(config.tools.exec, config.tools.agents)
-    except ValueError as e:
-        errors.append(ConfigError(source, "tools.exec.deny_groups", str(e)))
-        policies = None
-    if errors or policies is None:
-        raise ConfigErrors(errors)
-
-    refs = secret_refs(config)
-    hidden: list[Path] = [*SYSTEM_HIDDEN]
-    if source and not source.startswith("<") and Path(source).exists():
-        hidden.append(Path(os.path.realpath(source)))
-    hidden.extend(Path(os.path.realpath(r.file)) for r in refs.values() if r.file)
-    tls = config.mqtt.tls
-    if tls is not None and tls.key_file:
-        hidden.append(Path(os.path.realpath(tls.key_file)))
-    home = _own_home()
-    if home is not None:
-        # The daemon user's home: its keys and histories are as readable to a command as to us.
-        hidden.append(home)
-
-    e = config.tools.exec
-    runner = ShellRunner(
-        sandbox=Sandbox(_sandbox_settings(config)),
-        workspace=workspace,
-        state_dir=Path(os.path.realpath(state_dir)),
-        env_allow=e.env_allow,
-        environ=os.environ if environ is None else environ,
-        secret_values=secrets.values(),
-        secret_env_names=[r.env for r in refs.values() if r.env],
-        hidden=hidden,
-        host_timeout_s=e.host_timeout_s,
-        sandbox_timeout_s=e.sandbox_timeout_s,
-        max_output_bytes=registry.max_output_bytes,
-    )
-    shell = ShellTools(
-        runner=runner,
-        policies=policies,
-        state_dir=state_dir,
-        scrub=scrubber.scrub,
-        approval_timeout_s=e.approval_timeout_s,
-        max_processes=config.sandbox.max_processes,
-    )
-    shell.processes = ProcessManager(
-        max_per_session=e.max_processes_per_session,
-        timeout_s=e.process_timeout_s,
-        buffer_bytes=e.process_buffer_bytes,
-    )
-    registry.register(ExecTool(shell))
-    registry.register(ProcessTool(shell))
-    shell.custom = CustomTools(registry, shell)
-    problems = custom_config_errors(shell.custom, config)
-    if problems:
-        raise ConfigErrors(problems)
-    return shell

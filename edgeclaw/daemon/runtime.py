@@ -153,6 +153,11 @@ def build_runtime(
     install_shell_tools(registry, config, ws, state, secrets, scrubber, environ).attach(
         approvals=runtime.approvals, database=lambda: runtime.db, on_close=runtime.on_close
     )
+    # Commands a killed edgeclaw process left running in the sandbox's cgroups end at this start,
+    # not at the first command (see edgeclaw.sandbox.cgroup).
+    from edgeclaw.sandbox.cgroup import end_leftovers
+
+    end_leftovers(config.sandbox.pids_cgroup)
     registry.register(SessionStatusTool(registry.stats, limiter, sessions))
     registry.register_all([SessionsListTool(sessions), SessionsHistoryTool(sessions)])
     hardware = BoardBackends(profile, config.hardware, state)  # opens devices on first use only

@@ -265,9 +265,9 @@ async def test_stop_cancels_the_turn_in_flight(llm, agent_for):
     assert not reply.ok and reply.text == "Stopped."
 
 
-async def _until(predicate, what: str, timeout: float = 5) -> None:
+async def _until(predicate, what: str, within_s: float = 5) -> None:
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+    deadline = loop.time() + within_s
     while not await predicate():
         assert loop.time() < deadline, f"timed out waiting for {what}"
         await asyncio.sleep(0.02)

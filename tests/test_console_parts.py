@@ -311,9 +311,9 @@ async def test_gate_locks_out_after_max_failures_and_reopens(caplog):
     clock.now += 61
     assert gate.locked_for() == 0
     assert (await gate.attempt("2468", "ttyA")).result is LoginResult.OK and checked == ["2468"]
-    lines = [r.getMessage() for r in caplog.records if r.name == "edgeclaw.audit.console"]
-    assert "console login on ttyA" in lines
-    assert any("locked for 60 s" in line for line in lines)
+    lines = [r.getMessage() for r in caplog.records if r.name == "edgeclaw.audit"]
+    assert "login outcome=ok caller=console:ttyA channel=console" in lines
+    assert any("outcome=locked_out" in line and "lockout_s=60" in line for line in lines)
 
 
 async def test_gate_checks_one_entry_at_a_time():

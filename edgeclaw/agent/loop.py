@@ -84,12 +84,6 @@ class AgentLoop:
 
     async def _answer(self, msg: InboundMessage) -> Reply:
         key = msg.session_key
-        """The reply to one message, scrubbed: a model repeats what it read (a key in a file, a key it
-        was told), errors quote what failed, and every reply goes straight out on some channel."""
-        reply = await self._answer(msg)
-        return dataclasses.replace(reply, text=self.registry.scrubber.scrub(reply.text))
-
-    async def _answer(self, msg: InboundMessage) -> Reply:
         command = slash.parse(msg.text)
         if command is not None and command.name == "call":
             tool, _ = slash.split_call(command.argument)

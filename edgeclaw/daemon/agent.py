@@ -60,6 +60,7 @@ def _provider(name: str, runtime: Runtime, client: SharedClient) -> Provider:
         "api_key": api_key,
         "timeout_s": cfg.timeout_s,
         "max_tokens": cfg.max_tokens,
+        "scrub": runtime.registry.scrubber.scrub,  # every configured secret stays out of request bodies
     }
     if cfg.kind == "anthropic":
         from edgeclaw.agent.providers.anthropic import AnthropicProvider

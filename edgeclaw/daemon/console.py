@@ -70,6 +70,7 @@ def login_gate(runtime: Runtime, c: ConsoleConfig, source: str) -> LoginGate | N
         max_failures=c.max_login_failures,
         lockout_s=c.lockout_s,
         failure_delay_s=c.login_delay_s,
+        trail=runtime.audit,  # logins and lockouts in the log and, with MQTT, on `events`
     )
 
 

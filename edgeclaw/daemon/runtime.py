@@ -114,6 +114,9 @@ def build_runtime(
     scrubber = Scrubber()
     for value in secrets.values():
         scrubber.add_secret(value)
+    from edgeclaw.tools.scrub_logs import install_log_scrubbing
+
+    install_log_scrubbing(scrubber)  # every log record, whoever logs it, scrubbed like tool output
 
     state = state_dir(config.state_dir, environ)
     workspace = Path(config.workspace) if config.workspace else state / "workspace"

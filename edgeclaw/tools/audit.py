@@ -1,12 +1,26 @@
-"""What the registry records about each call: an audit record and running statistics.
+"""The audit trail: what the registry records about each call, the other security events, and
+running statistics.
 
-Records go to sinks (the MQTT events topic, a log); statistics feed
-telemetry and `session_status`. Arguments are never recorded, only a digest,
-so an audit trail cannot leak what a secret-bearing argument held.
+Every tool call gives one `AuditRecord`: one info line on the `edgeclaw.audit`
+logger and one dict for each sink (the MQTT channel publishes them on
+`events`). Approval decisions, admin changes and console logins go through
+`AuditTrail` the same way. Statistics feed telemetry and `session_status`.
+
+Neither quotes what a caller sent. Arguments appear only as a digest, and an
+error only as the stage plus a reason in our own words ("refused by the
+tool's bounds check (FileTooLarge)"), never the message the caller got back,
+which names paths, commands and output. Everything is scrubbed besides.
 
 The digest is keyed with a random per-process key: a plain hash of
 `{"pin": "1234"}` would give a short argument away to anyone hashing guesses
 against the events topic.
+
+Log lines are ``KIND key=value ...``, values with spaces or quotes in JSON
+quotes, so they can be read by eye and split by a program:
+
+    tool_call tool=read_file outcome=refused stage=bounds caller=mqtt:key:ops channel=mqtt
+    session=mqtt:ops duration_ms=0.41 args=4f2a9c0d1b7e3a55 error="refused by the tool's bounds
+    check (ToolRefused)"
 """
 
 from __future__ import annotations
@@ -37,8 +51,27 @@ def args_digest(args: Mapping[str, Any]) -> str:
     return hashlib.blake2b(data, digest_size=8, key=_DIGEST_KEY).hexdigest()
 
 
+def _logfmt_value(value: Any) -> str:
+    """A value as it appears in a log line: bare when it is one plain word, else in JSON quotes."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = value if isinstance(value, str) else str(value)
+    if not text or any(c.isspace() or c in '"=\\' or not c.isprintable() for c in text):
+        return json.dumps(text, ensure_ascii=False)
+    return text
+
+
+def log_line(kind: str, fields: Mapping[str, Any]) -> str:
+    """``KIND key=value ...`` for the fields that are set (None left out)."""
+    words = [kind]
+    words += [f"{key}={_logfmt_value(value)}" for key, value in fields.items() if value is not None]
+    return " ".join(words)
+
+
 @dataclass(frozen=True, slots=True)
 class AuditRecord:
+    """One tool call, as the events topic and the log show it. Every text field is already scrubbed."""
+
     ts: float  # wall clock, seconds since the epoch
     tool: str
     session: str
@@ -48,21 +81,48 @@ class AuditRecord:
     stage: str  # "ok", "dry_run", or where it stopped: "unknown_tool", "arguments", "policy", ...
     duration_ms: float
     args_digest: str
-    error: str | None  # already scrubbed
+    error: str | None  # the reason in our own words, never the caller's values; None when ok
+    caller: str = ""  # the caller's identity (ToolContext.identity)
+    request_id: str = ""  # the channel's request id, when there is one
+    refused: bool = False  # stopped before the tool body ran
+
+    @property
+    def outcome(self) -> str:
+        return "ok" if self.ok else ("refused" if self.refused else "failed")
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "ts": self.ts,
             "tool": self.tool,
+            "caller": self.caller,
             "session": self.session,
             "channel": self.channel,
             "agent": self.agent_id,
+            "request_id": self.request_id or None,
             "ok": self.ok,
+            "outcome": self.outcome,
             "stage": self.stage,
             "duration_ms": round(self.duration_ms, 3),
             "args_digest": self.args_digest,
             "error": self.error,
         }
+
+    def log_line(self) -> str:
+        return log_line(
+            "tool_call",
+            {
+                "tool": self.tool,
+                "outcome": self.outcome,
+                "stage": self.stage,
+                "caller": self.caller,
+                "channel": self.channel,
+                "session": self.session,
+                "request": self.request_id or None,
+                "duration_ms": f"{self.duration_ms:.2f}",
+                "args": self.args_digest,
+                "error": self.error,
+            },
+        )
 
 
 @dataclass(slots=True)
@@ -138,8 +198,8 @@ trail_log = logging.getLogger("edgeclaw.audit")
 
 class AuditTrail:
     """Where every security-relevant event goes besides tool calls: approval decisions, admin
-    changes, console logins. Each event is one info line in the log and one dict for every sink
-    (the MQTT channel publishes them on `events`).
+    changes, console logins. Each event is one line in the log (info, or the level asked for) and
+    one dict for every sink (the MQTT channel publishes them on `events`).
 
     Events carry names, outcomes, channels and identities, never argument values; the text is
     scrubbed before it leaves, because identities and names come from callers too.
@@ -156,13 +216,14 @@ class AuditTrail:
         if sink in self._sinks:
             self._sinks.remove(sink)
 
-    def emit(self, kind: str, **fields: Any) -> dict[str, Any]:
+    def emit(self, kind: str, /, *, level: int = logging.INFO, **fields: Any) -> dict[str, Any]:
         """Record one event: `kind` ("approval", "admin", "login", ...) and its fields."""
         event: dict[str, Any] = {"kind": kind, "ts": round(time.time(), 3)}
         for key, value in fields.items():
             event[key] = self._scrub(value) if isinstance(value, str) else value
-        words = " ".join(f"{k}={v}" for k, v in event.items() if k not in ("kind", "ts") and v is not None)
-        trail_log.info("%s %s", kind, words)
+        trail_log.log(
+            level, "%s", log_line(kind, {k: v for k, v in event.items() if k not in ("kind", "ts")})
+        )
         for sink in list(self._sinks):
             try:
                 sink(event)

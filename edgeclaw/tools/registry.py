@@ -209,14 +209,17 @@ class Registry:
         try:  # the checks: no awaits, so nothing to cancel before _run
             entry = self._tools.get(name)
             if entry is None:
-                return self._refuse(name, parsed, ctx, started, "unknown_tool", f"unknown tool {name!r}")
+                why = f"unknown tool {name!r}"
+                return self._refuse(name, parsed, ctx, started, "unknown_tool", why, reason="unknown tool")
             if self._stopping:
                 return self._refuse(name, parsed, ctx, started, "stopping", "the daemon is shutting down")
             try:
                 parsed = _parse_args(args)
                 entry.validate(parsed)
             except ArgumentError as e:
-                return self._refuse(name, parsed, ctx, started, "arguments", f"{name}: {e}")
+                return self._refuse(
+                    name, parsed, ctx, started, "arguments", f"{name}: {e}", reason=f"arguments: {e.kind}"
+                )
             if name not in self.policy.allowed(ctx):
                 why = self.policy.explain(name, ctx)
                 return self._refuse(
@@ -236,7 +239,13 @@ class Registry:
             # refuse the call, not escape to the channel: fail closed.
             log.exception("checking a call to %s failed", name)
             return self._refuse(
-                name, parsed, ctx, started, "exception", f"{name}: internal error: {type(e).__name__}: {e}"
+                name,
+                parsed,
+                ctx,
+                started,
+                "exception",
+                f"{name}: internal error: {type(e).__name__}: {e}",
+                reason=f"internal error ({type(e).__name__})",
             )
         try:
             return await self._run(entry, parsed, ctx, started, dry_run)
@@ -251,6 +260,7 @@ class Registry:
         stage = "ok"
         refused = False
         result: ToolResult
+        reason: str | None = None  # for the audit record: what went wrong, never the caller's values
         timeout = asyncio.timeout(entry.timeout_s)
         self._in_flight.add(timeout)
         try:
@@ -273,11 +283,13 @@ class Registry:
             if result.data is not None:
                 result.data = _json_copy(result.data)  # a TypeError here is the tool's bug
             if result.is_error:
-                stage = "tool_error"
+                stage, reason = "tool_error", "the tool reported an error"
         except ToolRefused as e:
             result, stage, refused = ToolResult.error(f"{name}: {e}"), "bounds", True
+            reason = f"refused by the tool's bounds check ({type(e).__name__})"
         except (ToolError, BackendError) as e:
             result, stage = ToolResult.error(f"{name}: {e}"), "tool_error"
+            reason = f"the tool failed ({type(e).__name__})"
         except TimeoutError:
             if not timeout.expired():
                 # A TimeoutError of the tool's own (a socket, a bus), not our deadline.
@@ -289,9 +301,11 @@ class Registry:
                 )
             else:
                 result, stage = ToolResult.error(f"{name}: timed out after {entry.timeout_s:g} s"), "timeout"
+            reason = result.for_llm.removeprefix(f"{name}: ")  # our own words, no values in them
         except Exception as e:
             log.exception("tool %s raised", name)
             result, stage = ToolResult.error(f"{name}: internal error: {type(e).__name__}: {e}"), "exception"
+            reason = f"internal error ({type(e).__name__})"
         finally:
             self._in_flight.discard(timeout)
             if not self._in_flight and self._idle is not None:
@@ -309,6 +323,7 @@ class Registry:
             for_user=result.for_user,
             refused=refused,
             data=result.data,
+            reason=reason,
         )
 
     def _clean(self, text: str) -> str:
@@ -326,9 +341,30 @@ class Registry:
         return cap_text(self.scrubber.scrub(text), self.max_output_bytes)
 
     def _refuse(
-        self, name: str, args: dict[str, Any], ctx: ToolContext, started: float, stage: str, message: str
+        self,
+        name: str,
+        args: dict[str, Any],
+        ctx: ToolContext,
+        started: float,
+        stage: str,
+        message: str,
+        *,
+        reason: str | None = None,
     ) -> CallOutcome:
-        return self._finish(name, args, ctx, started, False, stage, message, for_llm=message, refused=True)
+        """A call stopped before its body ran. `reason` is the message as the audit trail may carry it;
+        None when `message` is our own words throughout (policy, rate limit, shutting down)."""
+        return self._finish(
+            name,
+            args,
+            ctx,
+            started,
+            False,
+            stage,
+            message,
+            for_llm=message,
+            refused=True,
+            reason=message if reason is None else reason,
+        )
 
     def _finish(
         self,
@@ -344,7 +380,11 @@ class Registry:
         for_user: str | None = None,
         refused: bool = False,
         data: dict[str, Any] | None = None,
+        reason: str | None = None,
     ) -> CallOutcome:
+        """Scrub and cap the outputs, count and audit the call. `error` is the caller's own answer;
+        `reason` what the audit record says instead: the stage's cause without the caller's values
+        (paths, commands, output), which events and logs must never quote."""
         data, dropped = self._clean_data(data)
         if dropped:  # said where people and the model look, not only in the missing field
             for_llm += dropped
@@ -361,20 +401,28 @@ class Registry:
         # Unknown names come from the outside world: count them under one key so the table stays
         # bounded, and record them cut short and scrubbed like any other text from outside.
         self.stats.record(name if known else "(unknown)", ctx.session_key, ok, refused, duration_ms, now)
-        if self._sinks or audit_log.isEnabledFor(logging.DEBUG):
+        logged = audit_log.isEnabledFor(logging.INFO)
+        if self._sinks or logged:
+            if not ok and reason is None:
+                reason = stage  # fail closed: a path that gave no reason records only where it stopped
+            scrub = self.scrubber.scrub
             record = AuditRecord(
                 ts=now,
-                tool=name if known else self.scrubber.scrub(name[:MAX_UNKNOWN_NAME_CHARS]),
-                session=ctx.session_key,
+                tool=name if known else scrub(name[:MAX_UNKNOWN_NAME_CHARS]),
+                session=scrub(ctx.session_key),
                 channel=ctx.channel,
                 agent_id=ctx.agent_id,
                 ok=ok,
                 stage=stage,
                 duration_ms=duration_ms,
                 args_digest=args_digest(args),
-                error=error,
+                error=scrub(reason) if reason is not None and not ok else None,
+                caller=scrub(ctx.identity),
+                request_id=scrub(ctx.request_id),
+                refused=refused,
             )
-            audit_log.debug("tool call %s", record.as_dict())
+            if logged:
+                audit_log.info("%s", record.log_line())
             for sink in self._sinks:
                 try:
                     sink(record)

@@ -78,7 +78,7 @@ class AnthropicProvider(HttpProvider):
                 add("user", [{"type": "text", "text": m.content}])
         return out
 
-    async def complete(
+    async def _complete(
         self, system: str, messages: Sequence[Message], tools: list[dict[str, Any]]
     ) -> Completion:
         body: dict[str, Any] = {

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import httpx
 
+from edgeclaw.agent.messages import Completion, Message
 from edgeclaw.agent.providers.base import ProviderError, http_error
+from edgeclaw.tools.scrub import Scrubber
 
 
 class SharedClient:
@@ -74,7 +78,13 @@ def malformed(provider: str, what: str) -> ProviderError:
 
 
 class HttpProvider:
-    """What every HTTP provider shares: its name, model, endpoint, headers and limits."""
+    """What every HTTP provider shares: its name, model, endpoint, headers, limits and scrubbing.
+
+    Everything in a request body is scrubbed before it is sent (`complete`): the system prompt
+    (context files the model and commands can write), the history (what people typed, what tools
+    and the model said) and tool-call arguments. The daemon's own secrets -- API keys, the MQTT
+    password, HMAC keys -- never leave in a request; the provider's key goes only in its header.
+    """
 
     kind: str
     default_base_url: str
@@ -89,6 +99,7 @@ class HttpProvider:
         api_key: str = "",
         timeout_s: float = 60.0,
         max_tokens: int = 1024,
+        scrub: Callable[[str], str] | None = None,
     ) -> None:
         self.name = name
         self.model = model
@@ -97,6 +108,21 @@ class HttpProvider:
         self._api_key = api_key
         self._timeout_s = timeout_s
         self._max_tokens = max_tokens
+        # The daemon passes its scrubber (every configured secret); alone, at least this key is known.
+        self._scrub = scrub or Scrubber([api_key] if api_key else []).scrub
+
+    async def complete(
+        self, system: str, messages: Sequence[Message], tools: list[dict[str, Any]]
+    ) -> Completion:
+        """One request, its system prompt and messages scrubbed first. Raises ProviderError."""
+        scrub = self._scrub
+        return await self._complete(scrub(system), [scrub_message(m, scrub) for m in messages], tools)
+
+    async def _complete(
+        self, system: str, messages: Sequence[Message], tools: list[dict[str, Any]]
+    ) -> Completion:
+        """The provider's wire format: build the body, post it, read the answer."""
+        raise NotImplementedError
 
     async def _post(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
         try:
@@ -104,10 +130,13 @@ class HttpProvider:
         except ProviderError as e:
             # Error bodies are quoted in the message, which reaches the chat and the log; some
             # proxies echo the key they were given ("invalid key sk-..."): never pass it on.
-            if self._api_key and self._api_key in str(e):
-                raise ProviderError(
-                    str(e).replace(self._api_key, "[REDACTED]"),
-                    retryable=e.retryable,
-                    retry_after=e.retry_after,
-                ) from None
+            message = self._scrub(str(e))
+            if message != str(e):
+                raise ProviderError(message, retryable=e.retryable, retry_after=e.retry_after) from None
             raise
+
+
+def scrub_message(message: Message, scrub: Callable[[str], str]) -> Message:
+    """`message` with its text and tool-call arguments scrubbed (a new message; history is untouched)."""
+    calls = [dataclasses.replace(c, arguments=scrub(c.arguments)) for c in message.tool_calls]
+    return dataclasses.replace(message, content=scrub(message.content), tool_calls=calls)

@@ -53,7 +53,7 @@ class OpenAIProvider(HttpProvider):
                 out.append({"role": m.role, "content": m.content})
         return out
 
-    async def complete(
+    async def _complete(
         self, system: str, messages: Sequence[Message], tools: list[dict[str, Any]]
     ) -> Completion:
         body: dict[str, Any] = {

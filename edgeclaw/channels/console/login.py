@@ -14,6 +14,11 @@ Failures are counted for the whole device, not per port: the PIN is the
 device's, and a second cable must not buy an attacker a second set of
 guesses. After `max_failures` wrong entries the gate refuses everything for
 `lockout_s` without even looking at the entry.
+
+Every login, wrong entry, lockout, refusal while locked and logout is an
+event of the audit trail (`edgeclaw.tools.audit.AuditTrail`): one line on the
+`edgeclaw.audit` logger and, through the trail's sinks, one event on MQTT
+`events`. They name the port and the outcome, never what was typed.
 """
 
 from __future__ import annotations
@@ -30,8 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-# Login and logout events; a logger of their own so they can be routed to an audit log.
-audit = logging.getLogger("edgeclaw.audit.console")
+from edgeclaw.tools.audit import AuditTrail
 
 MIN_PIN_LENGTH = 4
 MAX_PIN_LENGTH = 256
@@ -162,8 +166,11 @@ class LoginGate:
         lockout_s: float = 300.0,
         failure_delay_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        trail: AuditTrail | None = None,
     ) -> None:
         self.pin_hash = pin_hash
+        # The daemon passes its own (runtime.audit), whose sinks publish on MQTT; alone, the log line.
+        self.trail = trail or AuditTrail()
         self.max_failures = max_failures
         self.lockout_s = lockout_s
         self.failure_delay_s = failure_delay_s
@@ -184,34 +191,32 @@ class LoginGate:
         return 0.0
 
     async def attempt(self, entry: str, where: str) -> Attempt:
-        """Check one entry from `where` (a port); logs an audit line either way."""
+        """Check one entry from `where` (a port); an audit event either way."""
         async with self._lock:
             left = self.locked_for()
             if left > 0:
-                audit.warning("console login refused on %s: locked for %.0f s more", where, left)
+                self._event("refused", where, logging.WARNING, locked_for_s=round(left))
                 return Attempt(LoginResult.LOCKED, locked_for_s=left)
             # Key derivation is deliberately slow: keep it off the event loop.
             ok = await asyncio.to_thread(self.pin_hash.matches, entry)
             if ok:
                 self.failures = 0
-                audit.info("console login on %s", where)
+                self._event("ok", where)
                 return Attempt(LoginResult.OK)
             self.failures += 1
             if self.failures >= self.max_failures:
                 self.locked_until = self.clock() + self.lockout_s
-                audit.warning(
-                    "console login failed on %s (%d in a row): locked for %.0f s",
+                self._event(
+                    "locked_out",
                     where,
-                    self.failures,
-                    self.lockout_s,
+                    logging.WARNING,
+                    failures=self.failures,
+                    lockout_s=round(self.lockout_s),
                 )
                 result = Attempt(LoginResult.WRONG, 0, self.lockout_s)
             else:
-                audit.warning(
-                    "console login failed on %s (%d of %d before lockout)",
-                    where,
-                    self.failures,
-                    self.max_failures,
+                self._event(
+                    "failed", where, logging.WARNING, failures=self.failures, max_failures=self.max_failures
                 )
                 result = Attempt(LoginResult.WRONG, self.max_failures - self.failures)
             # Slows guessing further, and is held under the lock so ports cannot overlap it.
@@ -219,6 +224,16 @@ class LoginGate:
                 await asyncio.sleep(self.failure_delay_s)
             return result
 
+    def log_logout(self, where: str, reason: str) -> None:
+        """A technician's session on `where` ended (Ctrl-D, idle, port lost): an audit event."""
+        self.trail.emit("logout", caller=console_caller(where), channel="console", reason=reason)
 
-def log_logout(where: str, reason: str) -> None:
-    audit.info("console logout on %s (%s)", where, reason)
+    def _event(self, outcome: str, where: str, level: int = logging.INFO, **fields: int) -> None:
+        self.trail.emit(
+            "login", level=level, outcome=outcome, caller=console_caller(where), channel="console", **fields
+        )
+
+
+def console_caller(where: str) -> str:
+    """The identity of whoever sits at a port, as ToolContext.caller spells it."""
+    return f"console:{where}"

@@ -34,7 +34,7 @@ from edgeclaw.agent import approval_text, slash
 from edgeclaw.agent.channel import InboundMessage
 from edgeclaw.agent.loop import AgentLoop
 from edgeclaw.channels.console.editor import CTRL_C, CTRL_D, ERASE_LINE, EventKind, LineEditor, LineEvent
-from edgeclaw.channels.console.login import LoginGate, LoginResult, log_logout
+from edgeclaw.channels.console.login import LoginGate, LoginResult
 from edgeclaw.channels.console.port import PacedWriter, PortGone, SerialPort
 from edgeclaw.channels.console.render import Bounded, encode_rows, layout, to_rows
 from edgeclaw.tools.approval import ApprovalRequest, Decision
@@ -144,7 +144,7 @@ class ConsoleSession:
             if self._handle_task is not None:
                 self._handle_task.cancel()
             if self.logged_in and self.gate is not None:
-                log_logout(self.chat_id, reason)
+                self.gate.log_logout(self.chat_id, reason)
             self.logged_in = False
 
     async def _read_loop(self) -> None:
@@ -356,7 +356,7 @@ class ConsoleSession:
             reason = await self._shell()
             self.logged_in = False
             if self.gate is not None:
-                log_logout(self.chat_id, reason)
+                self.gate.log_logout(self.chat_id, reason)
             self.say(f"Logged out ({reason}).")
             self.out.write(b"\r\n")
 

@@ -133,7 +133,11 @@ def hardware_gids() -> set[int]:
 
 
 def _runs_as_service_user(python: str, env: dict[str, str]) -> bool:
-    probe = "import edgeclaw, pytest, pytest_asyncio; print('importable')"
+    # Tests start sys.executable again (a daemon, a CLI): that must work too, not only the first exec.
+    probe = (
+        "import subprocess, sys; import edgeclaw, pytest, pytest_asyncio; "
+        "subprocess.run([sys.executable, '-c', 'import edgeclaw'], check=True); print('importable')"
+    )
     try:
         done = subprocess.run(
             as_service_user([python, "-c", probe]),

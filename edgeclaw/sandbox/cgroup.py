@@ -97,6 +97,10 @@ def own_cgroups(proc_file: Path = Path("/proc/self/cgroup")) -> dict[str, str]:
     return out
 
 
+def _writable(cgroup_dir: Path) -> bool:
+    return os.access(cgroup_dir, os.W_OK | os.X_OK)
+
+
 def _under(mount: Path, rel: str) -> Path:
     return mount / rel.lstrip("/") if rel.strip("/") else mount
 
@@ -256,6 +260,8 @@ def _v2_top(parent: Path, how: str) -> tuple[CgroupLayout | None, str]:
         top.mkdir(exist_ok=True)
     except OSError as e:
         return None, f"cannot create {top}: {e.strerror}"
+    if not _writable(top):
+        return None, f"{top} is not writable by this user"
     inner = _enable(top, given & {"pids", "memory"})
     if "pids" not in inner:
         return None, f"cannot enable the pids controller in {top}"
@@ -319,7 +325,8 @@ def _v1_top(controller: str) -> Path | None:
         top.mkdir(exist_ok=True)
     except OSError:
         return None
-    return top
+    # It may be there already, made by root: only one we may write into is of use.
+    return top if _writable(top) else None
 
 
 def _auto_v1() -> tuple[CgroupLayout | None, str]:
@@ -343,6 +350,8 @@ def _explicit(path: Path) -> tuple[CgroupLayout | None, str]:
             path.mkdir(exist_ok=True)
         except OSError as e:
             return None, f"cannot create {path}: {e.strerror}"
+        if not _writable(path):
+            return None, f"{path} is not writable by this user"
         inner = _enable(path, {"pids", "memory"})
         if "pids" not in inner:
             return None, f"the pids controller is not available for children of {path}"
@@ -352,13 +361,15 @@ def _explicit(path: Path) -> tuple[CgroupLayout | None, str]:
         path.mkdir(exist_ok=True)
     except OSError as e:
         return None, f"cannot create {path}: {e.strerror}"
+    if not _writable(path):
+        return None, f"{path} is not writable by this user"
     memory_top: Path | None = None
     pids_mount = CGROUP_ROOT / "pids"
     if path.is_relative_to(pids_mount):
         twin = CGROUP_ROOT / "memory" / path.relative_to(pids_mount)
         with contextlib.suppress(OSError):
             twin.mkdir(exist_ok=True)
-            memory_top = twin
+            memory_top = twin if _writable(twin) else None
     return CgroupLayout(False, path, memory_top, f"cgroup v1 ({path})"), f"cgroup v1 ({path})"
 
 

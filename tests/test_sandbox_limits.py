@@ -105,6 +105,29 @@ def test_the_memory_bound_is_reported_for_doctor() -> None:
     assert none.startswith("no memory cgroup (sandbox.pids_cgroup is empty)") and "not in total" in none
 
 
+async def test_doctor_says_what_bounds_the_sandbox(tmp_path: Path) -> None:
+    from edgeclaw.daemon.doctor import sandbox_limits_finding
+
+    without = make_runtime(tmp_path / "a", sandbox={"pids_cgroup": "", "disk_reserve_mb": 16})
+    try:
+        finding = sandbox_limits_finding(without)
+        assert finding is not None and finding.level == "warn", finding
+        assert "no memory cgroup (sandbox.pids_cgroup is empty)" in finding.detail
+        assert "per process only (RLIMIT_AS, sandbox.max_memory_mb = 512)" in finding.detail
+        assert "disk: 16 MiB kept free on the workspace's file system" in finding.detail
+    finally:
+        await without.aclose()
+    if not _memory_cgroup_here():
+        return
+    bounded = make_runtime(tmp_path / "b", sandbox={"max_total_memory_mb": 300})
+    try:
+        finding = sandbox_limits_finding(bounded)
+        assert finding is not None and finding.level == "ok", finding
+        assert "all sandboxed commands together: 300 MiB, no swap" in finding.detail
+    finally:
+        await bounded.aclose()
+
+
 def test_bad_figures_are_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigErrors) as err:
         make_runtime(tmp_path, sandbox={"max_total_memory_mb": 8, "disk_reserve_mb": -1})

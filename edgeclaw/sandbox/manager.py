@@ -196,6 +196,25 @@ class Sandbox:
         why = layout_reason(s.pids_cgroup) if cgroups is None else "no memory controller there"
         return f"no memory cgroup ({why}): sandboxed commands are bounded {per_process}, not in total"
 
+    def limits_report(self, workspace: Path) -> tuple[bool, str]:
+        """The sandbox-wide limits in words, and whether they hold as configured (for `doctor`)."""
+        s = self.settings
+        cgroups = self.cgroups()
+        memory_ok = s.max_total_memory_bytes <= 0 or (cgroups is not None and cgroups.bounds_memory)
+        parts = [f"memory: {self.memory_bound()}"]
+        disk_ok = True
+        if s.disk_reserve_bytes > 0:
+            free = DiskReserve(workspace, s.disk_reserve_bytes).free_bytes()
+            now = "" if free is None else f", {free // MIB} MiB free now"
+            reserve = s.disk_reserve_bytes // MIB
+            parts.append(f"disk: {reserve} MiB kept free on the workspace's file system{now}")
+            disk_ok = free is None or free >= s.disk_reserve_bytes
+            if not disk_ok:
+                parts.append("commands are refused until space is freed")
+        else:
+            parts.append("disk: no reserve (sandbox.disk_reserve_mb = 0)")
+        return memory_ok and disk_ok, "; ".join(parts)
+
     def check_disk(self, workspace: Path) -> None:
         """Refuse to start a command while the workspace's file system is under the reserve."""
         reserve = self.settings.disk_reserve_bytes

@@ -97,6 +97,16 @@ async def sandbox_finding(runtime: Runtime) -> Finding:
     return Finding(level, "sandbox", outcome.error or "exec refused")
 
 
+def sandbox_limits_finding(runtime: Runtime) -> Finding | None:
+    """The limits of the sandbox as a whole: the memory of all commands together, the disk reserve."""
+    shell = getattr(runtime.registry.get("exec"), "shell", None)
+    sandbox = getattr(getattr(shell, "runner", None), "sandbox", None)
+    if sandbox is None:
+        return None
+    ok, text = sandbox.limits_report(runtime.workspace)
+    return Finding("ok" if ok else "warn", "sandbox limits", text)
+
+
 async def _tcp(host: str, port: int) -> str | None:
     try:
         async with asyncio.timeout(NET_TIMEOUT_S):
@@ -236,6 +246,9 @@ def mqtt_policy_finding(runtime: Runtime) -> Finding | None:
 async def diagnose(runtime: Runtime) -> list[Finding]:
     findings = state_findings(runtime) + device_findings(runtime)
     findings.append(await sandbox_finding(runtime))
+    limits = sandbox_limits_finding(runtime)
+    if limits is not None:
+        findings.append(limits)
     broker = await broker_finding(runtime)
     if broker is not None:
         findings.append(broker)

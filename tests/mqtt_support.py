@@ -45,11 +45,15 @@ def free_port() -> int:
 
 
 class Mosquitto:
-    def __init__(self, workdir: Path, *, extra_conf: str = "") -> None:
+    def __init__(self, workdir: Path, *, extra_conf: str = "", persistent: bool = False) -> None:
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.extra_conf = extra_conf
+        # With persistence the broker keeps sessions and queued messages across a SIGKILL, as far
+        # as it saved them: after every change (autosave_on_changes with an interval of 1), which
+        # leaves only what it took in during its last loop turn to lose.
+        self.persistent = persistent
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -62,8 +66,13 @@ class Mosquitto:
         conf.write_text(
             f"listener {self.port} 127.0.0.1\n"
             "allow_anonymous true\n"
-            "persistence false\n"
-            f"log_dest file {self.workdir / 'mosquitto.log'}\n"
+            + (
+                f"persistence true\npersistence_location {self.workdir}/\n"
+                "autosave_on_changes true\nautosave_interval 1\n"
+                if self.persistent
+                else "persistence false\n"
+            )
+            + f"log_dest file {self.workdir / 'mosquitto.log'}\n"
             "log_type error\nlog_type warning\nlog_type notice\n"
             "max_queued_messages 10000\n" + ("user root\n" if os.geteuid() == 0 else "") + self.extra_conf
             # Started as root, mosquitto switches to its own user, which cannot read pytest's
@@ -152,9 +161,12 @@ class Caller:
         client_id: str = "",
         v5: bool = True,
         tls: aiomqtt.TLSParameters | None = None,
+        session_expiry_s: int = 0,
     ) -> None:
         self.port = port
         self.tls = tls
+        # > 0: a persistent session (MQTT 5), so the broker queues answers while we are away.
+        self.session_expiry_s = session_expiry_s
         self.subscriptions = subscriptions
         self.client_id = client_id or f"caller-{os.getpid()}-{id(self)}"
         self.v5 = v5
@@ -171,11 +183,19 @@ class Caller:
             protocol=aiomqtt.ProtocolVersion.V5 if self.v5 else aiomqtt.ProtocolVersion.V311,
             timeout=30,
             tls_params=self.tls,
+            properties=self._connect_properties(),
         )
         self._client.pending_calls_threshold = 1 << 30
         self._task = asyncio.create_task(self._run())
         await asyncio.wait_for(self.connected.wait(), 10)
         return self
+
+    def _connect_properties(self) -> Properties | None:
+        if not (self.v5 and self.session_expiry_s):
+            return None
+        props = Properties(PacketTypes.CONNECT)
+        props.SessionExpiryInterval = self.session_expiry_s
+        return props
 
     async def __aexit__(self, *exc: object) -> None:
         assert self._task is not None

@@ -13,7 +13,6 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.reasoncodes import ReasonCode
 
 from edgeclaw.channels.mqtt.connection import Backoff, Connection, ConnectionSettings
-from edgeclaw.channels.mqtt.dedup import RequestLedger, Seen, request_key
 from edgeclaw.channels.mqtt.discovery import SENSORS, discovery_payload, discovery_topic_usable
 from edgeclaw.channels.mqtt.outbox import MAX_ATTEMPTS, Kind, Outbox, OutMessage
 from edgeclaw.channels.mqtt.protocol import (
@@ -96,7 +95,7 @@ def test_outbox_bound_drops_oldest_telemetry_then_events_and_answers_last(db):
     assert [m.message.payload for m in box.peek(10)] == [b"a1", b"a2", b"a3", b"e2"]
     assert box.dropped == 3
     # Telemetry arriving at a box full of answers and events is itself the one dropped.
-    assert box.put(_msg(box, Kind.TELEMETRY, "t3")) is False
+    assert box.put(_msg(box, Kind.TELEMETRY, "t3")) is None
     assert box.dropped == 4 and box.depth == 4
     box.put(_msg(box, Kind.ANSWER, "a4"))  # e2 goes
     box.put(_msg(box, Kind.ANSWER, "a5"))  # only answers left: the oldest answer goes
@@ -122,43 +121,6 @@ def test_outbox_drops_a_message_the_broker_keeps_refusing(db):
     for _ in range(MAX_ATTEMPTS - 1):
         assert box.failed([seq]) == 0
     assert box.failed([seq]) == 1 and box.depth == 0 and box.dropped == 1
-
-
-# -- request ledger ---------------------------------------------------------------
-def test_ledger_states_and_the_window(db):
-    ledger: RequestLedger[str] = RequestLedger(db, window_s=60)
-    key = request_key("tool", "1", ["work", {"n": "1"}])
-    assert key != request_key("tool", "1", ["work", {"n": "2"}])  # same id, other content: another request
-    assert request_key("tool", "1", ["w", {"a": 1, "b": 2}]) == request_key(
-        "tool", "1", ["w", {"b": 2, "a": 1}]
-    )
-    assert ledger.lookup(key).seen is Seen.NEW
-    ledger.start(key)
-    assert ledger.lookup(key).seen is Seen.RUNNING
-    ledger.wait(key, "route-2")
-    assert ledger.finish(key, b'{"ok":true}') == ["route-2"]
-    found = ledger.lookup(key)
-    assert found.seen is Seen.DONE and found.answer == b'{"ok":true}'
-
-    # Running when the daemon stopped: another process sees it as interrupted, not as new.
-    other = request_key("tool", "2", [])
-    ledger.start(other)
-    restarted: RequestLedger[str] = RequestLedger(db, window_s=60)
-    assert restarted.lookup(other).seen is Seen.INTERRUPTED
-    assert restarted.lookup(key).seen is Seen.DONE
-
-    # Beyond the window an id is new again, and purge forgets it.
-    db.execute("UPDATE mqtt_requests SET created = ?", (time.time() - 120,))
-    assert restarted.lookup(key).seen is Seen.NEW
-    assert restarted.purge() == 2
-
-
-def test_ledger_abandon_lets_a_request_that_never_ran_run_later(db):
-    ledger: RequestLedger[str] = RequestLedger(db, window_s=60)
-    ledger.start("k")
-    ledger.wait("k", "r")
-    assert ledger.abandon("k") == ["r"]
-    assert ledger.lookup("k").seen is Seen.NEW
 
 
 # -- payloads ---------------------------------------------------------------------

@@ -47,7 +47,15 @@ from edgeclaw.channels.mqtt.connection import (
     PublishFailed,
     TlsSettings,
 )
-from edgeclaw.channels.mqtt.dedup import PURGE_CHUNK, Lookup, RequestLedger, Seen, request_key
+from edgeclaw.channels.mqtt.dedup import (
+    PURGE_CHUNK,
+    Lookup,
+    Recorded,
+    RequestLedger,
+    Seen,
+    journal_key,
+    request_key,
+)
 from edgeclaw.channels.mqtt.discovery import discovery_payload, discovery_topic_usable
 from edgeclaw.channels.mqtt.outbox import Kind, Outbox
 from edgeclaw.channels.mqtt.protocol import (
@@ -76,7 +84,7 @@ from edgeclaw.channels.mqtt.protocol import (
     tool_answer,
     tool_error,
 )
-from edgeclaw.channels.mqtt.sender import Sender
+from edgeclaw.channels.mqtt.sender import Outgoing, Sender
 from edgeclaw.channels.mqtt.signing import Verifier
 from edgeclaw.channels.mqtt.telemetry import HealthSources, TelemetryCollector
 from edgeclaw.channels.mqtt.topics import DeviceTopics
@@ -96,11 +104,17 @@ CHANNEL = "mqtt"
 STOP_GRACE_S = 5.0
 HOUSEKEEPING_S = 60.0
 MAX_PURGE_CHUNKS = 1000  # per housekeeping round; whatever is left waits for the next
-# Events and ledger records wait this long after an answer (see MqttChannel._after_answers).
+# Events wait this long after an answer (see MqttChannel._after_answers).
 AFTER_ANSWERS_S = 0.002
 
+# `interrupted` answers carry "may_have_run": whether the request had started when the daemon stopped.
 INTERRUPTED = (
-    "this request was running when the daemon stopped; it is not run again (send it with a new id to run it)"
+    "this request was running when the daemon stopped: it may have had (part of) its effect; it is "
+    "not run again (send it with a new id to run it)"
+)
+INTERRUPTED_WAITING = (
+    "the daemon stopped before this request started: it did not run; it is not run later either "
+    "(send it with a new id to run it)"
 )
 
 # Builds the error answer for one request: (code, message) -> payload.
@@ -252,7 +266,6 @@ class MqttChannel:
         self._events: list[AuditRecord | dict[str, Any]] = []
         # Tool calls by request id, while they may still be cancelled.
         self._cancellable: dict[str, list[Cancellable]] = {}
-        self._finished: list[tuple[str, bytes]] = []
         self._flush_handle: asyncio.TimerHandle | None = None
         self._closing = False
 
@@ -264,6 +277,7 @@ class MqttChannel:
             raise ConfigErrors(
                 [ConfigError(self.source, "mqtt.tls", f"cannot use the TLS files: {e}")]
             ) from None
+        self._answer_unfinished()
         if self.approver_verifier is not None:
             self.approvals.register(CHANNEL, self)
         else:  # nobody on MQTT is entitled to approve: denied with the reason, nothing published
@@ -428,11 +442,10 @@ class MqttChannel:
 
     # -- work kept off the caller's critical path -------------------------------
     def _after_answers(self) -> None:
-        """Flush ledger records (and any events not yet sent) a moment after this turn's answers.
+        """Publish the events not yet sent a moment after this turn's answers.
 
-        Neither is something a caller waits for. A short timer, rather than the next loop turn,
-        lets the answers reach the wire first and batches the ledger writes into one transaction
-        when calls come fast.
+        Nobody waits for them. A short timer, rather than the next loop turn, lets the answers
+        reach the wire first.
         """
         if self._flush_handle is None:
             self._flush_handle = asyncio.get_running_loop().call_later(
@@ -441,11 +454,6 @@ class MqttChannel:
 
     def _flush_after_answers(self) -> None:
         self._flush_handle = None
-        finished, self._finished = self._finished, []
-        if finished:
-            for answer, waiters in self.ledger.finish_many(finished):
-                for waiter in waiters:
-                    self._answer(waiter, replayed(answer))
         self._publish_events()
 
     # -- inbound ---------------------------------------------------------------
@@ -578,6 +586,7 @@ class MqttChannel:
             lambda: self._run_tool(call, route, caller),
             lambda code, text: encode(tool_error(call.id, call.tool, code, text)),
             cancel=(call.id, entry),
+            about=("tool", call.id, call.tool),
         )
 
     def _cancel(self, cancel: CancelRequest, route: Route, caller: str) -> None:
@@ -611,6 +620,7 @@ class MqttChannel:
             route,
             lambda: self._run_admin(admin),
             lambda code, text: encode(admin_error(admin.id, admin.action, code, text)),
+            about=("admin", admin.id, admin.action),
         )
 
     def _submit_chat(self, chat: ChatRequest, route: Route, msg: Incoming, signed_body: bytes | None) -> None:
@@ -624,6 +634,7 @@ class MqttChannel:
             route,
             lambda: self._run_chat(chat, message),
             lambda code, text: encode(chat_error(chat.id, message.session_key, code, text)),
+            about=("chat", chat.id, message.session_key),
         )
 
     def _authenticate(self, msg: Incoming) -> bytes:
@@ -641,7 +652,12 @@ class MqttChannel:
         work: Callable[[], Awaitable[bytes]],
         error: ErrorAnswer,
         cancel: tuple[str, Cancellable] | None = None,
+        *,
+        about: tuple[Literal["tool", "chat", "admin"], str | None, str | None],
     ) -> None:
+        """Admit a request: recorded in the ledger (durably, before the broker gets our PUBACK for
+        it) with where its answer goes and what it names (`about`: kind, id, and the tool, chat
+        session or admin action), so that even a crash leaves it answered."""
         if not self.ledger.enabled:
             key = None
         if self._closing:
@@ -657,7 +673,15 @@ class MqttChannel:
                 error("busy", f"busy: {self._admitted} requests are waiting or running; try again shortly"),
             )
             return
-        if key is not None and self._answered_from_ledger(key, self.ledger.begin(key), route, error):
+        kind, request_id, label = about
+        recorded = Recorded(route.topic, route.correlation, request_id, label)
+        # Below max_concurrent admitted, this one gets a slot at once: recorded as running right away.
+        started = self._admitted < self.config.max_concurrent
+        if key is None:
+            # Nothing to recognise it by: recorded only so that a crash cannot leave it unanswered.
+            key = journal_key(kind)
+            self.ledger.begin(key, recorded, started=started)
+        elif self._answered_from_ledger(key, self.ledger.begin(key, recorded, started=started), route, error):
             return
         self._admitted += 1
         if cancel is not None:
@@ -675,12 +699,16 @@ class MqttChannel:
             return True
         if found.seen is Seen.RUNNING:
             self.counters["replayed"] += 1
-            self.ledger.wait(key, route)
+            if not self.ledger.wait(key, route):
+                self._answer(route, error("busy", "this request is still running and many copies of it wait"))
             return True
         if found.seen is Seen.INTERRUPTED:
-            answer = error("interrupted", INTERRUPTED)
-            self.ledger.finish(key, answer)
-            self._answer(route, answer)
+            # Left unfinished by an earlier process, and not answered at start-up (a row from before
+            # routes were recorded): answered now, once, and recorded so.
+            self.counters["answered"] += 1
+            self.sender.launch(
+                self._conclude(key, route, self._interrupted(error, found.may_have_run), ran=True)
+            )
             return True
         return False
 
@@ -702,6 +730,8 @@ class MqttChannel:
                     raise asyncio.CancelledError
             async with self._slots:
                 started = True
+                if key is not None:
+                    self.ledger.start(key)
                 if entry is not None:
                     entry.started = True
                 answer = await work()
@@ -726,13 +756,13 @@ class MqttChannel:
                 # recorded as done and not run again (a retry is told so, from the ledger); one
                 # still waiting for a slot never ran, and may be sent again and run.
                 if started:
-                    answer = error("interrupted", INTERRUPTED)
+                    answer = self._interrupted(error, True)
                 else:
                     answer = error(
                         "stopping", "the daemon stopped before this request started; try again shortly"
                     )
-                self._answer(route, answer)
-                self._conclude(key, answer, ran=started)
+                self.counters["answered"] += 1
+                self.sender.launch(self._conclude(key, route, answer, ran=started))
                 raise
         except Exception as e:
             log.exception("request failed")
@@ -740,14 +770,15 @@ class MqttChannel:
         finally:
             self._admitted -= 1
             self._uncancellable(cancel)  # from here on nothing may interrupt the answer
-        self._conclude(key, answer, ran=ran)
+        out = self._conclude(key, route, answer, ran=ran)
         self.counters["answered"] += 1
         if self._events:
             # The call's event goes out in the same socket write as its answer (it is queued before
             # the write happens): a separate write for every event costs more than the event.
             asyncio.get_running_loop().call_soon(self._publish_events)
         # Published from this task (no hop to another): the answer is what the caller waits for.
-        await self.sender.deliver(Kind.ANSWER, route.topic, answer, correlation=route.correlation)
+        if out is not None:
+            await self.sender.publish(out)
 
     def _cancelled_by_caller(self, entry: Cancellable | None) -> bool:
         """Whether the CancelledError being handled came from a caller's `tool/cancel` (and not from
@@ -777,19 +808,64 @@ class MqttChannel:
             if not entries:
                 del self._cancellable[request_id]
 
-    def _conclude(self, key: str | None, answer: bytes, *, ran: bool) -> None:
-        """Record the answer in the ledger (copies that waited on it are answered then)."""
+    def _conclude(self, key: str | None, route: Route, answer: bytes, *, ran: bool) -> Outgoing | None:
+        """Store the answer in the outbox and conclude the request in the ledger, in one transaction
+        (so a crash leaves the request either unfinished or with its answer on the way, never both),
+        then answer the copies that waited on it. Returns what to publish now (see Sender.store)."""
         if key is None:
-            return
-        if ran:
-            # Recorded just after the answer is on its way (see `_after_answers`). Until then the key
-            # counts as running, so a copy arriving in between waits and is answered from the record.
-            self._finished.append((key, answer))
-            self._after_answers()
-        else:
-            # It never ran: copies that waited for it get the same refusal, and may be sent again.
-            for waiter in self.ledger.abandon(key):
-                self._answer(waiter, answer)
+            return self.sender.store(Kind.ANSWER, route.topic, answer, correlation=route.correlation)
+        # One that never ran is forgotten: it may be sent again, and the copies get the same refusal.
+        finished = self.ledger.finish(key, answer) if ran else self.ledger.abandon(key)
+        out = self.sender.store(
+            Kind.ANSWER, route.topic, answer, correlation=route.correlation, record=finished.record
+        )
+        for waiter in finished.waiters:
+            self._answer(waiter, replayed(answer) if ran else answer)
+        return out
+
+    @staticmethod
+    def _interrupted(error: ErrorAnswer, may_have_run: bool) -> bytes:
+        """The `interrupted` answer, saying whether the request had started when the daemon stopped."""
+        answer = json.loads(error("interrupted", INTERRUPTED if may_have_run else INTERRUPTED_WAITING))
+        answer["may_have_run"] = may_have_run
+        return encode(answer)
+
+    @staticmethod
+    def _error_for(kind: str, request_id: str | None, label: str | None) -> ErrorAnswer:
+        """The error answers of a request known only from its ledger row."""
+        if kind == "tool":
+            return lambda code, text: encode(tool_error(request_id, label, code, text))
+        if kind == "admin":
+            return lambda code, text: encode(admin_error(request_id, label, code, text))
+        return lambda code, text: encode(chat_error(request_id, label, code, text))
+
+    def _answer_unfinished(self) -> None:
+        """At start-up, before anything is taken in: answer `interrupted` every request the last
+        process recorded and never answered (it was killed, or the machine lost power), to the
+        Response Topic and Correlation Data it came with. Published once connected."""
+        unfinished = self.ledger.unfinished()
+        for row in unfinished:
+            error = self._error_for(row.kind, row.recorded.request_id, row.recorded.label)
+            answer = self._interrupted(error, row.may_have_run)
+            finished = self.ledger.finish(row.key, answer)
+            if not row.recorded.topic:
+                self.ledger.write(finished)  # recorded before routes were: answered to repeats only
+                continue
+            self.sender.store(
+                Kind.ANSWER,
+                row.recorded.topic,
+                answer,
+                correlation=row.recorded.correlation,
+                record=finished.record,
+            )
+        if unfinished:
+            started = sum(row.may_have_run for row in unfinished)
+            log.warning(
+                "the daemon stopped last time with %d request(s) unanswered (%d had started): "
+                "each is answered 'interrupted' and not run again",
+                len(unfinished),
+                started,
+            )
 
     async def _run_tool(self, call: ToolCallRequest, route: Route, caller: str) -> bytes:
         if call.session:

@@ -16,8 +16,17 @@ but only through its public constructor can the Last Will be given, and we
 want a fresh timestamp in it each time). A fresh client also starts with no
 unacknowledged publishes: paho would otherwise re-send those itself after a
 reconnect while the outbox re-sends them too, delivering them twice. So the
-outbox is the one place a message is retried from, with no reach into
-aiomqtt's private paho client.
+outbox is the one place a message is retried from.
+
+Inbound QoS 1 commands are acknowledged by us, not by paho: the PUBACK goes
+out only after `on_message` has returned, and `on_message` records what the
+request needs durably (the request ledger, an answer in the outbox) before it
+returns. A daemon killed in between has not acknowledged the command, so the
+broker delivers it again. This is the one reach into aiomqtt's private paho
+client (`_client`): aiomqtt 2.x has no manual-acknowledgement option.
+
+Broker problems keep the MQTT reason code (`BrokerError`), for the log,
+`Connection.last_error` and `edgeclaw doctor` (`check_broker`).
 """
 
 from __future__ import annotations
@@ -33,6 +42,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiomqtt
+from aiomqtt.exceptions import MqttConnectError
+from paho.mqtt.client import error_string as paho_error_string
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
@@ -61,17 +72,51 @@ def _dispatching_queue(handler: Callable[[aiomqtt.Message], None]) -> type[async
 
     class DispatchingQueue(asyncio.Queue):  # type: ignore[type-arg]
         def put_nowait(self, item: aiomqtt.Message) -> None:
-            try:
-                handler(item)
-            except Exception:
-                # Never into paho: an exception there would tear down the connection.
-                log.exception("error handling a message on %s", item.topic)
+            handler(item)
 
     return DispatchingQueue
 
 
 class PublishFailed(Exception):
     """The message did not reach the broker (not connected, or the connection dropped before PUBACK)."""
+
+
+class BrokerError(Exception):
+    """A broker problem, with the MQTT reason code when the broker gave one (a CONNACK refusal, a
+    DISCONNECT) -- e.g. 135 "Not authorized" -- rather than only a sentence."""
+
+    def __init__(self, message: str, reason_code: int | None = None, reason_name: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.reason_code = reason_code
+        self.reason_name = reason_name
+
+    def __str__(self) -> str:
+        if self.reason_code is None:
+            return self.message
+        return f"{self.message} (reason code {self.reason_code}: {self.reason_name})"
+
+    @classmethod
+    def of(cls, error: BaseException) -> BrokerError:
+        """aiomqtt's (or the socket's) error as a BrokerError, keeping its reason code."""
+        if isinstance(error, BrokerError):
+            return error
+        rc = getattr(error, "rc", None)
+        if isinstance(error, MqttConnectError):
+            what = "the broker refused the connection"
+        elif isinstance(error, aiomqtt.MqttCodeError):
+            what = error.args[0] if error.args and isinstance(error.args[0], str) else "MQTT error"
+        else:
+            what = str(error) or type(error).__name__
+        if isinstance(rc, ReasonCode):
+            return cls(what, rc.value, rc.getName())
+        if isinstance(error, MqttConnectError) and isinstance(rc, int):
+            # An MQTT 3.1.1 CONNACK return code (paho 2 usually converts these to ReasonCodes).
+            return cls(what, rc, str(error).split(": ", 1)[-1])
+        if isinstance(rc, int):
+            # paho's own error numbers (no broker reason code): the connection was lost, refused, ...
+            return cls(f"{what}: {paho_error_string(rc)}")
+        return cls(what)
 
 
 @dataclass(frozen=True)
@@ -131,6 +176,21 @@ class Backoff:
         self._attempt = 0
 
 
+def _tls_context(tls: TlsSettings | None) -> ssl.SSLContext | None:
+    """The TLS context for these settings (None: plain TCP). Raises OSError/ssl.SSLError for bad files."""
+    if tls is None:
+        return None
+    context = ssl.create_default_context(cafile=tls.ca_file or None)
+    if tls.cert_file:
+        context.load_cert_chain(tls.cert_file, tls.key_file or None)
+    return context
+
+
+def _is_lost(error: aiomqtt.MqttError) -> bool:
+    """aiomqtt's "Disconnected during message iteration", whose cause says why (a reason code)."""
+    return type(error) is aiomqtt.MqttError and isinstance(error.__cause__, aiomqtt.MqttError)
+
+
 def publish_properties(
     response_topic: str | None = None, correlation: bytes | None = None
 ) -> Properties | None:
@@ -171,7 +231,7 @@ class Connection:
         self._lost: asyncio.Future[None] | None = None  # resolved when the current connection ends
         self._connected = asyncio.Event()
         self.connects = 0  # successful connections since start
-        self.last_error = ""
+        self.last_error: BrokerError | None = None  # why the last attempt or connection ended
         self._stopping = False
 
     # -- state ---------------------------------------------------------------
@@ -211,15 +271,25 @@ class Connection:
             properties = Properties(PacketTypes.CONNECT)
             # The broker keeps our subscriptions and queues QoS 1 commands this long after we go away.
             properties.SessionExpiryInterval = s.session_expiry_s
-        tls_context = None
-        if s.tls is not None:
-            tls_context = ssl.create_default_context(cafile=s.tls.ca_file or None)
-            if s.tls.cert_file:
-                tls_context.load_cert_chain(s.tls.cert_file, s.tls.key_file or None)
+        tls_context = _tls_context(s.tls)
         will = None
         if s.will_topic and s.will_payload is not None:
             # Evaluated now, once per connection: the Last Will carries this connection's timestamp.
             will = aiomqtt.Will(s.will_topic, s.will_payload(), qos=1, retain=True)
+        acknowledge: list[Callable[[int, int], object]] = []
+
+        def dispatch(message: aiomqtt.Message) -> None:
+            try:
+                self._on_message(message)
+            except Exception:
+                # Never into paho: an exception there would tear down the connection.
+                log.exception("error handling a message on %s", message.topic)
+            # After the handler, which has recorded what the request needs (see the module doc).
+            # Acknowledged even when handling failed: held back, a message that always fails would
+            # come back on every reconnect and hold a slot of the broker's in-flight window forever.
+            if message.qos > 0 and acknowledge:
+                acknowledge[0](message.mid, message.qos)
+
         client = aiomqtt.Client(
             s.host,
             s.port,
@@ -241,10 +311,14 @@ class Connection:
             # Requests and answers are small and answered at once: without TCP_NODELAY, Nagle's
             # algorithm meets the peer's delayed ACK and every round trip gains ~40 ms.
             socket_options=((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),),
-            queue_type=_dispatching_queue(self._on_message),
+            queue_type=_dispatching_queue(dispatch),
         )
         # aiomqtt warns past 10 pending publishes; we keep many in flight on purpose.
         client.pending_calls_threshold = 1 << 30
+        # Private, and only here: aiomqtt 2.x offers no manual acknowledgement, paho 2 does.
+        paho = client._client
+        paho.manual_ack_set(True)
+        acknowledge.append(paho.ack)
         return client
 
     async def _subscribe(self, client: aiomqtt.Client) -> None:
@@ -281,7 +355,7 @@ class Connection:
                     self._lost = asyncio.get_running_loop().create_future()
                     await self._subscribe(client)
                     self.connects += 1
-                    self.last_error = ""
+                    self.last_error = None
                     self._connected.set()
                     log.info(
                         "connected to %s:%d as %s (MQTT %s)",
@@ -294,10 +368,11 @@ class Connection:
                         self._on_connect()
                     # Messages are dispatched as they are read (see _dispatching_queue), so this
                     # iterator yields nothing: it is how aiomqtt tells us the connection is gone.
-                    async for message in client.messages:
-                        self._on_message(message)
+                    async for _ in client.messages:
+                        pass
             except aiomqtt.MqttError as e:
-                self.last_error = str(e) or type(e).__name__
+                cause = e.__cause__ if _is_lost(e) else None
+                self.last_error = BrokerError.of(cause if cause is not None else e)
                 if self._connected.is_set():
                     log.warning("connection to the broker lost: %s", self.last_error)
                 else:
@@ -307,7 +382,7 @@ class Connection:
             except Exception as e:
                 # Anything else (a TLS handshake failure surfacing as ssl.SSLError, a paho surprise)
                 # must not end the loop: the device has to come back by itself.
-                self.last_error = f"{type(e).__name__}: {e}"
+                self.last_error = BrokerError(f"{type(e).__name__}: {e}")
                 log.exception("unexpected error in the MQTT connection")
             finally:
                 self._connected.clear()
@@ -392,3 +467,50 @@ class Connection:
         await asyncio.wait((runner,))
         if not runner.cancelled() and runner.exception() is not None:
             log.debug("error while disconnecting: %s", runner.exception())
+
+
+async def check_broker(settings: ConnectionSettings, timeout_s: float) -> BrokerError | None:
+    """Connect once as the daemon would -- host, port, protocol, user name and password, TLS -- and
+    disconnect. None when the broker accepted (CONNACK success); else why not, with the CONNACK
+    reason code when the broker refused.
+
+    Under a client id of its own (`{client_id}-doctor`) and a session that ends with the
+    connection, so a check never takes over or disturbs the running daemon's persistent session.
+    Raises OSError or ssl.SSLError for TLS files that cannot be used.
+    """
+    s = settings
+    tls_context = _tls_context(s.tls)
+    properties = None
+    if s.v5:
+        properties = Properties(PacketTypes.CONNECT)
+        properties.SessionExpiryInterval = 0
+    client = aiomqtt.Client(
+        s.host,
+        s.port,
+        identifier=f"{s.client_id}-doctor",
+        username=s.username or None,
+        password=s.password or None,
+        protocol=aiomqtt.ProtocolVersion.V5 if s.v5 else aiomqtt.ProtocolVersion.V311,
+        clean_session=None if s.v5 else True,
+        timeout=timeout_s,
+        properties=properties,
+        tls_context=tls_context,
+        logger=logging.getLogger("edgeclaw.mqtt.client"),
+    )
+    no_connack = BrokerError(
+        f"no MQTT answer (CONNACK) from {s.host}:{s.port} within {timeout_s:g} s: "
+        f"is this an MQTT broker{' with TLS' if s.tls is not None else ' without TLS'} on that port?"
+    )
+    try:
+        # Our own bound too: aiomqtt's covers the CONNACK, not the TCP connect and TLS handshake.
+        async with asyncio.timeout(timeout_s * 2), client:
+            pass
+    except TimeoutError:
+        return no_connack
+    except MqttConnectError as e:
+        return BrokerError.of(e)
+    except aiomqtt.MqttError as e:
+        if str(e) == "Operation timed out":
+            return no_connack
+        return BrokerError.of(e)
+    return None

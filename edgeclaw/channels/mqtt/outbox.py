@@ -9,6 +9,11 @@ is reported in telemetry so a fleet dashboard can see that history was lost.
 Messages leave in the order they were made (`ord`, handed out by
 `next_order`), not the order they were stored: a publish that failed after
 others were queued behind it is put back in its place.
+
+Answers are stored here *before* they are published and deleted only when
+the broker has acknowledged them (see `sender`), so an answer survives a
+broker outage and a daemon crash alike; `put` can write another record (the
+request ledger's) in the same transaction.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import itertools
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -99,9 +104,15 @@ class Outbox:
     def next_order(self) -> int:
         return next(self._orders)
 
-    def put(self, message: OutMessage) -> bool:
-        """Store a message; returns False when it was itself the one dropped to keep the bound."""
-        with self.db.transaction() as conn:
+    def put(
+        self, message: OutMessage, record: Callable[[sqlite3.Connection], None] | None = None
+    ) -> int | None:
+        """Store a message; returns its `seq`, or None when it was itself the one dropped to keep
+        the bound. `record` runs inside the same transaction (it runs whether or not the message
+        is dropped)."""
+        with self.db.transaction("an outbox entry (a message waiting for the broker)") as conn:
+            if record is not None:
+                record(conn)
             # A loop, not one victim: after a restart with a lower `outbox_max` the stored backlog
             # is over the bound, and one-in-one-out would keep it there for good.
             while self._depth >= self.max_messages:
@@ -112,14 +123,14 @@ class Outbox:
                 if message.kind < lowest:
                     # Everything stored is worth more than this message.
                     self._count_dropped(conn, 1)
-                    return False
+                    return None
                 victim = conn.execute(
                     "SELECT seq FROM mqtt_outbox WHERE kind = ? ORDER BY ord LIMIT 1", (lowest,)
                 ).fetchone()[0]
                 conn.execute("DELETE FROM mqtt_outbox WHERE seq = ?", (victim,))
                 self._depth -= 1
                 self._count_dropped(conn, 1)
-            conn.execute(
+            seq = conn.execute(
                 "INSERT INTO mqtt_outbox (ord, kind, topic, payload, qos, retain, correlation, created)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (
@@ -132,17 +143,19 @@ class Outbox:
                     message.correlation,
                     time.time(),
                 ),
-            )
+            ).lastrowid
             self._depth += 1
-        return True
+        return seq
 
-    def peek(self, limit: int) -> list[StoredMessage]:
-        """The oldest `limit` messages, in the order they were made."""
+    def peek(self, limit: int, exclude: Collection[int] = ()) -> list[StoredMessage]:
+        """The oldest `limit` messages not in `exclude` (seqs), in the order they were made."""
         rows = self.db.query(
             "SELECT seq, ord, kind, topic, payload, qos, retain, correlation FROM mqtt_outbox"
             " ORDER BY ord LIMIT ?",
-            (limit,),
+            (limit + len(exclude),),
         )
+        if exclude:
+            rows = [r for r in rows if r["seq"] not in exclude][:limit]
         return [
             StoredMessage(
                 r["seq"],
@@ -164,8 +177,9 @@ class Outbox:
         if not seqs:
             return
         with self.db.transaction() as conn:
-            for seq in seqs:
-                self._depth -= conn.execute("DELETE FROM mqtt_outbox WHERE seq = ?", (seq,)).rowcount
+            self._depth -= conn.executemany(
+                "DELETE FROM mqtt_outbox WHERE seq = ?", [(seq,) for seq in seqs]
+            ).rowcount
 
     def failed(self, seqs: Iterable[int]) -> int:
         """Count a failed attempt for each; drop those that failed MAX_ATTEMPTS times. Returns how many."""

@@ -1,18 +1,33 @@
-"""Store-and-forward: publish now when we can, keep it in the outbox when we cannot, in order.
+"""Store-and-forward: answers are stored before they are published and leave the outbox only when
+the broker has acknowledged them; everything is published in the order it was made.
 
-While connected with an empty outbox a message is published straight away
-(many at once: paho keeps them in order on the wire). Once anything is in
-the outbox every new message queues behind it, and the forwarder drains the
-outbox in order after each (re)connect, a window of messages at a time,
-deleting each one only when the broker has acknowledged it. A message whose
-publish fails, or is still unconfirmed when the daemon stops, goes back into
-the outbox in its original place.
+An answer (what a caller waits for) is written to the outbox first, then
+published; its row is deleted once the broker's PUBACK came back. An answer
+lost on the way -- the connection dropped, the broker killed, the daemon
+killed -- is still in the outbox and is published again after the reconnect
+or the restart. Events and telemetry are published straight away and stored
+only when that fails: a crash can lose the few in flight, and nobody is
+waiting for them.
+
+While connected with nothing waiting, messages are published at once (many at
+a time: paho keeps them in order on the wire). Once anything waits in the
+outbox, every new message queues behind it, and the forwarder drains the
+outbox in order after each (re)connect, a window at a time. Past MAX_DIRECT
+publishes awaiting their PUBACK, new messages queue the same way, so a broker
+slow to acknowledge costs disk, not memory.
+
+An answer published again because its PUBACK was lost may reach the caller
+twice (QoS 1 is at-least-once): the copies are the same bytes with the same
+Correlation Data.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from edgeclaw.channels.mqtt.connection import Connection, PublishFailed, publish_properties
 from edgeclaw.channels.mqtt.outbox import Kind, Outbox, OutMessage, StoredMessage
@@ -21,22 +36,46 @@ log = logging.getLogger("edgeclaw.mqtt")
 
 FLUSH_WINDOW = 64  # messages in flight while draining the outbox
 RETRY_WHILE_CONNECTED_S = 1.0
+MAX_DIRECT = 256  # publishes awaiting their PUBACK before new messages queue in the outbox
+# Rows the broker acknowledged are deleted together, this long after the first PUBACK: one
+# transaction for a burst. A crash in between only means those few are published once more.
+ACK_FLUSH_S = 0.002
+# Kinds stored before they are published.
+DURABLE = frozenset({Kind.ANSWER})
+
+Record = Callable[[sqlite3.Connection], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A message on its way out now; `seq` is its outbox row when it has one."""
+
+    message: OutMessage
+    seq: int | None
 
 
 class Sender:
     def __init__(self, connection: Connection, outbox: Outbox) -> None:
         self.connection = connection
         self.outbox = outbox
-        # True while the outbox may hold messages: new ones must then queue behind them.
+        # True while the outbox may hold messages not in flight: new ones must then queue behind them.
         self._backlog = outbox.depth > 0
+        self._in_flight: set[int] = set()  # outbox rows being published right now
+        self._acked: set[int] = set()  # outbox rows the broker confirmed, deleted at the next flush
+        self._delete_handle: asyncio.TimerHandle | None = None
+        self._volatile = 0  # messages without an outbox row awaiting their PUBACK
         self._tasks: set[asyncio.Task[None]] = set()
         self._forwarder: asyncio.Task[None] | None = None
         self._closed = False
 
     @property
     def pending(self) -> int:
-        """Messages not yet confirmed by the broker: stored plus in flight."""
-        return self.outbox.depth + len(self._tasks)
+        """Messages not yet confirmed by the broker: stored (waiting or in flight) plus unstored in flight."""
+        return self.outbox.depth - len(self._acked) + self._volatile
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight) + self._volatile
 
     def send(
         self,
@@ -45,13 +84,18 @@ class Sender:
         payload: bytes,
         *,
         correlation: bytes | None = None,
+        record: Record | None = None,
     ) -> None:
-        """Hand a message over for delivery. Never blocks and never raises for a broker problem."""
-        message = self._publish_now(
-            OutMessage(kind, topic, payload, self.outbox.next_order(), correlation=correlation)
-        )
-        if message is not None:
-            task = asyncio.get_running_loop().create_task(self._direct(message))
+        """Hand a message over for delivery. Never blocks and never raises for a broker problem.
+
+        `record` is written in the same transaction that stores the message (see `store`).
+        """
+        self.launch(self.store(kind, topic, payload, correlation=correlation, record=record))
+
+    def launch(self, out: Outgoing | None) -> None:
+        """Publish what `store` handed out, in a task of its own (`close` waits for it)."""
+        if out is not None:
+            task = asyncio.get_running_loop().create_task(self.publish(out))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -62,47 +106,118 @@ class Sender:
         payload: bytes,
         *,
         correlation: bytes | None = None,
+        record: Record | None = None,
     ) -> None:
         """`send`, publishing from the calling task: one task hop less for an answer on its way out.
 
-        Returns once the broker confirmed the message or it was stored; never raises for a broker
-        problem (a cancelled caller leaves the message in the outbox).
+        Returns once the broker confirmed the message or it waits in the outbox; never raises for a
+        broker problem (a cancelled caller leaves the message in the outbox).
         """
-        message = self._publish_now(
-            OutMessage(kind, topic, payload, self.outbox.next_order(), correlation=correlation)
-        )
-        if message is not None:
-            await self._direct(message)
+        out = self.store(kind, topic, payload, correlation=correlation, record=record)
+        if out is not None:
+            await self.publish(out)
 
-    def _publish_now(self, message: OutMessage) -> OutMessage | None:
-        """The message when it may be published straight away; else it is stored, behind the backlog."""
-        if self._closed or self._backlog or not self.connection.connected:
-            self._store(message)
+    def store(
+        self,
+        kind: Kind,
+        topic: str,
+        payload: bytes,
+        *,
+        correlation: bytes | None = None,
+        record: Record | None = None,
+    ) -> Outgoing | None:
+        """Take a message in: synchronous, so it is durable when this returns (answers always; other
+        kinds when they cannot go now). `record` (another table's write, e.g. the request ledger's)
+        is committed in the same transaction as the message's row.
+
+        Returns what `publish` should send now, or None when the message waits in the outbox (or
+        was dropped to keep its bound, which the outbox counts).
+        """
+        message = OutMessage(kind, topic, payload, self.outbox.next_order(), correlation=correlation)
+        if (
+            self._closed
+            or self._backlog
+            or not self.connection.connected
+            or len(self._in_flight) >= MAX_DIRECT
+        ):
+            self._keep(message, record)
             return None
-        return message
+        if kind not in DURABLE and record is None:
+            self._volatile += 1
+            return Outgoing(message, None)
+        try:
+            seq = self.outbox.put(message, record)
+        except sqlite3.Error as e:
+            # The state database is failing (a full disk, say): the caller still gets the answer
+            # if the broker takes it now, only without the copy that would survive a crash.
+            log.error("cannot store the message for %s (%s); publishing it without a copy", topic, e)
+            self._volatile += 1
+            return Outgoing(message, None)
+        if seq is None:
+            return None
+        self._in_flight.add(seq)
+        return Outgoing(message, seq)
 
-    async def _direct(self, message: OutMessage) -> None:
+    async def publish(self, out: Outgoing) -> None:
+        """Publish a message `store` handed out; on success its row goes, on failure it waits."""
+        m = out.message
         try:
             await self.connection.publish(
-                message.topic,
-                message.payload,
-                qos=message.qos,
-                retain=message.retain,
-                properties=publish_properties(correlation=message.correlation),
+                m.topic,
+                m.payload,
+                qos=m.qos,
+                retain=m.retain,
+                properties=publish_properties(correlation=m.correlation),
             )
         except PublishFailed as e:
-            log.debug("publish to %s failed (%s); kept in the outbox", message.topic, e)
-            self._store(message)
+            log.debug("publish to %s failed (%s); kept in the outbox", m.topic, e)
+            self._failed(out)
+            return
         except asyncio.CancelledError:
-            # Stopping before the broker confirmed it: keep it for the next start.
-            self._store(message)
+            # Stopping before the broker confirmed it: kept for the next start.
+            self._failed(out)
             raise
+        except Exception:
+            log.exception("publishing to %s failed; kept in the outbox", m.topic)
+            self._failed(out)
+            return
+        if out.seq is None:
+            self._volatile -= 1
+        else:
+            self._in_flight.discard(out.seq)
+            self._acked.add(out.seq)
+            if self._delete_handle is None:
+                self._delete_handle = asyncio.get_running_loop().call_later(ACK_FLUSH_S, self._delete_acked)
 
-    def _store(self, message: OutMessage) -> None:
-        self.outbox.put(message)  # a message dropped to keep the bound is counted by the outbox
+    def _failed(self, out: Outgoing) -> None:
+        if out.seq is None:
+            self._volatile -= 1
+            self._keep(out.message, None)
+            return
+        # Its row is still in the outbox, in its place: the forwarder sends it again.
+        self._in_flight.discard(out.seq)
+        self._queued()
+
+    def _keep(self, message: OutMessage, record: Record | None) -> None:
+        try:
+            self.outbox.put(message, record)  # a message dropped to keep the bound is counted there
+        except sqlite3.Error as e:
+            log.error("cannot store the message for %s (%s); it is lost", message.topic, e)
+            return
+        self._queued()
+
+    def _queued(self) -> None:
         self._backlog = True
         if self.connection.connected and not self._closed:
             self._start_forwarder()
+
+    def _delete_acked(self) -> None:
+        self._delete_handle = None
+        acked, self._acked = self._acked, set()
+        try:
+            self.outbox.delete(acked)
+        except sqlite3.Error as e:
+            log.error("cannot delete %d delivered message(s) from the outbox (%s)", len(acked), e)
 
     # -- forwarding ----------------------------------------------------------
     def on_connect(self) -> None:
@@ -116,15 +231,23 @@ class Sender:
 
     async def _forward(self) -> None:
         while self.connection.connected and not self._closed:
-            batch = self.outbox.peek(FLUSH_WINDOW)
+            batch = self.outbox.peek(FLUSH_WINDOW, self._in_flight | self._acked)
             if not batch:
                 # Synchronous from peek to here: nothing can be stored in between, so nothing is
                 # left behind when direct publishing resumes.
                 self._backlog = False
                 return
-            results = await asyncio.gather(*(self._publish_stored(m) for m in batch), return_exceptions=True)
+            seqs = [m.seq for m in batch]
+            self._in_flight.update(seqs)
+            try:
+                results = await asyncio.gather(
+                    *(self._publish_stored(m) for m in batch), return_exceptions=True
+                )
+            finally:
+                self._in_flight.difference_update(seqs)
             done = [m.seq for m, r in zip(batch, results, strict=True) if r is None]
             failed = [m.seq for m, r in zip(batch, results, strict=True) if r is not None]
+            # At once, not with the next flush: the next peek must not see them again.
             self.outbox.delete(done)
             if failed:
                 unexpected = [r for r in results if r is not None and not isinstance(r, PublishFailed)]
@@ -149,7 +272,7 @@ class Sender:
 
     # -- stopping ------------------------------------------------------------
     async def close(self, timeout_s: float = 5.0) -> None:
-        """Give in-flight publishes `timeout_s` to be confirmed; whatever is not goes to the outbox."""
+        """Give in-flight publishes `timeout_s` to be confirmed; whatever is not stays in the outbox."""
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=timeout_s)
         self._closed = True
@@ -160,3 +283,6 @@ class Sender:
         if self._forwarder is not None and not self._forwarder.done():
             self._forwarder.cancel()
             await asyncio.wait((self._forwarder,))
+        if self._delete_handle is not None:
+            self._delete_handle.cancel()
+        self._delete_acked()

@@ -1,0 +1,408 @@
+"""Delivery under faults: the broker or the daemon killed (SIGKILL) in the middle of a burst.
+
+Against a real mosquitto started here and the real `edgeclaw run` as a subprocess. Every call has
+a visible side effect -- `file_append` writes one line to a file named after the request id -- so
+the test can count, per request, how often it really ran. Three figures must be 0, and no caller
+retries anything (the test's client publishes each request exactly once):
+
+* lost: a request that never got an answer;
+* answered twice: a request that got two different answers (a result and `interrupted`, or two
+  results). Copies of the same answer are what QoS 1 allows -- a message published again when its
+  PUBACK was lost in the kill -- and are counted separately, as are `replay` answers to copies of
+  a request the broker delivered twice;
+* executed twice: a request whose side effect happened twice.
+
+And every answer must agree with the side effect: `ok` exactly when it ran once, `interrupted`
+with `may_have_run: false` only when it did not run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.mqtt_support import Caller, Mosquitto, Received, needs_mosquitto, poll
+
+pytestmark = needs_mosquitto
+
+DEV = "fault-dev"
+BASE = f"edgeclaw/{DEV}"
+ANSWERS = f"reply/{DEV}/answers"
+BURST = 500
+
+
+class DaemonProcess:
+    """`edgeclaw run` on the sim board with its own config and state directory."""
+
+    def __init__(self, workdir: Path, port: int, **mqtt: Any) -> None:
+        self.workdir = workdir
+        self.state = workdir / "state"
+        self.log = workdir / "daemon.log"
+        mqtt_lines = [f"{k} = {json.dumps(v)}" for k, v in mqtt.items()]
+        (workdir / "edgeclaw.toml").write_text(
+            "\n".join(
+                [
+                    'board = "sim"',
+                    f'device_id = "{DEV}"',
+                    "[tools]",
+                    "rate_limit = 0",
+                    "[tools.channels.mqtt]",
+                    'allow = ["file_append", "gpio", "read_file"]',
+                    "[mqtt]",
+                    "enabled = true",
+                    f"port = {port}",
+                    "telemetry_interval_s = 0",
+                    "session_expiry_s = 600",
+                    *mqtt_lines,
+                ]
+            )
+            + "\n"
+        )
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("EDGECLAW_", "NOTIFY_SOCKET", "WATCHDOG_"))
+        }
+        self.env["EDGECLAW_STATE_DIR"] = str(self.state)
+        self.env["EDGECLAW_CONFIG"] = str(workdir / "edgeclaw.toml")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> DaemonProcess:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "edgeclaw", "run", "--board", "sim"],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=self.log.open("ab"),
+        )
+        return self
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def executions(self) -> Counter[str]:
+        """How often each request's side effect happened (one line per run)."""
+        ran = self.state / "workspace" / "ran"
+        if not ran.is_dir():
+            return Counter()
+        return Counter({p.stem: p.read_text().count("\n") for p in ran.glob("*.log")})
+
+    def ledger_states(self) -> dict[str, str]:
+        db = self.state / "edgeclaw.db"
+        if not db.exists():
+            return {}
+        with contextlib.closing(sqlite3.connect(db, timeout=5)) as conn:
+            try:
+                rows = conn.execute("SELECT key, state FROM mqtt_requests").fetchall()
+            except sqlite3.OperationalError:
+                return {}
+            try:
+                journal = conn.execute(
+                    "SELECT request_id, state FROM mqtt_requests WHERE key LIKE '~%'"
+                ).fetchall()
+            except sqlite3.OperationalError:  # a daemon that keeps no journal
+                journal = []
+        # Keys are kind:id:digest; requests recorded without deduplication carry their id in a column.
+        states = {key.split(":", 1)[1].rsplit(":", 1)[0]: state for key, state in rows if key[0] != "~"}
+        states.update({i: state for i, state in journal if i is not None})
+        return states
+
+
+@contextlib.contextmanager
+def daemon(workdir: Path, port: int, **mqtt: Any) -> Iterator[DaemonProcess]:
+    d = DaemonProcess(workdir, port, **mqtt)
+    try:
+        yield d
+    finally:
+        d.stop()
+
+
+async def online(c: Caller, since: int = 0) -> None:
+    status = f"{BASE}/status"
+    await c.wait_for(
+        lambda: any(m.json["state"] == "online" for m in c.on(status)[since:]), 40, "the device online"
+    )
+
+
+def append_call(request_id: str) -> dict[str, Any]:
+    return {
+        "id": request_id,
+        "tool": "file_append",
+        "args": {"path": f"ran/{request_id}.log", "content": "ran\n"},
+    }
+
+
+async def send_burst(c: Caller, ids: list[str]) -> None:
+    """Every request exactly once, unpaced: all publishes at once, none waiting for another's PUBACK."""
+    await asyncio.gather(
+        *(
+            c.publish(f"{BASE}/tool/call", append_call(i), response_topic=ANSWERS, correlation=i.encode())
+            for i in ids
+        )
+    )
+
+
+async def every_answer(c: Caller, ids: list[str], within: float) -> None:
+    """Wait until each request has an answer, or `within` s passed (the tally then says what is lost)."""
+    with contextlib.suppress(AssertionError):
+        await c.wait_for(
+            lambda: {(m.correlation or b"").decode() for m in c.on(ANSWERS)} >= set(ids),
+            within,
+            "every request answered",
+        )
+
+
+@dataclass
+class Tally:
+    lost: list[str] = field(default_factory=list)
+    answered_twice: list[str] = field(default_factory=list)
+    executed_twice: list[str] = field(default_factory=list)
+    disagreeing: list[str] = field(default_factory=list)  # the answer says otherwise than the side effect
+    copies: int = 0  # the same answer delivered again (QoS 1)
+    replays: int = 0  # `replay` answers to a copy of a request
+    interrupted: Counter[bool] = field(default_factory=Counter)  # by may_have_run
+
+    def __str__(self) -> str:
+        return (
+            f"lost {len(self.lost)}, answered twice {len(self.answered_twice)}, executed twice "
+            f"{len(self.executed_twice)}, disagreeing {len(self.disagreeing)}; same answer again "
+            f"{self.copies}, replays {self.replays}, interrupted {dict(self.interrupted)}"
+        )
+
+
+def tally(ids: list[str], received: list[Received], executions: Counter[str]) -> Tally:
+    t = Tally()
+    by_id: dict[str, list[Received]] = {}
+    for m in received:
+        by_id.setdefault((m.correlation or b"").decode(), []).append(m)
+    for i in ids:
+        got = by_id.get(i, [])
+        if not got:
+            t.lost.append(i)
+            continue
+        bodies = [m.json for m in got]
+        t.replays += sum(1 for b in bodies if b.get("replay"))
+        t.copies += len(got) - len({m.payload for m in got})
+        # What the answers say, a replay's flag aside: one content per request.
+        contents = {json.dumps({k: v for k, v in b.items() if k != "replay"}, sort_keys=True) for b in bodies}
+        if len(contents) > 1:
+            t.answered_twice.append(i)
+        ran = executions.get(i, 0)
+        if ran > 1:
+            t.executed_twice.append(i)
+        answer = json.loads(next(iter(contents)))
+        assert answer["id"] == i, answer
+        if answer["ok"]:
+            agrees = ran == 1
+        elif answer.get("code") == "interrupted":
+            t.interrupted[answer["may_have_run"]] += 1
+            agrees = ran <= 1 if answer["may_have_run"] else ran == 0
+        else:
+            agrees = ran == 0
+        if not agrees:
+            t.disagreeing.append(i)
+    return t
+
+
+def assert_clean(t: Tally, d: DaemonProcess) -> None:
+    if t.lost:
+        # Whether the daemon had made the answer (then lost it) or never answered the request.
+        states = Counter(d.ledger_states().get(i, "not recorded") for i in t.lost)
+        raise AssertionError(f"{t}: lost {t.lost[:10]}; their ledger states: {dict(states)}")
+    assert t.answered_twice == [], f"{t}: answered twice {t.answered_twice[:10]}"
+    assert t.executed_twice == [], f"{t}: executed twice {t.executed_twice[:10]}"
+    assert t.disagreeing == [], f"{t}: answer and side effect disagree for {t.disagreeing[:10]}"
+
+
+async def test_broker_killed_mid_burst_no_answer_lost_none_twice(tmp_path):
+    """The broker dies (SIGKILL) while answers to 500 QoS 1 calls are flowing; it runs with
+    persistence and the caller has a persistent session, so what it had acknowledged survives,
+    and the daemon's outbox must do the rest: each answer leaves it only on the broker's PUBACK."""
+    broker = Mosquitto(tmp_path / "broker", persistent=True).start()
+    try:
+        with daemon(tmp_path, broker.port, inbound_queue=BURST + 100, max_concurrent=4) as d:
+            d.start()
+            async with Caller(
+                broker.port, [ANSWERS, f"{BASE}/status"], client_id="fleet-backend", session_expiry_s=600
+            ) as c:
+                await online(c)
+                # The burst waits at the broker while the daemon is away (its session is persistent),
+                # so that it is answered as fast as the daemon can: the kill then catches requests and
+                # answers on every leg -- queued, running, stored, in flight, at the broker, delivered.
+                d.stop()
+                ids = [f"b{n:03d}" for n in range(BURST)]
+                await send_burst(c, ids)
+                statuses = len(c.on(f"{BASE}/status"))
+                d.start()
+                await online(c, since=statuses)
+                await c.wait_for(lambda: len(c.on(ANSWERS)) >= BURST // 5, 30, "the first answers")
+                broker.kill()
+                killed_at = len(c.on(ANSWERS))
+                await asyncio.sleep(1.0)
+                broker.start()
+                await every_answer(c, ids, 60)
+                await asyncio.sleep(1.0)  # anything that would come twice comes now
+                t = tally(ids, c.on(ANSWERS), d.executions())
+                print(f"broker killed after {killed_at} answers: {t}")
+                assert killed_at < BURST, "the kill came after the burst: nothing was tested"
+                assert_clean(t, d)
+                assert sum(d.executions().values()) == BURST  # every call ran, once
+    finally:
+        broker.kill()
+    assert "Traceback" not in d.log.read_text(errors="replace")
+
+
+async def test_daemon_killed_mid_burst_every_caller_answered_none_twice(tmp_path):
+    """SIGKILL of the daemon during an unpaced burst of 500 calls; it is started again and must
+    answer every call -- the ones it had finished from its outbox, the ones it was working on
+    `interrupted`, the ones it had not taken yet by running them -- without any caller retry."""
+    broker = Mosquitto(tmp_path / "broker").start()
+    try:
+        with daemon(tmp_path, broker.port, inbound_queue=BURST + 100, max_concurrent=8) as d:
+            d.start()
+            async with Caller(broker.port, [ANSWERS, f"{BASE}/status"], client_id="fleet-backend") as c:
+                await online(c)
+                ids = [f"k{n:03d}" for n in range(BURST)]
+                sender = asyncio.create_task(send_burst(c, ids))
+                await c.wait_for(lambda: len(c.on(ANSWERS)) >= BURST // 5, 30, "the first answers")
+                d.kill()
+                killed_at = len(c.on(ANSWERS))
+                await sender
+                statuses = len(c.on(f"{BASE}/status"))
+                d.start()
+                await online(c, since=statuses)
+                await every_answer(c, ids, 60)
+                await asyncio.sleep(1.0)
+                t = tally(ids, c.on(ANSWERS), d.executions())
+                print(f"daemon killed after {killed_at} answers: {t}")
+                assert killed_at < BURST, "the kill came after the burst: nothing was tested"
+                assert_clean(t, d)
+    finally:
+        broker.kill()
+    log = d.log.read_text(errors="replace")
+    assert "Traceback" not in log
+
+
+async def test_an_answer_the_broker_never_acknowledged_survives_a_daemon_kill(tmp_path):
+    """The broker hangs (SIGSTOP) while a call finishes, so its answer is published but never
+    acknowledged; then the daemon is killed and the hung broker dies. The answer must still reach
+    the caller once both are back: it leaves the outbox only on the broker's PUBACK."""
+    broker = Mosquitto(tmp_path / "broker", persistent=True).start()
+    try:
+        with daemon(tmp_path, broker.port) as d:
+            d.start()
+            async with Caller(
+                broker.port, [ANSWERS, f"{BASE}/status"], client_id="patient-backend", session_expiry_s=600
+            ) as c:
+                await online(c)
+                await c.publish(
+                    f"{BASE}/tool/call",
+                    {
+                        "id": "slow",
+                        "tool": "gpio",
+                        "args": {"action": "pulse", "pin": 17, "duration_ms": 1500},
+                    },
+                    response_topic=ANSWERS,
+                    correlation=b"slow",
+                )
+                await poll(lambda: d.ledger_states().get("slow") == "running", 20, "the call to start")
+                assert broker.proc is not None
+                broker.proc.send_signal(signal.SIGSTOP)
+                await poll(lambda: d.ledger_states().get("slow") == "done", 20, "the call to finish")
+                await asyncio.sleep(0.3)  # the answer is on the wire, its PUBACK never comes
+                d.kill()
+                broker.kill()
+                assert c.on(ANSWERS) == []
+                broker.start()
+                d.start()
+                [answer] = await c.answers(ANSWERS, 1, within=30)
+                assert answer.correlation == b"slow" and answer.json["id"] == "slow" and answer.json["ok"]
+    finally:
+        broker.kill()
+
+
+@pytest.mark.parametrize("dedup_window_s", [600, 0], ids=["dedup", "no-dedup"])
+async def test_requests_cut_off_by_a_crash_are_answered_interrupted_at_start_up(tmp_path, dedup_window_s):
+    """One call running (a long GPIO pulse), one waiting for its slot; the daemon is killed. At
+    the next start both callers hear `interrupted` on their Response Topic with their Correlation
+    Data, without asking again: the running one "may have run", the waiting one did not -- with
+    deduplication off too (the journal of unfinished requests does not depend on it)."""
+    broker = Mosquitto(tmp_path / "broker").start()
+    try:
+        with daemon(tmp_path, broker.port, max_concurrent=1, dedup_window_s=dedup_window_s) as d:
+            d.start()
+            async with Caller(broker.port, [ANSWERS, f"{BASE}/status"]) as c:
+                await online(c)
+                pulse = {"action": "pulse", "pin": 17, "duration_ms": 8000}
+                for request_id in ("running", "waiting"):
+                    await c.publish(
+                        f"{BASE}/tool/call",
+                        {"id": request_id, "tool": "gpio", "args": pulse},
+                        response_topic=ANSWERS,
+                        correlation=request_id.encode(),
+                    )
+                await poll(lambda: set(d.ledger_states()) == {"running", "waiting"}, 20, "both recorded")
+                await asyncio.sleep(0.2)  # the first one's pulse has begun
+                # Recorded as what they are: the one in its slot has started, the other waits.
+                assert d.ledger_states() == {"running": "running", "waiting": "queued"}
+                d.kill()
+                assert c.on(ANSWERS) == []
+                statuses = len(c.on(f"{BASE}/status"))
+                d.start()
+                await online(c, since=statuses)
+                await c.answers(ANSWERS, 2, within=30)
+                await asyncio.sleep(0.5)
+                # One answer each. A request the daemon had recorded but not yet acknowledged when it
+                # was killed is delivered again by the broker: that copy gets the same answer, marked
+                # as a replay.
+                answers: dict[bytes | None, dict[str, Any]] = {}
+                for m in c.on(ANSWERS):
+                    body = {k: v for k, v in m.json.items() if k != "replay"}
+                    assert answers.setdefault(m.correlation, body) == body  # never two different answers
+                originals = {(m.correlation, m.payload) for m in c.on(ANSWERS) if not m.json.get("replay")}
+                assert sorted(corr for corr, _ in originals) == [b"running", b"waiting"]
+                running, waiting = answers[b"running"], answers[b"waiting"]
+                assert running["id"] == "running" and running["tool"] == "gpio"
+                assert running["code"] == "interrupted" and running["may_have_run"] is True
+                assert "may have had" in running["error"]
+                assert waiting["code"] == "interrupted" and waiting["may_have_run"] is False
+                assert "did not run" in waiting["error"]
+                if dedup_window_s:
+                    # A repeat is told the same, from the ledger, and does not run.
+                    await c.publish(
+                        f"{BASE}/tool/call",
+                        {"id": "running", "tool": "gpio", "args": pulse},
+                        response_topic=ANSWERS,
+                        correlation=b"again",
+                    )
+                    [again] = await c.wait_for(
+                        lambda: [m for m in c.on(ANSWERS) if m.correlation == b"again"], what="the repeat"
+                    )
+                    assert again.json["code"] == "interrupted" and again.json["replay"] is True
+                assert d.ledger_states().get("running", "done") == "done"
+    finally:
+        broker.kill()
+    assert "answered 'interrupted'" in d.log.read_text(errors="replace")

@@ -122,13 +122,55 @@ async def _tcp(host: str, port: int) -> str | None:
 
 
 async def broker_finding(runtime: Runtime) -> Finding | None:
+    """A real MQTT CONNECT with the configured protocol, user name, password and TLS: the broker's
+    CONNACK reason code says whether the daemon would get in (a TCP connect proves nothing: any
+    port that listens accepts one). Under a client id of its own, so a running daemon is not
+    disturbed."""
+    import ssl
+
+    from edgeclaw.channels.mqtt.connection import ConnectionSettings, TlsSettings, check_broker
+    from edgeclaw.config.secrets import secret_refs
+    from edgeclaw.errors import ConfigError
+
     m = runtime.config.mqtt
     if not m.enabled:
         return None
-    problem = await _tcp(m.host, m.port)
-    return Finding(
-        "FAIL" if problem else "ok", "mqtt broker", problem or f"{m.host}:{m.port} accepts connections"
+    where = f"{m.host}:{m.port}"
+    password = runtime.secrets.get("mqtt", "")
+    ref = secret_refs(runtime.config).get("mqtt")
+    if ref is not None and not password:
+        try:
+            password = ref.resolve(runtime.config._source)
+        except ConfigError as e:
+            return Finding("FAIL", "mqtt broker", f"no password to log in to {where}: {e.key}: {e.problem}")
+    tls = TlsSettings(m.tls.ca_file, m.tls.cert_file, m.tls.key_file) if m.tls is not None else None
+    settings = ConnectionSettings(
+        host=m.host,
+        port=m.port,
+        client_id=m.client_id or runtime.device_id,
+        protocol=m.protocol,
+        username=m.username,
+        password=password,
+        tls=tls,
     )
+    how = f"MQTT {m.protocol}, " + (f"user {m.username!r}" if m.username else "no user name")
+    how += ", TLS" if tls is not None else ", no TLS"
+    try:
+        problem = await check_broker(settings, NET_TIMEOUT_S)
+    except (OSError, ssl.SSLError) as e:
+        return Finding("FAIL", "mqtt broker", f"mqtt.tls: cannot use the TLS files: {e}")
+    if problem is None:
+        return Finding("ok", "mqtt broker", f"{where} accepted the connection ({how}): CONNACK reason code 0")
+    if problem.reason_code is not None:
+        return Finding(
+            "FAIL",
+            "mqtt broker",
+            f"{where} refused the connection ({how}): CONNACK reason code {problem.reason_code} "
+            f"{problem.reason_name!r}",
+        )
+    if "CONNACK" in problem.message:  # something listens there, but it does not speak MQTT
+        return Finding("FAIL", "mqtt broker", problem.message)
+    return Finding("FAIL", "mqtt broker", f"cannot connect to {where}: {problem}")
 
 
 async def provider_findings(runtime: Runtime) -> list[Finding]:

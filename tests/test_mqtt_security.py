@@ -193,6 +193,22 @@ async def test_a_signed_command_never_runs_twice_not_even_after_the_dedup_window
         assert d.work.executions == Counter({"once": 1, "ahead": 1})
 
 
+async def test_an_id_repeated_after_the_window_but_before_the_purge_is_not_run_again(tmp_path, broker):
+    """Without signing too: while the ledger still holds the request, however old, it is known."""
+    config = daemon_config(tmp_path, broker.port, dedup_window_s=1)
+    async with running_daemon(config) as d, Caller(broker.port, [ANSWERS]) as c:
+        for task in d.ch._background:  # no housekeeping: the purge does not run during this test
+            if task.get_name() == "mqtt-housekeeping":
+                task.cancel()
+        await c.publish(CALL, call("w"), response_topic=ANSWERS)
+        await c.answers(ANSWERS, 1)
+        await asyncio.sleep(1.5)  # past the window
+        await c.publish(CALL, call("w"), response_topic=ANSWERS)
+        again = (await c.answers(ANSWERS, 2))[1].json
+        assert again["ok"] and again.get("replay") is True
+        assert d.work.executions == Counter({"w": 1})
+
+
 async def test_a_replayed_signed_command_cannot_redirect_its_answer(tmp_path, broker):
     config = daemon_config(tmp_path, broker.port, hmac_secret_env="EC_HMAC")
     async with (

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -158,22 +157,41 @@ def _float(text: str) -> float:
 
 
 def _too_deep(value: Any, limit: int) -> bool:
-    """Whether containers nest deeper than `limit`; iterative, so it cannot recurse itself."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        children = node.values() if isinstance(node, dict) else node
-        if depth > limit:
-            return True
-        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
-    return False
+    """Whether containers nest deeper than `limit`; level by level, so it cannot recurse itself."""
+    level = [value]
+    for _ in range(limit):
+        below: list[Any] = []
+        for node in level:
+            children = node.values() if type(node) is dict else node
+            below += [c for c in children if type(c) is dict or type(c) is list]
+        if not below:
+            return False
+        level = below
+    return True
 
 
-# A lone surrogate can come in as a `\ud800` escape or as its bytes (json.loads decodes with
-# surrogatepass); it is not text, and SQLite, the scrubber and every encoder after us would fail on it.
-_MAYBE_SURROGATE_BYTES = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
-_MAYBE_SURROGATE_TEXT = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
+def _number_classes() -> bytes:
+    """A translation table: digits -> "1", e/E -> "e", +/- -> "+", every other byte -> "0"."""
+    table = bytearray(b"0" * 256)
+    for c in b"0123456789":
+        table[c] = ord("1")
+    for c, to in ((b"e", b"e"), (b"E", b"e"), (b"+", b"+"), (b"-", b"+")):
+        table[c[0]] = to[0]
+    return bytes(table)
+
+
+_NUMBER_CLASSES = _number_classes()
+_LONG_DIGITS = b"1" * (MAX_NUMBER_CHARS + 1)
+_PLAIN = json.JSONDecoder(parse_constant=_refuse_constant)
+_CHECKED = json.JSONDecoder(parse_int=_int, parse_float=_float, parse_constant=_refuse_constant)
+
+
+def _may_hold_a_long_number(data: bytes) -> bool:
+    """Only text with a digit run past the limit or a 3-digit exponent can hold a number this device
+    refuses. Telling which with one translate and a few substring searches (C speed) lets every other
+    payload be parsed without per-number hooks, which cost a Python call for each number."""
+    classes = data.translate(_NUMBER_CLASSES)
+    return _LONG_DIGITS in classes or b"e111" in classes or b"e+111" in classes
 
 
 def _lone_surrogate(value: Any) -> bool:
@@ -182,7 +200,9 @@ def _lone_surrogate(value: Any) -> bool:
     while stack:
         node = stack.pop()
         if isinstance(node, str):
-            if _SURROGATE.search(node):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
                 return True
         elif isinstance(node, dict):
             stack.extend(node.keys())
@@ -197,27 +217,41 @@ def load_json(payload: bytes | str, what: str) -> Any:
 
     Beyond malformed text and non-UTF-8 bytes: nesting deeper than MAX_JSON_DEPTH, numbers longer
     than MAX_NUMBER_CHARS characters, NaN / Infinity, numbers that overflow a float, and strings
-    holding lone surrogates (`"\\ud800"`).
+    holding lone surrogates (as bytes or as a `\\ud800` escape): they are not text, and SQLite, the
+    scrubber and every encoder after us would fail on them. The checks that walk the result run only
+    when a cheap look at the text says they could find something.
     """
+    surrogate = WireError("bad_json", f"{what}: a string holds a lone surrogate (not valid Unicode)")
+    if isinstance(payload, bytes):
+        data = payload
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            try:
+                data.decode("utf-8", "surrogatepass")
+            except UnicodeDecodeError:
+                raise WireError("bad_json", f"{what}: the payload is not UTF-8 text") from None
+            raise surrogate from None
+    else:
+        text = payload
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise surrogate from None
     try:
-        value = json.loads(payload, parse_int=_int, parse_float=_float, parse_constant=_refuse_constant)
-    except UnicodeDecodeError:
-        raise WireError("bad_json", f"{what}: the payload is not UTF-8 text") from None
+        value = (_CHECKED if _may_hold_a_long_number(data) else _PLAIN).decode(text)
     except json.JSONDecodeError as e:
         raise WireError("bad_json", f"{what}: malformed JSON: {e.msg} at position {e.pos}") from None
     except RecursionError:
         raise WireError("bad_json", f"{what}: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
     except ValueError as e:  # from the number hooks above
         raise WireError("bad_json", f"{what}: {e}") from None
-    if isinstance(value, dict | list) and _too_deep(value, MAX_JSON_DEPTH):
+    # Containers cannot nest deeper than there are brackets.
+    brackets = data.count(b"[") + data.count(b"{")
+    if brackets > MAX_JSON_DEPTH and isinstance(value, dict | list) and _too_deep(value, MAX_JSON_DEPTH):
         raise WireError("bad_json", f"{what}: JSON nested deeper than {MAX_JSON_DEPTH} levels")
-    maybe = (
-        _MAYBE_SURROGATE_BYTES.search(payload)
-        if isinstance(payload, bytes)
-        else _MAYBE_SURROGATE_TEXT.search(payload)
-    )
-    if maybe and _lone_surrogate(value):
-        raise WireError("bad_json", f"{what}: a string holds a lone surrogate (not valid Unicode)")
+    if b"\\u" in data and _lone_surrogate(value):
+        raise surrogate
     return value
 
 

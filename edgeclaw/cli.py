@@ -466,13 +466,26 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     from edgeclaw.daemon.doctor import Finding, diagnose
     from edgeclaw.daemon.runtime import build_runtime
-    from edgeclaw.errors import ConfigErrors
+    from edgeclaw.errors import BackendError, ConfigErrors
 
     try:
+        config = _load(args)
         # Missing secrets are reported per provider below rather than stopping the whole check.
-        runtime = build_runtime(_load(args), board=args.board, require_secrets=False)
+        runtime = build_runtime(config, board=args.board, require_secrets=False)
     except ConfigErrors as e:
         print(Finding("FAIL", "config", str(e).replace("\n", "; ")))
+        return EXIT_TOOL_ERROR
+    except BackendError as e:
+        # The state database could not be opened (a newer format, a full disk): say why, and
+        # what the database itself looks like, without a runtime.
+        from edgeclaw.config.paths import state_dir
+        from edgeclaw.daemon.doctor import database_findings
+        from edgeclaw.store.state import StateStore
+
+        print(Finding("FAIL", "runtime", str(e)))
+        store = StateStore(state_dir(config.state_dir), reserve_bytes=config.state.reserve_bytes)
+        for finding in database_findings(store, config.state.backup_interval_s):
+            print(finding)
         return EXIT_TOOL_ERROR
 
     async def run() -> list[Finding]:

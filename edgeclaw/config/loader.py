@@ -81,6 +81,8 @@ RANGES: tuple[Range, ...] = (
     Range("hardware.flash_timeout_s", 0, above=True),
     Range("hardware.max_pulse_s", 0, above=True),
     Range("hardware.max_read_bytes", 1, 1 << 20),
+    Range("state.backup_interval_s", 0, note=" (0 = no backups)"),
+    Range("state.reserve_bytes", 0, note=" (0 = no reserve)"),
     Range("mqtt.port", 1, 65535, what="a port number"),
     Range("mqtt.keepalive_s", 5),
     Range("mqtt.max_payload_bytes", 256),

@@ -237,6 +237,14 @@ class HardwareConfig:
 
 
 @dataclass
+class StateConfig:
+    # A VACUUM INTO copy of the state database this often and at a clean stop; 0 = no backups.
+    backup_interval_s: float = 3600.0
+    # Disk space held back for the daemon's own state (released when a write meets a full disk); 0 = none.
+    reserve_bytes: int = 8 * 1024 * 1024
+
+
+@dataclass
 class Config:
     device_id: str = ""  # empty = the hostname
     board: str = "auto"  # a profile name, a path to a profile file, or "auto"
@@ -251,5 +259,6 @@ class Config:
     mqtt: MqttConfig = field(default_factory=MqttConfig)
     console: ConsoleConfig = field(default_factory=ConsoleConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    state: StateConfig = field(default_factory=StateConfig)
     # Where it came from, for messages; not a TOML key.
     _source: str = "<defaults>"

@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
 from edgeclaw.daemon.runtime import Runtime
+from edgeclaw.store.state import StateStore
 from edgeclaw.tools.base import ToolContext
 
 Level = Literal["ok", "warn", "FAIL"]
@@ -81,6 +83,121 @@ def state_findings(runtime: Runtime) -> list[Finding]:
     for what, path in (("state directory", runtime.state_dir), ("workspace", runtime.workspace)):
         ok = path.is_dir() and os.access(path, os.W_OK | os.X_OK)
         out.append(Finding("ok" if ok else "FAIL", what, f"{path}{'' if ok else ' is not writable'}"))
+    return out
+
+
+def _ago(ts: float) -> str:
+    seconds = max(0.0, time.time() - ts)
+    if seconds < 120:
+        return f"{seconds:.0f} s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min ago"
+    return f"{seconds / 3600:.1f} h ago"
+
+
+def state_database_findings(runtime: Runtime) -> list[Finding]:
+    return database_findings(runtime.state, runtime.config.state.backup_interval_s)
+
+
+def database_findings(store: StateStore, interval: float) -> list[Finding]:
+    """The state database as the daemon will find it at its next start, without changing anything:
+    sound, damaged or foreign (and what the daemon will do about it), files set aside by an earlier
+    recovery, the backup's age, free space and the disk reserve. (Whoever opens a damaged database
+    first sets it aside: when building this runtime did, that is reported as a failure.)"""
+    from edgeclaw.errors import BackendError
+    from edgeclaw.store.recovery import examine, set_aside_files
+    from edgeclaw.store.reserve import free_bytes
+
+    out: list[Finding] = []
+    if store.health is not None and store.health.recovered:
+        # Building this runtime opened the database (stored custom tools are loaded at build time)
+        # and found it damaged: it was set aside just now, by this run.
+        out.append(Finding("FAIL", "state database", f"found by this check: {store.health.summary()}"))
+    backup_ok = False
+    if store.backup_file.exists():
+        with contextlib.suppress(BackendError):
+            backup_ok = examine(store.backup_file) is None
+    then = (
+        f"the backup {store.backup_file.name} ({_ago(store.backup_file.stat().st_mtime)})"
+        if backup_ok
+        else "an empty database (no usable backup)"
+    )
+    next_start = f"the daemon will move it aside and start from {then} at its next start"
+    try:
+        size: int | None = store.path.stat().st_size
+    except OSError:
+        size = None
+    existed = store.identity_file.exists() or store.backup_file.exists()
+    if not size:
+        if existed:
+            what = "is missing" if size is None else "is 0 bytes long"
+            out.append(
+                Finding("FAIL", "state database", f"{store.path} {what} although one existed; {next_start}")
+            )
+        else:
+            out.append(
+                Finding("ok", "state database", f"{store.path}: not created yet (made at the first start)")
+            )
+    else:
+        try:
+            problem = examine(store.path)
+        except BackendError as e:
+            out.append(Finding("FAIL", "state database", str(e)))
+        else:
+            if problem is None:
+                out.append(
+                    Finding("ok", "state database", f"{store.path}: sound (quick_check), {size} bytes")
+                )
+            else:
+                out.append(Finding("FAIL", "state database", f"{store.path} is {problem}; {next_start}"))
+    set_aside = set_aside_files(store.path)
+    if set_aside:
+        last = store.last_recovery()
+        why = f" ({last.get('problem')}; {last.get('outcome')})" if last else ""
+        out.append(
+            Finding(
+                "warn",
+                "state database recovery",
+                f"{len(set_aside)} damaged or foreign database file(s) set aside, newest "
+                f"{set_aside[0]}{why}; look at them, then delete them to clear this warning",
+            )
+        )
+    if interval <= 0:
+        out.append(
+            Finding("warn", "state backup", "off (state.backup_interval_s = 0): damage means starting empty")
+        )
+    elif store.backup_file.exists():
+        taken = store.backup_file.stat().st_mtime
+        stale = time.time() - taken > 2 * interval + 60
+        level: Level = "warn" if stale or not backup_ok else "ok"
+        note = "" if backup_ok else "; it does not pass its own check"
+        note += f"; older than twice state.backup_interval_s ({interval:g} s)" if stale else ""
+        out.append(Finding(level, "state backup", f"{store.backup_file} taken {_ago(taken)}{note}"))
+    elif size:
+        out.append(
+            Finding("warn", "state backup", f"none yet ({store.backup_file} is made by the running daemon)")
+        )
+    free = free_bytes(store.path.parent)
+    reserve = store.reserve
+    if free is None:
+        out.append(Finding("warn", "disk", f"cannot tell the free space of {store.path.parent}"))
+    elif reserve.enabled and not reserve.present:
+        level = "FAIL" if free < reserve.size else "warn"
+        out.append(
+            Finding(
+                level,
+                "disk",
+                f"{free} bytes free on {store.path.parent}; the {reserve.size}-byte reserve for the "
+                "daemon's own state is not in place (released after a full disk, or no room for it)",
+            )
+        )
+    else:
+        kept = (
+            f", {reserve.size}-byte reserve in place"
+            if reserve.enabled
+            else ", no reserve (state.reserve_bytes = 0)"
+        )
+        out.append(Finding("ok", "disk", f"{free} bytes free on {store.path.parent}{kept}"))
     return out
 
 
@@ -286,7 +403,7 @@ def mqtt_policy_finding(runtime: Runtime) -> Finding | None:
 
 
 async def diagnose(runtime: Runtime) -> list[Finding]:
-    findings = state_findings(runtime) + device_findings(runtime)
+    findings = state_findings(runtime) + state_database_findings(runtime) + device_findings(runtime)
     findings.append(await sandbox_finding(runtime))
     limits = sandbox_limits_finding(runtime)
     if limits is not None:

@@ -24,6 +24,7 @@ from edgeclaw.config.schema import Config
 from edgeclaw.daemon.control import ControlServer, socket_path
 from edgeclaw.daemon.runtime import Runtime, build_runtime
 from edgeclaw.daemon.sdnotify import LoopWatchdog, SystemdNotifier
+from edgeclaw.daemon.state import state_service
 
 log = logging.getLogger("edgeclaw.daemon")
 
@@ -130,6 +131,8 @@ class Daemon:
                 async with AsyncExitStack() as stack:
                     for factory in self.services:
                         self._entered.append(await stack.enter_async_context(factory(runtime)))
+                    # After the channels: a recovered database is reported on their event streams.
+                    await stack.enter_async_context(state_service(runtime))
                     control = ControlServer(socket_path(runtime.state_dir), self.status)
                     await stack.enter_async_context(control)
                     watchdog = LoopWatchdog.from_env(notifier, environ)

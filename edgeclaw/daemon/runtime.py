@@ -11,7 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from edgeclaw.board import BoardProfile
 from edgeclaw.config.paths import device_id, state_dir
@@ -25,6 +25,7 @@ from edgeclaw.tools.registry import Registry
 
 if TYPE_CHECKING:
     from edgeclaw.agent.loop import AgentLoop
+    from edgeclaw.store.state import StateStore
 
 log = logging.getLogger("edgeclaw.runtime")
 
@@ -43,6 +44,7 @@ class Runtime:
     # Approval decisions, admin changes, logins: logged at info and published by the channels.
     audit: AuditTrail = field(default_factory=AuditTrail)
     _db: Database | None = None
+    _state: StateStore | None = None
     _closers: list[Callable[[], Awaitable[None] | None]] = field(default_factory=list)
     _agent: AgentLoop | None = None
 
@@ -56,11 +58,31 @@ class Runtime:
         return self._agent
 
     @property
+    def state(self) -> StateStore:
+        """The state database's keeper: checks and recovery at open, backups, the disk reserve."""
+        if self._state is None:
+            from edgeclaw.store.state import StateStore
+
+            self._state = StateStore(
+                self.state_dir,
+                reserve_bytes=self.config.state.reserve_bytes,
+                backup_interval_s=self.config.state.backup_interval_s,
+            )
+        return self._state
+
+    @property
     def db(self) -> Database:
-        """The state database, opened on first use (a `tool call` that needs none never opens it)."""
+        """The state database, opened on first use (a `tool call` that needs none never opens it),
+        checked before it is used, and recovered when it is damaged (see `store.state`)."""
         if self._db is None:
-            self._db = Database.in_state_dir(self.state_dir)
+            self._db = self.state.open()
         return self._db
+
+    @property
+    def state_health(self) -> dict[str, Any]:
+        """For `edgeclaw status`: what opening the state database found and did, its backup, the
+        disk reserve and free space (see `StateStore.snapshot`); does not open the database."""
+        return self.state.snapshot()
 
     def on_close(self, closer: Callable[[], Awaitable[None] | None]) -> None:
         """Register a release step (bus handles, child processes, the database); run in reverse on close."""
@@ -81,7 +103,9 @@ class Runtime:
             except Exception:
                 log.exception("error while releasing %r", closer)
         if self._db is not None:
-            self._db.close()  # kept, closed: a late user gets an error rather than a reopened file
+            # The daemon's clean stop backs it up first. Kept, closed: a late user gets an error
+            # rather than a reopened file.
+            self.state.close()
 
 
 def build_runtime(
@@ -149,7 +173,13 @@ def build_runtime(
         # Every channel's approval questions and decisions go to the same trail.
         approvals=ApprovalBroker(audit=audit),
     )
-    ws = Workspace(workspace, tuple(Path(p) for p in t.allowed_paths), t.max_file_bytes)
+    from edgeclaw.store.reserve import same_file_system
+
+    # On the state database's file system, the write tools leave its reserve free (store.reserve).
+    keep_free = config.state.reserve_bytes if same_file_system(workspace, state) else 0
+    ws = Workspace(
+        workspace, tuple(Path(p) for p in t.allowed_paths), t.max_file_bytes, keep_free_bytes=keep_free
+    )
     registry.register_all(fs_tools(ws))
     from edgeclaw.tools.shell_setup import install_shell_tools  # exec, process and custom tools
 

@@ -8,23 +8,71 @@ recorded, so upgrading the daemon upgrades the file in place.
 Calls are short and local, so they run on the event loop's thread; the
 connection is opened with check_same_thread=False so a worker thread may use
 it too, serialised by a lock.
+
+The file says what it is: `PRAGMA application_id` is edgeclaw's and
+`PRAGMA user_version` the format version (see `store.recovery`, which
+checks a file before it is used). A write that meets a full disk gives up
+the disk reserve (`store.reserve`) and is tried once more; when the disk is
+still full it fails with `StorageFull`, which names what could not be
+stored, never with a bare SQLite error.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from edgeclaw.errors import BackendError
 
+if TYPE_CHECKING:
+    from edgeclaw.store.reserve import DiskReserve
+
+log = logging.getLogger("edgeclaw.store.db")
+
 DB_FILENAME = "edgeclaw.db"
+# "ECLW": PRAGMA application_id of every edgeclaw state database.
+APPLICATION_ID = 0x45434C57
+# PRAGMA user_version: the file's format. Tables change through migrations; this only changes when
+# an older daemon could no longer read the file at all.
+FORMAT_VERSION = 1
+
+
+class StorageFull(BackendError, sqlite3.OperationalError):
+    """A write to the state database failed because the disk is full; says what was not stored.
+
+    Also an `sqlite3.OperationalError` (SQLITE_FULL), so code that handles a failing database
+    in general handles this case too.
+    """
+
+    def __init__(self, what: str, path: Path) -> None:
+        from edgeclaw.store.reserve import free_bytes
+
+        self.what = what
+        self.path = path
+        self.sqlite_errorcode = sqlite3.SQLITE_FULL
+        self.sqlite_errorname = "SQLITE_FULL"
+        free = free_bytes(path.parent)
+        room = f"; {free} bytes free" if free is not None else ""
+        super().__init__(
+            f"no space left on device: could not store {what} in the state database {path} "
+            f"(file system of {path.parent}{room})"
+        )
+
+
+def is_disk_full(e: BaseException) -> bool:
+    """SQLITE_FULL: SQLite's word for ENOSPC (and for a database at its size limit)."""
+    if not isinstance(e, sqlite3.Error):
+        return False
+    code = getattr(e, "sqlite_errorcode", None)
+    return code == sqlite3.SQLITE_FULL or "database or disk is full" in str(e)
 
 
 @dataclass(frozen=True)
@@ -35,9 +83,14 @@ class Migration:
     statements: Sequence[str]
 
 
+T = TypeVar("T")
+
+
 class Database:
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *, reserve: DiskReserve | None = None) -> None:
         self.path = Path(path)
+        self.reserve = reserve
+        self.last_full: tuple[float, str] | None = None  # (when, what) of the last write a full disk stopped
         self._lock = threading.RLock()
         try:
             if str(path) != ":memory:":
@@ -58,18 +111,64 @@ class Database:
             raise BackendError(f"cannot open the state database {self.path}: {e}") from None
         try:
             self._conn.row_factory = sqlite3.Row
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            # NORMAL is durable across application crashes in WAL mode; only a power cut can lose
-            # the last transactions, which is the usual trade-off on SD cards.
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.execute("PRAGMA foreign_keys=ON")
-            self._conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations"
-                " (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)"
-            )
-        except sqlite3.Error as e:
+            # Switching to WAL creates the -wal and -shm files: on a full disk this is the first write.
+            self._write("the database's journal (opening it)", self._setup)
+        except (sqlite3.Error, BackendError) as e:
             self._conn.close()  # e.g. "file is not a database": do not keep the handle open
+            if isinstance(e, StorageFull):
+                raise
             raise BackendError(f"cannot open the state database {self.path}: {e}") from None
+
+    def _setup(self) -> None:
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        # NORMAL is durable across application crashes in WAL mode; only a power cut can lose
+        # the last transactions, which is the usual trade-off on SD cards.
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("PRAGMA foreign_keys=ON")
+        self._conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)"
+        )
+
+    def _write(self, what: str, fn: Callable[[], T]) -> T:
+        """Run a writing step; on a full disk, release the reserve and try once more."""
+        try:
+            return fn()
+        except sqlite3.Error as e:
+            if not is_disk_full(e):
+                raise
+            if self.reserve is None or not self.reserve.release():
+                raise self._full(what) from None
+        try:
+            return fn()
+        except sqlite3.Error as e:
+            if is_disk_full(e):
+                raise self._full(what) from None
+            raise
+
+    def _full(self, what: str) -> StorageFull:
+        self.last_full = (time.time(), what)
+        log.error("no space left on device: could not store %s in %s", what, self.path)
+        return StorageFull(what, self.path)
+
+    # -- identity ---------------------------------------------------------------------------
+
+    def identity(self) -> tuple[int, int]:
+        """(PRAGMA application_id, PRAGMA user_version) of the open file."""
+        with self._lock:
+            app = int(self._conn.execute("PRAGMA application_id").fetchone()[0])
+            version = int(self._conn.execute("PRAGMA user_version").fetchone()[0])
+        return app, version
+
+    def stamp(self) -> None:
+        """Mark the file as an edgeclaw state database of this format."""
+        with self._lock:
+            self._write(
+                "the database's identity",
+                lambda: (
+                    self._conn.execute(f"PRAGMA application_id={APPLICATION_ID}"),
+                    self._conn.execute(f"PRAGMA user_version={FORMAT_VERSION}"),
+                ),
+            )
 
     @classmethod
     def in_state_dir(cls, state_dir: Path) -> Database:
@@ -83,7 +182,7 @@ class Database:
             for m in migrations:
                 if m.name in done:
                     continue
-                with self.transaction() as conn:
+                with self.transaction(f"the schema change {m.name!r}") as conn:
                     for statement in m.statements:
                         conn.execute(statement)
                     conn.execute(
@@ -94,21 +193,40 @@ class Database:
         return applied
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """BEGIN IMMEDIATE … COMMIT, rolled back on any exception."""
+    def transaction(self, what: str = "a change") -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE … COMMIT, rolled back on any exception.
+
+        `what` names the change for the error a full disk gives ("a session
+        message"). A COMMIT that meets a full disk is retried once the reserve
+        is released (SQLite keeps the transaction open after SQLITE_FULL on
+        COMMIT); a statement inside that meets it rolls back, releases the
+        reserve for the next write, and raises `StorageFull`.
+        """
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
+            self._write(what, lambda: self._conn.execute("BEGIN IMMEDIATE"))
             try:
                 yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
+            except BaseException as e:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                if is_disk_full(e):
+                    if self.reserve is not None:
+                        self.reserve.release()  # for the next write; this one is rolled back
+                    raise self._full(what) from None
                 raise
-            else:
-                self._conn.execute("COMMIT")
+            try:
+                self._write(what, lambda: self._conn.execute("COMMIT"))
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
 
-    def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
+    def execute(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] = (), *, what: str = "a change"
+    ) -> sqlite3.Cursor:
+        """One statement (its own transaction when none is open); `what` names it for `StorageFull`."""
         with self._lock:
-            return self._conn.execute(sql, params)
+            return self._write(what, lambda: self._conn.execute(sql, params))
 
     def query(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[sqlite3.Row]:
         with self._lock:

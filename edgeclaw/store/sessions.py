@@ -90,7 +90,7 @@ class SessionStore:
     def append(self, key: str, channel: str, body: str, tokens: int, provider: str = "") -> int:
         """Store one message; returns its row id."""
         now = time.time()
-        with self.db.transaction() as conn:
+        with self.db.transaction(f"a message of session {key!r}") as conn:
             conn.execute(
                 "INSERT INTO sessions (key, channel, provider, created, updated) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT(key) DO UPDATE SET updated = excluded.updated, "
@@ -115,13 +115,17 @@ class SessionStore:
         now = time.time()
         # Milliseconds keep two quick /new in a row from colliding.
         archived = f"{key}@{time.strftime('%Y%m%dT%H%M%S', time.gmtime(now))}.{int(now * 1000) % 1000:03d}"
-        with self.db.transaction() as conn:
+        with self.db.transaction(f"the archive of session {key!r}") as conn:
             conn.execute("UPDATE sessions SET key = ? WHERE key = ?", (archived, key))
             conn.execute("UPDATE messages SET session_key = ? WHERE session_key = ?", (archived, key))
         return archived
 
     def prune(self, key: str, keep_from_id: int) -> None:
-        self.db.execute("DELETE FROM messages WHERE session_key = ? AND id < ?", (key, keep_from_id))
+        self.db.execute(
+            "DELETE FROM messages WHERE session_key = ? AND id < ?",
+            (key, keep_from_id),
+            what=f"the trimming of session {key!r}",
+        )
 
     def summary(self, key: str) -> SessionSummary | None:
         rows = self.db.query(

@@ -91,6 +91,15 @@ class Tool(ABC):
     parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {}, "additionalProperties": False}
     # None = the registry's default timeout.
     timeout_s: ClassVar[float | None] = None
+    # Calls that only observe (read a file, a pin, a register) and change nothing may run when the
+    # daemon cannot record them (a full disk: see `only_observes`). A tool that never changes
+    # anything sets `observes_only`; one whose `action` decides lists its observing actions.
+    observes_only: ClassVar[bool] = False
+    observing_actions: ClassVar[frozenset[str]] = frozenset()
+
+    def only_observes(self, args: Args) -> bool:
+        """True when this call changes nothing on the device (a read). Default: it may change something."""
+        return self.observes_only or args.get("action") in self.observing_actions
 
     async def check(self, args: Args, ctx: ToolContext) -> PendingApproval | None:  # noqa: B027
         """Refuse (raise ToolRefused) when the call would leave its bounds. Default: nothing to check.

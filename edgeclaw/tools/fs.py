@@ -150,6 +150,28 @@ def _ensure_parent(ws: Workspace, path: Path, shown: str) -> int:
         raise _os_error("create the directory for", shown, exc) from exc
 
 
+def _check_room(ws: Workspace, dir_fd: int, size: int, shown: str) -> None:
+    """Refuse a write that would leave less than `ws.keep_free_bytes` free on the file system.
+
+    That space is the daemon's own (see `store.reserve`): the workspace usually shares the state
+    database's file system, and a full workspace must not leave sessions or the request ledger
+    without room.
+    """
+    if ws.keep_free_bytes <= 0:
+        return
+    try:
+        st = os.fstatvfs(dir_fd)
+    except OSError:
+        return  # unknown: the write itself will tell
+    free = st.f_bavail * st.f_frsize
+    if free - size < ws.keep_free_bytes:
+        raise ToolError(
+            f"no space left on device for {shown}: writing {format_size(size)} would leave less than "
+            f"the {format_size(ws.keep_free_bytes)} kept free for the daemon's own state "
+            f"({format_size(max(free, 0))} free); the previous content is unchanged"
+        )
+
+
 def _atomic_write(ws: Workspace, path: Path, data: bytes, shown: str) -> bool:
     """Replace `path` with `data` atomically; True when the file was created."""
     dir_fd = _ensure_parent(ws, path, shown)
@@ -159,6 +181,7 @@ def _atomic_write(ws: Workspace, path: Path, data: bytes, shown: str) -> bool:
     tmp = f".{name[:200]}.{secrets.token_hex(4)}.tmp"
     tmp_made = False
     try:
+        _check_room(ws, dir_fd, len(data), shown)
         try:
             old: os.stat_result | None = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
@@ -219,6 +242,7 @@ def _append(ws: Workspace, path: Path, data: bytes, shown: str) -> int:
             except BlockingIOError:
                 raise ToolError(f"{shown} is being written by another call; try again") from None
             st = os.fstat(fd)  # the size now that nobody else is appending
+            _check_room(ws, dir_fd, len(data), shown)
             if st.st_size + len(data) > ws.max_file_bytes:
                 raise ToolRefused(
                     f"refused: appending {format_size(len(data))} would make {shown} "
@@ -440,6 +464,7 @@ class _ReadPlan:
 
 class ReadFileTool(_FsTool):
     name = "read_file"
+    observes_only = True
     description = (
         f"Read a UTF-8 text file. Shows at most {READ_MAX_LINES} lines per call; "
         "start_line/end_line (1-based, inclusive) pick a range. The first output line states the range shown."
@@ -592,6 +617,7 @@ class FileAppendTool(_ContentTool):
 
 class ListFilesTool(_FsTool):
     name = "list_files"
+    observes_only = True
     description = (
         "List a directory (default: workspace root). Directories end with '/'; symlinks show '-> target' "
         "and are not followed. recursive=true walks subdirectories (not .git, node_modules, caches)."
@@ -668,6 +694,7 @@ class ListFilesTool(_FsTool):
 
 class SearchTool(_FsTool):
     name = "search"
+    observes_only = True
     description = (
         "Search text files for a Python regular expression, line by line. Returns 'file:line: text'. "
         "glob filters file names (e.g. '*.py'; with '/' it matches the path below `path`)."
@@ -802,6 +829,7 @@ class SearchTool(_FsTool):
 
 class GlobTool(_FsTool):
     name = "glob"
+    observes_only = True
     description = (
         "Find paths matching a glob such as '**/*.toml' or 'src/*.py' ('**' spans directories). "
         "Returns paths relative to the workspace, sorted; directories end with '/'."

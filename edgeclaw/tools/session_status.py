@@ -20,6 +20,7 @@ class SessionFacts(Protocol):
 
 class SessionStatusTool(Tool):
     name = "session_status"
+    observes_only = True
     group = "sessions"
     description = (
         "Status of the current session: who is calling and over which channel, tool calls made and "

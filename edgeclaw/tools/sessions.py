@@ -25,6 +25,7 @@ def _visible(ctx: ToolContext, session_key: str) -> bool:
 
 class SessionsListTool(Tool):
     name = "sessions_list"
+    observes_only = True
     group = "sessions"
     description = "List conversation sessions, newest first, with message counts and last activity."
     parameters = {
@@ -49,6 +50,7 @@ class SessionsListTool(Tool):
 
 class SessionsHistoryTool(Tool):
     name = "sessions_history"
+    observes_only = True
     group = "sessions"
     description = "The last messages of a session (default: the current one)."
     parameters = {

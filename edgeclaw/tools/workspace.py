@@ -178,6 +178,9 @@ class Workspace:
     root: Path
     extra_paths: tuple[Path, ...] = ()
     max_file_bytes: int = 10 * 1024 * 1024
+    # Room the write tools leave free on the workspace's file system: the daemon's state reserve
+    # when the state database lives on the same one (so a full workspace never takes its last space).
+    keep_free_bytes: int = 0
     # root first, then the extra paths; derived, kept for the hot path.
     _roots: tuple[Path, ...] = field(init=False, repr=False, compare=False)
 

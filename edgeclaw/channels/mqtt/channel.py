@@ -90,7 +90,7 @@ from edgeclaw.channels.mqtt.telemetry import HealthSources, TelemetryCollector
 from edgeclaw.channels.mqtt.topics import DeviceTopics
 from edgeclaw.config.schema import MqttConfig
 from edgeclaw.errors import ConfigError, ConfigErrors
-from edgeclaw.store.db import Database
+from edgeclaw.store.db import Database, StorageFull
 from edgeclaw.tools.approval import ApprovalBroker, ApprovalRequest, Decision, Verdict
 from edgeclaw.tools.audit import AuditRecord, AuditTrail
 from edgeclaw.tools.base import ToolContext
@@ -587,6 +587,7 @@ class MqttChannel:
             lambda code, text: encode(tool_error(call.id, call.tool, code, text)),
             cancel=(call.id, entry),
             about=("tool", call.id, call.tool),
+            observes=self.registry.only_observes(call.tool, call.args),
         )
 
     def _cancel(self, cancel: CancelRequest, route: Route, caller: str) -> None:
@@ -654,6 +655,7 @@ class MqttChannel:
         cancel: tuple[str, Cancellable] | None = None,
         *,
         about: tuple[Literal["tool", "chat", "admin"], str | None, str | None],
+        observes: bool = False,
     ) -> None:
         """Admit a request: recorded in the ledger (durably, before the broker gets our PUBACK for
         it) with where its answer goes and what it names (`about`: kind, id, and the tool, chat
@@ -677,12 +679,24 @@ class MqttChannel:
         recorded = Recorded(route.topic, route.correlation, request_id, label)
         # Below max_concurrent admitted, this one gets a slot at once: recorded as running right away.
         started = self._admitted < self.config.max_concurrent
-        if key is None:
-            # Nothing to recognise it by: recorded only so that a crash cannot leave it unanswered.
-            key = journal_key(kind)
-            self.ledger.begin(key, recorded, started=started)
-        elif self._answered_from_ledger(key, self.ledger.begin(key, recorded, started=started), route, error):
-            return
+        try:
+            if key is None:
+                # Nothing to recognise it by: recorded only so that a crash cannot leave it unanswered.
+                key = journal_key(kind)
+                self.ledger.begin(key, recorded, started=started)
+            elif self._answered_from_ledger(
+                key, self.ledger.begin(key, recorded, started=started), route, error
+            ):
+                return
+        except StorageFull as e:
+            # A full disk: a call that only reads runs unrecorded (a repeat of it is harmless);
+            # anything else is refused, since a repeat of an unrecorded call could run it twice.
+            if not observes:
+                self.counters["rejected"] += 1
+                self._answer(route, error("no_space", f"{e}; the request was not run"))
+                return
+            log.warning("%s; request %s only reads, so it runs without a ledger entry", e, request_id)
+            key = None
         self._admitted += 1
         if cancel is not None:
             self._cancellable.setdefault(cancel[0], []).append(cancel[1])

@@ -30,6 +30,7 @@ BRIDGE_MAX_BYTES = 64  # the firmware's per-request I2C limit
 
 class ESP32Tool(HardwareTool):
     name = "esp32"
+    observing_actions = frozenset({"info", "version", "gpio_read", "adc_read", "i2c_scan", "i2c_read"})
     description = (
         "The ESP32 attached over serial (edgeclaw bridge firmware). Actions: info, version, gpio_read / "
         "gpio_write (pin number or name, value 0/1), adc_read (pin), i2c_scan (bus), i2c_read (bus, address, "

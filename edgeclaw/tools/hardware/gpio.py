@@ -19,6 +19,7 @@ WRITES = ("write", "pulse", "pwm")
 
 class GPIOTool(HardwareTool):
     name = "gpio"
+    observing_actions = frozenset({"list", "read"})
     description = (
         "GPIO pins the board profile grants, by number or name. Actions: list, read, "
         "write (value true/false), pulse (active for duration_ms, then inactive), "

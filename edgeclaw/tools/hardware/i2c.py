@@ -33,6 +33,7 @@ WRITES = ("write_byte", "write_word", "write_block")
 
 class I2CTool(HardwareTool):
     name = "i2c"
+    observing_actions = frozenset({"scan", *READS})
     description = (
         "I2C bus access bounded by the board profile. Actions: scan (list devices that acknowledge), "
         "read_byte / read_word / read_block from a register, write_byte / write_word / write_block to a "

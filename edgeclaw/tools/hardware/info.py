@@ -52,6 +52,7 @@ def _qemu_available() -> bool:
 
 class HardwareInfoTool(HardwareTool):
     name = "hardware_info"
+    observes_only = True
     description = (
         "The board: name, SoC, CPU temperature, memory, uptime, what the board profile grants (buses, "
         "pins, memory regions, probe, ESP32 bridge) and which hardware backends are open."

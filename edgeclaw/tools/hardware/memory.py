@@ -30,6 +30,7 @@ WIDTHS = {8: 1, 16: 2, 32: 4}
 
 class HardwareMemoryTool(HardwareTool):
     name = "hardware_memory"
+    observing_actions = frozenset({"regions", "read", "read_block"})
     description = (
         "Read or write memory-mapped registers inside a region the board profile grants. Actions: regions "
         "(list them), read (width 8/16/32, count values), write (one value), read_block (length bytes), "

@@ -30,6 +30,7 @@ ACTIONS = ("info", "read_memory", "write_memory", "read_registers", *CONTROL, "f
 
 class ProbeTool(Tool):
     name = "probe"
+    observing_actions = frozenset({"info", "read_memory", "read_registers"})
     group = "hardware"
     description = (
         "The microcontroller behind the debug probe, such as an attached STM32. "

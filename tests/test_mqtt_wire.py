@@ -3,6 +3,7 @@ Response Topics that belong to the devices, the exact signed input, and answer s
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -27,6 +28,9 @@ from edgeclaw.channels.mqtt.protocol import (
 from edgeclaw.channels.mqtt.signing import Verifier, envelope, mac, signed_input
 from edgeclaw.config.loader import config_from_dict
 from edgeclaw.errors import ConfigErrors
+from edgeclaw.tools.approval import ApprovalBroker, ApprovalUnavailable, Decision, Verdict
+from edgeclaw.tools.audit import AuditTrail
+from edgeclaw.tools.base import ToolContext
 from edgeclaw.tools.registry import CallOutcome
 
 
@@ -290,3 +294,58 @@ def test_signing_config_checks():
     config_from_dict({"mqtt": {"dedup_window_s": 0}}, "m.toml")
     defaults = config_from_dict({}, "m.toml").mqtt
     assert defaults.hmac_max_age_s == 300 and defaults.dedup_window_s >= 2 * defaults.hmac_max_age_s
+
+
+# -- the approval broker's record (every channel's approvals) --------------------------
+async def test_every_approval_question_and_decision_is_on_the_audit_trail():
+    events: list[dict] = []
+    trail = AuditTrail()
+    trail.add_sink(events.append)
+    broker = ApprovalBroker(timeout_s=0.2, audit=trail)
+
+    class Scripted:
+        def __init__(self, answer):
+            self.answer = answer
+
+        async def ask_approval(self, request):
+            if self.answer == "hang":
+                await asyncio.sleep(10)
+            if isinstance(self.answer, Exception):
+                raise self.answer
+            return self.answer
+
+    ctx = ToolContext(channel="console", caller="console:/dev/ttyGS0", request_id="r1", session_key="s")
+    outcomes = []
+    for answer in (
+        Decision.ALLOW_ONCE,
+        Verdict(Decision.DENY, "mqtt:key:approver"),
+        "hang",
+        None,
+        ApprovalUnavailable("approvals are off here"),
+    ):
+        broker.register("console", Scripted(answer))
+        outcomes.append(await broker.request("exec", "rm -rf build", ctx))
+    broker.refuse("console", "no approver on this channel")
+    outcomes.append(await broker.request("exec", "rm -rf build", ctx))
+    broker.unregister("console")
+    outcomes.append(await broker.request("exec", "rm -rf build", ctx))
+
+    assert outcomes[0] == (Decision.ALLOW_ONCE, "")
+    assert outcomes[1] == (Decision.DENY, "denied by mqtt:key:approver")
+    assert [o[0] for o in outcomes[2:]] == [Decision.DENY] * 5
+    assert "timed out" in outcomes[2][1] and outcomes[4][1] == "approvals are off here"
+    assert outcomes[5][1] == "no approver on this channel" and "cannot ask anyone" in outcomes[6][1]
+    decisions = [e["decision"] for e in events]
+    assert decisions == [
+        "asked", "allow-once",
+        "asked", "deny",
+        "asked", "timeout",
+        "asked", "unavailable",
+        "asked", "unavailable",
+        "unavailable",  # refused: nobody was asked
+        "unavailable",  # no approver registered
+    ]  # fmt: skip
+    assert events[1]["by"] == "console:/dev/ttyGS0" and events[3]["by"] == "mqtt:key:approver"
+    for e in events:
+        assert e["kind"] == "approval" and e["request_id"] == "r1" and e["caller"] == "console:/dev/ttyGS0"
+        assert e["channel"] == "console" and "rm -rf" not in json.dumps(e)  # the summary is not recorded

@@ -594,3 +594,65 @@ async def test_option_and_code_lists_are_stored_across_restarts(tmp_path: Path) 
         assert (await again.registry.execute("usage", {"path": "-a"}, ctx(), dry_run=True)).ok
     finally:
         await again.aclose()
+
+
+# -- encryption is an extra ---------------------------------------------------------------
+
+CRYPTO_MODULES = ("cryptography", "cryptography.exceptions", "cryptography.hazmat.primitives.ciphers.aead")
+
+
+def _without_cryptography(monkeypatch) -> None:
+    """As on an install without the crypto extra: importing the package fails."""
+    import sys
+
+    for name in CRYPTO_MODULES:
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+async def test_without_the_crypto_extra_only_sealed_env_values_are_unavailable(
+    tmp_path: Path, monkeypatch, caplog
+) -> None:
+    runtime = make_runtime(tmp_path)
+    custom_tools_for(runtime.registry).define(
+        {"name": "greet", "command": 'printf "%s" "$GREETING"', "env": {"GREETING": "sealed-before"}}
+    )
+    await runtime.aclose()
+
+    _without_cryptography(monkeypatch)
+    plain = make_runtime(tmp_path, tools={"custom": [{"name": "cfg_env", "command": 'printf "%s" "$X"',
+                                                      "env": {"X": "from-config"}}]})  # fmt: skip
+    custom = custom_tools_for(plain.registry)
+    try:
+        # A tool whose stored values cannot be opened is not offered (it would run without them) ...
+        assert "greet" not in plain.registry.names()
+        assert "crypto extra" in caplog.text and "greet" in caplog.text
+        # ... defining one with env values says which extra it needs, and changes nothing ...
+        with pytest.raises(InvalidDefinition, match=r"pip install 'edgeclaw\[crypto\]'"):
+            custom.define({"name": "other", "command": "true", "env": {"K": "v"}})
+        assert "other" not in plain.registry.names()
+        # ... and everything else works: tools without env values, config-defined env values.
+        custom.define({**ECHO, "name": "say2"})
+        assert (await plain.registry.execute("say2", {"msg": "hi"}, ctx())).for_user == "hi\n"
+        assert (await plain.registry.execute("cfg_env", {}, ctx())).for_user == "from-config"
+    finally:
+        await plain.aclose()
+
+    monkeypatch.undo()  # the extra installed later: what was sealed before reads again
+    again = make_runtime(tmp_path)
+    try:
+        assert (await again.registry.execute("greet", {}, ctx())).for_user == "sealed-before"
+    finally:
+        await again.aclose()
+
+
+def test_the_core_runtime_does_not_load_cryptography(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; sys.path.insert(0, 'tests'); from shell_helpers import make_runtime; import pathlib; "
+        f"r = make_runtime(pathlib.Path({str(tmp_path)!r})); "
+        "print('loaded' if any(m.startswith('cryptography') for m in sys.modules) else 'light')"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "light", out.stderr

@@ -361,3 +361,83 @@ def test_simple_commands_split_for_the_allowlist() -> None:
     assert simple_commands("echo `id`") is None
     assert simple_commands("echo 'unbalanced") is None
     assert program_of(["LANG=C", "/usr/bin/sort", "x"]) == "sort"
+
+
+# -- every spelling of a recursive rm ----------------------------------------------------------
+#
+# Planted in review: a pattern that knew `-r` but not `-R` passed the whole suite. These pin each
+# spelling rm accepts, bundled or separated, short or long (and long ones abbreviated, as getopt
+# allows), before or after the target, against every target that must stay.
+
+RECURSIVE_SPELLINGS = [
+    "-r", "-R", "-rf", "-fr", "-Rf", "-fR", "-rfv", "-vRf", "-dR", "-r -f", "-R -f", "-f -R", "-f -r",
+    "--recursive", "--recursive --force", "--force --recursive", "-f --recursive", "--recu", "--r",
+    "-I -R", "-R --interactive=never", "-R --verbose --one-file-system",
+]  # fmt: skip
+PRECIOUS_TARGETS = [
+    "/", "//", "/.", "/..", "/*", "/./", "~", "~/", "~/*", "~root", "$HOME", '"$HOME"', "${HOME}/",
+    "/etc", "/home", "/home/", "/usr/*", "/var", "/boot", "/root", "/mnt", "/tmp", ".", "./", "..",
+    "../..", "./..", "*",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("options", RECURSIVE_SPELLINGS)
+def test_every_spelling_of_a_recursive_rm_of_a_precious_target_is_caught(options: str) -> None:
+    deny = DenyList()
+    missed = []
+    for target in PRECIOUS_TARGETS:
+        for command in (f"rm {options} {target}", f"rm {target} {options}", f"/bin/rm {options} -- {target}"):
+            names = [h.group.name for h in deny.check(normalise(command))]
+            if "destructive-ops" not in names:
+                missed.append(command)
+    assert missed == []
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["rm -rf --no-preserve-root x", "rm -r --no-preserve x", "rm -r --no-p x", "rm --n -r x"],
+)
+def test_no_preserve_root_is_caught_however_abbreviated(command: str) -> None:
+    assert "destructive-ops" in [h.group.name for h in DenyList().check(normalise(command))]
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["chmod -R 777 /", "chmod --recursive 777 /", "chown --rec root /etc", "chgrp -hR staff /usr"],
+)
+def test_a_recursive_chmod_or_chown_of_the_system_is_caught(command: str) -> None:
+    assert "destructive-ops" in [h.group.name for h in DenyList().check(normalise(command))]
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["rm -R build", "rm --recursive ./dist", "rm -rf ~/build", "rm -Rf .cache", "rm -f /tmp/x",
+     "rm -rf /tmp/build", "rm -r ..cache", "chmod --reference=a b", "chmod -R 755 scripts"],
+)  # fmt: skip
+def test_recursive_removal_inside_the_workspace_passes(command: str) -> None:
+    assert DenyList().check(normalise(command)) == []
+
+
+# -- the workspace and the directories that hold it --------------------------------------------
+
+WS = "/var/lib/edgeclaw/workspace"
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["rm -rf /var/lib", "rm -rf /var/lib/", "rm -r /var/lib/edgeclaw", "rm -Rf /var/lib/edge*",
+     "rm -rf /var/l?b", f"rm -rf {WS}", f"rm -rf {WS}/", f"rm -rf {WS}/*", "rm -rf ~/..", "rm -rf $HOME/..",
+     "rm -rf sub/../..", "rm -rf ../../..", 'rm -rf "/var/lib"', "rm --recursive -- /var/lib/edgeclaw"],
+)  # fmt: skip
+def test_removing_the_workspace_or_a_directory_that_holds_it_is_destructive(command: str) -> None:
+    hits = DenyList(workspace=[WS]).check(normalise(command))
+    assert "destructive-ops" in [h.group.name for h in hits], command
+
+
+@pytest.mark.parametrize(
+    "command",
+    [f"rm -rf {WS}/build", "rm -rf /var/lib/other", "rm -rf build", "rm -rf sub/..x", "rm -f /var/lib",
+     "rm -rf x/*", f"rm -rf {WS}/b*"],
+)  # fmt: skip
+def test_removing_something_inside_the_workspace_is_not(command: str) -> None:
+    assert DenyList(workspace=[WS]).check(normalise(command)) == [], command

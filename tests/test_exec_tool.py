@@ -20,6 +20,7 @@ from edgeclaw.errors import ToolRefused
 from edgeclaw.store.approvals import ApprovalStore
 from edgeclaw.tools.approval import Decision
 from edgeclaw.tools.base import ToolContext
+from edgeclaw.tools.custom import custom_tools_for
 
 pytestmark = pytest.mark.skipif(
     not (os.path.exists("/usr/bin/firejail") or os.path.exists("/usr/bin/bwrap")),
@@ -427,5 +428,73 @@ async def test_a_multi_line_command_says_so_before_its_first_line(tmp_path: Path
         out = await runtime.registry.execute("exec", {"command": command}, ctx())
         assert out.refused
         assert approver.asked[0].summary.startswith("[a command of 41 lines]\nls\n")
+    finally:
+        await runtime.aclose()
+
+
+# -- dry runs say what would happen --------------------------------------------------------
+
+
+def test_a_dry_run_of_an_allowlist_miss_says_it_would_ask(run_cli) -> None:
+    proc = run_cli("tool", "call", "exec", '{"command": "rm notes.txt"}', "--dry-run", "--json")
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 3, proc.stderr
+    assert out["ok"] is True
+    assert out["for_llm"] == (
+        "dry run: exec would ask for approval: 'rm' is not on the allowlist (tools.exec.allowlist)"
+    )
+    plain = run_cli("tool", "call", "exec", '{"command": "ls -la"}', "--dry-run")
+    assert plain.returncode == 0 and plain.stdout.strip() == "dry run: exec would run"
+
+
+async def test_dry_runs_name_each_reason_for_approval(tmp_path: Path) -> None:
+    runtime = make_runtime(tmp_path)
+    reg = runtime.registry
+    try:
+        for command, reason in (
+            ("rm notes.txt", "'rm' is not on the allowlist"),
+            ("env ls", "'env' runs other programs"),
+            ("./ls", "'./ls' is not a program from a system directory"),
+            ("sort --compress-program=gzip x", "'sort' is given an option that runs another program"),
+            ("ls $(pwd)", "a command or process substitution cannot be allowlisted"),
+        ):
+            dry = await reg.execute("exec", {"command": command}, ctx(), dry_run=True)
+            assert dry.ok and dry.stage == "dry_run_approval", dry
+            assert dry.for_llm.startswith("dry run: exec would ask for approval: ") and reason in dry.for_llm
+        started = await reg.execute("process", {"action": "start", "command": "rm x"}, ctx(), dry_run=True)
+        assert started.stage == "dry_run_approval" and "'rm' is not on the allowlist" in started.for_llm
+        # A stored allow-always answer stands in for the question: then it would just run.
+        runtime.approvals.register("mqtt", ScriptedApprover(Decision.ALLOW_ALWAYS))
+        assert (await reg.execute("exec", {"command": "rm -f gone.txt"}, ctx())).ok
+        again = await reg.execute("exec", {"command": "rm -f gone.txt"}, ctx(), dry_run=True)
+        assert again.stage == "dry_run" and again.for_llm == "dry run: exec would run"
+    finally:
+        await runtime.aclose()
+
+    full = make_runtime(tmp_path / "full", tools={"exec": {"security": "full"}})
+    custom = custom_tools_for(full.registry)
+    custom.define({"name": "get", "command": "pip install {{.pkg}}", "parameters": {
+        "type": "object", "properties": {"pkg": {"type": "string"}}}})  # fmt: skip
+    try:
+        for tool, args in (("exec", {"command": "apt-get install -y htop"}), ("get", {"pkg": "requests"})):
+            dry = await full.registry.execute(tool, args, ctx(), dry_run=True)
+            assert dry.stage == "dry_run_approval" and "package-install" in dry.for_llm, dry
+    finally:
+        await full.aclose()
+
+
+async def test_removing_a_directory_that_holds_the_workspace_is_refused(tmp_path: Path) -> None:
+    runtime = make_runtime(tmp_path, tools={"exec": {"security": "full"}})
+    ws = runtime.workspace
+    (ws / "build").mkdir()
+    (ws / "keep.txt").write_text("kept")
+    try:
+        for command in (f"rm -rf {ws.parent}", f"rm -rf {ws}", "rm -rf ~/..", f"rm -Rf {ws.parent.parent}/*"):
+            for dry_run in (True, False):
+                out = await runtime.registry.execute("exec", {"command": command}, ctx(), dry_run=dry_run)
+                assert out.refused and "destructive-ops" in out.error, (command, out.error)
+        assert (ws / "keep.txt").read_text() == "kept"
+        assert (await runtime.registry.execute("exec", {"command": "rm -rf build"}, ctx())).ok
+        assert not (ws / "build").exists()
     finally:
         await runtime.aclose()

@@ -302,9 +302,11 @@ class _Walk:
     def use(self, word: Word, role: Role, program: str, why: str, options_end: bool = False) -> None:
         self.a.uses.append(Use(word, role, program, why, options_end))
 
-    def rest(self, words: list[Word], i: int, role: Role, program: str, why: str) -> None:
+    def rest(
+        self, words: list[Word], i: int, role: Role, program: str, why: str, options_end: bool = False
+    ) -> None:
         for w in words[i:]:
-            self.use(w, role, program, why)
+            self.use(w, role, program, why, options_end)
 
     # A command, from its first word (after `via`, the program that runs it).
     def command(self, words: list[Word], i: int, via: str = "") -> None:
@@ -598,7 +600,7 @@ class _Walk:
             scripts = [words[i]]
             i += 1
         files = words[i:]
-        options_end = False
+        options_end = _after_double_dash(words, i)
         for w in files:
             if w.literal == "--" and not options_end:
                 options_end = True
@@ -638,6 +640,11 @@ class _Walk:
                 continue
             self.use(w, "data", "find", "an argument of find")
             i += 1
+
+
+def _after_double_dash(words: list[Word], i: int) -> bool:
+    """Whether the options ended with a `--` right before word `i`."""
+    return i > 0 and words[i - 1].literal == "--"
 
 
 def _value_why(program: str, option: str, spec: _Spec) -> str:

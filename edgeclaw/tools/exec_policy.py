@@ -93,6 +93,8 @@ _RUNS_PROGRAMS = frozenset(
      "nsenter", "runuser", "sh", "bash", "dash", "zsh", "ksh", "ash",
      "less", "more", "man", "vi", "vim", "awk", "gawk", "mawk", "sed"}
 )  # fmt: skip
+
+
 class ExecPolicies:
     """Per-agent policies from [tools.exec] and [tools.agents.ID.exec]; ValueError for bad names."""
 

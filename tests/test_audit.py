@@ -172,6 +172,13 @@ def test_trail_lines_quote_what_needs_quoting_and_leave_out_what_is_unset(caplog
     assert events[0]["by"] == "[REDACTED]" and events[0]["kind"] == "approval"
 
 
+def test_trail_fields_are_scrubbed_however_nested() -> None:
+    trail = AuditTrail(Scrubber(["s3cret-approver"]).scrub)
+    event = trail.emit("admin", names=["ok", "s3cret-approver"], detail={"by": {"who": "s3cret-approver"}})
+    assert "s3cret-approver" not in json.dumps(event)
+    assert event["names"] == ["ok", "[REDACTED]"] and event["detail"] == {"by": {"who": "[REDACTED]"}}
+
+
 def test_log_line_values_with_control_characters_are_quoted() -> None:
     # A caller's name with a newline must not forge a second log line.
     assert log_line("k", {"caller": "a\ntool_call tool=x"}) == 'k caller="a\\ntool_call tool=x"'

@@ -216,11 +216,21 @@ class AuditTrail:
         if sink in self._sinks:
             self._sinks.remove(sink)
 
+    def _scrubbed(self, value: Any) -> Any:
+        """`value` with every string in it scrubbed, however nested (a list of names is text too)."""
+        if isinstance(value, str):
+            return self._scrub(value)
+        if isinstance(value, list | tuple):
+            return [self._scrubbed(item) for item in value]
+        if isinstance(value, dict):
+            return {self._scrub(str(k)): self._scrubbed(v) for k, v in value.items()}
+        return value
+
     def emit(self, kind: str, /, *, level: int = logging.INFO, **fields: Any) -> dict[str, Any]:
         """Record one event: `kind` ("approval", "admin", "login", ...) and its fields."""
         event: dict[str, Any] = {"kind": kind, "ts": round(time.time(), 3)}
         for key, value in fields.items():
-            event[key] = self._scrub(value) if isinstance(value, str) else value
+            event[key] = self._scrubbed(value)
         trail_log.log(
             level, "%s", log_line(kind, {k: v for k, v in event.items() if k not in ("kind", "ts")})
         )

@@ -1,8 +1,8 @@
 """Foundation benchmarks: registry dispatch overhead, CLI start-up time, import memory.
 
 Each figure is printed beside a baseline measured in the same run:
-  * a no-op tool through Registry.execute vs awaiting the tool's execute directly
-    (target: <= 30 µs of overhead, median);
+  * a no-op tool through Registry.execute vs awaiting the tool's execute directly, returning "ok" and a
+    small sensor reading (target: <= 30 µs of overhead, median; a secret is configured, so scrubbing counts);
   * `edgeclaw --version` wall time vs `python -c pass` (target: <= 80 ms);
   * peak RSS after `import edgeclaw` (and after building the whole runtime) vs `python -c pass`.
 
@@ -27,10 +27,14 @@ DISPATCH_TARGET_US = 30.0
 VERSION_TARGET_MS = 80.0
 
 
-def bench_dispatch(calls: int) -> tuple[float, float]:
+# A small realistic result: what a sensor read returns. Scrubbing it is part of the overhead measured.
+SMALL_RESULT = '{"temperature_c": 21.5, "humidity": 40.2, "status": "ok", "sensor": "bme280 at 0x76"}'
+
+
+def bench_dispatch(calls: int, result: str = "ok") -> tuple[float, float]:
     from edgeclaw.tools.base import Tool, ToolContext, ToolResult
     from edgeclaw.tools.policy import PolicyEngine, PolicyRules
-    from edgeclaw.tools.ratelimit import SlidingWindowLimiter
+    from edgeclaw.tools.ratelimit import RateLimiter
     from edgeclaw.tools.registry import Registry
     from edgeclaw.tools.scrub import Scrubber
 
@@ -46,14 +50,12 @@ def bench_dispatch(calls: int) -> tuple[float, float]:
         }
 
         async def execute(self, args, ctx):
-            return ToolResult(for_llm="ok")
+            return ToolResult(for_llm=result)
 
     scrubber = Scrubber()
     scrubber.add_secret("a-configured-api-key-1234")
     # A realistic policy (a profile, a deny list) and an unlimited rate so the loop is not cut short.
-    registry = Registry(
-        PolicyEngine(PolicyRules(profile="full", deny=("exec",))), scrubber, SlidingWindowLimiter(0, 3600)
-    )
+    registry = Registry(PolicyEngine(PolicyRules(profile="full", deny=("exec",))), scrubber, RateLimiter(0))
     tool = Noop()
     registry.register(tool)
     ctx = ToolContext(session_key="bench")
@@ -106,14 +108,15 @@ def main() -> int:
     opts = parser.parse_args()
     missed = []
 
-    direct_us, registry_us = bench_dispatch(opts.calls)
-    overhead = registry_us - direct_us
-    print(
-        f"dispatch: direct {direct_us:.2f} µs, registry {registry_us:.2f} µs, overhead {overhead:.2f} µs "
-        f"(target <= {DISPATCH_TARGET_US:.0f} µs)"
-    )
-    if overhead > DISPATCH_TARGET_US:
-        missed.append("dispatch overhead")
+    for label, result in (("dispatch", "ok"), ("dispatch, small result", SMALL_RESULT)):
+        direct_us, registry_us = bench_dispatch(opts.calls, result)
+        overhead = registry_us - direct_us
+        print(
+            f"{label}: direct {direct_us:.2f} µs, registry {registry_us:.2f} µs, overhead {overhead:.2f} µs "
+            f"(target <= {DISPATCH_TARGET_US:.0f} µs)"
+        )
+        if overhead > DISPATCH_TARGET_US:
+            missed.append(f"{label} overhead")
 
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "EDGECLAW_STATE_DIR": tmp, "EDGECLAW_CONFIG": str(Path(tmp) / "none.toml")}

@@ -122,7 +122,7 @@ class HttpProvider:
         self, system: str, messages: Sequence[Message], tools: list[dict[str, Any]]
     ) -> Completion:
         """The provider's wire format: build the body, post it, read the answer."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not define its wire format (_complete)")
 
     async def _post(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
         try:

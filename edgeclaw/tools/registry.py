@@ -151,12 +151,12 @@ class Registry:
         entry = self._tools.get(name)
         return entry.tool if entry else None
 
-    def names(self) -> list[str]:
     def only_observes(self, name: str, args: object) -> bool:
         """Would this call only read (see `Tool.only_observes`)? False for anything unknown."""
         tool = self.get(name)
         return tool is not None and isinstance(args, dict) and tool.only_observes(args)
 
+    def names(self) -> list[str]:
         return sorted(self._tools)
 
     def infos(self, ctx: ToolContext | None = None) -> list[ToolInfo]:

@@ -10,7 +10,9 @@ One mosquitto on loopback, two responders measured in the same run against it:
 The requester sends QoS 1 requests with a Response Topic and Correlation Data.
 
 Figures: round trip p50/p99 (one request at a time) and sustained calls/s (a window of
-requests in flight), with every answer checked. Targets: edgeclaw p50 <= 1.5x the echo's
+requests in flight), with every answer checked, and the daemon's CPU time per call in the
+sustained run (comparable across runs on a busy machine, where the wall-clock figures are not).
+Targets: edgeclaw p50 <= 1.5x the echo's
 p50; >= 500 calls/s with none lost.
 
 Run: python bench/bench_mqtt.py [--calls N] [--rate-calls N] [--window W]
@@ -168,7 +170,13 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def measure(port: int, args: argparse.Namespace) -> dict[str, float]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def measure(port: int, args: argparse.Namespace, edge_pid: int) -> dict[str, float]:
     tool_topic = f"edgeclaw/{DEVICE}/tool/call"
     run_id = os.getpid()
 
@@ -221,7 +229,10 @@ async def measure(port: int, args: argparse.Namespace) -> dict[str, float]:
                 req, ECHO_TOPIC, echo_payload, args.rate_calls, args.window, lambda a: True
             )
             results["echo_rate"], results["echo_lost"] = rate, lost
+            # CPU time per call stays meaningful on a loaded machine, where wall-clock rates do not.
+            cpu_before = cpu_seconds(edge_pid)
             rate, good, lost = await sustained(req, tool_topic, tool_call, args.rate_calls, args.window, ok)
+            results["edge_cpu_ms"] = (cpu_seconds(edge_pid) - cpu_before) * 1000 / args.rate_calls
             results["edge_rate"], results["edge_good"], results["edge_lost"] = rate, good, lost
         finally:
             listener.cancel()
@@ -305,7 +316,7 @@ def main() -> int:
             if echo.stdout.readline().strip() != b"ready":
                 raise SystemExit("the echo responder did not start")
             with event_loop_runner() as runner:
-                r = runner.run(measure(port, args))
+                r = runner.run(measure(port, args, edge.pid))
         finally:
             for proc in (edge, echo, broker):
                 proc.terminate()
@@ -326,6 +337,7 @@ def main() -> int:
         f"  edgeclaw i2c read    {r['edge_rate']:8.0f} calls/s   lost {int(r['edge_lost'])}, "
         f"ok {int(r['edge_good'])}/{args.rate_calls}   (target >= {RATE_TARGET:.0f}/s, none lost)"
     )
+    print(f"  edgeclaw daemon CPU  {r['edge_cpu_ms']:8.3f} ms per call (user + system)")
     missed = []
     if ratio > P50_RATIO_TARGET:
         missed.append("p50 ratio")

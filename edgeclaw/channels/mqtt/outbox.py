@@ -105,14 +105,19 @@ class Outbox:
         return next(self._orders)
 
     def put(
-        self, message: OutMessage, record: Callable[[sqlite3.Connection], None] | None = None
+        self,
+        message: OutMessage,
+        record: Callable[[sqlite3.Connection], None] | None = None,
+        delete: Collection[int] = (),
     ) -> int | None:
         """Store a message; returns its `seq`, or None when it was itself the one dropped to keep
-        the bound. `record` runs inside the same transaction (it runs whether or not the message
-        is dropped)."""
+        the bound. `record` runs inside the same transaction (whether or not the message is
+        dropped), and so does deleting the rows `delete` (delivered messages: one commit less)."""
         with self.db.transaction("an outbox entry (a message waiting for the broker)") as conn:
             if record is not None:
                 record(conn)
+            if delete:
+                self._delete(conn, delete)
             # A loop, not one victim: after a restart with a lower `outbox_max` the stored backlog
             # is over the bound, and one-in-one-out would keep it there for good.
             while self._depth >= self.max_messages:
@@ -177,9 +182,12 @@ class Outbox:
         if not seqs:
             return
         with self.db.transaction() as conn:
-            self._depth -= conn.executemany(
-                "DELETE FROM mqtt_outbox WHERE seq = ?", [(seq,) for seq in seqs]
-            ).rowcount
+            self._delete(conn, seqs)
+
+    def _delete(self, conn: sqlite3.Connection, seqs: Iterable[int]) -> None:
+        self._depth -= conn.executemany(
+            "DELETE FROM mqtt_outbox WHERE seq = ?", [(seq,) for seq in seqs]
+        ).rowcount
 
     def failed(self, seqs: Iterable[int]) -> int:
         """Count a failed attempt for each; drop those that failed MAX_ATTEMPTS times. Returns how many."""

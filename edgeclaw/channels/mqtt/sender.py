@@ -37,8 +37,9 @@ log = logging.getLogger("edgeclaw.mqtt")
 FLUSH_WINDOW = 64  # messages in flight while draining the outbox
 RETRY_WHILE_CONNECTED_S = 1.0
 MAX_DIRECT = 256  # publishes awaiting their PUBACK before new messages queue in the outbox
-# Rows the broker acknowledged are deleted together, this long after the first PUBACK: one
-# transaction for a burst. A crash in between only means those few are published once more.
+# Rows the broker acknowledged are deleted together -- with the next answer stored, or this long
+# after the first PUBACK: one transaction for a burst. A crash in between only means those few are
+# published once more.
 ACK_FLUSH_S = 0.002
 # Kinds stored before they are published.
 DURABLE = frozenset({Kind.ANSWER})
@@ -145,12 +146,15 @@ class Sender:
         if kind not in DURABLE and record is None:
             self._volatile += 1
             return Outgoing(message, None)
+        # Rows the broker has confirmed since the last flush go in the same transaction.
+        delivered, self._acked = self._acked, set()
         try:
-            seq = self.outbox.put(message, record)
+            seq = self.outbox.put(message, record, delete=delivered)
         except sqlite3.Error as e:
             # The state database is failing (a full disk, say): the caller still gets the answer
             # if the broker takes it now, only without the copy that would survive a crash.
             log.error("cannot store the message for %s (%s); publishing it without a copy", topic, e)
+            self._acked |= delivered
             self._volatile += 1
             return Outgoing(message, None)
         if seq is None:
@@ -214,6 +218,8 @@ class Sender:
     def _delete_acked(self) -> None:
         self._delete_handle = None
         acked, self._acked = self._acked, set()
+        if not acked:
+            return  # deleted with a message stored since
         try:
             self.outbox.delete(acked)
         except sqlite3.Error as e:

@@ -371,3 +371,45 @@ def test_storage_full_is_also_an_sqlite_error_naming_what_was_not_stored(tmp_pat
     error = StorageFull("a message of session 'cli:x'", tmp_path / "edgeclaw.db")
     assert isinstance(error, sqlite3.OperationalError) and isinstance(error, BackendError)
     assert str(error).startswith("no space left on device: could not store a message of session 'cli:x'")
+
+
+async def test_the_running_daemon_backs_up_on_its_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from edgeclaw.config.loader import config_from_dict
+    from edgeclaw.daemon import state as state_service_module
+    from edgeclaw.daemon.lifecycle import Daemon
+
+    monkeypatch.setattr(state_service_module, "UPKEEP_S", 0.05)
+    state = tmp_path / "state"
+    config = config_from_dict(
+        {"board": "sim", "state_dir": str(state), "state": {"backup_interval_s": 0.3}}, "test.toml"
+    )
+    daemon = Daemon(config, services=[], environ={})
+    run = asyncio.create_task(daemon.run())
+    await asyncio.wait_for(daemon.ready.wait(), 20)
+    backup = state / "edgeclaw.db.backup"
+    try:
+        for _ in range(200):  # the one at start
+            if backup.exists():
+                break
+            await asyncio.sleep(0.05)
+        first = backup.stat().st_mtime_ns
+        SessionStore(daemon.runtime.db).append("cli:later", "cli", json.dumps({"content": AFTER}), 5)
+        for _ in range(200):  # the next, an interval later, with the new row in it
+            if backup.stat().st_mtime_ns != first:
+                break
+            await asyncio.sleep(0.05)
+        conn = sqlite3.connect(backup)
+        try:
+            assert (
+                conn.execute("SELECT count(*) FROM messages WHERE session_key = 'cli:later'").fetchone()[0]
+                == 1
+            )
+        finally:
+            conn.close()
+    finally:
+        daemon.request_stop()
+        assert await asyncio.wait_for(run, 20) == 0

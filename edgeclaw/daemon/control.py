@@ -95,11 +95,11 @@ class ControlServer:
         try:
             sock = writer.get_extra_info("socket")
             uid = peer_uid(sock) if sock is not None else -1
-            if not peer_allowed(uid, self._uid):
+            # The request is read either way: answering before it has been sent would leave the
+            # asker writing into a closed socket (a broken pipe instead of the refusal).
+            answer = await self._answer(reader, peer_allowed(uid, self._uid))
+            if not answer["ok"] and answer["error"] == "permission denied":
                 log.warning("control socket: refused a request from uid %d", uid)
-                answer: dict[str, Any] = {"ok": False, "error": "permission denied"}
-            else:
-                answer = await self._answer(reader)
             writer.write(json.dumps(answer, ensure_ascii=False, default=str).encode() + b"\n")
             await writer.drain()
         except (ConnectionError, TimeoutError, asyncio.IncompleteReadError):
@@ -111,12 +111,15 @@ class ControlServer:
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
-    async def _answer(self, reader: asyncio.StreamReader) -> dict[str, Any]:
+    async def _answer(self, reader: asyncio.StreamReader, allowed: bool) -> dict[str, Any]:
+        """Read one request line and answer it; a peer that may not ask gets only the refusal."""
         try:
             async with asyncio.timeout(REQUEST_TIMEOUT_S):
                 line = await reader.readline()
         except ValueError:  # over the limit
             return {"ok": False, "error": f"request longer than {MAX_REQUEST_BYTES} bytes"}
+        if not allowed:
+            return {"ok": False, "error": "permission denied"}
         try:
             request = json.loads(line)
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):

@@ -191,7 +191,8 @@ class AgentLoop:
         self._store(key, msg.channel, user)
         messages.append(user)
         base_ctx = self._context(msg)
-        system = self.prompt.build()
+        # The caller's own context files and memory (see agent.prompt), not another caller's.
+        system = self.prompt.build(base_ctx.agent_id, base_ctx.identity)
 
         def tools_for(provider: str, fmt: str) -> list[dict[str, Any]]:
             return self.registry.definitions(dataclasses.replace(base_ctx, provider=provider), fmt)

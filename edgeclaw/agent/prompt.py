@@ -1,4 +1,4 @@
-"""The system prompt: the workspace's context files plus facts about this board.
+"""The system prompt: the context files plus facts about this board.
 
 The context files live in the workspace, where the model and sandboxed
 commands write too, so they are read like any other workspace file
@@ -6,14 +6,21 @@ commands write too, so they are read like any other workspace file
 descriptor. A SOUL.md swapped for a symlink to `/proc/self/environ` between
 a check and an open would otherwise put the daemon's environment, API keys
 included, into every provider request.
+
+With memory on, a `ContextSource` (`tools.memory.prompt_context`) gives the
+sections instead: the context files as the caller sees them (stored per
+agent and caller; the workspace's file read as above when none is stored),
+what is remembered, the skills. They are fitted, in the order given, into
+`budget_chars`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Protocol
 
 from edgeclaw.errors import ToolError, ToolRefused
 from edgeclaw.tools.workspace import Workspace
@@ -33,25 +40,72 @@ BASE = (
 )
 
 
+class ContextSource(Protocol):
+    def context_sections(
+        self, agent_id: str, user: str, disk: Callable[[str], str | None]
+    ) -> list[tuple[str, str]]:
+        """(title, text) sections for this agent and caller, most important first.
+
+        `disk(name)` reads a context file from the workspace (the safe read below), for the
+        agent's own file when none is stored.
+        """
+        ...
+
+
 class PromptBuilder:
-    def __init__(self, workspace: Workspace | Path, facts: Mapping[str, str], extra: str = "") -> None:
+    def __init__(
+        self,
+        workspace: Workspace | Path,
+        facts: Mapping[str, str],
+        extra: str = "",
+        *,
+        context: ContextSource | None = None,
+        budget_chars: int = 12000,
+    ) -> None:
         self._ws = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
         self.workspace = self._ws.root
         self.facts = dict(facts)
         self.extra = extra
+        self.context = context
+        self.budget_chars = budget_chars
         self._skipped: dict[str, str] = {}  # name -> why, so a refusal is logged once, not every turn
 
-    def build(self) -> str:
+    def build(self, agent_id: str = "main", user: str = "") -> str:
+        """The system prompt for a turn of `agent_id` with the caller `user` (its identity)."""
         parts = [BASE]
         if self.extra:
             parts.append(self.extra)
         facts = {**self.facts, "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         parts.append("Device facts:\n" + "\n".join(f"- {k}: {v}" for k, v in facts.items() if v))
+        if self.context is not None:
+            parts += self._sections(self.context.context_sections(agent_id, user, self._context_file))
+            return "\n\n".join(parts)
         for name in CONTEXT_FILES:
             text = self._context_file(name)
             if text is not None:
                 parts.append(f"## {name}\n{text.strip()}")
         return "\n\n".join(parts)
+
+    def _sections(self, sections: list[tuple[str, str]]) -> list[str]:
+        """Each section cut to MAX_FILE_CHARS, all of them together to `budget_chars`."""
+        out: list[str] = []
+        left = self.budget_chars
+        dropped: list[str] = []
+        for title, text in sections:
+            text = text.strip()
+            if len(text) > MAX_FILE_CHARS:
+                text = text[:MAX_FILE_CHARS] + f"\n[{title} truncated]"
+            if left <= 0 or not text:
+                if text:
+                    dropped.append(title)
+                continue
+            if len(text) > left:
+                text = text[:left] + f"\n[{title} cut to fit the prompt]"
+            left -= len(text)
+            out.append(f"## {title}\n{text}")
+        if dropped:
+            out.append(f"(left out to fit the prompt: {', '.join(dropped)})")
+        return out
 
     def _context_file(self, name: str) -> str | None:
         """The file's text, cut to MAX_FILE_CHARS; None when it is absent or may not be used."""

@@ -101,6 +101,19 @@ RANGES: tuple[Range, ...] = (
     Range("console.page_lines", 0),
     Range("console.max_output_lines", 1),
     Range("console.reconnect_min_s", 0, above=True),
+    Range("memory.embedding_batch", 1, 2048),
+    Range("memory.embedding_timeout_s", 0, above=True),
+    Range("memory.embedding_attempts", 1),
+    Range("memory.embedding_cooldown_s", 0),
+    Range("memory.chunk_tokens", 16, 4096),
+    Range("memory.chunk_overlap_tokens", 0),
+    Range("memory.max_document_bytes", 1024),
+    Range("memory.daily_half_life_days", 0, note=" (0 = no fading)"),
+    Range("memory.mmr_lambda", 0, 1),
+    Range("memory.bootstrap_max_turns", 0, note=" (0 = only when the model empties it)"),
+    Range("memory.prompt_chars", 0),
+    Range("memory.prompt_memory_chars", 0),
+    Range("skills.prompt_max", 0),
 )
 # The same for each [providers.NAME] table.
 PROVIDER_RANGES = (Range("timeout_s", 0, above=True), Range("max_tokens", 1))
@@ -304,6 +317,8 @@ def config_problems(config: Config) -> list[ConfigError]:
             fail(f"tools.providers.{name}", f"no [providers.{name}] table")
     for key, problem in _console_problems(config):
         fail(key, problem)
+    for key, problem in _memory_problems(config):
+        fail(key, problem)
     if config.board != "auto":
         from edgeclaw.board import load_profile
 
@@ -399,6 +414,39 @@ def policy_rules(config: Config):  # -> PolicyRules, imported lazily to keep con
         subagent_deny=tuple(t.subagents.deny),
         subagent_leaf_deny=tuple(t.subagents.leaf_deny),
     )
+
+
+def _memory_problems(config: Config) -> list[tuple[str, str]]:
+    """[memory] and [skills] checks across keys: the embedder's provider, chunk sizes, channels."""
+    m = config.memory
+    problems: list[tuple[str, str]] = []
+    if m.embedder:
+        provider = config.providers.get(m.embedder)
+        if provider is None:
+            known = ", ".join(sorted(config.providers)) or "none defined"
+            problems.append(("memory.embedder", f"no [providers.{m.embedder}] table (defined: {known})"))
+        elif provider.kind != "openai":
+            problems.append(
+                (
+                    "memory.embedder",
+                    f'[providers.{m.embedder}] is kind "{provider.kind}", which has no embeddings endpoint; '
+                    'name a kind "openai" provider (llama.cpp, Ollama and the hosted APIs serve one)',
+                )
+            )
+        if not m.embedding_model.strip():
+            problems.append(("memory.embedding_model", "required with memory.embedder: the embeddings model"))
+    if m.chunk_overlap_tokens * 2 >= m.chunk_tokens:
+        problems.append(
+            ("memory.chunk_overlap_tokens", f"expected less than half of chunk_tokens ({m.chunk_tokens})")
+        )
+    channels = ", ".join(KNOWN_CHANNELS)
+    for i, channel in enumerate(m.shared_writers):
+        if channel not in KNOWN_CHANNELS:
+            problems.append((f"memory.shared_writers[{i}]", f"unknown channel (expected one of: {channels})"))
+    for i, directory in enumerate(config.skills.dirs):
+        if not directory.strip():
+            problems.append((f"skills.dirs[{i}]", "expected a directory, got an empty string"))
+    return problems
 
 
 def _console_problems(config: Config) -> list[tuple[str, str]]:

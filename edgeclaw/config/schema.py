@@ -244,6 +244,44 @@ class StateConfig:
     reserve_bytes: int = 8 * 1024 * 1024
 
 
+AgentType = Literal["open", "predefined"]
+
+
+@dataclass
+class MemoryConfig:
+    """[memory]: the memory store, the context files routed to it, and embeddings."""
+
+    enabled: bool = True  # false: no memory tools, and the fs tools see the workspace only
+    # A [providers.NAME] (kind "openai") whose server embeds text; empty = keyword search only.
+    embedder: str = ""
+    embedding_model: str = ""  # the embeddings model name (required with embedder)
+    embedding_api: Literal["openai", "ollama"] = "openai"  # {base_url}/embeddings or Ollama's /api/embed
+    embedding_batch: int = 32  # texts per embeddings request
+    embedding_timeout_s: float = 30.0
+    embedding_attempts: int = 3  # tries per request on 429 / 5xx / connection errors
+    embedding_cooldown_s: float = 60.0  # an embedder that failed is not asked again for this long
+    chunk_tokens: int = 256  # a chunk's size (about 4 characters a token)
+    chunk_overlap_tokens: int = 32  # carried from one chunk into the next
+    max_document_bytes: int = 1024 * 1024  # largest stored document or context file
+    daily_half_life_days: float = 7.0  # a `daily` memory's search weight halves this often; 0 = no fading
+    mmr_lambda: float = 0.7  # relevance against diversity when a search asks to diversify
+    shared_writers: list[str] = field(default_factory=lambda: ["cli", "console"])  # may write global memory
+    agent_types: dict[str, AgentType] = field(default_factory=dict)  # agent id -> type; unlisted: open
+    bootstrap_max_turns: int = 10  # BOOTSTRAP.md is removed after this many turns; 0 = only when emptied
+    prompt_chars: int = 12000  # context files, memory summary and skills together in the system prompt
+    prompt_memory_chars: int = 1500  # of which the summary of what is remembered
+
+
+@dataclass
+class SkillsConfig:
+    """[skills]: directories of NAME/SKILL.md, besides the workspace's skills/."""
+
+    enabled: bool = True
+    dirs: list[str] = field(default_factory=list)  # looked in after the workspace's skills/
+    system_dir: str = ""  # looked in last; empty = the skills shipped with edgeclaw
+    prompt_max: int = 30  # skills listed (name and description) in the system prompt
+
+
 @dataclass
 class Config:
     device_id: str = ""  # empty = the hostname
@@ -260,5 +298,7 @@ class Config:
     console: ConsoleConfig = field(default_factory=ConsoleConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     state: StateConfig = field(default_factory=StateConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    skills: SkillsConfig = field(default_factory=SkillsConfig)
     # Where it came from, for messages; not a TOML key.
     _source: str = "<defaults>"

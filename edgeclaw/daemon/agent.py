@@ -33,7 +33,14 @@ def build_agent(runtime: Runtime) -> AgentLoop:
         "soc": runtime.board.soc,
         "workspace": str(runtime.workspace),
     }
-    prompt = PromptBuilder(runtime.workspace, facts, config.agent.system_prompt)
+    memory = runtime.memory
+    prompt = PromptBuilder(
+        runtime.workspace,
+        facts,
+        config.agent.system_prompt,
+        context=memory.prompt if memory is not None else None,
+        budget_chars=config.memory.prompt_chars,
+    )
     agent = AgentLoop(
         runtime.registry,
         runtime.sessions,

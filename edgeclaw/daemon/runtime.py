@@ -25,6 +25,7 @@ from edgeclaw.tools.registry import Registry
 
 if TYPE_CHECKING:
     from edgeclaw.agent.loop import AgentLoop
+    from edgeclaw.daemon.memory import MemoryRuntime
     from edgeclaw.store.state import StateStore
 
 log = logging.getLogger("edgeclaw.runtime")
@@ -47,6 +48,8 @@ class Runtime:
     _state: StateStore | None = None
     _closers: list[Callable[[], Awaitable[None] | None]] = field(default_factory=list)
     _agent: AgentLoop | None = None
+    # Memory, context files and skills ([memory], [skills]); None when memory.enabled is false.
+    memory: MemoryRuntime | None = None
 
     @property
     def agent(self) -> AgentLoop:
@@ -196,6 +199,9 @@ def build_runtime(
     hardware = BoardBackends(profile, config.hardware, state)  # opens devices on first use only
     registry.register_all(hardware_tools(profile, config.hardware, hardware, ws))
     runtime.on_close(hardware.aclose)
+    from edgeclaw.daemon.memory import build_memory  # memory tools, skill_search, the fs tools' VFS
+
+    runtime.memory = build_memory(runtime, ws)
 
     # Tool names can only be checked once the tools exist.
     problems = [ConfigError(source, key, problem) for key, problem in policy.validate()]

@@ -28,7 +28,7 @@ from collections.abc import Callable, Generator, Iterator
 from contextlib import closing, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, ParamSpec, TypeVar
+from typing import Any, ClassVar, ParamSpec, Protocol, TypeVar
 
 from edgeclaw.errors import ToolError, ToolRefused
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
@@ -437,10 +437,27 @@ def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 _PATH_PROP = {"type": "string", "description": "Path relative to the workspace root (or absolute inside it)."}
 
 
+class PathRouter(Protocol):
+    """Claims some paths for storage other than the disk (the memory store: `tools.memory.vfs`).
+
+    `route` judges the path's text only; what it returns None for goes to the disk as usual.
+    """
+
+    def route(self, tool: str, user_path: str) -> Any | None: ...
+
+    def check(self, tool: str, route: Any, args: Args) -> None: ...
+
+    async def run(self, tool: str, route: Any, args: Args, ctx: ToolContext) -> ToolResult: ...
+
+    def root_note(self, ctx: ToolContext) -> str: ...
+
+
 class _FsTool(Tool):
     """Shared plumbing: a workspace, argument checks, and `check` = prepare without doing."""
 
     group: ClassVar[str] = "fs"
+    # Set when memory is on: MEMORY.md, memory/**, the context files and skills/** live elsewhere.
+    vfs: PathRouter | None = None
 
     def __init__(self, workspace: Workspace) -> None:
         self.ws = workspace
@@ -449,8 +466,27 @@ class _FsTool(Tool):
     def _prepare(self, args: Args) -> Any:
         """Validate arguments and resolve paths; raise ToolRefused/ToolError; touch no content."""
 
+    def _routed(self, args: Args) -> Any | None:
+        """The virtual file system's route for this call's path, or None for the disk."""
+        if self.vfs is None:
+            return None
+        return self.vfs.route(self.name, args.get("path", "."))
+
     async def check(self, args: Args, ctx: ToolContext) -> None:
+        route = self._routed(args)
+        if route is not None:
+            assert self.vfs is not None
+            self.vfs.check(self.name, route, args)
+            return
         self._prepare(args)
+
+    async def _virtual(self, args: Args, ctx: ToolContext) -> ToolResult | None:
+        """The result when the virtual file system serves this call, else None."""
+        route = self._routed(args)
+        if route is None:
+            return None
+        assert self.vfs is not None
+        return await self.vfs.run(self.name, route, args, ctx)
 
 
 @dataclass(frozen=True, slots=True)
@@ -499,23 +535,35 @@ class ReadFileTool(_FsTool):
         return _ReadPlan(path, shown, st.st_size, start, end)
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
+        if (virtual := await self._virtual(args, ctx)) is not None:
+            return virtual
         plan = self._prepare(args)
         return _result(await _blocking(plan.size, self._read, plan))
 
     def _read(self, plan: _ReadPlan) -> str:
         """Load, decode and cut out the range (in the worker thread for big files: splitting costs too)."""
-        lines = _split_lines(_read_text(self.ws, plan.path, plan.shown, strict=False))
-        total = len(lines)
-        if total == 0:
-            return f"[{plan.shown}: empty file]"
-        if plan.start > total:
-            raise ToolError(f"start_line {plan.start} is past the end of {plan.shown} ({total} lines)")
-        end = min(plan.end or total, total, plan.start + READ_MAX_LINES - 1)
-        header = f"[{plan.shown}: lines {plan.start}-{end} of {total}"
-        if end < total:
-            header += f"; next: start_line={end + 1}"
-        body = "\n".join(lines[plan.start - 1 : end])
-        return f"{header}]\n{body}"
+        text = _read_text(self.ws, plan.path, plan.shown, strict=False)
+        return render_lines(plan.shown, text, plan.start, plan.end)
+
+
+def render_lines(shown: str, text: str, start: int = 1, end: int | None = None) -> str:
+    """`text` as read_file shows it: a header naming the range, then lines `start`..`end`.
+
+    At most READ_MAX_LINES lines; the header says where the rest starts. Shared with the files
+    the virtual file system keeps in the database (`tools.memory.vfs`), so both read alike.
+    """
+    lines = _split_lines(text)
+    total = len(lines)
+    if total == 0:
+        return f"[{shown}: empty file]"
+    if start > total:
+        raise ToolError(f"start_line {start} is past the end of {shown} ({total} lines)")
+    last = min(end or total, total, start + READ_MAX_LINES - 1)
+    header = f"[{shown}: lines {start}-{last} of {total}"
+    if last < total:
+        header += f"; next: start_line={last + 1}"
+    body = "\n".join(lines[start - 1 : last])
+    return f"{header}]\n{body}"
 
 
 class _ContentTool(_FsTool):
@@ -541,6 +589,8 @@ class WriteFileTool(_ContentTool):
     parameters = _ContentTool.schema("The complete new file content.")
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
+        if (virtual := await self._virtual(args, ctx)) is not None:
+            return virtual
         path, shown, data = self._prepare(args)
         # Always in a thread, however small: the fsync can take tens of ms on SD cards and eMMC.
         created = await asyncio.to_thread(_atomic_write, self.ws, path, data, shown)
@@ -575,30 +625,40 @@ class EditFileTool(_FsTool):
         return path, self.ws.display(path), old_text, new_text, replace_all
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
+        if (virtual := await self._virtual(args, ctx)) is not None:
+            return virtual
         path, shown, old_text, new_text, replace_all = self._prepare(args)
         # In a thread: it ends with an fsync'd write (see write_file).
         return _result(await asyncio.to_thread(self._edit, path, shown, old_text, new_text, replace_all))
 
     def _edit(self, path: Path, shown: str, old_text: str, new_text: str, replace_all: bool) -> str:
         text = _read_text(self.ws, path, shown, strict=True)
-        count = text.count(old_text)
-        if count == 0:
-            hint = ""
-            if "\r\n" in text and "\r\n" not in old_text and old_text.replace("\n", "\r\n") in text:
-                hint = " (the file uses CRLF line endings; old_text uses LF)"
-            raise ToolError(f"old_text not found in {shown}{hint}")
-        if count > 1 and not replace_all:
-            raise ToolError(
-                f"old_text occurs {count} times in {shown}; add surrounding text to make it unique, "
-                "or set replace_all=true"
-            )
-        if old_text == new_text:
-            return f"no change to {shown}: old_text and new_text are identical"
-        first_line = text.count("\n", 0, text.index(old_text)) + 1
-        updated = text.replace(old_text, new_text) if replace_all else text.replace(old_text, new_text, 1)
-        _atomic_write(self.ws, path, _encode(updated, self.ws, shown), shown)
-        what = f"{count} occurrences" if count > 1 else "1 occurrence"
-        return f"edited {shown}: replaced {what} (first at line {first_line})"
+        updated, message = replace_text(text, old_text, new_text, replace_all, shown)
+        if updated != text:
+            _atomic_write(self.ws, path, _encode(updated, self.ws, shown), shown)
+        return message
+
+
+def replace_text(text: str, old_text: str, new_text: str, replace_all: bool, shown: str) -> tuple[str, str]:
+    """edit_file's replacement: (the new text, what was done); ToolError when old_text is absent or
+    ambiguous. Shared with the files the virtual file system keeps in the database."""
+    count = text.count(old_text)
+    if count == 0:
+        hint = ""
+        if "\r\n" in text and "\r\n" not in old_text and old_text.replace("\n", "\r\n") in text:
+            hint = " (the file uses CRLF line endings; old_text uses LF)"
+        raise ToolError(f"old_text not found in {shown}{hint}")
+    if count > 1 and not replace_all:
+        raise ToolError(
+            f"old_text occurs {count} times in {shown}; add surrounding text to make it unique, "
+            "or set replace_all=true"
+        )
+    if old_text == new_text:
+        return text, f"no change to {shown}: old_text and new_text are identical"
+    first_line = text.count("\n", 0, text.index(old_text)) + 1
+    updated = text.replace(old_text, new_text) if replace_all else text.replace(old_text, new_text, 1)
+    what = f"{count} occurrences" if count > 1 else "1 occurrence"
+    return updated, f"edited {shown}: replaced {what} (first at line {first_line})"
 
 
 class FileAppendTool(_ContentTool):
@@ -610,6 +670,8 @@ class FileAppendTool(_ContentTool):
     parameters = _ContentTool.schema("Text to append.")
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
+        if (virtual := await self._virtual(args, ctx)) is not None:
+            return virtual
         path, shown, data = self._prepare(args)
         size = await _blocking(len(data), _append, self.ws, path, data, shown)
         return _result(f"appended {format_size(len(data))} to {shown} (now {format_size(size)})")
@@ -645,6 +707,8 @@ class ListFilesTool(_FsTool):
         return path, shown, recursive, args.get("max_entries", 200)
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
+        if (virtual := await self._virtual(args, ctx)) is not None:
+            return virtual
         path, shown, recursive, limit = self._prepare(args)
         rows, truncated, walk = await asyncio.to_thread(self._list, path, recursive, limit)
         if not rows:
@@ -655,6 +719,8 @@ class ListFilesTool(_FsTool):
         if truncated:
             lines.append(f"(truncated at {limit} entries; list a subdirectory or raise max_entries)")
         lines.extend(walk.notes())
+        if self.vfs is not None and path == self.ws.root and (note := self.vfs.root_note(ctx)):
+            lines.append(note)  # what the workspace holds that is not on its disk
         return _result("\n".join(lines))
 
     def _list(self, start: Path, recursive: bool, limit: int) -> tuple[list[str], bool, _Walk]:

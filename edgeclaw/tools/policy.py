@@ -55,6 +55,7 @@ BUILTIN_GROUPS: dict[str, tuple[str, ...]] = {
     "messaging": ("message",),
     "hardware": ("hardware_info", "hardware_memory", "i2c", "spi", "gpio", "probe", "esp32"),
     "media": ("image", "tts"),
+    "skills": ("skill_search",),
     "mcp": (),
     "custom": (),
 }
@@ -62,7 +63,7 @@ BUILTIN_GROUPS: dict[str, tuple[str, ...]] = {
 # None = no restriction (every tool).
 PROFILES: dict[str, tuple[str, ...] | None] = {
     "full": None,
-    "coding": ("group:fs", "group:runtime", "group:sessions", "group:memory", "image"),
+    "coding": ("group:fs", "group:runtime", "group:sessions", "group:memory", "group:skills", "image"),
     "messaging": ("group:messaging", "sessions_list", "sessions_history", "sessions_send", "session_status"),
     "minimal": ("session_status",),
     # Boards without a shell: hardware, files and messages, nothing that runs programs.

@@ -49,6 +49,18 @@ class RetryPolicy:
     max_delay_s: float = 8.0
     max_retry_after_s: float = 30.0
 
+    def delay(self, attempt: int, retry_after: float | None = None) -> float | None:
+        """Seconds to wait before try `attempt + 2`, or None to give up (a Retry-After over the cap).
+
+        Shared by every HTTP client that retries the way the chat providers do (the embeddings
+        client too): a server's Retry-After is honoured up to `max_retry_after_s`, otherwise the
+        wait doubles from `base_delay_s` up to `max_delay_s`, jittered.
+        """
+        if retry_after is not None:
+            return None if retry_after > self.max_retry_after_s else retry_after
+        ceiling = min(self.max_delay_s, self.base_delay_s * (2**attempt))
+        return random.uniform(ceiling / 2, ceiling)  # jitter: a fleet does not retry in lockstep
+
 
 @dataclass
 class ProviderChain:
@@ -66,12 +78,7 @@ class ProviderChain:
 
     def _delay(self, attempt: int, error: ProviderError) -> float | None:
         """Seconds to wait before the next attempt, or None to give up on this provider."""
-        if error.retry_after is not None:
-            if error.retry_after > self.retry.max_retry_after_s:
-                return None
-            return error.retry_after
-        ceiling = min(self.retry.max_delay_s, self.retry.base_delay_s * (2**attempt))
-        return random.uniform(ceiling / 2, ceiling)  # jitter: a fleet does not retry in lockstep
+        return self.retry.delay(attempt, error.retry_after)
 
     async def complete(self, system: str, messages: Sequence[Message], tools_for: ToolsFor) -> Completion:
         failures: list[str] = []

@@ -1,0 +1,128 @@
+"""Build memory, context files and skills from `[memory]` and `[skills]`; shared by run, chat and the CLI.
+
+The embedder talks to a configured provider's server through the same
+request path and retry policy as the chat providers (`agent.providers`): it
+is built here, where the daemon may import both layers, and handed down to
+the store and the skills as a plain `Embedder`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgeclaw.backends.embeddings import HttpEmbedder, embeddings_url
+from edgeclaw.store.context_files import ContextFileStore
+from edgeclaw.store.memory import MemorySettings, MemoryStore
+from edgeclaw.tools.memory.adopt import adopt_workspace_memory
+from edgeclaw.tools.memory.context import AgentTypes, ContextFiles
+from edgeclaw.tools.memory.prompt_context import PromptContext
+from edgeclaw.tools.memory.tools import memory_tools
+from edgeclaw.tools.memory.vfs import ROUTED_TOOLS, VirtualFiles
+from edgeclaw.tools.skills.library import BUILTIN_DIR, SkillLibrary, SkillRoot
+from edgeclaw.tools.skills.tool import SkillSearchTool
+from edgeclaw.tools.workspace import Workspace
+
+if TYPE_CHECKING:
+    from edgeclaw.daemon.runtime import Runtime
+
+
+@dataclass
+class MemoryRuntime:
+    store: MemoryStore
+    contexts: ContextFiles
+    files: VirtualFiles
+    prompt: PromptContext
+    skills: SkillLibrary | None
+    embedder: HttpEmbedder | None
+
+
+def build_memory(runtime: Runtime, ws: Workspace) -> MemoryRuntime | None:
+    """Register the memory and skills tools and put the virtual file system in front of the fs tools."""
+    config = runtime.config
+    m = config.memory
+    if not m.enabled:
+        return None
+    embedder = build_embedder(runtime)
+    settings = MemorySettings(
+        chunk_tokens=m.chunk_tokens,
+        overlap_tokens=m.chunk_overlap_tokens,
+        max_document_bytes=m.max_document_bytes,
+        daily_half_life_days=m.daily_half_life_days,
+        mmr_lambda=m.mmr_lambda,
+    )
+    # The database opens on first use, as for sessions: a `tool call` that needs none never opens it.
+    store = MemoryStore(
+        lambda: runtime.db,
+        settings=settings,
+        embedder=embedder,
+        on_open=lambda s: adopt_workspace_memory(ws, s),
+    )
+    contexts = ContextFiles(
+        ContextFileStore(lambda: runtime.db),
+        AgentTypes(dict(m.agent_types)),
+        bootstrap_max_turns=m.bootstrap_max_turns,
+    )
+    skills = build_skills(runtime, ws, embedder) if config.skills.enabled else None
+    files = VirtualFiles(ws, store, contexts, skills)
+    registry = runtime.registry
+    registry.register_all(memory_tools(store, files, m.shared_writers))
+    if skills is not None:
+        registry.register(SkillSearchTool(skills))
+    for name in ROUTED_TOOLS:
+        tool: Any = registry.get(name)
+        if tool is not None and hasattr(tool, "vfs"):
+            tool.vfs = files
+    prompt = PromptContext(
+        contexts,
+        store,
+        skills,
+        memory_chars=m.prompt_memory_chars,
+        max_skills=config.skills.prompt_max,
+    )
+    return MemoryRuntime(store, contexts, files, prompt, skills, embedder)
+
+
+def build_skills(runtime: Runtime, ws: Workspace, embedder: HttpEmbedder | None) -> SkillLibrary:
+    s = runtime.config.skills
+    limit = ws.max_file_bytes
+    roots = [SkillRoot("workspace", ws, "skills")]
+    roots += [SkillRoot("configured", Workspace(Path(d), max_file_bytes=limit)) for d in s.dirs]
+    system = Path(s.system_dir) if s.system_dir else BUILTIN_DIR
+    roots.append(SkillRoot("system", Workspace(system, max_file_bytes=limit)))
+    return SkillLibrary(roots, embedder=embedder)
+
+
+def build_embedder(runtime: Runtime) -> HttpEmbedder | None:
+    """The configured provider's embeddings endpoint, or None (keyword search only)."""
+    m = runtime.config.memory
+    if not m.embedder:
+        return None
+    from edgeclaw.agent.providers.chain import RetryPolicy
+    from edgeclaw.agent.providers.http import SharedClient, post_json
+    from edgeclaw.daemon.agent import provider_url
+
+    provider = runtime.config.providers[m.embedder]
+    client = SharedClient()  # created on the first request; closed with the runtime
+    runtime.on_close(client.aclose)
+    label = f"{m.embedder} embeddings"
+
+    def post(url: str, body: dict[str, Any], headers: dict[str, str], timeout_s: float) -> Any:
+        return post_json(client.get(), label, url, body, headers, timeout_s)
+
+    return HttpEmbedder(
+        m.embedder,
+        api=m.embedding_api,
+        url=embeddings_url(m.embedding_api, provider_url(provider)),
+        model=m.embedding_model,
+        post=post,
+        retry=RetryPolicy(
+            attempts=m.embedding_attempts, max_retry_after_s=runtime.config.agent.max_retry_after_s
+        ),
+        api_key=runtime.secrets.get(f"providers.{m.embedder}", ""),
+        batch_size=m.embedding_batch,
+        timeout_s=m.embedding_timeout_s,
+        cooldown_s=m.embedding_cooldown_s,
+        scrub=runtime.registry.scrubber.scrub,
+    )

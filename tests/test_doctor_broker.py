@@ -1,9 +1,11 @@
-"""`edgeclaw doctor`'s broker check: a real MQTT CONNECT with the configured credentials, reporting
-the broker's CONNACK reason code -- against a mosquitto with a password file, a TCP port that is
-not MQTT, and a password variable that is not set."""
+"""`edgeclaw doctor`'s broker check -- a real MQTT CONNECT with the configured credentials,
+reporting the broker's CONNACK reason code -- against a mosquitto with a password file, a TCP port
+that is not MQTT, and a password variable that is not set; and the reason code the daemon's own
+connection keeps."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import socket
 import subprocess
@@ -13,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.mqtt_support import Mosquitto, needs_mosquitto
+from edgeclaw.channels.mqtt.connection import Backoff, BrokerError, Connection, ConnectionSettings
+from tests.mqtt_support import Mosquitto, needs_mosquitto, poll
 
 pytestmark = needs_mosquitto
 
@@ -97,3 +100,23 @@ def test_an_unset_password_variable_is_named(run_cli, state_env, guarded_broker)
     line = broker_line(run_cli("doctor", env=env))
     assert line.startswith("FAIL")
     assert "mqtt.password_env" in line and "EDGECLAW_TEST_UNSET_PASSWORD is not set" in line, line
+
+
+async def test_the_daemons_connection_keeps_the_brokers_reason_code(guarded_broker):
+    conn = Connection(
+        ConnectionSettings(
+            "127.0.0.1", guarded_broker.port, "reason-test", username="device", password="wrong-password"
+        ),
+        lambda message: None,
+        backoff=Backoff(first_s=0.05, cap_s=0.1),
+    )
+    conn.open()
+    task = asyncio.create_task(conn.run())
+    try:
+        error = await poll(lambda: conn.last_error, 10, "the refusal")
+    finally:
+        task.cancel()
+        await asyncio.wait((task,))
+    assert isinstance(error, BrokerError)
+    assert (error.reason_code, error.reason_name) == (135, "Not authorized")
+    assert "reason code 135: Not authorized" in str(error)

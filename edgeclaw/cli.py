@@ -100,6 +100,20 @@ def build_parser() -> argparse.ArgumentParser:
     _common(arevoke, board=False)
     arevoke.add_argument("id", type=int, help="the id shown by `approvals list`")
 
+    memory = sub.add_parser("memory", help="the memory store and context files as plain files")
+    memory_sub = memory.add_subparsers(dest="memory_command", metavar="SUBCOMMAND", required=True)
+    mexport = memory_sub.add_parser("export", help="write memory and context files into a new directory")
+    _common(mexport, board=False)
+    mexport.add_argument("dir", help="a directory that does not exist yet (or is empty)")
+    mimport = memory_sub.add_parser("import", help="take a directory written by export back in")
+    _common(mimport, board=False)
+    mimport.add_argument("dir", help="the directory")
+    mimport.add_argument(
+        "--replace", action="store_true", help="also delete what the directory does not hold"
+    )
+    mreindex = memory_sub.add_parser("reindex", help="chunk, index and embed every document again")
+    _common(mreindex, board=False)
+
     console = sub.add_parser("console", help="the serial console")
     console_sub = console.add_subparsers(dest="console_command", metavar="SUBCOMMAND", required=True)
     hash_pin = console_sub.add_parser(
@@ -461,6 +475,68 @@ def cmd_console_hash_pin(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_memory(args: argparse.Namespace) -> int:
+    import asyncio
+    from pathlib import Path
+
+    from edgeclaw.daemon.memory_files import ExportError, export_memory, import_memory
+    from edgeclaw.daemon.runtime import build_runtime
+
+    # The embeddings provider's key may be missing from this shell: reindex then says it could not embed.
+    runtime = build_runtime(_load(args), require_secrets=False)
+    memory = runtime.memory
+    if memory is None:
+        print("edgeclaw: memory is off in this configuration (memory.enabled = false)", file=sys.stderr)
+        return EXIT_REFUSED
+    store, contexts = memory.store, memory.contexts.store
+
+    async def embed() -> str:
+        if store.embedder is None:
+            return "keyword search only: no embedder is configured (memory.embedder)"
+        report = await store.embed_pending()
+        done = f"embedded {report.embedded} chunks with {store.embedder.model}"
+        return f"{done}, {report.pending} still pending" + (f" ({report.error})" if report.error else "")
+
+    async def run() -> int:
+        try:
+            if args.memory_command == "export":
+                exported = export_memory(store, contexts, Path(args.dir))
+                print(
+                    f"exported {exported.documents} memory documents and {exported.context_files} "
+                    f"context files to {args.dir}"
+                )
+                return EXIT_OK
+            if args.memory_command == "import":
+                imported = import_memory(store, contexts, Path(args.dir), replace=args.replace)
+                if imported.problems:
+                    print(f"edgeclaw: nothing imported from {args.dir}:", file=sys.stderr)
+                    for problem in imported.problems:
+                        print(f"  {problem}", file=sys.stderr)
+                    return EXIT_TOOL_ERROR
+                print(
+                    f"imported {imported.documents} memory documents and {imported.context_files} context "
+                    f"files from {args.dir} ({imported.changed} changed); {await embed()}"
+                )
+                return EXIT_OK
+            documents, chunks, report = await store.rebuild()
+            if store.embedder is None:
+                done = "keyword search only: no embedder is configured (memory.embedder)"
+            else:
+                done = (
+                    f"embedded {report.embedded} chunks with {store.embedder.model}, {report.pending} pending"
+                )
+                done += f" ({report.error})" if report.error else ""
+            print(f"reindexed {documents} documents into {chunks} chunks; {done}")
+            return EXIT_TOOL_ERROR if report.error else EXIT_OK
+        except ExportError as e:
+            print(f"edgeclaw: {e}", file=sys.stderr)
+            return EXIT_TOOL_ERROR
+        finally:
+            await runtime.aclose()
+
+    return asyncio.run(run())
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -511,6 +587,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "doctor": cmd_doctor,
     "approvals": cmd_approvals,
     "console": cmd_console_hash_pin,
+    "memory": cmd_memory,
 }
 
 

@@ -4,11 +4,18 @@ Tests queue replies (`ScriptedLLM.reply(...)`); each POST takes the next
 one. Besides well-formed answers it can answer with an HTTP error (with
 Retry-After), a body cut off mid-JSON, or never answer at all. Every request
 body is recorded so tests can check what the client sent.
+
+Embedding requests (`POST .../embeddings`, OpenAI-compatible, and Ollama's
+`POST /api/embed`) never take a scripted reply: they are answered with
+deterministic vectors (`embed_text`), recorded in `embed_requests`, and can
+be made to fail (`embed_failures`, `embeddings_down`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import threading
 import time
 from collections import deque
@@ -94,12 +101,45 @@ def anthropic_tools(*calls: tuple[str, dict[str, Any]], text: str = "") -> Scrip
     )
 
 
+EMBED_DIM = 384
+_STOP_WORDS = frozenset(
+    ["a", "an", "and", "are", "at", "be", "by", "for", "from", "in", "is", "it", "of", "on", "or", "the",
+     "to", "with", "which", "what", "where"]
+)  # fmt: skip
+# A little "meaning" for the fake model: these words land where their synonym does.
+SYNONYMS = {"ventilator": "fan", "blower": "fan", "pin": "gpio", "wired": "gpio", "hot": "temperature"}
+
+
+def embed_text(text: str, dim: int = EMBED_DIM) -> list[float]:
+    """A deterministic embedding: each content word (after SYNONYMS) adds +-1 at a hashed dimension.
+
+    Texts sharing words (or synonyms) point the same way, so nearest-neighbour search behaves like a
+    real model's on them, and any test can compute the vector the server answers with.
+    """
+    vector = [0.0] * dim
+    for word in re.findall(r"\w+", text.lower()):
+        if word in _STOP_WORDS:
+            continue
+        word = SYNONYMS.get(word, word)
+        digest = int.from_bytes(hashlib.sha256(word.encode()).digest()[:8], "big")
+        for k in range(3):  # three dimensions a word: fewer accidental collisions between words
+            vector[(digest >> (16 * k)) % dim] += 1.0 if (digest >> (48 + k)) & 1 else -1.0
+    if not any(vector):
+        vector[0] = 1.0  # no content words: a fixed direction rather than a zero vector
+    return vector
+
+
 class ScriptedLLM:
     def __init__(self) -> None:
         self.queue: deque[Scripted] = deque()
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.paths: list[str] = []
+        self.embed_requests: list[dict[str, Any]] = []
+        self.embed_paths: list[str] = []
+        self.embed_failures = 0  # the next N embedding requests are answered 503
+        self.embeddings_down = False  # every embedding request is answered 503
+        self.embed_dim = EMBED_DIM
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -130,7 +170,11 @@ class ScriptedLLM:
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", 0))
-                llm.requests.append(json.loads(self.rfile.read(length) or b"{}"))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                if self.path.endswith("/embeddings") or self.path.endswith("/api/embed"):
+                    self._embeddings(body)
+                    return
+                llm.requests.append(body)
                 llm.headers.append({k.lower(): v for k, v in self.headers.items()})
                 llm.paths.append(self.path)
                 item = llm.queue.popleft() if llm.queue else Scripted(500, {"error": "script exhausted"})
@@ -143,6 +187,34 @@ class ScriptedLLM:
                     self.send_header("content-length", str(len(data)))
                     for k, v in item.headers.items():
                         self.send_header(k, v)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def _embeddings(self, body: dict[str, Any]) -> None:
+                llm.embed_requests.append(body)
+                llm.embed_paths.append(self.path)
+                if llm.embeddings_down or llm.embed_failures > 0:
+                    llm.embed_failures = max(0, llm.embed_failures - 1)
+                    self._answer(503, {"error": "embeddings unavailable"})
+                    return
+                texts = body.get("input")
+                texts = [texts] if isinstance(texts, str) else texts
+                vectors = [embed_text(str(t), llm.embed_dim) for t in texts or []]
+                if self.path.endswith("/api/embed"):
+                    self._answer(200, {"model": body.get("model"), "embeddings": vectors})
+                    return
+                # Answered in reverse order, as some servers do: clients must follow `index`.
+                data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
+                self._answer(200, {"object": "list", "model": body.get("model"), "data": data[::-1]})
+
+            def _answer(self, status: int, payload: Any) -> None:
+                data = json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
                     self.end_headers()
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):

@@ -132,17 +132,24 @@ class ContextFileStore:
 
     def replace_all(self, files: Iterable[ContextFile], *, prune: bool) -> int:
         """Write many rows in one transaction; with `prune`, delete every row not among them."""
-        items = list(files)
         with self.db.transaction("the imported context files") as conn:
-            if prune:
-                conn.execute("DELETE FROM context_files")
-            for f in items:
-                conn.execute(
-                    "INSERT INTO context_files (agent_id, scope, name, content, removed, uses, updated)"
-                    " VALUES (?, ?, ?, ?, ?, 0, ?) ON CONFLICT (agent_id, scope, name) DO UPDATE SET"
-                    " content = excluded.content, removed = excluded.removed, updated = excluded.updated",
-                    (f.agent_id, f.scope, f.name, f.content, int(f.removed), f.updated),
-                )
+            return self.write_rows(conn, files, prune=prune)
+
+    def write_rows(self, conn: sqlite3.Connection, files: Iterable[ContextFile], *, prune: bool) -> int:
+        """`replace_all` inside a transaction someone else holds (an import of memory and files).
+
+        Open `db` before that transaction starts: the table's migration needs one of its own.
+        """
+        items = list(files)
+        if prune:
+            conn.execute("DELETE FROM context_files")
+        for f in items:
+            conn.execute(
+                "INSERT INTO context_files (agent_id, scope, name, content, removed, uses, updated)"
+                " VALUES (?, ?, ?, ?, ?, 0, ?) ON CONFLICT (agent_id, scope, name) DO UPDATE SET"
+                " content = excluded.content, removed = excluded.removed, updated = excluded.updated",
+                (f.agent_id, f.scope, f.name, f.content, int(f.removed), f.updated),
+            )
         return len(items)
 
 

@@ -457,11 +457,18 @@ class MemoryStore:
         self._changed = True
         return True
 
-    def replace_all(self, documents: Iterable[tuple[str, str, str, str, float]], *, prune: bool) -> int:
+    def replace_all(
+        self,
+        documents: Iterable[tuple[str, str, str, str, float]],
+        *,
+        prune: bool,
+        also: Callable[[sqlite3.Connection], object] | None = None,
+    ) -> int:
         """Write many (scope, path, category, content, updated) documents in one transaction.
 
         With `prune`, every document not among them is deleted: the store then holds exactly these.
-        Returns how many documents were written or changed.
+        `also` runs inside the same transaction (the context files of an import), so all of it
+        lands or none. Returns how many documents were written, changed or deleted.
         """
         items = list(documents)
         for _scope, path, category, content, _ in items:
@@ -479,6 +486,8 @@ class MemoryStore:
                         changed += 1
             for scope, path, category, content, updated in items:
                 changed += self._write(conn, scope, path, content, category, updated).changed
+            if also is not None:
+                also(conn)
         self._changed = True
         return changed
 
@@ -503,6 +512,30 @@ class MemoryStore:
                 conn.execute("DELETE FROM memory_embeddings WHERE model != ?", (model,))
         self._changed = True
         return docs, chunks
+
+    async def rebuild(self) -> tuple[int, int, EmbedReport]:
+        """`edgeclaw memory reindex`: chunk everything again, then embed it all with the current model.
+
+        Vectors of other models go, and so do the current model's when it now answers with another
+        dimension (a different model served under the same name): they could not be compared.
+        """
+        documents, chunks = self.reindex()
+        report = EmbedReport()
+        if self.embedder is None:
+            return documents, chunks, report
+        try:
+            dim = len((await self.embedder.embed(["dimension check"]))[0])
+        except EmbeddingsUnavailable as e:
+            report.error = str(e)
+            report.pending = self._pending(self.embedder.model)
+            return documents, chunks, report
+        self.db.execute(
+            "DELETE FROM memory_embeddings WHERE model != ? OR dim != ?",
+            (self.embedder.model, dim),
+            what="the removal of stale embeddings",
+        )
+        self._changed = True
+        return documents, chunks, await self.embed_pending()
 
     def check_consistency(self) -> list[str]:
         """Problems found between documents, chunks and the index (empty when all agree)."""

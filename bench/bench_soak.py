@@ -27,6 +27,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import aiomqtt
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -72,7 +74,7 @@ async def drive(req: harness.Requester, device: str, rate: float, until: float, 
         payload = {"id": f"soak-{run_id}-{i}", "tool": tool, "args": args, "session": f"line-{i % SESSIONS}"}
         try:
             answer = await req.request(topic, payload, timeout_s=60.0)
-        except TimeoutError:
+        except (TimeoutError, aiomqtt.MqttError):
             load.lost += 1
             return
         load.answered += 1

@@ -73,9 +73,9 @@ def test_a_paragraph_bigger_than_a_chunk_is_cut_at_words():
 def test_fts_query_quotes_terms_so_fts_syntax_in_text_is_harmless():
     assert (
         fts_query('fan AND "gpio" NEAR(x) col:val *')
-        == '"fan" OR "and" OR "gpio" OR "near" OR "x" OR "col" OR "val"'
+        == '"fan" OR "gpio" OR "near" OR "x" OR "col" OR "val"'  # "and" is a stop word
     )
-    assert fts_query("!!! ...") == ""
+    assert fts_query("!!! ...") == fts_query("what is it") == ""
 
 
 # -- documents, index, scopes ---------------------------------------------------------------------
@@ -366,3 +366,58 @@ def test_a_database_from_before_memory_is_migrated_in_place(tmp_path):
     assert again.db.migrate([]) == []
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+# -- the vector scan ------------------------------------------------------------------------------
+
+
+def _random_vectors(n: int, dim: int, seed: int) -> list[list[float]]:
+    import random
+
+    rng = random.Random(seed)
+    return [[rng.gauss(0, 1) for _ in range(dim)] for _ in range(n)]
+
+
+def test_sign_bits_pick_the_nearest_vectors_the_exact_cosine_would():
+    """Clustered vectors, as embeddings of related notes are: the exact top 5 are among the 64 picked."""
+    import random
+
+    from edgeclaw.store import vectors
+
+    rng = random.Random(5)
+    centers = _random_vectors(100, 384, 1)
+
+    def near(center: list[float], spread: float) -> list[float]:
+        return vectors.normalise([c + rng.gauss(0, spread) for c in center])
+
+    stored = [near(centers[i % 100], 0.8) for i in range(3000)]
+    index = vectors.BitIndex((i, "g", vectors.sign_bits(v)) for i, v in enumerate(stored))
+    recall = []
+    for k in range(30):
+        query = near(centers[k], 0.8)
+        picked = set(index.nearest(vectors.sign_bits(query), ["g"], 64))
+        exact = sorted(range(len(stored)), key=lambda i: -vectors.dot(query, stored[i]))[:5]
+        recall.append(len(picked.intersection(exact)) / 5)
+    assert sum(recall) / len(recall) >= 0.95, recall
+
+
+def test_the_numpy_scan_gives_the_pure_python_scans_answers(monkeypatch):
+    np = pytest.importorskip("numpy")
+    from edgeclaw.store import vectors
+
+    rows = [(i, f"g{i % 3}", vectors.sign_bits(v)) for i, v in enumerate(_random_vectors(3000, 384, 3))]
+    with_numpy = vectors.BitIndex(rows)
+    monkeypatch.setattr(vectors, "_np", None)
+    pure = vectors.BitIndex(rows)
+    assert np is not None and with_numpy._matrices and not pure._matrices
+    for query in _random_vectors(10, 384, 4):
+        bits = vectors.sign_bits(query)
+        q = int.from_bytes(bits, "big")
+        distance = {i: (q ^ int.from_bytes(b, "big")).bit_count() for i, _, b in rows}
+        monkeypatch.setattr(vectors, "_np", np)
+        fast = with_numpy.nearest(bits, ["g0", "g2"], 50)
+        monkeypatch.setattr(vectors, "_np", None)
+        slow = pure.nearest(bits, ["g0", "g2"], 50)
+        # The same distances, in the same order (ties may pick different members at the cut).
+        assert [distance[i] for i in fast] == [distance[i] for i in slow]
+        assert all(i % 3 in (0, 2) for i in fast)

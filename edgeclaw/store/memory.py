@@ -90,20 +90,34 @@ MIGRATIONS = [
                 INSERT INTO memory_fts (memory_fts, rowid, title, text)
                 VALUES ('delete', old.id, old.title, old.text);
             END""",
+            # A rowid table, not WITHOUT ROWID: a 1.5 KiB vector per row would spill every b-tree
+            # cell of a WITHOUT ROWID table into overflow pages and make each lookup slow.
             """CREATE TABLE memory_embeddings (
+                id INTEGER PRIMARY KEY,
                 model TEXT NOT NULL,
                 text_hash TEXT NOT NULL,
                 dim INTEGER NOT NULL,
-                vector BLOB NOT NULL,
                 bits BLOB NOT NULL,
+                vector BLOB NOT NULL,
                 created REAL NOT NULL,
-                PRIMARY KEY (model, text_hash)
-            ) WITHOUT ROWID""",
+                UNIQUE (model, text_hash)
+            )""",
             "CREATE TABLE memory_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
         ],
     )
 ]
 
+# Words that match nearly every English chunk: left out of keyword queries (the meaning of a question
+# is in its other words, and scoring a match of every chunk is what a keyword search costs).
+STOP_WORDS = frozenset(
+    [
+        "a", "about", "an", "and", "are", "as", "at", "be", "but", "by", "can", "could", "did", "do", "does",
+        "for", "from", "had", "has", "have", "how", "i", "if", "in", "is", "it", "its", "me", "my", "of",
+        "on", "or", "our", "so", "than", "that", "the", "their", "them", "then", "there", "these", "they",
+        "this", "to", "was", "we", "were", "what", "when", "where", "which", "who", "why", "will", "with",
+        "would", "you", "your"
+    ]
+)  # fmt: skip
 _CATEGORY = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 _KEY_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _TERM = re.compile(r"\w+", re.UNICODE)
@@ -280,7 +294,7 @@ def fts_query(text: str) -> str:
     """
     terms: list[str] = []
     for term in _TERM.findall(text.lower()):
-        if term not in terms:
+        if term not in terms and term not in STOP_WORDS:
             terms.append(term)
     return " OR ".join(f'"{t}"' for t in terms[:MAX_QUERY_TERMS])
 
@@ -741,8 +755,10 @@ class MemoryStore:
             return
         with self.db.transaction("embeddings of memory chunks") as conn:
             conn.executemany(
-                "INSERT OR REPLACE INTO memory_embeddings (model, text_hash, dim, vector, bits, created)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO memory_embeddings (model, text_hash, dim, vector, bits, created)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (model, text_hash) DO UPDATE SET"
+                " dim = excluded.dim, vector = excluded.vector, bits = excluded.bits,"
+                " created = excluded.created",
                 rows,
             )
         self._changed = True
@@ -797,21 +813,31 @@ class MemoryStore:
         return SearchOutcome(hits, mode, note)
 
     def _keyword(self, query: str, user: str, category: str | None) -> list[int]:
+        """The caller's best KEYWORD_CANDIDATES chunks by bm25, exactly.
+
+        FTS5 ranks first, alone (scoring every match is the cost; joining each match to its
+        document on the way would double it), in a window of the best; the window's visible
+        chunks, in rank order, are the caller's best ones as long as the window holds enough of
+        them. When it does not (other callers' documents crowd it), the window grows.
+        """
         match = fts_query(query)
         if not match:
             return []
-        sql = (
-            "SELECT c.id FROM memory_fts JOIN memory_chunks c ON c.id = memory_fts.rowid"
-            " JOIN memory_documents d ON d.id = c.document_id"
-            " WHERE memory_fts MATCH ? AND d.scope IN (?, '')"
-        )
-        params: list[object] = [match, user]
-        if category:
-            sql += " AND d.category = ?"
-            params.append(category)
-        sql += " ORDER BY bm25(memory_fts, 2.0, 1.0) LIMIT ?"
-        params.append(KEYWORD_CANDIDATES)
-        return [r[0] for r in self.db.query(sql, params)]
+        window = KEYWORD_CANDIDATES * 2
+        while True:
+            rows = self.db.query(
+                "SELECT f.rowid, d.scope, d.category FROM (SELECT rowid, bm25(memory_fts, 2.0, 1.0) AS score"
+                " FROM memory_fts WHERE memory_fts MATCH ? ORDER BY score LIMIT ?) f"
+                " JOIN memory_chunks c ON c.id = f.rowid JOIN memory_documents d ON d.id = c.document_id"
+                " ORDER BY f.score, f.rowid",
+                (match, window),
+            )
+            visible = [
+                r[0] for r in rows if r[1] in (user, GLOBAL) and (category is None or r[2] == category)
+            ]
+            if len(visible) >= KEYWORD_CANDIDATES or len(rows) < window:
+                return visible[:KEYWORD_CANDIDATES]
+            window *= 8
 
     def _index(self, model: str) -> vectors.BitIndex:
         """The sign bits of every embedded chunk, rebuilt after a write (ours or another process's)."""
@@ -857,12 +883,24 @@ class MemoryStore:
         ids = list(chunk_ids)
         if not ids:
             return {}
+        # Two lookups, not a join: SQLite's plan for the join with an IN list costs ~100 times more.
+        marks = ",".join("?" * len(ids))
+        hashes: dict[str, list[int]] = {}
+        for r in self.db.query(f"SELECT id, text_hash FROM memory_chunks WHERE id IN ({marks})", ids):
+            hashes.setdefault(r[1], []).append(r[0])
+        if not hashes:
+            return {}
+        found: dict[int, object] = {}
         rows = self.db.query(
-            "SELECT c.id, e.vector FROM memory_chunks c JOIN memory_embeddings e"
-            f" ON e.model = ? AND e.text_hash = c.text_hash WHERE c.id IN ({','.join('?' * len(ids))})",
-            (model, *ids),
+            f"SELECT text_hash, vector FROM memory_embeddings WHERE model = ? AND text_hash IN"
+            f" ({','.join('?' * len(hashes))})",
+            (model, *hashes),
         )
-        return {r[0]: vectors.from_blob(r[1]) for r in rows}
+        for digest, blob in rows:
+            vector = vectors.from_blob(blob)
+            for chunk_id in hashes[digest]:
+                found[chunk_id] = vector
+        return found
 
     def _candidates(self, chunk_ids: set[int], user: str) -> dict[int, _Candidate]:
         """The chunks with their documents, less global ones hidden by a document of the caller's own."""

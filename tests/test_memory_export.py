@@ -22,7 +22,11 @@ def stores(path: Path) -> tuple[MemoryStore, ContextFileStore]:
 
 
 def fill(memory: MemoryStore, contexts: ContextFileStore) -> None:
+    memory.put("MEMORY.md", "# Site\n\nGreenhouse 6.\n", scope=GLOBAL)
+    clock = memory._clock
+    memory._clock = lambda: clock() + 3600  # changed an hour later: created and updated differ
     memory.put("MEMORY.md", "# Site\n\nGreenhouse 7.\n", scope=GLOBAL)
+    memory._clock = clock
     memory.put("memory/fan.md", "Fan on GPIO 22.", scope="console:/dev/ttyGS0", category="core")
     memory.put("memory/daily/2026-01-02.md", "Pump checked.", scope="mqtt:sender:ops", category="daily")
     memory.put("memory/odd.md", "custom", scope="cli:root", category="site_notes")
@@ -60,6 +64,8 @@ def test_export_then_import_into_a_fresh_database_round_trips_everything(tmp_pat
     assert tree(second) == files
     manifest1, manifest2 = (json.loads((d / "manifest.json").read_text()) for d in (first, second))
     assert manifest1["documents"] == manifest2["documents"]
+    site = next(d for d in manifest1["documents"] if d["path"] == "MEMORY.md")
+    assert site["created"] != site["updated"]  # both kept
     assert manifest1["context_files"] == manifest2["context_files"]
     assert memory2.document("memory/odd.md", "cli:root").category == "site_notes"
     assert contexts2.get("main", "cli:root", "BOOTSTRAP.md").removed

@@ -349,3 +349,39 @@ async def test_the_memory_group_in_profiles_and_subagents_without_search_and_get
         assert refused.refused and "subagent deny list" in refused.error
     finally:
         await rt.aclose()
+
+
+# -- configuration ----------------------------------------------------------------------------------
+
+
+def test_memory_settings_that_cannot_work_are_config_errors_naming_the_key():
+    from edgeclaw.errors import ConfigErrors
+
+    with pytest.raises(ConfigErrors) as caught:
+        config_from_dict(
+            {
+                "providers": {"cloud": {"kind": "anthropic", "model": "claude"}},
+                "memory": {
+                    "embedder": "cloud",
+                    "chunk_tokens": 64,
+                    "chunk_overlap_tokens": 40,
+                    "shared_writers": ["console", "fax"],
+                    "mmr_lambda": 2,
+                },
+                "skills": {"dirs": [""]},
+            },
+            "test.toml",
+        )
+    problems = {e.key: e.problem for e in caught.value.errors}
+    assert "no embeddings endpoint" in problems["memory.embedder"]
+    assert "required with memory.embedder" in problems["memory.embedding_model"]
+    assert "less than half of chunk_tokens" in problems["memory.chunk_overlap_tokens"]
+    assert "unknown channel" in problems["memory.shared_writers[1]"]
+    assert "0-1" in problems["memory.mmr_lambda"]
+    assert "skills.dirs[0]" in problems
+    with pytest.raises(ConfigErrors, match=r"memory\.embedder: no \[providers\.nope\] table"):
+        config_from_dict({"memory": {"embedder": "nope", "embedding_model": "e"}}, "test.toml")
+    with pytest.raises(
+        ConfigErrors, match=r"memory\.agent_types\.main: expected one of 'open', 'predefined'"
+    ):
+        config_from_dict({"memory": {"agent_types": {"main": "closed"}}}, "test.toml")

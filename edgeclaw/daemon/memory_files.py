@@ -202,7 +202,7 @@ def import_memory(
     manifest = _manifest(ws, report)
     described_docs = {e.get("file"): e for e in manifest.get("documents", []) if isinstance(e, dict)}
     described_files = {e.get("file"): e for e in manifest.get("context_files", []) if isinstance(e, dict)}
-    documents: list[tuple[str, str, str, str, float]] = []
+    documents: list[tuple[str, str, str, str, float, float]] = []
     files: list[ContextFile] = []
     now = time.time()
     for rel in _files(root):
@@ -275,7 +275,7 @@ def _files(root: Path) -> list[str]:
 
 def _document(
     rel: str, text: str, entry: dict[str, Any] | None, now: float
-) -> tuple[str, str, str, str, float]:
+) -> tuple[str, str, str, str, float, float]:
     parts = rel.split("/")
     if len(parts) >= 3 and parts[1] == "global":
         scope, path = GLOBAL, "/".join(parts[2:])
@@ -287,7 +287,8 @@ def _document(
     category = (entry or {}).get("category") or default_category(path)
     check_category(str(category))
     updated = _ts((entry or {}).get("updated")) or now
-    return scope, path, str(category), text, updated
+    created = _ts((entry or {}).get("created")) or updated
+    return scope, path, str(category), text, updated, created
 
 
 def _context(

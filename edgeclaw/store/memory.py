@@ -473,19 +473,19 @@ class MemoryStore:
 
     def replace_all(
         self,
-        documents: Iterable[tuple[str, str, str, str, float]],
+        documents: Iterable[tuple[str, str, str, str, float, float]],
         *,
         prune: bool,
         also: Callable[[sqlite3.Connection], object] | None = None,
     ) -> int:
-        """Write many (scope, path, category, content, updated) documents in one transaction.
+        """Write many (scope, path, category, content, updated, created) documents in one transaction.
 
         With `prune`, every document not among them is deleted: the store then holds exactly these.
         `also` runs inside the same transaction (the context files of an import), so all of it
         lands or none. Returns how many documents were written, changed or deleted.
         """
         items = list(documents)
-        for _scope, path, category, content, _ in items:
+        for _scope, path, category, content, *_ in items:
             check_path(path)
             check_category(category)
             self._check_size(path, content)
@@ -498,8 +498,8 @@ class MemoryStore:
                         self._drop_chunks(conn, row["id"], keep=set())
                         conn.execute("DELETE FROM memory_documents WHERE id = ?", (row["id"],))
                         changed += 1
-            for scope, path, category, content, updated in items:
-                changed += self._write(conn, scope, path, content, category, updated).changed
+            for scope, path, category, content, updated, created in items:
+                changed += self._write(conn, scope, path, content, category, updated, created).changed
             if also is not None:
                 also(conn)
         self._changed = True
@@ -600,7 +600,14 @@ class MemoryStore:
         return chunk_markdown(content, max_tokens=s.chunk_tokens, overlap_tokens=s.overlap_tokens)
 
     def _write(
-        self, conn: sqlite3.Connection, scope: str, path: str, content: str, category: str | None, now: float
+        self,
+        conn: sqlite3.Connection,
+        scope: str,
+        path: str,
+        content: str,
+        category: str | None,
+        now: float,
+        created: float | None = None,
     ) -> PutResult:
         c = conn
         old = self._row(c, scope, path)
@@ -613,10 +620,10 @@ class MemoryStore:
                 "INSERT INTO memory_documents"
                 " (scope, path, category, content, content_hash, created, updated)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (scope, path, category, content, digest, now, now),
+                (scope, path, category, content, digest, created or now, now),
             )
             doc_id = int(cursor.lastrowid)
-            created = now
+            created = created or now
         else:
             doc_id, created = old.id, old.created
             c.execute(

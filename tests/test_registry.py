@@ -343,7 +343,8 @@ async def test_deeply_nested_mapping_arguments_are_audited_without_crashing():
 async def test_a_policy_that_cannot_be_evaluated_refuses_the_call():
     reg, _ = make(PolicyRules(profile="no-such-profile"))  # validate() would have said so
     out = await reg.execute("echo", {"text": "a"}, CTX)
-    assert not out.ok and out.refused and out.stage == "exception" and "internal error" in out.error
+    # "internal", not "exception": nothing ran (an exception stage means the body raised).
+    assert not out.ok and out.refused and out.stage == "internal" and "internal error" in out.error
     assert reg.get("echo").calls == 0
 
 

@@ -1,6 +1,6 @@
 """The agent loop: one inbound message in, one reply out.
 
-Seed flow: the model returns tool calls → each is looked up, its arguments
+The flow: the model returns tool calls → each is looked up, its arguments
 parsed, checked against policy and run, all through `Registry.execute` with
 the per-call context → the results (errors included, so the model can
 recover) are appended → the model is asked again, until it answers in text

@@ -3,8 +3,9 @@
 execute(name, args, ctx):
   find the tool → validate arguments against its schema → policy → per-caller
   rate limit → the tool's own bounds check (a dry run stops here) → run under
-  a timeout, capturing exceptions → cap the output size → scrub credentials
-  from both outputs → audit record and statistics.
+  a timeout, capturing exceptions → scrub credentials from both outputs, then
+  cap their size (so a cut never leaves half a secret showing) → audit record
+  and statistics.
 
 A refusal anywhere before the body runs is marked `refused`, which callers
 map to "refused before running" (exit status 2 for `edgeclaw tool call`).
@@ -241,14 +242,15 @@ class Registry:
                 return self._refuse(name, parsed, ctx, started, "rate_limit", throttled.message)
         except Exception as e:
             # A fault in the checks themselves (a policy that cannot be evaluated, say) must
-            # refuse the call, not escape to the channel: fail closed.
+            # refuse the call, not escape to the channel: fail closed. Stage "internal": nothing
+            # ran, unlike "exception", which is a tool body that raised (and may have had effects).
             log.exception("checking a call to %s failed", name)
             return self._refuse(
                 name,
                 parsed,
                 ctx,
                 started,
-                "exception",
+                "internal",
                 f"{name}: internal error: {type(e).__name__}: {e}",
                 reason=f"internal error ({type(e).__name__})",
             )

@@ -454,7 +454,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 def cmd_console_hash_pin(args: argparse.Namespace) -> int:
     import getpass
 
-    from edgeclaw.channels.console.login import hash_pin
+    from edgeclaw.config.pin_hash import hash_pin
 
     if args.stdin or not sys.stdin.isatty():
         pin = sys.stdin.readline().rstrip("\r\n")

@@ -9,7 +9,8 @@ import re
 
 import pytest
 
-from edgeclaw.channels.console.login import LoginGate, LoginResult, hash_pin, parse_pin_hash
+from edgeclaw.channels.console.login import LoginGate, LoginResult
+from edgeclaw.config.pin_hash import hash_pin, parse_pin_hash
 from edgeclaw.config.schema import Config
 from edgeclaw.errors import ToolError, ToolRefused
 from edgeclaw.tools.audit import AuditRecord, AuditTrail, log_line

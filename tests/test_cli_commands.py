@@ -100,7 +100,7 @@ base_url = "http://user:hunter2pass@127.0.0.1:8080/v1"
 
 
 def test_config_show_prints_the_effective_config_with_secrets_redacted(run_cli, state_env):
-    from edgeclaw.channels.console.login import hash_pin
+    from edgeclaw.config.pin_hash import hash_pin
 
     pin_hash = hash_pin("2468", "pbkdf2-sha256")
     Path(state_env["EDGECLAW_CONFIG"]).write_text(SHOWN % pin_hash)

@@ -29,8 +29,8 @@ import pytest
 
 from edgeclaw.agent.channel import InboundMessage, Reply
 from edgeclaw.channels.console.channel import ConsoleChannel
-from edgeclaw.channels.console.login import hash_pin
 from edgeclaw.config.loader import config_from_dict
+from edgeclaw.config.pin_hash import hash_pin
 from edgeclaw.daemon.console import console_service
 from edgeclaw.daemon.lifecycle import Daemon
 from edgeclaw.daemon.runtime import Runtime

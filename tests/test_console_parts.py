@@ -16,13 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgeclaw.channels.console.editor import EventKind, LineEditor, text_width
-from edgeclaw.channels.console.login import (
-    LoginGate,
-    LoginResult,
-    PinHashError,
-    hash_pin,
-    parse_pin_hash,
-)
+from edgeclaw.channels.console.login import LoginGate, LoginResult
 from edgeclaw.channels.console.port import (
     LineSettings,
     PacedWriter,
@@ -33,6 +27,8 @@ from edgeclaw.channels.console.port import (
 )
 from edgeclaw.channels.console.render import bound, layout, sanitize, to_rows, wrap_line
 from edgeclaw.config.loader import config_from_dict
+from edgeclaw.config.pin_hash import PinHashError, hash_pin, parse_pin_hash
+from edgeclaw.daemon.agent import shared_agent
 from edgeclaw.daemon.console import console_service
 from edgeclaw.daemon.lifecycle import configured_services
 from edgeclaw.daemon.runtime import build_runtime
@@ -493,7 +489,7 @@ async def test_the_service_reads_the_hash_file_and_keeps_the_hash_out_of_tool_ou
     try:
         channel = console_service(runtime)
         assert channel.gate is not None and channel.gate.pin_hash.matches("2468")
-        assert runtime.agent is channel.agent is runtime.agent  # one agent loop per daemon
+        assert shared_agent(runtime) is channel.agent is shared_agent(runtime)  # one loop per daemon
         (runtime.workspace / "leak.txt").write_text(f"hash: {FAST_HASH}\n")
         outcome = await runtime.registry.execute("read_file", {"path": "leak.txt"}, ToolContext())
         assert FAST_HASH not in outcome.for_llm and "[REDACTED]" in outcome.for_llm

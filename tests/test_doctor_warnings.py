@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from edgeclaw import board
-from edgeclaw.channels.console.login import hash_pin
+from edgeclaw.config.pin_hash import hash_pin
 
 
 def doctor(run_cli, state_env, config: str) -> list[str]:

@@ -451,7 +451,7 @@ def _memory_problems(config: Config) -> list[tuple[str, str]]:
 
 def _console_problems(config: Config) -> list[tuple[str, str]]:
     """[console] checks; the hash file itself is read when the console starts."""
-    from edgeclaw.channels.console.login import PinHashError, parse_pin_hash
+    from edgeclaw.config.pin_hash import PinHashError, parse_pin_hash
 
     c = config.console
     problems: list[tuple[str, str]] = []

@@ -7,9 +7,15 @@ from edgeclaw.agent.prompt import PromptBuilder
 from edgeclaw.agent.providers.base import Provider
 from edgeclaw.agent.providers.chain import ProviderChain, RetryPolicy
 from edgeclaw.agent.providers.http import SharedClient
-from edgeclaw.config.schema import ProviderConfig
 from edgeclaw.daemon.runtime import Runtime
 from edgeclaw.tools.process import ProcessTool
+
+
+def shared_agent(runtime: Runtime) -> AgentLoop:
+    """The daemon's one agent loop, built on first use and shared by every channel."""
+    if runtime._agent is None:
+        runtime._agent = build_agent(runtime)
+    return runtime._agent
 
 
 def build_agent(runtime: Runtime) -> AgentLoop:
@@ -76,11 +82,3 @@ def _provider(name: str, runtime: Runtime, client: SharedClient) -> Provider:
     from edgeclaw.agent.providers.openai import OpenAIProvider
 
     return OpenAIProvider(name, client, **kwargs)  # type: ignore[arg-type]
-
-
-def provider_url(cfg: ProviderConfig) -> str:
-    """The base URL a provider calls: the configured one, else its kind's public endpoint."""
-    from edgeclaw.agent.providers.anthropic import DEFAULT_BASE_URL as ANTHROPIC_URL
-    from edgeclaw.agent.providers.openai import DEFAULT_BASE_URL as OPENAI_URL
-
-    return cfg.base_url or (ANTHROPIC_URL if cfg.kind == "anthropic" else OPENAI_URL)

@@ -6,10 +6,12 @@ from pathlib import Path
 
 from edgeclaw import __version__
 from edgeclaw.channels.console.channel import ConsoleChannel, Endpoint
-from edgeclaw.channels.console.login import LoginGate, PinHashError, parse_pin_hash
+from edgeclaw.channels.console.login import LoginGate
 from edgeclaw.channels.console.port import LineSettings
 from edgeclaw.channels.console.session import Banner, SessionOptions
+from edgeclaw.config.pin_hash import PinHashError, parse_pin_hash
 from edgeclaw.config.schema import ConsoleConfig
+from edgeclaw.daemon.agent import shared_agent
 from edgeclaw.daemon.runtime import Runtime
 from edgeclaw.errors import ConfigError, ConfigErrors
 
@@ -20,7 +22,7 @@ def console_service(runtime: Runtime) -> ConsoleChannel:
     source = runtime.config._source
     board = runtime.board
     return ConsoleChannel(
-        runtime.agent,
+        shared_agent(runtime),
         c.ports,
         line=LineSettings(c.baud, c.parity, c.stop_bits, c.flow_control),
         banner=Banner(
@@ -76,7 +78,7 @@ def login_gate(runtime: Runtime, c: ConsoleConfig, source: str) -> LoginGate | N
 
 def llm_endpoints(runtime: Runtime) -> list[Endpoint]:
     """The configured providers, in chain order, with the URL each one calls."""
-    from edgeclaw.daemon.agent import provider_url
+    from edgeclaw.agent.providers.endpoints import provider_url
 
     providers = runtime.config.providers
     return [

@@ -291,7 +291,7 @@ async def broker_finding(runtime: Runtime) -> Finding | None:
 
 
 async def provider_findings(runtime: Runtime) -> list[Finding]:
-    from edgeclaw.daemon.agent import provider_url
+    from edgeclaw.agent.providers.endpoints import provider_url
 
     config = runtime.config
     if not config.agent.providers:

@@ -100,8 +100,8 @@ def build_embedder(runtime: Runtime) -> HttpEmbedder | None:
     if not m.embedder:
         return None
     from edgeclaw.agent.providers.chain import RetryPolicy
+    from edgeclaw.agent.providers.endpoints import provider_url
     from edgeclaw.agent.providers.http import SharedClient, post_json
-    from edgeclaw.daemon.agent import provider_url
 
     provider = runtime.config.providers[m.embedder]
     client = SharedClient()  # created on the first request; closed with the runtime

@@ -4,6 +4,7 @@ database, secrets and the custom tools' definition API."""
 from __future__ import annotations
 
 from edgeclaw.channels.mqtt import MqttChannel
+from edgeclaw.daemon.agent import shared_agent
 from edgeclaw.daemon.runtime import Runtime
 from edgeclaw.tools.custom import custom_tools_for
 
@@ -17,7 +18,7 @@ def mqtt_service(runtime: Runtime) -> MqttChannel:
         registry=runtime.registry,
         approvals=runtime.approvals,
         db=runtime.db,
-        agent=runtime.agent,
+        agent=shared_agent(runtime),
         password=runtime.secrets.get("mqtt", ""),
         hmac_secret=runtime.secrets.get("mqtt.hmac", ""),
         approver_secret=runtime.secrets.get("mqtt.approver", ""),

@@ -47,18 +47,11 @@ class Runtime:
     _db: Database | None = None
     _state: StateStore | None = None
     _closers: list[Callable[[], Awaitable[None] | None]] = field(default_factory=list)
+    # The daemon's one agent loop, built on first use by `daemon.agent.shared_agent` (which
+    # imports this module, never the other way round).
     _agent: AgentLoop | None = None
     # Memory, context files and skills ([memory], [skills]); None when memory.enabled is false.
     memory: MemoryRuntime | None = None
-
-    @property
-    def agent(self) -> AgentLoop:
-        """The daemon's one agent loop, built on first use and shared by every channel."""
-        if self._agent is None:
-            from edgeclaw.daemon.agent import build_agent
-
-            self._agent = build_agent(self)
-        return self._agent
 
     @property
     def state(self) -> StateStore:

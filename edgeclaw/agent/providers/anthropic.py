@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from edgeclaw.agent.messages import Completion, Message, ToolCall, Usage
+from edgeclaw.agent.providers.endpoints import ANTHROPIC_BASE_URL
 from edgeclaw.agent.providers.http import HttpProvider, malformed
 
-DEFAULT_BASE_URL = "https://api.anthropic.com"
+DEFAULT_BASE_URL = ANTHROPIC_BASE_URL
 API_VERSION = "2023-06-01"
 
 

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from edgeclaw.agent.messages import Completion, Message, ToolCall, Usage
+from edgeclaw.agent.providers.endpoints import OPENAI_BASE_URL
 from edgeclaw.agent.providers.http import HttpProvider, malformed
 
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_BASE_URL = OPENAI_BASE_URL
 
 
 class OpenAIProvider(HttpProvider):

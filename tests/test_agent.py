@@ -382,12 +382,17 @@ async def test_new_archives_the_session(llm, agent_for):
 
 async def test_history_tool_respects_channel_boundaries(agent_for):
     agent = agent_for({}, [])
+    from edgeclaw.errors import ToolRefused
     from edgeclaw.tools.base import ToolContext
 
-    out = await agent.registry.execute(
+    # The tool's own bound (MQTT callers do not even get the tool by default: the remote profile).
+    history = agent.registry.get("sessions_history")
+    with pytest.raises(ToolRefused, match="another channel"):
+        await history.check({"session": "console:ttyGS0"}, ToolContext(channel="mqtt", session_key="mqtt:x"))
+    refused = await agent.registry.execute(
         "sessions_history", {"session": "console:ttyGS0"}, ToolContext(channel="mqtt", session_key="mqtt:x")
     )
-    assert out.refused and "another channel" in out.error
+    assert refused.refused and refused.stage == "policy"
     assert json.loads((await agent.registry.execute("sessions_history", {}, ToolContext())).for_llm) == []
 
 
@@ -541,3 +546,27 @@ def test_context_files_are_read_only_as_far_as_the_prompt_uses_them(tmp_path, mo
     monkeypatch.setattr(Path, "read_text", whole_file)
     prompt = PromptBuilder(tmp_path, {}).build()
     assert "[SOUL.md truncated]" in prompt and len(prompt) < 2 * MAX_FILE_CHARS
+
+
+async def test_tool_calls_of_a_turn_carry_the_messages_caller_and_request_id(llm, agent_for):
+    from edgeclaw.tools.base import Tool
+
+    seen = []
+
+    class Witness(Tool):
+        name = "witness"
+        group = "custom"
+        description = "Records who asked."
+
+        async def execute(self, args, ctx):
+            seen.append((ctx.caller, ctx.request_id))
+            return "noted"
+
+    llm.reply(openai_tools(("witness", {})), openai_text("done"))
+    agent = agent_for({"local": openai_cfg(llm)}, ["local"])
+    agent.registry.register(Witness())
+    message = InboundMessage(
+        channel="console", text="go", chat_id="c", caller="console:ttyGS0", request_id="r7"
+    )
+    reply = await agent.handle(message)
+    assert reply.ok and seen == [("console:ttyGS0", "r7")]

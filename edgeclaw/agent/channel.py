@@ -24,6 +24,7 @@ class InboundMessage:
     session: str = ""  # an explicit session key; empty = derived from channel and chat id
     peer_kind: str = "direct"
     caller: str = ""  # the sender's identity as the channel knows it (see ToolContext.caller)
+    request_id: str = ""  # the channel's id of this message (MQTT "id"), carried into its tool calls
     meta: Mapping[str, Any] = field(default_factory=dict)  # wire details the channel needs to answer
 
     @property

@@ -175,6 +175,7 @@ class AgentLoop:
             agent_id=self.agent_id,
             sender=msg.sender,
             caller=msg.caller,
+            request_id=msg.request_id,
         )
 
     # -- a model turn ------------------------------------------------------

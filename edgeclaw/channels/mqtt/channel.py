@@ -912,6 +912,7 @@ class MqttChannel:
             session=f"mqtt:{chat.session}" if chat.session else "",
             peer_kind="direct",
             caller=self._caller(chat.sender),
+            request_id=chat.id or "",
             meta={"route": route, "id": chat.id},
         )
 

@@ -385,7 +385,15 @@ def mqtt_policy_finding(runtime: Runtime) -> Finding | None:
     policy = runtime.registry.policy
     allowed = policy.allowed(ToolContext(channel="mqtt", session_key="mqtt:doctor", peer_kind="device"))
     default_profile = DEFAULT_CHANNEL_PROFILES["mqtt"]
-    beyond = sorted(allowed - policy.profile_members(default_profile))
+    registry = runtime.registry
+
+    def weight(name: str) -> tuple[int, str]:
+        # What runs programs first, then what writes, so the line leads with what matters most.
+        tool = registry.get(name)
+        group = tool.group if tool is not None else ""
+        return ({"runtime": 0, "custom": 0, "fs": 1}.get(group, 2), name)
+
+    beyond = sorted(allowed - policy.profile_members(default_profile), key=weight)
     if not beyond:
         return Finding(
             "ok", "mqtt tools", f"MQTT callers get the {default_profile!r} profile: reading, hardware"

@@ -13,6 +13,7 @@ once and the prompt is built without them.
 from __future__ import annotations
 
 import logging
+import sqlite3
 
 from edgeclaw.errors import BackendError
 from edgeclaw.store.memory import GLOBAL, MemoryStore
@@ -56,7 +57,7 @@ class PromptContext:
             summary = self.memory_summary(user)
             if summary:
                 sections.append(("Memory", summary))
-        except BackendError as e:
+        except (BackendError, sqlite3.Error) as e:
             if self._failing != str(e):
                 self._failing = str(e)
                 log.error("the system prompt is built without stored context files and memory: %s", e)

@@ -118,6 +118,21 @@ async def test_memory_md_over_the_fs_tools_is_per_caller_and_never_on_disk(runti
     assert found.data["results"][0]["path"] == "MEMORY.md"
 
 
+async def test_the_workspace_spelled_through_a_symlink_is_routed_the_same(tmp_path):
+    real = tmp_path / "real-workspace"
+    real.mkdir()
+    (tmp_path / "ws-link").symlink_to(real)
+    rt = make_runtime(tmp_path, workspace=str(tmp_path / "ws-link"))
+    try:
+        path = str(tmp_path / "ws-link" / "MEMORY.md")
+        assert (await call(rt, "write_file", {"path": path, "content": "routed"}, ALICE)).ok
+        assert not (real / "MEMORY.md").exists()
+        assert "routed" in (await call(rt, "read_file", {"path": "MEMORY.md"}, ALICE)).for_llm
+        assert not (await call(rt, "read_file", {"path": path}, BOB)).ok
+    finally:
+        await rt.aclose()
+
+
 async def test_edit_and_append_change_the_callers_copy_of_a_global_document(runtime):
     store = runtime.memory.store
     store.put("MEMORY.md", "fan: GPIO 22\n", scope="")

@@ -17,14 +17,16 @@
 The caller is `ToolContext.identity` (a console port, an MQTT signing key
 or declared sender, a CLI user), so one MQTT sender's MEMORY.md is not
 another's. Paths are judged by their text alone (after the workspace's own
-syntax checks): nothing here follows a link or opens a file of the workspace,
-and what is not claimed goes on to the disk with every check the fs tools
-make there.
+syntax checks; an absolute path outside the root's own spelling is judged by
+its real path, so the configured workspace path through a symlink is the same
+workspace): nothing here opens a file of the workspace, and what is not
+claimed goes on to the disk with every check the fs tools make there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass
 from typing import Literal
 
@@ -93,7 +95,11 @@ class VirtualFiles:
         if text.startswith("/"):
             root = self.ws.root.as_posix().rstrip("/")
             if not text.startswith(root + "/"):
-                return None  # the root itself, or outside: the fs tools decide
+                # Another spelling of the workspace (the configured path through a symlink, when
+                # the root is its real path) is the same workspace: judge the real path.
+                text = os.path.realpath(text)
+                if not text.startswith(root + "/"):
+                    return None  # the root itself, or outside: the fs tools decide
             text = text[len(root) + 1 :]
         parts = [p for p in text.split("/") if p not in ("", ".")]
         if not parts:

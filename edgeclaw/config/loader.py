@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
+from edgeclaw.config.policy_rules import PolicyRules, rule_problems, rules_from_config
 from edgeclaw.config.schema import Config
 from edgeclaw.config.typed import build_lenient
 from edgeclaw.errors import ConfigError, ConfigErrors
@@ -282,8 +283,6 @@ def check_config(config: Config) -> None:
 
 def config_problems(config: Config) -> list[ConfigError]:
     """Every problem that needs more than one key, or the policy's vocabulary."""
-    from edgeclaw.tools.policy import PolicyEngine
-
     source = config._source
     errors: list[ConfigError] = []
 
@@ -327,10 +326,8 @@ def config_problems(config: Config) -> list[ConfigError]:
         except ConfigErrors as e:
             errors.extend(e.errors)
 
-    engine = PolicyEngine(policy_rules(config))
     # Custom tools named in the same file are known names too (they are registered later, at start-up).
-    engine.set_tools({c.name: "custom" for c in config.tools.custom})
-    for key, problem in engine.validate():
+    for key, problem in rule_problems(rules_from_config(config), [c.name for c in config.tools.custom]):
         fail(key, problem)
     return errors
 
@@ -385,35 +382,9 @@ def _check_mqtt(config: Config, fail: Fail) -> None:
         fail("mqtt.tls", "set cert_file and key_file together (a client certificate needs its key)")
 
 
-def policy_rules(config: Config):  # -> PolicyRules, imported lazily to keep config import light
-    from edgeclaw.tools.policy import AgentLayer, PolicyLayer, PolicyRules
-
-    t = config.tools
-
-    def layer(o) -> PolicyLayer:
-        return PolicyLayer(profile=o.profile, allow=tuple(o.allow))
-
-    return PolicyRules(
-        profile=t.profile,
-        allow=tuple(t.allow),
-        deny=tuple(t.deny),
-        also_allow=tuple(t.also_allow),
-        providers={k: layer(v) for k, v in t.providers.items()},
-        channels={k: layer(v) for k, v in t.channels.items()},
-        agents={
-            k: AgentLayer(
-                allow=tuple(a.allow),
-                deny=tuple(a.deny),
-                also_allow=tuple(a.also_allow),
-                providers={p: layer(v) for p, v in a.providers.items()},
-            )
-            for k, v in t.agents.items()
-            for a in (v,)
-        },
-        subagent_max_depth=t.subagents.max_depth,
-        subagent_deny=tuple(t.subagents.deny),
-        subagent_leaf_deny=tuple(t.subagents.leaf_deny),
-    )
+def policy_rules(config: Config) -> PolicyRules:
+    """The policy rules a configuration sets (see edgeclaw.config.policy_rules)."""
+    return rules_from_config(config)
 
 
 def _memory_problems(config: Config) -> list[tuple[str, str]]:

@@ -23,139 +23,42 @@ channel either: `tools.channels.mqtt` is what MQTT callers may use at all.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
+# The vocabulary lives with the config (the loader checks names without reaching up here); the
+# engine's users get it from here too.
+from edgeclaw.config.policy_rules import (
+    BUILTIN_GROUPS,
+    DEFAULT_CHANNEL_PROFILES,
+    KNOWN_TOOL_NAMES,
+    PROFILES,
+    SUBAGENT_ALWAYS_DENY,
+    SUBAGENT_LEAF_DENY,
+    AgentLayer,
+    PolicyLayer,
+    PolicyNameError,
+    PolicyRules,
+    check_entry,
+    check_profile,
+    rule_problems,
+)
 from edgeclaw.tools.base import ToolContext
 
-# Groups and their members as the inventory defines them. A tool registered
-# with one of these group names joins it; runtime groups (`mcp`, `mcp:server`,
-# custom) are added with PolicyEngine.register_group.
-BUILTIN_GROUPS: dict[str, tuple[str, ...]] = {
-    "fs": ("read_file", "write_file", "edit_file", "file_append", "list_files", "search", "glob"),
-    "runtime": ("exec", "process"),
-    "web": ("web_search", "web_fetch", "http_request"),
-    "memory": (
-        "memory_search",
-        "memory_get",
-        "memory_store",
-        "memory_recall",
-        "memory_list",
-        "memory_forget",
-    ),
-    "sessions": (
-        "sessions_list",
-        "sessions_history",
-        "sessions_send",
-        "sessions_spawn",
-        "subagents",
-        "session_status",
-    ),
-    "ui": ("browser", "canvas"),
-    "automation": ("cron", "gateway", "schedule"),
-    "messaging": ("message",),
-    "hardware": ("hardware_info", "hardware_memory", "i2c", "spi", "gpio", "probe", "esp32"),
-    "media": ("image", "tts"),
-    "skills": ("skill_search",),
-    "mcp": (),
-    "custom": (),
-}
-
-# None = no restriction (every tool).
-PROFILES: dict[str, tuple[str, ...] | None] = {
-    "full": None,
-    "coding": ("group:fs", "group:runtime", "group:sessions", "group:memory", "group:skills", "image"),
-    "messaging": ("group:messaging", "sessions_list", "sessions_history", "sessions_send", "session_status"),
-    "minimal": ("session_status",),
-    # Boards without a shell: hardware, files and messages, nothing that runs programs.
-    "device": ("group:hardware", "group:fs", "group:messaging", "session_status"),
-    # What a caller on a network wire gets unless the config widens it: reading files, the hardware
-    # (which the board profile bounds: writes only where it grants them) and its own status. No
-    # shell, no background processes, no file writes, no custom tools.
-    "remote": ("read_file", "list_files", "search", "glob", "group:hardware", "session_status"),
-}
-
-# The channel step a channel gets when the config has no [tools.channels.NAME] rules for it. MQTT
-# callers are remote machines, often unsigned: they get the `remote` profile unless the config says
-# otherwise (`[tools.channels.mqtt] profile = "full"` gives them everything the global steps allow).
-DEFAULT_CHANNEL_PROFILES: dict[str, str] = {"mqtt": "remote"}
-
-# A subagent never gets these: they act on the parent's behalf or reach people directly.
-SUBAGENT_ALWAYS_DENY: tuple[str, ...] = (
-    "gateway",
-    "cron",
-    "schedule",
-    "session_status",
-    "sessions_send",
-    "message",
-    "memory_search",
-    "memory_get",
-)
-# A subagent at the maximum depth cannot spawn or steer further.
-SUBAGENT_LEAF_DENY: tuple[str, ...] = ("sessions_list", "sessions_history", "sessions_spawn", "subagents")
-
-KNOWN_TOOL_NAMES: frozenset[str] = frozenset(n for members in BUILTIN_GROUPS.values() for n in members)
-
-
-class PolicyNameError(ValueError):
-    """An entry in a policy list names no known profile, group or tool."""
-
-
-@dataclass(frozen=True)
-class PolicyLayer:
-    profile: str = ""
-    allow: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class AgentLayer:
-    allow: tuple[str, ...] = ()
-    deny: tuple[str, ...] = ()
-    also_allow: tuple[str, ...] = ()
-    providers: Mapping[str, PolicyLayer] = None  # type: ignore[assignment]
-
-    def provider(self, name: str) -> PolicyLayer | None:
-        return (self.providers or {}).get(name)
-
-
-@dataclass(frozen=True)
-class PolicyRules:
-    """The policy as configured, independent of the config file format."""
-
-    profile: str = "full"
-    allow: tuple[str, ...] = ()
-    deny: tuple[str, ...] = ()
-    also_allow: tuple[str, ...] = ()
-    providers: Mapping[str, PolicyLayer] = None  # type: ignore[assignment]
-    channels: Mapping[str, PolicyLayer] = None  # type: ignore[assignment]
-    agents: Mapping[str, AgentLayer] = None  # type: ignore[assignment]
-    subagent_max_depth: int = 1
-    subagent_deny: tuple[str, ...] = ()
-    subagent_leaf_deny: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        for name in ("providers", "channels", "agents"):
-            if getattr(self, name) is None:
-                object.__setattr__(self, name, {})
-
-
-def check_entry(entry: str, extra_tools: Iterable[str] = (), extra_groups: Iterable[str] = ()) -> None:
-    """Raise PolicyNameError unless `entry` names a known tool, group (`group:x`) or `*`."""
-    if entry == "*":
-        return
-    if entry.startswith("group:"):
-        group = entry.removeprefix("group:")
-        if group in BUILTIN_GROUPS or group in set(extra_groups) or group.startswith("mcp:"):
-            return
-        known = ", ".join(sorted({*BUILTIN_GROUPS, *extra_groups}))
-        raise PolicyNameError(f"unknown group {entry!r} (known groups: {known}; and mcp:SERVER)")
-    if entry in KNOWN_TOOL_NAMES or entry in set(extra_tools):
-        return
-    raise PolicyNameError(f"unknown tool {entry!r} (use a tool name, 'group:NAME' or '*')")
-
-
-def check_profile(name: str) -> None:
-    if name not in PROFILES:
-        raise PolicyNameError(f"unknown profile {name!r} (expected one of: {', '.join(PROFILES)})")
+__all__ = [
+    "BUILTIN_GROUPS",
+    "DEFAULT_CHANNEL_PROFILES",
+    "KNOWN_TOOL_NAMES",
+    "PROFILES",
+    "SUBAGENT_ALWAYS_DENY",
+    "SUBAGENT_LEAF_DENY",
+    "AgentLayer",
+    "PolicyEngine",
+    "PolicyLayer",
+    "PolicyNameError",
+    "PolicyRules",
+    "check_entry",
+    "check_profile",
+    "rule_problems",
+]
 
 
 class PolicyEngine:
@@ -189,44 +92,8 @@ class PolicyEngine:
 
     def validate(self) -> list[tuple[str, str]]:
         """Every (key, problem) in the rules, checked against the tools that exist now."""
-        problems: list[tuple[str, str]] = []
-        tools = set(self._tool_groups)
         groups = set(self._runtime_groups) | set(self._tool_groups.values())
-
-        def entries(key: str, values: Iterable[str]) -> None:
-            for i, entry in enumerate(values):
-                try:
-                    check_entry(entry, tools, groups)
-                except PolicyNameError as e:
-                    problems.append((f"{key}[{i}]", str(e)))
-
-        def profile(key: str, name: str) -> None:
-            if name:
-                try:
-                    check_profile(name)
-                except PolicyNameError as e:
-                    problems.append((key, str(e)))
-
-        r = self.rules
-        if not r.profile:
-            problems.append(("tools.profile", f"expected one of: {', '.join(PROFILES)}"))
-        profile("tools.profile", r.profile)
-        entries("tools.allow", r.allow)
-        entries("tools.deny", r.deny)
-        entries("tools.also_allow", r.also_allow)
-        for section, layers in (("providers", r.providers), ("channels", r.channels)):
-            for name, layer in layers.items():
-                profile(f"tools.{section}.{name}.profile", layer.profile)
-                entries(f"tools.{section}.{name}.allow", layer.allow)
-        for agent_id, agent in r.agents.items():
-            entries(f"tools.agents.{agent_id}.allow", agent.allow)
-            entries(f"tools.agents.{agent_id}.deny", agent.deny)
-            entries(f"tools.agents.{agent_id}.also_allow", agent.also_allow)
-            for provider, layer in (agent.providers or {}).items():
-                entries(f"tools.agents.{agent_id}.providers.{provider}.allow", layer.allow)
-        entries("tools.subagents.deny", r.subagent_deny)
-        entries("tools.subagents.leaf_deny", r.subagent_leaf_deny)
-        return problems
+        return rule_problems(self.rules, set(self._tool_groups), groups)
 
     # -- evaluation --------------------------------------------------------
     def _expand(self, entries: Iterable[str]) -> set[str]:

@@ -1,0 +1,114 @@
+"""Imports point down the house: no module reaches up, not even behind a function-level import.
+
+Every `edgeclaw` import in a module (at the top or in a function; those under TYPE_CHECKING
+excepted) is an edge: the graph of modules has no cycle, and no edge points up a layer.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "edgeclaw"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _type_checking_lines(tree: ast.Module) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in ast.walk(node):
+                lines.add(getattr(child, "lineno", -1))
+    return lines
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text())
+        typing_only = _type_checking_lines(tree)
+        for node in ast.walk(tree):
+            if getattr(node, "lineno", None) in typing_only:
+                continue
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            for target in targets:
+                if target in modules and target != name and not name.startswith(target + "."):
+                    graph[name].add(target)
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_the_import_graph_has_no_cycle():
+    assert _cycle(_graph()) is None
+
+
+def test_the_finder_sees_a_cycle_hidden_in_a_function():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}
+    assert _cycle(graph) == ["a", "b", "c", "a"]
+
+
+# The house, top to bottom. A module may import its own layer and those below it; the shared
+# vocabulary (config schema, errors, board profiles, wording) is below everything.
+LAYERS = {
+    "edgeclaw.cli": 6,
+    "edgeclaw.__main__": 6,
+    "edgeclaw.daemon": 5,
+    "edgeclaw.fleet": 5,
+    "edgeclaw.channels": 4,
+    "edgeclaw.agent": 3,
+    "edgeclaw.tools": 2,
+    "edgeclaw.backends": 1,
+    "edgeclaw.sandbox": 1,
+    "edgeclaw.store": 1,
+    "edgeclaw.firmware": 0,  # the ESP32's own program: imports nothing of the daemon
+    "edgeclaw.config": 0,
+    "edgeclaw.errors": 0,
+    "edgeclaw.board": 0,
+    "edgeclaw.wording": 0,
+    "edgeclaw": 0,
+}
+
+
+def _layer(module: str) -> int:
+    best = max((p for p in LAYERS if module == p or module.startswith(p + ".")), key=len)
+    return LAYERS[best]
+
+
+def test_imports_point_down_only():
+    upward = [
+        f"{name} -> {target}"
+        for name, targets in _graph().items()
+        for target in targets
+        if _layer(target) > _layer(name)
+    ]
+    assert upward == []

@@ -303,10 +303,15 @@ def _auto_v2() -> tuple[CgroupLayout | None, str]:
     rel = own_cgroups().get("")
     if rel is not None:
         own = _under(CGROUP_ROOT, rel)
-        if _delegated(own):
-            problem = _move_self_to_leaf(own)
+        # Already in the daemon's leaf (started by a daemon that set the delegated cgroup up):
+        # the sandbox is beside it, and there is nothing to move.
+        base = own.parent if own.name == DAEMON_LEAF else own
+        delegated = _delegated(base)
+        log.debug("cgroup v2: this process is in %s; delegated to it: %s", own, delegated)
+        if delegated:
+            problem = _move_self_to_leaf(base) if base == own else None
             if problem is None:
-                return _v2_top(own, f"cgroup v2, delegated to the service ({own})")
+                return _v2_top(base, f"cgroup v2, delegated to the service ({base})")
             log.warning("delegated cgroup not usable: %s", problem)
     if os.geteuid() == 0 and os.access(CGROUP_ROOT, os.W_OK):
         return _v2_top(CGROUP_ROOT, f"cgroup v2 ({CGROUP_ROOT / TOP_NAME})")

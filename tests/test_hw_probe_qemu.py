@@ -71,7 +71,7 @@ def _gone(pid: int) -> bool:
     """The process has exited (reaped, or a zombie waiting to be)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone before the open, or between open and read
         return True
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
 

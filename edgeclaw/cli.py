@@ -114,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     mreindex = memory_sub.add_parser("reindex", help="chunk, index and embed every document again")
     _common(mreindex, board=False)
 
+    _cron_parser(sub)
+
     console = sub.add_parser("console", help="the serial console")
     console_sub = console.add_subparsers(dest="console_command", metavar="SUBCOMMAND", required=True)
     hash_pin = console_sub.add_parser(
@@ -124,6 +126,43 @@ def build_parser() -> argparse.ArgumentParser:
         "--algorithm", choices=["scrypt", "pbkdf2-sha256"], default="scrypt", help="default: scrypt"
     )
     return parser
+
+
+def _cron_parser(sub: Any) -> None:
+    cron = sub.add_parser("cron", help="scheduled jobs (a tool call or a prompt, on a schedule)")
+    cron_sub = cron.add_subparsers(dest="cron_command", metavar="SUBCOMMAND", required=True)
+    clist = cron_sub.add_parser("list", help="the jobs, with their next run and last outcome")
+    _common(clist, board=False)
+    clist.add_argument("--json", action="store_true", help="print JSON")
+    add = cron_sub.add_parser("add", help="add a job")
+    _common(add, board=False)
+    when = add.add_mutually_exclusive_group(required=True)
+    when.add_argument("--every", metavar="INTERVAL", help="an interval: 90s, 5m, 1h30m")
+    when.add_argument("--cron", metavar="EXPR", help="five cron fields, or @hourly, @daily ...")
+    when.add_argument("--at", metavar="WHEN", help="once: ISO 8601, 'in 10 minutes', 'tomorrow 07:00'")
+    what = add.add_mutually_exclusive_group(required=True)
+    what.add_argument("--tool", metavar="NAME", help="call this tool directly (no model)")
+    what.add_argument("--prompt", metavar="TEXT", help="a message for the agent, a turn of its own")
+    add.add_argument("--args", metavar="JSON", default=None, help="the tool's arguments (a JSON object)")
+    add.add_argument("--agent", metavar="NAME", help="the agent that runs --prompt (default main)")
+    add.add_argument(
+        "--to", metavar="TARGET", action="append", help="mqtt:TOPIC, console[:PORT], memory, none (repeat it)"
+    )
+    add.add_argument("--name", help="a short name")
+    add.add_argument("--tz", metavar="ZONE", help="IANA time zone for --cron and times of day")
+    add.add_argument("--catch-up", choices=["skip", "once"], help="slots missed while off (default skip)")
+    add.add_argument("--jitter", metavar="DURATION", help="a random delay up to this, e.g. 30s")
+    add.add_argument("--json", action="store_true", help="print JSON")
+    for name, text in (("remove", "delete a job and its runs"), ("run", "run a job now, as its owner")):
+        p = cron_sub.add_parser(name, help=text)
+        _common(p, board=False)
+        p.add_argument("id", help="the job's id (or its name)")
+        p.add_argument("--json", action="store_true", help="print JSON")
+    runs = cron_sub.add_parser("runs", help="recent runs with outcome and duration")
+    _common(runs, board=False)
+    runs.add_argument("id", nargs="?", help="one job's runs (default: every job's)")
+    runs.add_argument("--limit", type=int, default=10, help="how many (1-50)")
+    runs.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _setup_logging(level: str | None, default: str = "warning") -> None:
@@ -156,10 +195,16 @@ def cmd_tool_call(args: argparse.Namespace) -> int:
     import asyncio
 
     from edgeclaw.config.paths import current_user
+    from edgeclaw.daemon.control import CONTROL_TOOLS
     from edgeclaw.daemon.runtime import build_runtime
     from edgeclaw.errors import ConfigErrors
     from edgeclaw.tools.base import ToolContext
 
+    if args.name in CONTROL_TOOLS and not args.dry_run:
+        # The daemon's own tools act on the running daemon when there is one.
+        shape = _daemon_call(_load(args), args.name, args.args)
+        if shape is not None:
+            return _print_outcome(shape, args.json)
     try:
         # Secrets are not required: one tool call needs no broker password or model key, and a secret
         # this shell does not have cannot show up in a tool's output either.
@@ -202,6 +247,87 @@ def cmd_tool_call(args: argparse.Namespace) -> int:
     if outcome.ok:
         return EXIT_WOULD_ASK if outcome.stage == "dry_run_approval" else EXIT_OK
     return EXIT_REFUSED if outcome.refused else EXIT_TOOL_ERROR
+
+
+def _daemon_call(config: Any, tool: str, tool_args: Any) -> dict[str, Any] | None:
+    """A call of one of the daemon's own tools (cron, schedule, gateway) made in the running daemon,
+    so its scheduler and state see it at once; None when no daemon answers (then it runs here)."""
+    from edgeclaw.config.paths import state_dir
+    from edgeclaw.daemon.control import ControlError, NoDaemon, call_tool, socket_path
+
+    try:
+        return call_tool(socket_path(state_dir(config.state_dir)), tool, tool_args)
+    except NoDaemon:
+        return None
+    except ControlError as e:
+        refusal = f"the running daemon could not be asked: {e}"
+        return {"ok": False, "tool": tool, "for_llm": refusal, "for_user": None, "error": refusal,
+                "duration_ms": 0.0, "refused": True}  # fmt: skip
+
+
+def cmd_cron(args: argparse.Namespace) -> int:
+    """`edgeclaw cron ...`: the `cron` tool, in the running daemon when there is one."""
+    command = args.cron_command
+    tool_args: dict[str, Any] = {"action": command}
+    if command in ("remove", "run"):
+        tool_args["id"] = args.id
+    elif command == "runs":
+        if args.id:
+            tool_args["id"] = args.id
+        tool_args["limit"] = args.limit
+    elif command == "add":
+        for key in ("every", "cron", "at", "tool", "prompt", "agent", "name", "tz", "jitter"):
+            if getattr(args, key) is not None:
+                tool_args[key] = getattr(args, key)
+        if args.catch_up:
+            tool_args["catch_up"] = args.catch_up
+        if args.args is not None:
+            try:
+                tool_args["args"] = json.loads(args.args)
+            except json.JSONDecodeError as e:
+                print(f"edgeclaw: --args is not valid JSON: {e.msg} at position {e.pos}", file=sys.stderr)
+                return EXIT_REFUSED
+        tool_args["to"] = args.to or ["none"]
+    return _call_daemon_tool(args, "cron", tool_args)
+
+
+def _call_daemon_tool(args: argparse.Namespace, tool: str, tool_args: Any) -> int:
+    config = _load(args)
+    shape = _daemon_call(config, tool, tool_args)
+    if shape is None:  # no daemon: the same tool in this process, on the same database
+        import asyncio
+
+        from edgeclaw.config.paths import current_user
+        from edgeclaw.daemon.runtime import build_runtime
+        from edgeclaw.tools.base import ToolContext
+
+        runtime = build_runtime(config, require_secrets=False)
+        user = current_user()
+        ctx = ToolContext(channel="cli", peer_kind="local", session_key=f"cli:{os.getuid()}", sender=user,
+                          caller=f"cli:{user}")  # fmt: skip
+
+        async def once() -> Any:
+            try:
+                return await runtime.registry.execute(tool, tool_args, ctx)
+            finally:
+                await runtime.aclose()
+
+        outcome = asyncio.run(once())
+        shape = {**outcome.as_dict(), "refused": outcome.refused}
+    return _print_outcome(shape, getattr(args, "json", False))
+
+
+def _print_outcome(shape: dict[str, Any], as_json: bool) -> int:
+    if as_json:
+        print(json.dumps({k: v for k, v in shape.items() if k != "refused"}, ensure_ascii=False))
+    elif shape.get("ok"):
+        text = shape.get("for_user") if shape.get("for_user") is not None else shape.get("for_llm", "")
+        print(text, end="" if str(text).endswith("\n") else "\n")
+    else:
+        print(f"edgeclaw: {shape.get('error')}", file=sys.stderr)
+    if shape.get("ok"):
+        return EXIT_OK
+    return EXIT_REFUSED if shape.get("refused") else EXIT_TOOL_ERROR
 
 
 def cmd_approvals(args: argparse.Namespace) -> int:
@@ -417,11 +543,55 @@ def cmd_board(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from edgeclaw.config import find_config_path
+    from edgeclaw.daemon.gateway import (
+        EXIT_RESTART,
+        ConfigTrial,
+        install_log_ring,
+        restart_in_place,
+        under_systemd,
+    )
     from edgeclaw.daemon.lifecycle import run_daemon
+    from edgeclaw.errors import ConfigErrors
 
-    config = _load(args)
-    _setup_logging(args.log_level, config.log_level)
-    return run_daemon(config, board=args.board)
+    path = find_config_path(args.config)
+    # A config applied through the gateway tool is on trial until the daemon is READY on it.
+    trial = ConfigTrial(path) if path is not None else None
+    rolled_back = trial.before_start() if trial is not None else None
+    ready = False
+
+    def passed() -> None:
+        nonlocal ready
+        ready = True
+        if trial is not None:
+            _report_trial(trial.confirm())
+
+    try:
+        config = _load(args)
+        _setup_logging(args.log_level, config.log_level)
+        install_log_ring()
+        if rolled_back:
+            logging.getLogger("edgeclaw.gateway").error("the applied config was rolled back: %s", rolled_back)
+        code = run_daemon(config, board=args.board, on_ready=passed)
+    except (ConfigErrors, Exception) as e:
+        if trial is None or not trial.trying or ready:
+            raise
+        _setup_logging(None, "info")
+        trial.roll_back(f"{type(e).__name__}: {e}".splitlines()[0])
+        code = EXIT_RESTART
+    if code == EXIT_RESTART and not under_systemd():
+        restart_in_place()
+    return code
+
+
+def _report_trial(state: dict[str, Any] | None) -> None:
+    if state is None:
+        return
+    log = logging.getLogger("edgeclaw.gateway")
+    if state.get("state") == "applied":
+        log.info("the applied config is in force (changed: %s)", ", ".join(state.get("changed", [])))
+    else:
+        log.error("running on the previous config: the applied one was rolled back (%s)", state.get("reason"))
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -588,6 +758,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "approvals": cmd_approvals,
     "console": cmd_console_hash_pin,
     "memory": cmd_memory,
+    "cron": cmd_cron,
 }
 
 

@@ -23,7 +23,7 @@ from edgeclaw.config.typed import build_lenient
 from edgeclaw.errors import ConfigError, ConfigErrors
 
 SYSTEM_CONFIG = Path("/etc/edgeclaw/edgeclaw.toml")
-KNOWN_CHANNELS = ("cli", "mqtt", "console", "agent")
+KNOWN_CHANNELS = ("cli", "mqtt", "mqtt-admin", "console", "agent")
 
 Fail = Callable[[str, str], None]
 

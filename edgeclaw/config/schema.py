@@ -23,6 +23,10 @@ class AgentConfig:
     history_max_messages: int = 400  # stored per session; older whole turns are dropped
     provider_attempts: int = 3  # tries per provider before falling back to the next
     max_retry_after_s: float = 30.0  # a longer Retry-After falls back at once instead of waiting
+    # How often the agent reads HEARTBEAT.md and acts on it ("30m"; "" = never); skipped while it is empty.
+    heartbeat_interval: str = ""
+    heartbeat_quiet_hours: str = ""  # "22:00-07:00": no heartbeats then (automation.timezone's clock)
+    heartbeat_to: list[str] = field(default_factory=list)  # where its reply goes (job targets); none = kept
 
 
 @dataclass
@@ -283,6 +287,20 @@ class SkillsConfig:
 
 
 @dataclass
+class AutomationConfig:
+    """[automation]: scheduled jobs (the cron and schedule tools) and how they treat the clock."""
+
+    enabled: bool = True  # false: no scheduler runs (jobs stay stored)
+    timezone: str = ""  # cron fields and times of day are read in it; "" = the machine's zone
+    # Jobs wait until the clock is synchronised: the kernel's time status, else timedatectl.
+    clock_sync: Literal["auto", "kernel", "timedatectl", "off"] = "auto"
+    clock_sync_max_wait_s: float = 300.0  # then run by the local clock anyway; 0 = wait for ever
+    late_limit_s: float = 60.0  # a slot later than this is missed (catch_up decides); never a burst
+    jitter_s: float = 0.0  # new jobs wait a random delay up to this, the same per device and slot
+    max_running: int = 4  # job runs at once; the rest wait (and count as running for overlaps)
+
+
+@dataclass
 class Config:
     device_id: str = ""  # empty = the hostname
     board: str = "auto"  # a profile name, a path to a profile file, or "auto"
@@ -300,5 +318,6 @@ class Config:
     state: StateConfig = field(default_factory=StateConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     skills: SkillsConfig = field(default_factory=SkillsConfig)
+    automation: AutomationConfig = field(default_factory=AutomationConfig)
     # Where it came from, for messages; not a TOML key.
     _source: str = "<defaults>"

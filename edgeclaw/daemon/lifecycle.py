@@ -44,6 +44,11 @@ def configured_services(config: Config) -> list[ServiceFactory]:
         from edgeclaw.daemon.console import console_service
 
         services.append(console_service)
+    if config.automation.enabled:
+        # After the channels: jobs deliver through them, and stop before they do.
+        from edgeclaw.daemon.scheduler import scheduler_service
+
+        services.append(scheduler_service)
     return services
 
 
@@ -65,6 +70,14 @@ class Daemon:
         self.ready = asyncio.Event()
         self._entered: list[object] = []  # the services, once entered (for status)
         self._started = time.time()
+        # Set by the gateway tool's restart: run() then returns EXIT_RESTART instead of 0.
+        self.restart_reason: str | None = None
+        self.on_ready: Callable[[], object] | None = None  # after READY=1 (a config on trial passed)
+
+    def request_restart(self, reason: str) -> None:
+        log.warning("restart requested: %s", reason)
+        self.restart_reason = reason
+        self.request_stop()
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -119,6 +132,10 @@ class Daemon:
         try:
             notifier.status("starting")
             runtime = self.runtime = build_runtime(self.config, board=self.board, environ=environ)
+            if runtime.automation is not None:
+                from edgeclaw.daemon.gateway import attach_daemon
+
+                attach_daemon(runtime, runtime.automation.gateway, self.status, self.request_restart)
             log.info(
                 "edgeclaw %s starting: device %s, board %s, workspace %s, %d tools",
                 __version__,
@@ -133,7 +150,11 @@ class Daemon:
                         self._entered.append(await stack.enter_async_context(factory(runtime)))
                     # After the channels: a recovered database is reported on their event streams.
                     await stack.enter_async_context(state_service(runtime))
-                    control = ControlServer(socket_path(runtime.state_dir), self.status)
+                    from edgeclaw.daemon.control import control_calls
+
+                    control = ControlServer(
+                        socket_path(runtime.state_dir), self.status, call=control_calls(runtime)
+                    )
                     await stack.enter_async_context(control)
                     watchdog = LoopWatchdog.from_env(notifier, environ)
                     if watchdog is not None:
@@ -141,6 +162,8 @@ class Daemon:
                     notifier.ready(f"serving: board {runtime.board.name}, {len(self.services)} channel(s)")
                     self.ready.set()
                     log.info("ready")
+                    if self.on_ready is not None:
+                        self.on_ready()
                     await self._stop.wait()
                     notifier.stopping("stopping: finishing in-flight tool calls")
                     log.info(
@@ -153,6 +176,10 @@ class Daemon:
                 # After the channels have closed: nothing can call a tool any more.
                 await runtime.aclose()
             log.info("stopped")
+            if self.restart_reason is not None:
+                from edgeclaw.daemon.gateway import EXIT_RESTART
+
+                return EXIT_RESTART
             return 0
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -161,9 +188,12 @@ class Daemon:
             notifier.close()
 
 
-def run_daemon(config: Config, *, board: str | None = None) -> int:
+def run_daemon(
+    config: Config, *, board: str | None = None, on_ready: Callable[[], object] | None = None
+) -> int:
     """Run the daemon until a signal stops it; uvloop when it is installed."""
     daemon = Daemon(config, board=board)
+    daemon.on_ready = on_ready
     try:
         import uvloop
 

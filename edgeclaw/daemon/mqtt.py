@@ -11,7 +11,7 @@ from edgeclaw.tools.custom import custom_tools_for
 
 def mqtt_service(runtime: Runtime) -> MqttChannel:
     """The MQTT channel as a daemon service (an async context manager)."""
-    return MqttChannel(
+    channel = MqttChannel(
         runtime.config.mqtt,
         device_id=runtime.device_id,
         board=runtime.board.name,
@@ -26,3 +26,7 @@ def mqtt_service(runtime: Runtime) -> MqttChannel:
         source=runtime.config._source,
         custom_tools=custom_tools_for(runtime.registry),
     )
+    if runtime.automation is not None:
+        # Scheduled jobs' `mqtt:TOPIC` targets: published under the device while the channel runs.
+        runtime.automation.outlets.register("mqtt", channel.publish_job_output)
+    return channel

@@ -25,6 +25,7 @@ from edgeclaw.tools.registry import Registry
 
 if TYPE_CHECKING:
     from edgeclaw.agent.loop import AgentLoop
+    from edgeclaw.daemon.automation import Automation
     from edgeclaw.daemon.memory import MemoryRuntime
     from edgeclaw.store.state import StateStore
 
@@ -52,6 +53,8 @@ class Runtime:
     _agent: AgentLoop | None = None
     # Memory, context files and skills ([memory], [skills]); None when memory.enabled is false.
     memory: MemoryRuntime | None = None
+    # Scheduled jobs, the heartbeat and the gateway tool's hooks ([automation]).
+    automation: Automation | None = None
 
     @property
     def state(self) -> StateStore:
@@ -195,6 +198,9 @@ def build_runtime(
     from edgeclaw.daemon.memory import build_memory  # memory tools, skill_search, the fs tools' VFS
 
     runtime.memory = build_memory(runtime, ws)
+    from edgeclaw.daemon.automation import install_automation  # cron, schedule and gateway
+
+    runtime.automation = install_automation(runtime)
 
     # Tool names can only be checked once the tools exist.
     problems = [ConfigError(source, key, problem) for key, problem in policy.validate()]

@@ -82,6 +82,11 @@ class PolicyEngine:
         self._runtime_groups[name] = set(members)
         self._cache.clear()
 
+    def replace_rules(self, rules: PolicyRules) -> None:
+        """Evaluate with new rules from now on (a config reloaded in place); clears the cache."""
+        self.rules = rules
+        self._cache.clear()
+
     def set_scope(self, name: str, agent_id: str | None) -> None:
         """Limit a tool to one agent (per-agent custom tools), after every step; None lifts it."""
         if agent_id:

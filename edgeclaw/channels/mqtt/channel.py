@@ -59,12 +59,14 @@ from edgeclaw.channels.mqtt.dedup import (
 from edgeclaw.channels.mqtt.discovery import discovery_payload, discovery_topic_usable
 from edgeclaw.channels.mqtt.outbox import Kind, Outbox
 from edgeclaw.channels.mqtt.protocol import (
+    AdminCall,
     AdminRequest,
     CancelRequest,
     ChatRequest,
     Route,
     ToolCallRequest,
     WireError,
+    admin_call_answer,
     admin_error,
     cancel_answer,
     cancel_error,
@@ -73,6 +75,7 @@ from edgeclaw.channels.mqtt.protocol import (
     check_fresh,
     encode,
     parse_admin,
+    parse_admin_call,
     parse_approval,
     parse_cancel,
     parse_chat,
@@ -93,6 +96,7 @@ from edgeclaw.errors import ConfigError, ConfigErrors
 from edgeclaw.store.db import Database, StorageFull
 from edgeclaw.tools.approval import ApprovalBroker, ApprovalRequest, Decision, Verdict
 from edgeclaw.tools.audit import AuditRecord, AuditTrail
+from edgeclaw.tools.automation.targets import Delivery, DeliveryError, topic_problem
 from edgeclaw.tools.base import ToolContext
 from edgeclaw.tools.custom import CustomTools, InvalidDefinition
 from edgeclaw.tools.registry import Registry
@@ -100,6 +104,9 @@ from edgeclaw.tools.registry import Registry
 log = logging.getLogger("edgeclaw.mqtt")
 
 CHANNEL = "mqtt"
+# Calls over admin/cron and admin/gateway run as this channel: its policy is [tools.channels.mqtt-admin]
+# (no built-in restriction: the admin topics take signed commands only, unless mqtt.admin_unsigned).
+ADMIN_CHANNEL = "mqtt-admin"
 # On a clean stop, requests still running get this long before they are cancelled (and answered so).
 STOP_GRACE_S = 5.0
 HOUSEKEEPING_S = 60.0
@@ -219,7 +226,11 @@ class MqttChannel:
             t.tool_cancel: "cancel",
             t.chat_in: "chat",
             t.admin_tools: "admin",
+            t.admin_cron: "admin",
+            t.admin_gateway: "admin",
         }
+        # The admin topics that are calls of a tool (the rest of `admin` is admin/tools).
+        self._admin_calls = {t.admin_cron: "cron", t.admin_gateway: "gateway"}
         # Where answers go when the request named no (usable) Response Topic.
         self._fallbacks = {
             "tool": t.tool_result,
@@ -280,8 +291,10 @@ class MqttChannel:
         self._answer_unfinished()
         if self.approver_verifier is not None:
             self.approvals.register(CHANNEL, self)
+            self.approvals.register(ADMIN_CHANNEL, self)
         else:  # nobody on MQTT is entitled to approve: denied with the reason, nothing published
             self.approvals.refuse(CHANNEL, NO_APPROVER)
+            self.approvals.refuse(ADMIN_CHANNEL, NO_APPROVER)
         if self.config.events:
             self.registry.add_audit_sink(self._audit)
             if self.audit is not None:
@@ -326,6 +339,7 @@ class MqttChannel:
             self._flush_handle.cancel()
         self._flush_after_answers()  # what was still waiting for its moment
         self.approvals.unregister(CHANNEL, None if self.approver_verifier is None else self)
+        self.approvals.unregister(ADMIN_CHANNEL, None if self.approver_verifier is None else self)
         await self.sender.close()
         if self._runner is not None:
             await self.connection.stop(self._runner, (self.topics.status, self._status_payload("offline")))
@@ -561,6 +575,10 @@ class MqttChannel:
             elif kind == "cancel":
                 cancel = parse_cancel(obj)
                 self._cancel(cancel, route, self._caller(cancel.sender))
+            elif msg.topic in self._admin_calls:
+                sender = obj.get("sender") if isinstance(obj.get("sender"), str) else ""
+                call = parse_admin_call(obj, self._admin_calls[msg.topic])
+                self._submit_admin_call(call, route, self._caller(sender))
             else:
                 self._submit_admin(parse_admin(obj), route)
         except WireError as e:
@@ -623,6 +641,43 @@ class MqttChannel:
             lambda code, text: encode(admin_error(admin.id, admin.action, code, text)),
             about=("admin", admin.id, admin.action),
         )
+
+    def _submit_admin_call(self, call: AdminCall, route: Route, caller: str) -> None:
+        self._submit(
+            request_key("admin", call.id, [call.tool, call.args]),
+            route,
+            lambda: self._run_admin_call(call, route, caller),
+            lambda code, text: encode(admin_error(call.id, call.action, code, text)),
+            about=("admin", call.id, call.action),
+            observes=self.registry.only_observes(call.tool, call.args),
+        )
+
+    async def _run_admin_call(self, call: AdminCall, route: Route, caller: str) -> bytes:
+        """`admin/cron`, `admin/gateway`: the tool through the registry, as the admin channel. Jobs
+        made here belong to the signing key's identity on that channel."""
+        ctx = ToolContext(
+            channel=ADMIN_CHANNEL,
+            chat_id=route.topic,
+            peer_kind="device",
+            session_key=ADMIN_CHANNEL,
+            caller=caller,
+            request_id=call.id,
+        )
+        outcome = await self.registry.execute(call.tool, call.args, ctx)
+        return encode(admin_call_answer(call.id, call.action, outcome))
+
+    # -- scheduled jobs' output (edgeclaw.tools.automation) ------------------------
+    async def publish_job_output(self, subtopic: str, delivery: Delivery) -> None:
+        """A job's output on `{prefix}/{dev}/SUBTOPIC`, through the store-and-forward sender like
+        telemetry: kept while the broker is away (within the outbox bound), dropped first when full."""
+        problem = topic_problem(subtopic)
+        if problem is not None:
+            raise DeliveryError(problem)
+        if self._closing or self._runner is None:
+            raise DeliveryError("the MQTT channel is not running")
+        text = self.registry.scrubber.scrub(json.dumps(delivery.payload(), ensure_ascii=False))
+        topic = f"{self.topics.base}/{subtopic}"
+        self.sender.send(Kind.TELEMETRY, topic, text.encode("utf-8", "surrogatepass"))
 
     def _submit_chat(self, chat: ChatRequest, route: Route, msg: Incoming, signed_body: bytes | None) -> None:
         message = self._chat_message(chat, route, msg)

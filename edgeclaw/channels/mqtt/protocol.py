@@ -37,7 +37,10 @@ MAX_RESPONSE_TOPIC_CHARS = 512
 
 # Suffixes of command topics: an answer must never be published to one, or an answer to one device
 # could be replayed as a command to another -- under any prefix, not only ours.
-COMMAND_SUFFIXES = ("/tool/call", "/tool/cancel", "/chat/in", "/approval/response", "/admin/tools")
+COMMAND_SUFFIXES = (
+    "/tool/call", "/tool/cancel", "/chat/in", "/approval/response", "/admin/tools", "/admin/cron",
+    "/admin/gateway",
+)  # fmt: skip
 
 
 class WireError(Exception):
@@ -84,6 +87,36 @@ class AdminRequest:
 
 
 ADMIN_ACTIONS = ("define", "remove", "list")
+# Fields of an admin/cron or admin/gateway request that are the request's, not the tool's arguments.
+ADMIN_CALL_ENVELOPE = ("id", "ts", "sender")
+
+
+@dataclass(frozen=True, slots=True)
+class AdminCall:
+    """`admin/cron`, `admin/gateway`: `{"id", "action", ...}` is one call of that tool; every field
+    but the envelope (`id`, `ts`, `sender`) is its arguments."""
+
+    id: str
+    tool: str  # "cron" | "gateway"
+    args: dict[str, Any]
+
+    @property
+    def action(self) -> str:
+        return str(self.args.get("action", ""))
+
+
+def parse_admin_call(obj: dict[str, Any], tool: str) -> AdminCall:
+    what = f"admin/{tool}"
+    request_id = _text_field(obj, "id", what, required=True, limit=MAX_ID_CHARS)
+    _text_field(obj, "action", what, required=True, limit=40)
+    return AdminCall(request_id, tool, {k: v for k, v in obj.items() if k not in ADMIN_CALL_ENVELOPE})
+
+
+def admin_call_answer(request_id: str, action: str, outcome: CallOutcome) -> dict[str, Any]:
+    """Like a tool call's answer, with the admin action named."""
+    answer = tool_answer(request_id, outcome)
+    answer["action"] = action
+    return answer
 
 
 @dataclass(frozen=True, slots=True)

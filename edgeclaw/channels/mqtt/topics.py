@@ -77,6 +77,14 @@ class DeviceTopics:
         return f"{self.base}/admin/tools"
 
     @property
+    def admin_cron(self) -> str:
+        return f"{self.base}/admin/cron"
+
+    @property
+    def admin_gateway(self) -> str:
+        return f"{self.base}/admin/gateway"
+
+    @property
     def ha_status(self) -> str:
         return f"{self.discovery_prefix}/status"
 
@@ -84,7 +92,7 @@ class DeviceTopics:
         """Only this device's own command topics (and Home Assistant's birth topic): no wildcards."""
         topics = [self.chat_in, self.tool_call, self.tool_cancel, self.approval_response]
         if admin:
-            topics.append(self.admin_tools)
+            topics += [self.admin_tools, self.admin_cron, self.admin_gateway]
         if discovery:
             topics.append(self.ha_status)
         return topics

@@ -1,0 +1,111 @@
+"""Wire scheduled jobs, the heartbeat and the gateway tool from the runtime.
+
+`install_automation` (from `build_runtime`, so `edgeclaw tool call cron` and
+`tools list` see the same tools as the daemon) registers `cron`, `schedule`
+and `gateway` and checks `[automation]` and the heartbeat keys.
+`scheduler_service` is the daemon service that runs the jobs: entered after
+the channels, so the outlets the jobs deliver to are registered, and left
+before them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from edgeclaw.errors import ConfigError, ConfigErrors
+from edgeclaw.store.jobs import JobStore
+from edgeclaw.tools.automation.cron import CronTool, JobFactory, ScheduleTool
+from edgeclaw.tools.automation.gateway import GatewayHooks, GatewayTool
+from edgeclaw.tools.automation.targets import JobOutlets, TargetError, parse_targets
+from edgeclaw.tools.automation.when import ScheduleError, parse_duration, zone
+from edgeclaw.tools.base import ToolContext
+
+if TYPE_CHECKING:
+    from edgeclaw.agent.heartbeat import Heartbeat
+    from edgeclaw.agent.scheduler import Scheduler
+    from edgeclaw.daemon.runtime import Runtime
+
+log = logging.getLogger("edgeclaw.automation")
+
+HEARTBEAT_FILE = "HEARTBEAT.md"
+MIN_HEARTBEAT_S = 60.0
+
+
+@dataclass
+class Automation:
+    store: JobStore
+    jobs: JobFactory
+    outlets: JobOutlets
+    gateway: GatewayHooks
+    heartbeat_s: float = 0.0
+    scheduler: Scheduler | None = None
+    heartbeat: Heartbeat | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def automation_problems(runtime: Runtime) -> list[tuple[str, str]]:
+    config = runtime.config
+    a, agent = config.automation, config.agent
+    problems: list[tuple[str, str]] = []
+    try:
+        zone(a.timezone)
+    except ScheduleError as e:
+        problems.append(("automation.timezone", str(e)))
+    for key, low in (("late_limit_s", 1.0), ("clock_sync_max_wait_s", 0.0), ("jitter_s", 0.0)):
+        value = getattr(a, key)
+        if value < low:
+            problems.append((f"automation.{key}", f"expected a number >= {low:g}, got {value}"))
+    if a.max_running < 1:
+        problems.append(("automation.max_running", f"expected an integer >= 1, got {a.max_running}"))
+    if agent.heartbeat_interval:
+        try:
+            seconds = parse_duration(agent.heartbeat_interval, "heartbeat interval")
+            if seconds < MIN_HEARTBEAT_S:
+                problems.append(("agent.heartbeat_interval", f"expected at least 1m, got {seconds:g} s"))
+        except ScheduleError as e:
+            problems.append(("agent.heartbeat_interval", str(e)))
+    from edgeclaw.agent.heartbeat import QuietHours
+
+    try:
+        QuietHours.parse(agent.heartbeat_quiet_hours)
+    except ValueError as e:
+        problems.append(("agent.heartbeat_quiet_hours", str(e)))
+    if agent.heartbeat_to:
+        try:
+            parse_targets(agent.heartbeat_to)
+        except TargetError as e:
+            problems.append(("agent.heartbeat_to", str(e)))
+    return problems
+
+
+def agent_names(runtime: Runtime) -> list[str]:
+    return ["main", *(n for n in getattr(runtime.config, "agents", {}) if n != "main")]
+
+
+def install_automation(runtime: Runtime) -> Automation:
+    problems = automation_problems(runtime)
+    if problems:
+        raise ConfigErrors([ConfigError(runtime.config._source, k, p) for k, p in problems])
+    a = runtime.config.automation
+    registry = runtime.registry
+
+    async def check_call(name: str, args: dict[str, Any], ctx: ToolContext) -> str | None:
+        outcome = await registry.execute(name, args, ctx, dry_run=True)
+        return None if outcome.ok else outcome.error
+
+    store = JobStore(lambda: runtime.db)
+    jobs = JobFactory(
+        store,
+        check_call=check_call,
+        agents=lambda: agent_names(runtime),
+        default_tz=a.timezone,
+        default_jitter_s=a.jitter_s,
+    )
+    from edgeclaw.daemon.gateway import offline_hooks
+
+    hooks = offline_hooks(runtime)
+    registry.register_all([CronTool(jobs), ScheduleTool(jobs), GatewayTool(hooks)])
+    interval = runtime.config.agent.heartbeat_interval
+    return Automation(store, jobs, JobOutlets(), hooks, parse_duration(interval) if interval else 0.0)

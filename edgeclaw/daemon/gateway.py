@@ -1,0 +1,389 @@
+"""The gateway tool's daemon side: config get/validate/apply with rollback, restart, logs, reload.
+
+Applying a config, step by step:
+
+1. The new text is checked as `config check` checks a file (TOML, types,
+   ranges, names, the board profile); a problem refuses it, nothing written.
+2. The running file is copied to `FILE.previous`, the new text written to
+   `FILE.new`, fsync'd and renamed over `FILE` (a power cut leaves the old
+   file or the new one, never half of one).
+3. When only what can change at run time differs (the tool policy, the log
+   level), it is reloaded in place. Anything else restarts the daemon, with
+   `FILE.apply` saying a new file is on trial.
+4. At the next start `ConfigTrial.before_start` marks the trial as running.
+   READY confirms it (the marker goes). A start that fails (the file is
+   refused, a channel cannot start) restores `FILE.previous` and starts
+   again; so does a start that finds the trial still running, which means
+   the last one died before READY (killed, out of memory, a crash).
+
+Restarting: under systemd (`INVOCATION_ID` is set) the daemon exits with
+status 75 and the unit's `Restart=on-failure` starts it again; otherwise it
+runs itself again in place (`execv` of the same command line).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+import tomllib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgeclaw.config.schema import Config
+from edgeclaw.errors import ConfigErrors
+from edgeclaw.tools.automation.gateway import GatewayHooks
+
+if TYPE_CHECKING:
+    from edgeclaw.daemon.runtime import Runtime
+
+log = logging.getLogger("edgeclaw.gateway")
+
+EXIT_RESTART = 75  # EX_TEMPFAIL: "try again", which systemd's Restart=on-failure does
+# What a config change may touch and still be taken in without a restart.
+RELOADABLE = frozenset({"log_level", "tools.profile", "tools.allow", "tools.deny", "tools.also_allow",
+                        "tools.providers", "tools.channels", "tools.agents"})  # fmt: skip
+LOG_RING_LINES = 2000
+
+
+def under_systemd(environ: dict[str, str] | os._Environ[str] | None = None) -> bool:
+    env = os.environ if environ is None else environ
+    return bool(env.get("INVOCATION_ID"))
+
+
+# -- checking and rendering ------------------------------------------------------------------------
+def validate_text(text: str, source: str) -> tuple[Config | None, list[str]]:
+    """The config a text describes and every problem with it (`config check`'s checks)."""
+    from edgeclaw.config.loader import config_from_dict
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        return None, [f"{source}: not valid TOML: {e}"]
+    try:
+        config = config_from_dict(data, source, text)
+    except ConfigErrors as e:
+        return None, [str(err) for err in e.errors]
+    return config, []
+
+
+def effective(config: Config, key: str) -> dict[str, Any]:
+    from edgeclaw.config.render import render_effective
+    from edgeclaw.tools.scrub import Scrubber
+
+    text = Scrubber().scrub(render_effective(config, [f"effective configuration from {config._source}"]))
+    if not key:
+        return {"text": text}
+    value: Any = tomllib.loads(text)
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            from edgeclaw.errors import ToolError
+
+            raise ToolError(f"config_get: no key {key!r} in the effective configuration")
+        value = value[part]
+    shown = json.dumps(value, ensure_ascii=False, indent=1) if isinstance(value, dict | list) else str(value)
+    return {"text": f"{key} = {shown}", "key": key, "value": value}
+
+
+def changed_keys(old: Config, new: Config) -> list[str]:
+    """Dotted keys (two levels deep) whose values differ."""
+    a, b = dataclasses.asdict(old), dataclasses.asdict(new)
+    out = []
+    for top in sorted(set(a) | set(b)):
+        if top.startswith("_"):
+            continue
+        x, y = a.get(top), b.get(top)
+        if isinstance(x, dict) and isinstance(y, dict) and top not in ("providers", "agents"):
+            out += [f"{top}.{k}" for k in sorted(set(x) | set(y)) if x.get(k) != y.get(k)]
+        elif x != y:
+            out.append(top)
+    return out
+
+
+# -- the trial of a newly applied file ---------------------------------------------------------------
+class ConfigTrial:
+    """`FILE.apply`: a new config file on trial, and `FILE.previous` to go back to."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.marker = path.with_name(path.name + ".apply")
+        self.previous = path.with_name(path.name + ".previous")
+        self.state: dict[str, Any] | None = None
+
+    def read(self) -> dict[str, Any] | None:
+        try:
+            value = json.loads(self.marker.read_text())
+        except (OSError, ValueError):
+            return None
+        return value if isinstance(value, dict) else None
+
+    def _write(self, state: dict[str, Any]) -> None:
+        _atomic_write(self.marker, json.dumps(state).encode())
+        self.state = state
+
+    def begin(self, by: str, changed: list[str]) -> None:
+        self._write({"state": "pending", "at": time.time(), "by": by, "changed": changed})
+
+    @property
+    def trying(self) -> bool:
+        return self.state is not None and self.state.get("state") == "trying"
+
+    def before_start(self) -> str | None:
+        """At start-up, before the file is read. Returns what was rolled back, if anything."""
+        state = self.read()
+        if state is None:
+            return None
+        if state.get("state") == "pending":
+            self._write({**state, "state": "trying", "started": time.time()})
+            return None
+        if state.get("state") == "trying":
+            return self.roll_back("the daemon did not come back after the new config was applied")
+        return None  # "rolled_back": reported by `report`, kept until then
+
+    def restore(self) -> None:
+        _atomic_write(self.path, self.previous.read_bytes())
+
+    def roll_back(self, reason: str) -> str:
+        if not self.previous.exists():
+            log.error("config trial failed (%s) and there is no %s to go back to", reason, self.previous)
+            self._write({"state": "rolled_back", "at": time.time(), "reason": reason, "restored": False})
+            return reason
+        _atomic_write(self.path, self.previous.read_bytes())
+        self._write({"state": "rolled_back", "at": time.time(), "reason": reason, "restored": True})
+        log.error("the new config did not start (%s): %s restored from %s", reason, self.path, self.previous)
+        return reason
+
+    def confirm(self) -> dict[str, Any] | None:
+        """READY: the trial passed (or a rollback is being reported). Returns the finished state."""
+        state = self.read()
+        if state is None:
+            return None
+        with contextlib.suppress(FileNotFoundError):
+            self.marker.unlink()
+        if state.get("state") == "trying":
+            state["state"] = "applied"
+        return state
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".new")
+    mode = 0o600
+    with contextlib.suppress(OSError):
+        mode = path.stat().st_mode & 0o777
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dirfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dirfd)
+    finally:
+        os.close(dirfd)
+
+
+def _replace_keeping_previous(trial: ConfigTrial, text: str) -> None:
+    _atomic_write(trial.previous, trial.path.read_bytes())
+    _atomic_write(trial.path, text.encode("utf-8"))
+
+
+def restart_in_place() -> None:
+    """Run this daemon's command line again in this process (not under systemd)."""
+    argv = [sys.executable, *sys.orig_argv[1:]]
+    log.warning("restarting: %s", " ".join(argv))
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, argv)
+
+
+# -- logs --------------------------------------------------------------------------------------------
+class LogRing(logging.Handler):
+    """The daemon's last lines, for `gateway logs` when neither a journal nor a log file has them."""
+
+    def __init__(self, size: int = LOG_RING_LINES) -> None:
+        super().__init__()
+        self.lines: collections.deque[str] = collections.deque(maxlen=size)
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(Exception):
+            self.lines.append(self.format(record))
+
+
+_RING: LogRing | None = None
+
+
+def install_log_ring() -> LogRing:
+    global _RING
+    if _RING is None:
+        _RING = LogRing()
+        logging.getLogger().addHandler(_RING)
+    return _RING
+
+
+def _systemd_unit() -> str | None:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            for part in reversed(line.split("/")):
+                if part.endswith(".service"):
+                    return part
+    return None
+
+
+async def read_logs(n: int) -> tuple[str, list[str]]:
+    """The last `n` lines: the journal under systemd, else stderr's file, else the in-process buffer."""
+    journalctl = shutil.which("journalctl")
+    if under_systemd() and journalctl:
+        unit = _systemd_unit()
+        match = f"_SYSTEMD_UNIT={unit}" if unit else f"_SYSTEMD_INVOCATION_ID={os.environ['INVOCATION_ID']}"
+        proc = await asyncio.create_subprocess_exec(
+            journalctl, "-q", "--no-pager", "-o", "short-iso", "-n", str(n), match,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await proc.communicate()
+        if proc.returncode == 0 and out.strip():
+            return "journal", out.decode(errors="replace").splitlines()[-n:]
+        log.info(
+            "journalctl gave nothing (%s); using the other log sources", err.decode(errors="replace").strip()
+        )
+    with contextlib.suppress(OSError):
+        target = Path(os.readlink("/proc/self/fd/2"))
+        if target.is_absolute() and _is_file(target):
+            return f"file {target}", _tail(target, n)
+    if _RING is not None:
+        return "memory", list(_RING.lines)[-n:]
+    return "none", []
+
+
+def _is_file(path: Path) -> bool:
+    return path.is_file()
+
+
+def _tail(path: Path, n: int, block: int = 65536) -> list[str]:
+    with path.open("rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        data = b""
+        while size > 0 and data.count(b"\n") <= n:
+            step = min(block, size)
+            size -= step
+            f.seek(size)
+            data = f.read(step) + data
+    return data.decode(errors="replace").splitlines()[-n:]
+
+
+# -- the hooks -----------------------------------------------------------------------------------------
+def offline_hooks(runtime: Runtime) -> GatewayHooks:
+    """What the gateway tool can do in any process: read and check the config."""
+    return GatewayHooks(
+        config_get=lambda key: effective(runtime.config, key),
+        config_validate=lambda text: validate_text(text, runtime.config._source)[1],
+    )
+
+
+def attach_daemon(runtime: Runtime, hooks: GatewayHooks, status: Any, restart: Any) -> None:
+    """The actions only a running daemon can take."""
+    hooks.status = status
+    hooks.restart = restart
+    hooks.logs = read_logs
+    hooks.reload_tools = lambda: reload_custom_tools(runtime)
+
+    async def apply(text: str, by: str) -> dict[str, Any]:
+        return await apply_config(runtime, text, by, restart)
+
+    hooks.config_apply = apply
+
+
+def reload_custom_tools(runtime: Runtime) -> dict[str, Any]:
+    from edgeclaw.tools.custom import custom_tools_for
+
+    custom = custom_tools_for(runtime.registry)
+    if custom is None:
+        from edgeclaw.errors import ToolError
+
+        raise ToolError("custom tools are not available here (the shell tools are off)")
+    stored = {row.name for row in custom.store().list()}
+    gone = [s.name for s in custom.list() if s.source != "config" and s.name not in stored]
+    for name in gone:
+        custom.remove(name)
+    loaded = custom.load_stored()
+    text = f"custom tools reloaded: {len(loaded)} from the database" + (
+        f", {len(gone)} removed" if gone else ""
+    )
+    runtime.audit.emit("admin", action="reload_tools", loaded=len(loaded), removed=len(gone))
+    return {"text": text, "loaded": sorted(loaded), "removed": gone}
+
+
+async def apply_config(runtime: Runtime, text: str, by: str, restart: Any) -> dict[str, Any]:
+    source = runtime.config._source
+    if source.startswith("<"):
+        return {
+            "ok": False,
+            "text": "this daemon runs on built-in defaults: there is no config file to replace "
+            "(start it with --config FILE or $EDGECLAW_CONFIG)",
+        }
+    path = Path(source)
+    new, problems = validate_text(text, source)
+    if new is None:
+        text = "the new config is refused; nothing was written:\n" + "\n".join(problems)
+        return {"ok": False, "text": text, "problems": problems}
+    changed = changed_keys(runtime.config, new)
+    if not changed:
+        return {
+            "ok": True,
+            "text": "the new config is the same as the running one: nothing to do",
+            "changed": [],
+        }
+    trial = ConfigTrial(path)
+    try:
+        _replace_keeping_previous(trial, text)
+    except OSError as e:
+        return {"ok": False, "text": f"cannot write {path}: {e.strerror or e} (nothing changed)"}
+    reloadable = all(k in RELOADABLE for k in changed)
+    runtime.audit.emit("config_apply", by=by, changed=changed, how="reload" if reloadable else "restart")
+    if reloadable:
+        problem = _reload(runtime, new)
+        if problem is not None:
+            trial.restore()
+            _reload(runtime, runtime.config)
+            runtime.audit.emit("config_apply", by=by, outcome="rolled_back", reason=problem)
+            return {"ok": False, "text": f"the new config could not be taken in ({problem}); "
+                    f"{path} restored", "changed": changed}  # fmt: skip
+        runtime.config.tools = new.tools
+        runtime.config.log_level = new.log_level
+        return {"ok": True, "text": f"applied and reloaded in place: {', '.join(changed)} (previous file "
+                f"kept as {trial.previous})", "changed": changed, "how": "reload"}  # fmt: skip
+    trial.begin(by, changed)
+    asyncio.get_running_loop().call_later(0.2, restart, f"config applied by {by}")
+    return {
+        "ok": True,
+        "text": f"written; restarting to take in {', '.join(changed)}. The previous file is kept as "
+        f"{trial.previous} and restored if the daemon does not come back healthy",
+        "changed": changed,
+        "how": "restart",
+    }
+
+
+def _reload(runtime: Runtime, config: Config) -> str | None:
+    """The policy and the log level from `config`, in place; a problem (unknown tool names) or None."""
+    from edgeclaw.config.loader import policy_rules
+
+    policy = runtime.registry.policy
+    old = policy.rules
+    policy.replace_rules(policy_rules(config))
+    problems = policy.validate()
+    if problems:
+        policy.replace_rules(old)
+        return "; ".join(f"{k}: {p}" for k, p in problems)
+    logging.getLogger().setLevel(config.log_level.upper())
+    return None

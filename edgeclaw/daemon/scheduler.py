@@ -1,0 +1,171 @@
+"""The scheduler as a daemon service: jobs, their outlets and the heartbeat, on the shared agent.
+
+Entered after the channels (`daemon.lifecycle.configured_services`), so the
+outlets the jobs deliver to are registered before the first run, and left
+before them. Prompt jobs and the heartbeat run under a named agent
+(`daemon.agent`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from edgeclaw.daemon.automation import HEARTBEAT_FILE, Automation
+from edgeclaw.errors import ToolError, ToolRefused
+from edgeclaw.tools.automation.targets import Delivery, DeliveryError
+from edgeclaw.tools.automation.when import zone
+from edgeclaw.tools.base import ToolContext
+
+if TYPE_CHECKING:
+    from edgeclaw.agent.heartbeat import Heartbeat
+    from edgeclaw.daemon.runtime import Runtime
+
+log = logging.getLogger("edgeclaw.automation")
+
+
+def _agent(runtime: Runtime, name: str) -> Any:
+    """The agent that runs a prompt job: a named one on the shared loop, or "main"."""
+    from edgeclaw.daemon import agent as agents
+
+    by_name = getattr(agents, "agent_by_name", None)
+    if by_name is not None:
+        try:
+            return by_name(runtime, name)
+        except Exception as e:  # an unknown name: the run says so
+            log.warning("job agent %s: %s", name, e)
+            return None
+    return agents.shared_agent(runtime) if name == "main" else None
+
+
+def _read_heartbeat(runtime: Runtime) -> str | None:
+    from edgeclaw.tools.workspace import Workspace
+
+    ws = Workspace(runtime.workspace)
+
+    def disk(name: str) -> str | None:
+        try:
+            content = ws.read_file(ws.resolve(name), limit=64 * 1024, cut=True, shown=name)
+        except (OSError, ToolError, ToolRefused):
+            return None
+        return content.data.decode("utf-8", errors="replace")
+
+    memory = runtime.memory
+    if memory is None:
+        return disk(HEARTBEAT_FILE)
+    found = memory.contexts.read("main", "", HEARTBEAT_FILE, disk)
+    return found.content if found is not None else None
+
+
+class SchedulerService:
+    """What `edgeclaw status` shows for the scheduler (a service like the channels)."""
+
+    name = "scheduler"
+
+    def __init__(self, automation: Automation) -> None:
+        self.automation = automation
+
+    def status_snapshot(self) -> dict[str, Any]:
+        sched = self.automation.scheduler
+        out = sched.status() if sched is not None else {}
+        beat = self.automation.heartbeat
+        if beat is not None and beat.last is not None:
+            out["heartbeat"] = beat.last[1]
+        return out
+
+
+@contextlib.asynccontextmanager
+async def scheduler_service(runtime: Runtime) -> AsyncIterator[SchedulerService]:
+    from edgeclaw.agent.job_runner import JobRunner
+    from edgeclaw.agent.scheduler import LoopClock, Scheduler, SchedulerSettings
+    from edgeclaw.backends.clock import ClockSync
+
+    auto = runtime.automation
+    assert auto is not None
+    a = runtime.config.automation
+    outlets = auto.outlets
+    tz = zone(a.timezone)
+    if runtime.memory is not None:
+        from edgeclaw.tools.automation.daily_note import DailyNotes
+
+        outlets.register("memory", DailyNotes(runtime.memory.store, runtime.config.memory.shared_writers, tz))
+    console = _console_outlet(runtime)
+    if console is not None:
+        outlets.register("console", console)
+    runner = JobRunner(runtime.registry, outlets, lambda name: _agent(runtime, name))
+    sched = Scheduler(
+        auto.store,
+        runner,
+        clock=LoopClock(),
+        sync=ClockSync(a.clock_sync),
+        settings=SchedulerSettings(
+            late_limit_s=a.late_limit_s,
+            sync_max_wait_s=a.clock_sync_max_wait_s,
+            max_running=a.max_running,
+            device_id=runtime.device_id,
+        ),
+        audit=runtime.audit,
+    )
+    if auto.heartbeat_s:
+        auto.heartbeat = _heartbeat(runtime, runner)
+        sched.add_periodic("heartbeat", auto.heartbeat_s, auto.heartbeat.beat)
+    auto.scheduler = sched
+    auto.jobs.control = sched
+    try:
+        async with sched:
+            yield SchedulerService(auto)
+    finally:
+        auto.jobs.control = None
+        auto.scheduler = None
+        outlets.unregister("memory")
+        outlets.unregister("console", console)
+
+
+def _heartbeat(runtime: Runtime, runner: Any) -> Heartbeat:
+    from edgeclaw.agent.channel import Reply
+    from edgeclaw.agent.heartbeat import CALLER, CHANNEL, Heartbeat, QuietHours
+
+    config = runtime.config.agent
+    targets = list(config.heartbeat_to)
+    ctx = ToolContext(channel=CHANNEL, session_key="heartbeat:main", caller=CALLER, peer_kind="local")
+
+    async def deliver(reply: Reply) -> list[str]:
+        if not targets:
+            return []
+        delivery = Delivery("heartbeat", "heartbeat", reply.ok, reply.text, None if reply.ok else reply.text)
+        delivery = Delivery(**{**delivery.__dict__, "owner": CALLER, "owner_channel": CHANNEL})
+        return await runner.deliver_to(targets, delivery, ctx)
+
+    return Heartbeat(
+        lambda: _read_heartbeat(runtime),
+        lambda: _agent(runtime, "main"),
+        deliver,
+        quiet=QuietHours.parse(config.heartbeat_quiet_hours),
+        tz=zone(runtime.config.automation.timezone),
+    )
+
+
+def _console_outlet(runtime: Runtime) -> Any:
+    """`console` / `console:PORT` through the console channel's own outlet (logged-in ports only)."""
+    ports = list(runtime.config.console.ports)
+    channel_outlets = getattr(runtime, "outlets", None)
+    if not ports or channel_outlets is None:
+        return None
+
+    async def deliver(rest: str, delivery: Delivery) -> None:
+        from edgeclaw.tools.outlets import DeliveryFailed, Outgoing
+
+        problems, shown = [], 0
+        origin = f"job {delivery.job_name or delivery.job_id}"
+        for port in [rest] if rest else ports:
+            try:
+                await channel_outlets.to_target("console", port, Outgoing(delivery.line(), origin=origin))
+                shown += 1
+            except DeliveryFailed as e:
+                problems.append(str(e))
+        if not shown:
+            raise DeliveryError("; ".join(problems))
+
+    return deliver

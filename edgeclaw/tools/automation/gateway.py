@@ -1,0 +1,174 @@
+"""`gateway`: administering the daemon itself (status, version, config, restart, logs, tool reload).
+
+For the device's administrators only: the local CLI (`edgeclaw tool call
+gateway ...`, which a running daemon answers over its control socket) and the
+signed MQTT admin topic (`admin/gateway`). It is in no profile but `full`,
+never offered to subagents (the policy's always-denied list), and MQTT's
+`remote` default leaves it out.
+
+The daemon fills in `GatewayHooks`; in a process without a daemon the
+actions that need one say so.
+
+- `config_get`: the effective configuration, secrets never shown (only the
+  names of the variables and files that hold them), optionally one `key`.
+- `config_validate`: a whole new file's text, checked as `config check`
+  would; nothing is written.
+- `config_apply`: checked, then written atomically beside the old file
+  (kept as `FILE.previous`); what can change at run time (the tool policy,
+  the log level) is reloaded in place, anything else restarts the daemon.
+  When the new file does not bring the daemon back to READY, the previous
+  file is restored and the daemon starts on it again.
+- `restart`: through systemd when the daemon runs under it (the service's
+  Restart= brings it back), else the daemon starts itself again in place.
+- `logs`: the last `lines` lines, from the journal under systemd, else from
+  the log file, else the daemon's own recent-lines buffer.
+- `reload_tools`: runtime custom tools taken again from the database.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from edgeclaw import __version__
+from edgeclaw.errors import ToolError
+from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
+
+MAX_CONFIG_BYTES = 256 * 1024
+MAX_LOG_LINES = 1000
+
+
+@dataclass
+class GatewayHooks:
+    status: Callable[[], dict[str, Any]] | None = None
+    config_get: Callable[[str], dict[str, Any]] | None = None  # key ("" = all) -> {"text", "value"?}
+    config_validate: Callable[[str], list[str]] | None = None  # text -> problems
+    config_apply: Callable[[str, str], Awaitable[dict[str, Any]]] | None = None  # (text, by) -> report
+    restart: Callable[[str], None] | None = None  # reason
+    logs: Callable[[int], Awaitable[tuple[str, list[str]]]] | None = None  # n -> (source, lines)
+    reload_tools: Callable[[], dict[str, Any]] | None = None
+
+
+def _needs_daemon(what: str) -> ToolError:
+    return ToolError(f"{what} needs the running daemon (edgeclaw run); none answers in this process")
+
+
+class GatewayTool(Tool):
+    name = "gateway"
+    group = "automation"
+    description = (
+        "Administer this daemon: status, version, config_get (secrets never shown), config_validate "
+        "and config_apply (a whole new config file; rolled back when the daemon does not come back "
+        "healthy), restart, logs (last N lines), reload_tools (runtime custom tools)."
+    )
+    observing_actions = frozenset({"status", "version", "config_get", "config_validate", "logs"})
+    timeout_s = 60.0
+    parameters = {
+        "type": "object",
+        "properties": {
+            "action": {
+                "enum": [
+                    "status",
+                    "version",
+                    "config_get",
+                    "config_validate",
+                    "config_apply",
+                    "restart",
+                    "logs",
+                    "reload_tools",
+                ]
+            },
+            "key": {
+                "type": "string",
+                "maxLength": 200,
+                "description": "config_get: a dotted key (mqtt.port)",
+            },
+            "content": {
+                "type": "string",
+                "maxLength": MAX_CONFIG_BYTES,
+                "description": "config_validate / config_apply: the whole new config file (TOML)",
+            },
+            "lines": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_LOG_LINES,
+                "description": "logs: how many",
+            },
+            "reason": {"type": "string", "maxLength": 200, "description": "restart: why (for the log)"},
+        },
+        "required": ["action"],
+        "additionalProperties": False,
+    }
+
+    def __init__(self, hooks: GatewayHooks | None = None) -> None:
+        self.hooks = hooks or GatewayHooks()
+
+    async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
+        action = args["action"]
+        h = self.hooks
+        if action == "version":
+            data = {
+                "edgeclaw": __version__,
+                "python": platform.python_version(),
+                "platform": platform.platform(),
+                "machine": platform.machine(),
+                "executable": sys.executable,
+            }
+            return ToolResult("\n".join(f"{k}: {v}" for k, v in data.items()), data=data)
+        if action == "status":
+            if h.status is None:
+                raise _needs_daemon("status")
+            status = h.status()
+            return ToolResult(_lines(status), data=status)
+        if action == "config_get":
+            if h.config_get is None:
+                raise _needs_daemon("config_get")
+            got = h.config_get(args.get("key", ""))
+            return ToolResult(got["text"], data={k: v for k, v in got.items() if k != "text"} or None)
+        if action in ("config_validate", "config_apply"):
+            text = args.get("content")
+            if text is None:
+                raise ToolError(f"{action}: give the whole new config file as 'content'")
+            if action == "config_validate":
+                if h.config_validate is None:
+                    raise _needs_daemon("config_validate")
+                problems = h.config_validate(text)
+                if problems:
+                    return ToolResult(
+                        "\n".join(problems), is_error=True, data={"ok": False, "problems": problems}
+                    )
+                return ToolResult("the new config is valid", data={"ok": True, "problems": []})
+            if h.config_apply is None:
+                raise _needs_daemon("config_apply")
+            report = await h.config_apply(text, ctx.identity)
+            return ToolResult(report["text"], is_error=not report.get("ok", False), data=report)
+        if action == "restart":
+            if h.restart is None:
+                raise _needs_daemon("restart")
+            h.restart(args.get("reason") or f"asked by {ctx.identity}")
+            return ToolResult("restarting", data={"restarting": True})
+        if action == "logs":
+            if h.logs is None:
+                raise _needs_daemon("logs")
+            source, lines = await h.logs(args.get("lines", 50))
+            return ToolResult(
+                "\n".join(lines) or "(no log lines)", data={"source": source, "lines": len(lines)}
+            )
+        if h.reload_tools is None:
+            raise _needs_daemon("reload_tools")
+        report = h.reload_tools()
+        return ToolResult(report["text"], data=report)
+
+
+def _lines(value: dict[str, Any], indent: str = "") -> str:
+    out = []
+    for k, v in value.items():
+        if isinstance(v, dict):
+            out.append(f"{indent}{k}:")
+            out.append(_lines(v, indent + "  "))
+        else:
+            out.append(f"{indent}{k}: {v}")
+    return "\n".join(line for line in out if line)

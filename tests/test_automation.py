@@ -1,0 +1,373 @@
+"""Scheduled jobs: schedules, the scheduler's timing on a clock turned by hand, the tools' rules.
+
+The scheduler runs on `FakeClock` (tests/automation_support.py): wall and
+monotonic time are separate, timers fire only when the test moves time, and
+`armed` counts every timer ever set, so "no polling" is something a test can
+see.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
+
+import pytest
+from automation_support import FakeClock, FakeSync, RecordingExecutor
+
+from edgeclaw.agent.scheduler import Scheduler, SchedulerSettings
+from edgeclaw.channels.mqtt.topics import DEVICE_LEVELS
+from edgeclaw.store.db import Database
+from edgeclaw.store.jobs import Job, JobStore, Owner, new_job_id
+from edgeclaw.tools.automation.targets import RESERVED_LEVELS, TargetError, parse_target
+from edgeclaw.tools.automation.when import (
+    Schedule,
+    ScheduleError,
+    parse_at,
+    parse_cron,
+    parse_duration,
+    parse_schedule,
+)
+
+BERLIN = ZoneInfo("Europe/Berlin")
+OWNER = Owner("cli:alice", "cli")
+
+
+def utc(*args: int) -> float:
+    return datetime(*args, tzinfo=UTC).timestamp()
+
+
+# -- schedules ---------------------------------------------------------------------------------------
+def test_durations_and_their_refusals():
+    assert parse_duration("90s") == 90
+    assert parse_duration("1h30m") == 5400
+    assert parse_duration("2 hours") == 7200
+    assert parse_duration("10 minutes") == 600
+    with pytest.raises(ScheduleError, match="unknown unit 'fortnights'"):
+        parse_duration("2 fortnights")
+    with pytest.raises(ScheduleError, match="expected a number and a unit"):
+        parse_duration("soon")
+    with pytest.raises(ScheduleError, match="between 1 s and 366 days"):
+        parse_schedule(every="0.5s", now=0)
+
+
+def test_cron_aliases_and_bad_expressions():
+    assert parse_cron("@hourly") == "0 * * * *"
+    assert parse_cron("@daily") == "0 0 * * *"
+    with pytest.raises(ScheduleError, match="unknown cron alias"):
+        parse_cron("@sometimes")
+    with pytest.raises(ScheduleError, match="five fields"):
+        parse_cron("0 0 * *")
+    with pytest.raises(ScheduleError, match="Bad minute"):
+        parse_cron("61 * * * *")
+    with pytest.raises(ScheduleError, match="Bad day-of-month"):
+        parse_schedule(cron="0 0 30 2 *", now=utc(2025, 1, 1))
+    with pytest.raises(ScheduleError, match="unknown time zone"):
+        parse_schedule(cron="@daily", tz="Mars/Olympus", now=0)
+
+
+def test_one_shot_times():
+    now = datetime(2025, 6, 1, 12, 0, tzinfo=BERLIN).timestamp()
+    assert parse_at("in 10 minutes", now, BERLIN) == (now + 600, "elapsed")
+    assert parse_at("tomorrow 07:00", now, BERLIN)[0] == datetime(2025, 6, 2, 7, 0, tzinfo=BERLIN).timestamp()
+    assert parse_at("today 18:30", now, BERLIN)[0] == datetime(2025, 6, 1, 18, 30, tzinfo=BERLIN).timestamp()
+    # A bare time of day that has passed today is tomorrow's.
+    assert parse_at("07:00", now, BERLIN)[0] == datetime(2025, 6, 2, 7, 0, tzinfo=BERLIN).timestamp()
+    assert parse_at("2025-06-03T08:00", now, BERLIN) == (
+        datetime(2025, 6, 3, 8, 0, tzinfo=BERLIN).timestamp(),
+        "wall",
+    )
+    assert parse_at("2025-06-03T08:00Z", now, BERLIN)[0] == utc(2025, 6, 3, 8, 0)
+    with pytest.raises(ScheduleError, match="in the past"):
+        parse_schedule(at="2020-01-01T00:00", now=now)
+    with pytest.raises(ScheduleError, match="expected ISO 8601"):
+        parse_at("next tuesday-ish", now, BERLIN)
+    # 02:30 does not exist on the spring-forward night: the first minute after the gap.
+    spring = datetime(2025, 3, 29, 12, 0, tzinfo=BERLIN).timestamp()
+    assert parse_at("tomorrow 02:30", spring, BERLIN)[0] == utc(2025, 3, 30, 1, 0)
+
+
+def test_cron_across_daylight_saving_in_a_time_zone():
+    daily = Schedule("cron", "30 2 * * *", "Europe/Berlin")
+    # Spring forward (2025-03-30, 02:00 -> 03:00): the 02:30 job runs at 03:00 CEST, once.
+    before = datetime(2025, 3, 29, 12, 0, tzinfo=BERLIN).timestamp()
+    assert daily.next_after(before) == utc(2025, 3, 30, 1, 0)
+    # Fall back (2025-10-26, 03:00 -> 02:00): 02:30 happens twice on the clock, the job runs once.
+    first = daily.next_after(datetime(2025, 10, 25, 12, 0, tzinfo=BERLIN).timestamp())
+    assert first == utc(2025, 10, 26, 0, 30)  # 02:30 CEST
+    assert daily.next_after(first) == utc(2025, 10, 27, 1, 30)  # the next day's 02:30 CET
+    hourly = Schedule("cron", "0 * * * *", "Europe/Berlin")
+    short_day = datetime(2025, 3, 30, 0, 0, tzinfo=BERLIN).timestamp()
+    long_day = datetime(2025, 10, 26, 0, 0, tzinfo=BERLIN).timestamp()
+    assert hourly.slots_between(short_day - 1, short_day + 23 * 3600 - 1) == 23
+    assert hourly.slots_between(long_day - 1, long_day + 25 * 3600 - 1) == 25
+
+
+def test_targets_refuse_the_devices_own_topics():
+    assert str(parse_target("mqtt:sensors/air")) == "mqtt:sensors/air"
+    for bad in (
+        "mqtt:status",
+        "mqtt:tool/result",
+        "mqtt:sensors/#",
+        "mqtt:",
+        "mqtt:/x",
+        "pager:1",
+        "memory:x",
+    ):
+        with pytest.raises(TargetError):
+            parse_target(bad)
+    # Every level the MQTT contract gives a device is reserved (and `message/`, the message tool's).
+    assert DEVICE_LEVELS <= RESERVED_LEVELS
+
+
+# -- the scheduler on a clock turned by hand ---------------------------------------------------------
+def make_job(store: JobStore, clock: FakeClock, **kw) -> Job:
+    every = kw.pop("every", None)
+    cron = kw.pop("cron", None)
+    sched = parse_schedule(every=every, cron=cron, tz=kw.pop("tz", "UTC"), now=clock.wall())
+    job = Job(
+        id=new_job_id(),
+        name=kw.pop("name", ""),
+        kind="tool",
+        tool="i2c",
+        schedule_kind=sched.kind,
+        schedule_spec=sched.spec,
+        tz=sched.tz,
+        anchor=sched.anchor,
+        owner=OWNER,
+        catch_up=kw.pop("catch_up", "skip"),
+        targets=("none",),
+        next_run=sched.first(clock.wall()),
+        **kw,
+    )
+    return store.add(job)
+
+
+@pytest.fixture
+def world(tmp_path):
+    clock = FakeClock()
+    store = JobStore(Database(tmp_path / "jobs.db"), clock=clock.wall)
+    return clock, store
+
+
+async def started(store, clock, executor, **settings) -> Scheduler:
+    sync = settings.pop("sync", None)
+    sched = Scheduler(store, executor, clock=clock, sync=sync, settings=SchedulerSettings(**settings))
+    await sched.start()
+    for _ in range(5):  # let the first clock-sync question be asked
+        await asyncio.sleep(0)
+    return sched
+
+
+async def test_one_timer_and_no_wakeups_while_idle(world):
+    clock, store = world
+    ex = RecordingExecutor(clock)
+    sched = await started(store, clock, ex)
+    await clock.advance(3600)
+    assert clock.armed == 0, "no jobs: no timer at all"
+    job = make_job(store, clock, every="1m")
+    sched.changed(job.id)
+    assert len(clock.pending) == 1
+    await clock.advance(600)
+    assert [r.job for r in ex.runs] == [job.id] * 10
+    # One timer per wake-up and one when the job was added: nothing polls.
+    assert clock.armed == 11
+    assert len(clock.pending) == 1
+    assert sched.lateness and max(sched.lateness) < 0.01
+    await sched.aclose()
+
+
+async def test_runs_are_recorded_and_the_next_slot_is_stored_first(world):
+    clock, store = world
+    ex = RecordingExecutor(clock)
+    job = make_job(store, clock, every="30s")
+    sched = await started(store, clock, ex)
+    await clock.advance(30)
+    await sched.idle()
+    runs = store.runs(job.id)
+    assert [r.outcome for r in runs] == ["ok"]
+    assert store.get(job.id).next_run == pytest.approx(runs[0].scheduled_at + 30)
+    await sched.aclose()
+
+
+@pytest.mark.parametrize("catch_up", ["skip", "once"])
+async def test_catch_up_after_an_outage_never_bursts(world, catch_up):
+    clock, store = world
+    ex = RecordingExecutor(clock)
+    job = make_job(store, clock, every="1m", catch_up=catch_up)
+    first_slot = store.get(job.id).next_run
+    # The device is off for an hour: the clocks move on, no scheduler runs.
+    await clock.advance(3600)
+    sched = await started(store, clock, ex)
+    await clock.advance(0.01)
+    await sched.idle()
+    runs = store.runs(job.id)
+    if catch_up == "skip":
+        assert ex.runs == []
+        assert [r.outcome for r in runs] == ["missed"]
+        assert "60 slots missed" in runs[0].detail
+    else:
+        assert [(r.trigger, r.slot) for r in ex.runs] == [("catch_up", first_slot)]
+    # Back on its series: the next slot after now, on the minute of the original series.
+    nxt = store.get(job.id).next_run
+    assert clock.wall() < nxt <= clock.wall() + 60
+    assert (nxt - first_slot) % 60 == pytest.approx(0)
+    await clock.advance(60)
+    assert len(ex.runs) == (1 if catch_up == "skip" else 2)
+    await sched.aclose()
+
+
+async def test_a_clock_step_forward_moves_intervals_and_never_bursts(world):
+    clock, store = world
+    ex = RecordingExecutor(clock)
+    every = make_job(store, clock, every="1m", name="every")
+    hourly = make_job(store, clock, cron="0 * * * *", name="hourly", catch_up="once")
+    sched = await started(store, clock, ex)
+    await clock.advance(30)
+    await clock.step(6 * 3600)  # NTP sets a stale clock: six hours at once
+    await clock.advance(0.01)
+    # The hourly job's slots in those six hours: one catch-up run, not six.
+    assert [r.job for r in ex.runs] == [hourly.id]
+    assert ex.runs[0].trigger == "catch_up"
+    # The interval job keeps its elapsed-time rhythm: 30 s after the step, not at once.
+    await clock.advance(29.9)
+    assert [r.job for r in ex.runs].count(every.id) == 0
+    await clock.advance(0.2)
+    assert [r.job for r in ex.runs].count(every.id) == 1
+    assert sched.steps == 1
+    await sched.aclose()
+
+
+async def test_a_clock_step_backward_neither_stalls_intervals_nor_repeats_slots(world):
+    clock, store = world
+    ex = RecordingExecutor(clock)
+    every = make_job(store, clock, every="1m")
+    hourly = make_job(store, clock, cron="0 * * * *")
+    sched = await started(store, clock, ex)
+    until_hour = store.get(hourly.id).next_run - clock.wall()
+    await clock.advance(until_hour + 1)
+    assert [r.job for r in ex.runs].count(hourly.id) == 1
+    before = len([r for r in ex.runs if r.job == every.id])
+    await clock.step(-1800)  # the clock goes back half an hour, past the slot that just ran
+    await clock.advance(600)
+    # Still every minute of elapsed time (not stalled for half an hour) ...
+    assert len([r for r in ex.runs if r.job == every.id]) - before == 10
+    # ... and the hourly slot that ran is not run again when the clock passes it a second time.
+    await clock.advance(1800)
+    assert [r.job for r in ex.runs].count(hourly.id) == 1
+    await sched.aclose()
+
+
+async def test_a_step_is_noticed_at_the_next_wakeup_without_the_kernel_watcher(world, tmp_path):
+    clock = FakeClock(watch=False)
+    store = JobStore(Database(tmp_path / "other.db"), clock=clock.wall)
+    ex = RecordingExecutor(clock)
+    every = make_job(store, clock, every="1m")
+    sched = await started(store, clock, ex)
+    await clock.step(-3600)
+    await clock.advance(60)
+    assert [r.job for r in ex.runs] == [every.id]  # ran on time by elapsed time
+    assert sched.steps == 1
+    await sched.aclose()
+
+
+async def test_jobs_wait_for_clock_sync_then_run_without_a_burst(world):
+    clock, store = world
+    ex = RecordingExecutor(clock)
+    sync = FakeSync(False)
+    job = make_job(store, clock, every="1m")
+    sched = await started(store, clock, ex, sync=sync, sync_max_wait_s=0)
+    await clock.advance(600)
+    assert ex.runs == []
+    assert sync.asked >= 2  # re-asked on the one timer while waiting
+    assert sched.job_state(job.id) == "waiting for clock sync"
+    sync.synced = True
+    await clock.advance(15)
+    await sched.idle()
+    # The ten slots that passed while waiting: missed (catch_up = skip), then on schedule again.
+    assert ex.runs == []
+    assert [r.outcome for r in store.runs(job.id)] == ["missed"]
+    await clock.advance(60)
+    assert len(ex.runs) == 1
+    await sched.aclose()
+
+
+async def test_sync_wait_has_a_configurable_limit(world):
+    clock, store = world
+    ex = RecordingExecutor(clock)
+    make_job(store, clock, every="1m", catch_up="once")
+    sched = await started(store, clock, ex, sync=FakeSync(False), sync_max_wait_s=120)
+    await clock.advance(100)
+    assert ex.runs == []
+    await clock.advance(60)
+    assert len(ex.runs) == 1
+    await sched.aclose()
+
+
+async def test_overlapping_runs_of_one_job_are_skipped_and_recorded(world):
+    clock, store = world
+    ex = RecordingExecutor(clock, hold=asyncio.Event())
+    job = make_job(store, clock, every="1m")
+    sched = await started(store, clock, ex)
+    await clock.advance(60)
+    await clock.advance(60)
+    await clock.advance(60)
+    assert len(ex.runs) == 1
+    assert sched.job_state(job.id) == "running"
+    assert [r.outcome for r in store.runs(job.id)][:2] == ["skipped", "skipped"]
+    ex.hold.set()
+    await sched.idle()
+    outcomes = sorted(r.outcome for r in store.runs(job.id))
+    assert outcomes == ["ok", "skipped", "skipped"]
+    await sched.aclose()
+
+
+async def test_jitter_is_bounded_and_the_same_on_every_start(world):
+    clock, store = world
+    job = make_job(store, clock, every="1h", jitter_s=30.0)
+    a = Scheduler(store, RecordingExecutor(clock), clock=clock, settings=SchedulerSettings(device_id="dev-1"))
+    b = Scheduler(store, RecordingExecutor(clock), clock=clock, settings=SchedulerSettings(device_id="dev-1"))
+    c = Scheduler(store, RecordingExecutor(clock), clock=clock, settings=SchedulerSettings(device_id="dev-2"))
+    slots = [clock.wall() + i * 3600 for i in range(20)]
+    delays = [a.jitter(job, s) for s in slots]
+    assert all(0 <= d < 30 for d in delays)
+    assert delays == [b.jitter(job, s) for s in slots]
+    assert delays != [c.jitter(job, s) for s in slots]
+
+
+async def test_runs_left_unfinished_by_a_crash_are_reported_interrupted(world):
+    clock, store = world
+    job = make_job(store, clock, every="1m")
+    store.start_run(job.id, "schedule", clock.wall(), clock.wall() + 60, advance=True)
+    sched = await started(store, clock, RecordingExecutor(clock))
+    assert [r.outcome for r in store.runs(job.id)] == ["interrupted"]
+    assert store.get(job.id).last_outcome == "interrupted"
+    await sched.aclose()
+
+
+async def test_run_now_and_a_removed_job(world):
+    clock, store = world
+    ex = RecordingExecutor(clock)
+    job = make_job(store, clock, every="1h")
+    sched = await started(store, clock, ex)
+    report = await sched.run_now(job.id)
+    assert report["outcome"] == "ok" and ex.runs[0].trigger == "manual"
+    assert store.get(job.id).next_run == pytest.approx(clock.wall() + 3600)  # its schedule untouched
+    store.remove(job.id)
+    sched.removed(job.id)
+    await clock.advance(7200)
+    assert len(ex.runs) == 1
+    assert clock.pending == []
+    await sched.aclose()
+
+
+async def test_daylight_saving_on_the_scheduler(world):
+    clock, store = world
+    clock._wall = datetime(2025, 3, 29, 12, 0, tzinfo=BERLIN).timestamp()
+    ex = RecordingExecutor(clock)
+    make_job(store, clock, cron="30 2 * * *", tz="Europe/Berlin")
+    sched = await started(store, clock, ex)
+    await clock.advance(3 * 86400)
+    ran = [datetime.fromtimestamp(r.wall, BERLIN).strftime("%m-%d %H:%M") for r in ex.runs]
+    assert ran == ["03-30 03:00", "03-31 02:30", "04-01 02:30"]
+    await sched.aclose()

@@ -294,3 +294,19 @@ async def test_a_daemon_killed_while_its_command_starts_leaves_nothing(
         for m in markers:
             _kill_marked(m)
     assert left == [], "a command started after its daemon was killed"
+
+
+def test_an_empty_sandbox_cgroup_removed_by_another_process_is_made_again(own_top: str) -> None:
+    # Every edgeclaw process removes an empty edgeclaw-sandbox when it ends (so that it does not stand
+    # in the way of whoever removes the cgroup it sits in); one still running must then remake it.
+    first = SandboxCgroups.find(own_top, 64 * 1024 * 1024)
+    assert first is not None
+    first.close()
+    for top, _v2 in leftover_tops(own_top):
+        top.rmdir()  # what another process's exit does
+    again = SandboxCgroups.find(own_top, 64 * 1024 * 1024)
+    assert again is not None and Path(own_top).is_dir()
+    command = again.create(8)
+    assert command.pids_dir.is_dir()
+    command.remove()
+    again.close()

@@ -458,9 +458,19 @@ class SandboxCgroups:
         if layout is None:
             return None
         try:
-            return cls._make(layout, memory_max)
+            try:
+                return cls._make(layout, memory_max)
+            except FileNotFoundError:
+                # Another edgeclaw process that ended removed the empty edgeclaw-sandbox meanwhile:
+                # make it again (with its controllers) and try once more.
+                _LAYOUTS.pop(setting, None)
+                layout = find_layout(setting)
+                if layout is None:
+                    return None
+                return cls._make(layout, memory_max)
         except OSError as e:
-            log.warning("cannot set up sandbox cgroups under %s: %s", layout.pids_top, e.strerror or e)
+            where = layout.pids_top if layout is not None else setting
+            log.warning("cannot set up sandbox cgroups under %s: %s", where, e.strerror or e)
             return None
 
     @classmethod
@@ -569,6 +579,12 @@ def _remove_own_at_exit() -> None:
         with contextlib.suppress(OSError):
             if path.exists():
                 _end_run_dir(path, v2, tries=5)
+    # An empty edgeclaw-sandbox goes too (it may sit in a cgroup someone else wants to remove);
+    # one that still holds another process's run directory stays.
+    for top in dict.fromkeys(path.parent for path, _ in _AT_EXIT):
+        if top.name == TOP_NAME:
+            with contextlib.suppress(OSError):
+                top.rmdir()
 
 
 def _end_run_dir(run_dir: Path, v2: bool, tries: int = 50) -> int:

@@ -663,4 +663,7 @@ def end_leftovers(setting: str = "auto") -> int:
                 log.warning("ended %d process(es) left in %s by an edgeclaw process that is gone", n, entry)
             else:
                 log.info("removed %s, left by an edgeclaw process that is gone", entry)
+        if top.name == TOP_NAME:
+            with contextlib.suppress(OSError):
+                top.rmdir()  # only when empty; a process about to use it makes it again
     return killed

@@ -371,3 +371,253 @@ async def test_daylight_saving_on_the_scheduler(world):
     ran = [datetime.fromtimestamp(r.wall, BERLIN).strftime("%m-%d %H:%M") for r in ex.runs]
     assert ran == ["03-30 03:00", "03-31 02:30", "04-01 02:30"]
     await sched.aclose()
+
+
+# -- the tools, as callers on different channels see them ----------------------------------------------
+@pytest.fixture
+def runtime(tmp_path):
+    from edgeclaw.config.loader import config_from_dict
+    from edgeclaw.daemon.runtime import build_runtime
+
+    config = config_from_dict(
+        {"board": "sim", "state_dir": str(tmp_path / "state"), "tools": {"rate_limit": 0}}, "test.toml"
+    )
+    rt = build_runtime(config, require_secrets=False)
+    yield rt
+
+
+def ctx(channel: str, caller: str, **kw):
+    from edgeclaw.tools.base import ToolContext
+
+    return ToolContext(channel=channel, caller=caller, session_key=f"{channel}:{caller}", **kw)
+
+
+READ = {"action": "read_word", "bus": 1, "address": 72, "register": 0}
+
+
+async def test_jobs_belong_to_their_owner_and_administrators_see_all(runtime):
+    reg = runtime.registry
+    alice, bob, admin = (
+        ctx("console", "console:/dev/ttyA"),
+        ctx("console", "console:/dev/ttyB"),
+        ctx("cli", "cli:root"),
+    )
+    made = await reg.execute(
+        "cron", {"action": "add", "every": "5m", "tool": "i2c", "args": READ, "to": "none"}, alice
+    )
+    assert made.ok, made.error
+    job = made.data["job"]
+    assert job["owner"] == "console:/dev/ttyA" and job["owner_channel"] == "console"
+    # Another caller neither sees it nor can touch it, and is told the same as for no job at all.
+    listed = await reg.execute("cron", {"action": "list"}, bob)
+    assert listed.data == {"jobs": []}
+    gone = await reg.execute("cron", {"action": "remove", "id": job["id"]}, bob)
+    assert not gone.ok and "no job" in gone.error
+    assert runtime.automation.store.get(job["id"]) is not None
+    # The device's administrators see every job; switching it off keeps its owner ...
+    listed = await reg.execute("cron", {"action": "list"}, admin)
+    assert [j["id"] for j in listed.data["jobs"]] == [job["id"]]
+    off = await reg.execute("cron", {"action": "update", "id": job["id"], "enabled": False}, admin)
+    assert off.ok and off.data["job"]["owner"] == "console:/dev/ttyA"
+    # ... changing what it does makes the one who changed it its owner.
+    redefined = await reg.execute(
+        "cron", {"action": "update", "id": job["id"], "args": {**READ, "register": 1}}, admin
+    )
+    assert redefined.ok and redefined.data["job"]["owner"] == "cli:root"
+    assert runtime.automation.store.get(job["id"]).owner.channel == "cli"
+
+
+async def test_a_job_is_refused_when_its_owner_could_not_make_the_call(runtime):
+    reg = runtime.registry
+    # MQTT callers get the remote profile: no shell. A job cannot lend them one.
+    mqtt = ctx("mqtt", "mqtt:sender:backend", peer_kind="device")
+    import dataclasses
+
+    from edgeclaw.config.policy_rules import PolicyLayer
+
+    narrowed = {"mqtt": PolicyLayer(allow=("cron", "read_file", "i2c"))}
+    reg.policy.replace_rules(dataclasses.replace(reg.policy.rules, channels=narrowed))
+    made = await reg.execute(
+        "cron",
+        {"action": "add", "every": "1m", "tool": "exec", "args": {"command": "ls"}, "to": "none"},
+        mqtt,
+    )
+    assert not made.ok and made.refused and "would be refused" in made.error and "not allowed" in made.error
+    ok = await reg.execute(
+        "cron", {"action": "add", "every": "1m", "tool": "i2c", "args": READ, "to": "none"}, mqtt
+    )
+    assert ok.ok, ok.error
+    bad_args = await reg.execute(
+        "cron",
+        {"action": "add", "every": "1m", "tool": "i2c", "args": {"action": "nope"}, "to": "none"},
+        mqtt,
+    )
+    assert not bad_args.ok and "argument 'action'" in bad_args.error
+
+
+async def test_subagents_and_the_device_profile_get_no_automation_tools(runtime):
+    reg = runtime.registry
+    child = ctx("console", "console:/dev/ttyA", subagent_depth=1)
+    calls = {"cron": {"action": "list"}, "schedule": {"when": "in 1m"}, "gateway": {"action": "status"}}
+    for name, args in calls.items():
+        outcome = await reg.execute(name, args, child)
+        assert not outcome.ok and outcome.stage == "policy", name
+    device = reg.policy.profile_members("device")
+    assert not device & {"cron", "schedule", "gateway"}
+    assert "gateway" not in reg.policy.profile_members("remote")
+
+
+async def test_schedule_makes_a_one_shot_job_that_runs_once(runtime):
+    reg = runtime.registry
+    owner = ctx("cli", "cli:root")
+    made = await reg.execute("schedule", {"when": "in 10 minutes", "tool": "i2c", "args": READ}, owner)
+    assert made.ok, made.error
+    job = runtime.automation.store.get(made.data["job"]["id"])
+    assert job.schedule_kind == "at" and job.targets == ("memory",) and job.catch_up == "once"
+    assert job.anchor == "elapsed"  # "in 10 minutes" moves with a clock step
+    clock = FakeClock(wall=job.next_run - 600)
+    ex = RecordingExecutor(clock)
+    sched = Scheduler(runtime.automation.store, ex, clock=clock)
+    await sched.start()
+    await clock.advance(601)
+    await clock.advance(3600)
+    assert len(ex.runs) == 1
+    assert runtime.automation.store.get(job.id).next_run is None
+    await sched.aclose()
+
+
+async def test_message_targets_go_through_the_message_tool_as_the_owner(runtime):
+    from edgeclaw.agent.job_runner import JobRunner
+    from edgeclaw.tools.automation.targets import JobOutlets
+
+    reg = runtime.registry
+    events = []
+    reg.add_audit_sink(events.append)
+    made = await reg.execute(
+        "cron",
+        {
+            "action": "add",
+            "every": "1h",
+            "tool": "i2c",
+            "args": READ,
+            "to": ["message:console:/dev/ttyA", "none"],
+        },
+        ctx("cli", "cli:root"),
+    )
+    job = runtime.automation.store.get(made.data["job"]["id"])
+    outcome, detail = await JobRunner(reg, JobOutlets(), lambda name: None).run(job, 1, "manual", None)
+    # No console runs in this process: the message tool says so, and the run records it.
+    assert outcome == "undelivered" and "not delivered to message:console:/dev/ttyA" in detail
+    if reg.get("message") is None:
+        assert "not implemented" in detail
+    else:
+        sent = [e for e in events if e.tool == "message"]
+        assert sent and sent[0].caller == "cli:root" and sent[0].session == f"job:{job.id}"
+
+
+async def test_gateway_shows_the_config_without_secrets(runtime):
+    from edgeclaw.config.loader import config_from_dict
+    from edgeclaw.config.pin_hash import hash_pin
+
+    pin_hash = hash_pin("2468", "pbkdf2-sha256")
+    runtime.config = config_from_dict(
+        {"board": "sim", "console": {"login_hash": pin_hash}, "mqtt": {"password_env": "PW"}}, "test.toml"
+    )
+    shown = await runtime.registry.execute("gateway", {"action": "config_get"}, ctx("cli", "cli:root"))
+    assert shown.ok and "[REDACTED]" in shown.for_llm and pin_hash.split("$")[-1] not in shown.for_llm
+    assert 'password_env = "PW"' in shown.for_llm
+    one = await runtime.registry.execute(
+        "gateway", {"action": "config_get", "key": "mqtt.port"}, ctx("cli", "cli:root")
+    )
+    assert one.ok and one.data["value"] == 1883
+    # Without a daemon in this process, what needs one says so.
+    status = await runtime.registry.execute("gateway", {"action": "status"}, ctx("cli", "cli:root"))
+    assert not status.ok and "needs the running daemon" in status.error
+
+
+# -- the heartbeat ---------------------------------------------------------------------------------------
+class FakeAgent:
+    def __init__(self, answer: str = "Soil is dry; watered for 10 s.") -> None:
+        self.answer = answer
+        self.messages = []
+
+    async def handle(self, msg):
+        from edgeclaw.agent.channel import Reply
+
+        self.messages.append(msg)
+        return Reply(self.answer, msg.session_key, True, msg)
+
+
+async def test_heartbeat_skips_an_empty_file_and_acts_on_one_with_instructions():
+    from edgeclaw.agent.heartbeat import Heartbeat, is_empty
+
+    assert is_empty(None) and is_empty("") and is_empty("# Heartbeat\n\n<!-- add checks here -->\n")
+    assert not is_empty("# Heartbeat\n- read the soil sensor; water below 30%\n")
+    text = {"value": "# Heartbeat\n<!-- nothing yet -->\n"}
+    agent, delivered = FakeAgent(), []
+
+    async def deliver(reply):
+        delivered.append(reply.text)
+        return []
+
+    beat = Heartbeat(lambda: text["value"], lambda: agent, deliver)
+    assert await beat.beat() == "empty"
+    assert agent.messages == [] and delivered == []
+    text["value"] = "# Heartbeat\n- read the soil sensor; water below 30%\n"
+    assert await beat.beat() == "replied"
+    [msg] = agent.messages
+    assert "read the soil sensor" in msg.text and msg.session_key == "heartbeat:main"
+    assert msg.channel == "agent" and msg.caller == "agent:heartbeat"
+    assert delivered == ["Soil is dry; watered for 10 s."]
+    agent.answer = "HEARTBEAT_OK"
+    assert await beat.beat() == "ok" and len(delivered) == 1  # nothing to report, nothing sent
+
+
+async def test_heartbeat_quiet_hours_wrap_midnight():
+    from edgeclaw.agent.heartbeat import Heartbeat, QuietHours
+
+    quiet = QuietHours.parse("22:00-07:00")
+    agent = FakeAgent()
+    at = {"t": datetime(2025, 6, 1, 23, 30, tzinfo=UTC).timestamp()}
+
+    async def deliver(reply):
+        return []
+
+    beat = Heartbeat(
+        lambda: "- check the pump", lambda: agent, deliver, quiet=quiet, tz=UTC, clock=lambda: at["t"]
+    )
+    assert await beat.beat() == "quiet"
+    at["t"] = datetime(2025, 6, 2, 6, 59, tzinfo=UTC).timestamp()
+    assert await beat.beat() == "quiet"
+    at["t"] = datetime(2025, 6, 2, 7, 0, tzinfo=UTC).timestamp()
+    assert await beat.beat() == "replied" and len(agent.messages) == 1
+    with pytest.raises(ValueError, match="HH:MM-HH:MM"):
+        QuietHours.parse("late evening")
+
+
+async def test_heartbeat_reads_the_routed_context_file_and_runs_on_the_schedulers_timer(runtime, world):
+    from edgeclaw.agent.heartbeat import Heartbeat
+    from edgeclaw.daemon.scheduler import _read_heartbeat
+
+    assert _read_heartbeat(runtime) is None
+    (runtime.workspace / "HEARTBEAT.md").write_text("- from the workspace file\n")
+    assert _read_heartbeat(runtime) == "- from the workspace file\n"
+    # A stored HEARTBEAT.md (written through the memory's virtual files) wins over the disk's.
+    runtime.memory.contexts.write("main", "", "HEARTBEAT.md", "- from the store\n")
+    assert _read_heartbeat(runtime) == "- from the store\n"
+    clock, store = world
+    agent = FakeAgent("done")
+
+    async def deliver(reply):
+        return []
+
+    beat = Heartbeat(lambda: _read_heartbeat(runtime), lambda: agent, deliver)
+    sched = Scheduler(store, RecordingExecutor(clock), clock=clock)
+    await sched.start()
+    sched.add_periodic("heartbeat", 1800, beat.beat)
+    await clock.advance(3 * 1800 + 1)
+    assert len(agent.messages) == 3 and "from the store" in agent.messages[0].text
+    runtime.memory.contexts.write("main", "", "HEARTBEAT.md", "")
+    await clock.advance(1800)
+    assert len(agent.messages) == 3 and beat.last[1] == "empty"
+    await sched.aclose()

@@ -114,16 +114,21 @@ class JobRunner:
         return problems
 
     async def _message(self, owner: ToolContext, rest: str, delivery: Delivery) -> None:
-        """`message:CHANNEL:TARGET`: the message tool, called as the job's owner (its policy applies)."""
+        """`message:CHANNEL[:TARGET]`: the message tool, called as the job's owner (its policy applies)."""
         if self.registry.get("message") is None:
             raise DeliveryError(
                 "message targets are not implemented on this device yet (there is no message tool)"
             )
         channel, _, to = rest.partition(":")
         ctx = dataclasses.replace(owner, request_id=f"{owner.request_id}:message")
-        outcome = await self.registry.execute(
-            "message", {"channel": channel, "target": to, "message": delivery.line()}, ctx
-        )
+        args = {
+            "channel": channel,
+            "text": delivery.line()[:4000],
+            "title": f"job {delivery.job_name or delivery.job_id}",
+        }
+        if to:
+            args["target"] = to
+        outcome = await self.registry.execute("message", args, ctx)
         if not outcome.ok:
             raise DeliveryError(outcome.error or "the message tool failed")
 

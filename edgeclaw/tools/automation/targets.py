@@ -7,7 +7,7 @@ A target is `SCHEME:REST`:
 | `mqtt:TOPIC` | `{prefix}/{dev}/TOPIC` on the broker (store-and-forward, like telemetry) |
 | `console` / `console:PORT` | every logged-in console session, or the one on PORT |
 | `memory` | today's daily note, `memory/daily/YYYY-MM-DD.md` |
-| `message:CHANNEL:TARGET` | the `message` tool, called as the job's owner |
+| `message:CHANNEL[:TARGET]` | the `message` tool (console, mqtt, session, pushover, ntfy), as the owner |
 | `none` | nowhere: the outcome is kept in the job's runs only |
 
 Channels register an outlet for their scheme when they start (as they register
@@ -69,9 +69,8 @@ def parse_target(text: str) -> Target:
     elif scheme in ("memory", "none") and rest:
         raise TargetError(f"target {text!r}: {scheme} takes nothing after it")
     elif scheme == "message":
-        channel, _, to = rest.partition(":")
-        if not channel or not to:
-            raise TargetError(f"target {text!r}: expected message:CHANNEL:TARGET")
+        if not rest.partition(":")[0]:
+            raise TargetError(f"target {text!r}: expected message:CHANNEL or message:CHANNEL:TARGET")
     elif scheme == "console" and rest and any(ord(c) < 0x20 for c in rest):
         raise TargetError(f"target {text!r}: a port path has no control characters")
     return Target(scheme, rest)

@@ -1,7 +1,9 @@
 """A real HTTP server on loopback that speaks the providers' wire protocols with scripted replies.
 
 Tests queue replies (`ScriptedLLM.reply(...)`); each POST takes the next
-one. Besides well-formed answers it can answer with an HTTP error (with
+one. Requests that run concurrently (subagents) can have scripts of their own:
+`route(match, ...)` answers the requests `match(body)` picks from its own
+queue, before the shared one. Besides well-formed answers it can answer with an HTTP error (with
 Retry-After), a body cut off mid-JSON, or never answer at all. Every request
 body is recorded so tests can check what the client sent.
 
@@ -19,6 +21,7 @@ import re
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -140,6 +143,8 @@ class ScriptedLLM:
         self.embed_failures = 0  # the next N embedding requests are answered 503
         self.embeddings_down = False  # every embedding request is answered 503
         self.embed_dim = EMBED_DIM
+        self.routes: list[tuple[Callable[[dict[str, Any]], bool], deque[Scripted]]] = []
+        self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -152,6 +157,18 @@ class ScriptedLLM:
     def reply(self, *items: Scripted) -> ScriptedLLM:
         self.queue.extend(items)
         return self
+
+    def route(self, match: Callable[[dict[str, Any]], bool], *items: Scripted) -> ScriptedLLM:
+        """Requests `match` picks take these replies, in order (then the shared queue's)."""
+        self.routes.append((match, deque(items)))
+        return self
+
+    def _next(self, body: dict[str, Any]) -> Scripted:
+        with self._lock:
+            for match, queue in self.routes:
+                if queue and match(body):
+                    return queue.popleft()
+            return self.queue.popleft() if self.queue else Scripted(500, {"error": "script exhausted"})
 
     def __enter__(self) -> ScriptedLLM:
         self._thread.start()
@@ -177,7 +194,7 @@ class ScriptedLLM:
                 llm.requests.append(body)
                 llm.headers.append({k.lower(): v for k, v in self.headers.items()})
                 llm.paths.append(self.path)
-                item = llm.queue.popleft() if llm.queue else Scripted(500, {"error": "script exhausted"})
+                item = llm._next(body)
                 if item.hang_s:
                     time.sleep(item.hang_s)
                 data = item.raw if item.raw is not None else json.dumps(item.body).encode()
@@ -221,3 +238,27 @@ class ScriptedLLM:
                     pass
 
         return Handler
+
+
+def first_user_text(body: dict[str, Any]) -> str:
+    """The first user message of a request (a subagent's task), in either wire format."""
+    for m in body.get("messages", ()):
+        if m.get("role") == "user":
+            content = m.get("content")
+            if isinstance(content, list):  # Anthropic blocks
+                return "".join(b.get("text", "") for b in content if isinstance(b, dict))
+            return str(content or "")
+    return ""
+
+
+def system_text(body: dict[str, Any]) -> str:
+    system = body.get("system")
+    if system is not None:
+        return system if isinstance(system, str) else json.dumps(system)
+    messages = body.get("messages") or [{}]
+    return str(messages[0].get("content", "")) if messages[0].get("role") == "system" else ""
+
+
+def task_is(task: str) -> Callable[[dict[str, Any]], bool]:
+    """A route for the subagent whose task (first user message) starts with `task`."""
+    return lambda body: "## Subagent" in system_text(body) and first_user_text(body).startswith(task)

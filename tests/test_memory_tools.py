@@ -359,7 +359,9 @@ async def test_the_memory_group_in_profiles_and_subagents_without_search_and_get
         assert "skill_search" in names
         sub = {i.name for i in rt.registry.infos(ToolContext(subagent_depth=1))}
         assert "memory_search" not in sub and "memory_get" not in sub
-        assert "memory_store" in sub
+        # Nor may a child write what every later turn of its parent reads back (memory_store & co).
+        assert not {"memory_store", "memory_list", "memory_forget"} & sub
+        assert {"read_file", "exec"} <= sub
         refused = await call(rt, "memory_search", {"query": "x"}, ToolContext(subagent_depth=1))
         assert refused.refused and "subagent deny list" in refused.error
     finally:

@@ -26,6 +26,12 @@ class InboundMessage:
     caller: str = ""  # the sender's identity as the channel knows it (see ToolContext.caller)
     request_id: str = ""  # the channel's id of this message (MQTT "id"), carried into its tool calls
     meta: Mapping[str, Any] = field(default_factory=dict)  # wire details the channel needs to answer
+    agent: str = ""  # the agent to answer it; empty = the configured routes decide ("main" by default)
+    # Who put it into the session when no person typed it: "subagents" (their results), "session
+    # mqtt:ops" (sessions_send), a scheduled job. Such a message is text, never a slash command.
+    origin: str = ""
+    # The tools its turn may never go beyond (a message another session sent: the sender's tools).
+    tool_ceiling: frozenset[str] | None = None
 
     @property
     def session_key(self) -> str:

@@ -10,6 +10,13 @@ Turns are serial within a session (a lock per session key) and concurrent
 across sessions. Each turn runs in its own task so `/stop` (or Ctrl-C on a
 terminal, or shutdown) cancels just that turn. A `/call` is a turn too: a tool
 can run as long as a model turn, and must be as stoppable.
+
+One loop serves every agent: "main" (the [agent] table) and the named agents
+of [agents.NAME], each with its own provider chain, system prompt and
+iteration limit (an `AgentSpec`). Which agent answers a message is the
+message's own `agent`, else the first configured route that matches its
+channel or session, else "main". Subagents run here too (`run_child`), in a
+session of their own, with the context their manager prepared.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import fnmatch
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
@@ -31,6 +39,7 @@ from edgeclaw.agent.providers.chain import ProviderChain
 from edgeclaw.errors import EdgeclawError
 from edgeclaw.store.sessions import SessionStore
 from edgeclaw.tools.base import ToolContext
+from edgeclaw.tools.outlets import DeliveryFailed, Outlets, channel_of
 from edgeclaw.tools.registry import Registry
 from edgeclaw.wording import plural
 
@@ -40,6 +49,50 @@ NO_MODEL = (
     "No language model is configured on this device, so plain messages cannot be answered.\n" + slash.HELP
 )
 SHUTTING_DOWN = "The daemon is shutting down; try again in a moment."
+# Where a child's session history is filed: a channel of its own, so sessions_list on a remote
+# channel does not list its callers' children (their parents still read them: tools.sessions).
+CHILD_CHANNEL = "subagent"
+
+
+class UnknownAgent(EdgeclawError):
+    """A message or a job named an agent that is not configured."""
+
+
+@dataclasses.dataclass
+class AgentSpec:
+    """One agent: what it answers with (its provider chain and system prompt) and how long it may go."""
+
+    id: str
+    chain: ProviderChain
+    prompt: PromptBuilder
+    max_iterations: int = 20
+    description: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentRoute:
+    """Messages of `channel`, or of the session keys the glob `session` matches, go to `agent`."""
+
+    agent: str
+    channel: str = ""
+    session: str = ""
+
+    def matches(self, msg: InboundMessage) -> bool:
+        if self.channel:
+            return msg.channel == self.channel
+        return fnmatch.fnmatchcase(msg.session_key, self.session)
+
+
+@dataclasses.dataclass(frozen=True)
+class ChildTurn:
+    """What a subagent's run needs from its manager: its session, task, agent and per-call context."""
+
+    session_key: str
+    task: str
+    agent_id: str
+    ctx: ToolContext  # channel, caller and route of the parent; the child's depth, parent and ceiling
+    max_iterations: int
+    brief: str  # added to the agent's system prompt: who the child is and where its answer goes
 
 
 class AgentLoop:
@@ -60,8 +113,12 @@ class AgentLoop:
         self.sessions = sessions
         self.chain = chain
         self.prompt = prompt
-        self.agent_id = agent_id
+        self.agent_id = agent_id  # the default agent: answers what no route claims
         self.max_iterations = max_iterations
+        self.agents: dict[str, AgentSpec] = {agent_id: AgentSpec(agent_id, chain, prompt, max_iterations)}
+        self.routes: list[AgentRoute] = []
+        # Replies to messages nobody waits for (announcements, sessions_send) leave through these.
+        self.outlets: Outlets | None = None
         self.history_budget_tokens = history_budget_tokens
         self.history_max_messages = history_max_messages
         self.facts = dict(facts or {})
@@ -74,6 +131,30 @@ class AgentLoop:
         # Called with the session key and the caller's identity when a conversation ends (/new): e.g.
         # stop the background processes that caller started in it (never another caller's).
         self.session_end_hooks: list[Callable[[str, str], Awaitable[object]]] = []
+        # Called with the session key and the turn's task when a turn was stopped (/stop, Ctrl-C):
+        # the subagents that turn spawned are stopped with it.
+        self.turn_stop_hooks: list[Callable[[str, object], None]] = []
+        self._background: set[asyncio.Task[object]] = set()  # turns nobody waits for (deliver_later)
+
+    # -- agents ------------------------------------------------------------
+    def add_agent(self, spec: AgentSpec) -> None:
+        """Add a named agent, or replace one (the default agent's spec too)."""
+        self.agents[spec.id] = spec
+        if spec.id == self.agent_id:
+            self.chain, self.prompt, self.max_iterations = spec.chain, spec.prompt, spec.max_iterations
+
+    def agent_for(self, msg: InboundMessage) -> AgentSpec:
+        """The agent that answers `msg`: its own choice, else the first matching route, else the default."""
+        name = msg.agent or next((r.agent for r in self.routes if r.matches(msg)), self.agent_id)
+        spec = self.agents.get(name)
+        if spec is None:
+            known = ", ".join(sorted(self.agents))
+            raise UnknownAgent(f"no agent named {name!r} (configured: {known})")
+        return spec
+
+    def turn_token(self, session_key: str) -> object | None:
+        """The turn running in this session now (compared by identity), or None."""
+        return self._turns.get(session_key)
 
     # -- entry point -------------------------------------------------------
     async def handle(self, msg: InboundMessage) -> Reply:
@@ -84,7 +165,13 @@ class AgentLoop:
 
     async def _answer(self, msg: InboundMessage) -> Reply:
         key = msg.session_key
-        command = slash.parse(msg.text)
+        try:
+            spec = self.agent_for(msg)
+        except UnknownAgent as e:
+            return Reply(f"error: {e}", key, False, msg)
+        # Text another session or the daemon put here is never a command: "/new" from a model must
+        # not end a technician's conversation.
+        command = None if msg.origin else slash.parse(msg.text)
         if command is not None and command.name == "call":
             tool, _ = slash.split_call(command.argument)
             return await self._as_turn(msg, f"/call {tool}".rstrip(), lambda: self._slash_reply(command, msg))
@@ -93,9 +180,9 @@ class AgentLoop:
             return Reply(text, key, ok, msg)
         if not msg.text.strip():
             return Reply("(empty message) Send a question, or one of these.\n" + slash.HELP, key, False, msg)
-        if not self.chain:
+        if not spec.chain:
             return Reply(NO_MODEL, key, False, msg)
-        return await self._as_turn(msg, "the model's turn", lambda: self._turn(key, msg))
+        return await self._as_turn(msg, "the model's turn", lambda: self._turn(key, msg, spec))
 
     async def _as_turn(
         self, msg: InboundMessage, label: str, body: Callable[[], Awaitable[tuple[str, bool]]]
@@ -120,6 +207,8 @@ class AgentLoop:
             finally:
                 self._turns.pop(key, None)
                 self._turn_labels.pop(key, None)
+                if turn.cancelled():
+                    self._turn_stopped(key, turn)
         if turn.cancelled():
             return Reply("Stopped.", key, False, msg)
         error = turn.exception()
@@ -144,6 +233,13 @@ class AgentLoop:
             if not users[0]:
                 del self._locks[key]
 
+    def _turn_stopped(self, key: str, turn: object) -> None:
+        for hook in self.turn_stop_hooks:
+            try:
+                hook(key, turn)
+            except Exception:
+                log.exception("turn-stop hook failed for %s", key)
+
     def stop_turn(self, session_key: str) -> bool:
         """Cancel the turn (a model turn or a `/call`) running in this session, if any."""
         turn = self._turns.get(session_key)
@@ -153,9 +249,9 @@ class AgentLoop:
         return True
 
     async def shutdown(self) -> None:
-        """Refuse new turns and cancel the running ones."""
+        """Refuse new turns and cancel the running ones (and those nobody waits for)."""
         self._stopping = True
-        turns = list(self._turns.values())
+        turns = [*self._turns.values(), *self._background]
         for turn in turns:
             turn.cancel()
         if turns:
@@ -165,17 +261,23 @@ class AgentLoop:
         """The tools a message like this one may call (as /tools lists them): for completion."""
         return [info.name for info in self.registry.infos(self._context(msg))]
 
-    def _context(self, msg: InboundMessage) -> ToolContext:
+    def _context(self, msg: InboundMessage, spec: AgentSpec | None = None) -> ToolContext:
         """The per-call values for tool calls made on behalf of this message."""
+        if spec is None:
+            try:
+                spec = self.agent_for(msg)
+            except UnknownAgent:
+                spec = self.agents[self.agent_id]
         return ToolContext(
             channel=msg.channel,
             chat_id=msg.chat_id,
             peer_kind=msg.peer_kind,
             session_key=msg.session_key,
-            agent_id=self.agent_id,
+            agent_id=spec.id,
             sender=msg.sender,
             caller=msg.caller,
             request_id=msg.request_id,
+            tool_ceiling=msg.tool_ceiling,
         )
 
     # -- a model turn ------------------------------------------------------
@@ -185,25 +287,39 @@ class AgentLoop:
     def _store(self, key: str, channel: str, message: Message, provider: str = "") -> None:
         self.sessions.append(key, channel, message.to_json(), message.estimated_tokens(), provider)
 
-    async def _turn(self, key: str, msg: InboundMessage) -> tuple[str, bool]:
+    async def _turn(self, key: str, msg: InboundMessage, spec: AgentSpec) -> tuple[str, bool]:
         """The reply text, and whether the model finished (False when the iteration limit ended it)."""
-        messages = self._load(key)
-        user = Message("user", msg.text)
-        self._store(key, msg.channel, user)
-        messages.append(user)
-        base_ctx = self._context(msg)
+        base_ctx = self._context(msg, spec)
         # The caller's own context files and memory (see agent.prompt), not another caller's.
-        system = self.prompt.build(base_ctx.agent_id, base_ctx.identity)
+        system = spec.prompt.build(spec.id, base_ctx.identity)
+        return await self._model_turn(
+            key, msg.channel, msg.text, base_ctx, spec.chain, system, spec.max_iterations
+        )
+
+    async def _model_turn(
+        self,
+        key: str,
+        channel: str,
+        text: str,
+        base_ctx: ToolContext,
+        chain: ProviderChain,
+        system: str,
+        max_iterations: int,
+    ) -> tuple[str, bool]:
+        messages = self._load(key)
+        user = Message("user", text)
+        self._store(key, channel, user)
+        messages.append(user)
 
         def tools_for(provider: str, fmt: str) -> list[dict[str, Any]]:
             return self.registry.definitions(dataclasses.replace(base_ctx, provider=provider), fmt)
 
         try:
-            for _ in range(self.max_iterations):
+            for _ in range(max_iterations):
                 window = history.trim(messages, self.history_budget_tokens)
-                completion = await self.chain.complete(system, window, tools_for)
+                completion = await chain.complete(system, window, tools_for)
                 reply = Message("assistant", completion.text, list(_unique_ids(completion.tool_calls)))
-                self._store(key, msg.channel, reply, completion.provider)
+                self._store(key, channel, reply, completion.provider)
                 messages.append(reply)
                 if not reply.tool_calls:
                     return completion.text.strip() or "(the model gave an empty answer)", True
@@ -217,14 +333,95 @@ class AgentLoop:
                         name=call.name,
                         is_error=not outcome.ok,
                     )
-                    self._store(key, msg.channel, result)
+                    self._store(key, channel, result)
                     messages.append(result)
             return (
-                f"Stopped after {self.max_iterations} model steps without a final answer; "
+                f"Stopped after {max_iterations} model steps without a final answer; "
                 "the work so far is in the session history. Send a follow-up to continue."
             ), False
         finally:
             self._cap_storage(key)
+
+    # -- subagents and messages nobody waits for ---------------------------
+    async def run_child(self, child: ChildTurn) -> tuple[str, bool]:
+        """A subagent's whole run: its task as the first user message of its own session.
+
+        Serial with anything else sent into that session; not one of the turns `/stop` and
+        `shutdown` see: the subagent manager stops children (and drains them at shutdown).
+        Raises ProviderError when no model answers, UnknownAgent for an agent not configured.
+        """
+        spec = self.agents.get(child.agent_id)
+        if spec is None:
+            raise UnknownAgent(
+                f"no agent named {child.agent_id!r} (configured: {', '.join(sorted(self.agents))})"
+            )
+        if not spec.chain:
+            raise UnknownAgent(f"agent {spec.id!r} has no language model configured")
+        system = spec.prompt.build(spec.id, child.ctx.identity) + "\n\n" + child.brief
+        async with self._session_lock(child.session_key):
+            return await self._model_turn(
+                child.session_key,
+                CHILD_CHANNEL,
+                child.task,
+                child.ctx,
+                spec.chain,
+                system,
+                child.max_iterations,
+            )
+
+    def notice(self, session_key: str, channel: str, text: str) -> None:
+        """File a notice in a session's history, for its next turn to see (no model is asked)."""
+        self._store(session_key, channel, Message("user", text))
+
+    async def deliver_turn(self, msg: InboundMessage) -> Reply:
+        """Answer a message no person is waiting on (`msg.origin` set) and deliver the reply into its
+        session's channel. Without a model, the message itself is filed and delivered instead."""
+        try:
+            spec = self.agent_for(msg)
+        except UnknownAgent as e:
+            return Reply(f"error: {e}", msg.session_key, False, msg)
+        if not spec.chain:
+            self.notice(msg.session_key, msg.channel, msg.text)
+            reply = Reply(msg.text, msg.session_key, True, msg)
+        else:
+            reply = await self.handle(msg)
+        await self.deliver(msg.session_key, reply.text)
+        return reply
+
+    def deliver_later(self, msg: InboundMessage) -> None:
+        """`deliver_turn` in the background (cancelled at shutdown)."""
+        task: asyncio.Task[object] = asyncio.ensure_future(self.deliver_turn(msg))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def submit(self, session_key: str, text: str, sender: ToolContext) -> None:
+        """A turn in another session on `sender`'s behalf (sessions_send): answered by that session's
+        agent on that session's channel, with no more tools than the sender has itself."""
+        channel = channel_of(session_key)
+        self.deliver_later(
+            InboundMessage(
+                channel=channel,
+                text=text,
+                chat_id=session_key.partition(":")[2],
+                sender=f"session {sender.session_key}",
+                session=session_key,
+                caller=sender.identity,
+                origin=f"session {sender.session_key}",
+                tool_ceiling=self.registry.policy.allowed(sender),
+            )
+        )
+
+    async def deliver(self, session_key: str, text: str) -> bool:
+        """Show text in a session's channel (scrubbed); False, with a log line, when it cannot be."""
+        if self.outlets is None:
+            log.info("nowhere to deliver to session %s (no channel outlets)", session_key)
+            return False
+        try:
+            await self.outlets.to_session(session_key, self.registry.scrubber.scrub(text))
+        except DeliveryFailed as e:
+            log.info("not delivered to session %s: %s", session_key, e)
+            return False
+        return True
 
     def _cap_storage(self, key: str) -> None:
         """Drop the oldest whole turns beyond history_max_messages, so a long-lived session stays bounded."""
@@ -298,6 +495,13 @@ class AgentLoop:
     def _status(self, key: str) -> str:
         """Two blocks: what belongs to this session, and what is the device's (every session's)."""
         lines = [f"edgeclaw {__version__}", f"session {key} (this conversation):"]
+        if len(self.agents) > 1:
+            try:
+                lines.append(
+                    f"  agent: {self.agent_for(InboundMessage(channel_of(key), '', session=key)).id}"
+                )
+            except UnknownAgent as e:
+                lines.append(f"  agent: {e}")
         summary = self.sessions.summary(key)
         lines.append(
             f"  conversation: {plural(summary.messages, 'message')}, ~{plural(summary.tokens, 'token')}"
@@ -337,3 +541,22 @@ def _unique_ids(calls: Any) -> list[Any]:
         seen.add(call_id)
         out.append(dataclasses.replace(call, id=call_id) if call_id != call.id else call)
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class NamedAgent:
+    """One agent of the loop, by name: what a scheduled job or a delegated task runs its turns through."""
+
+    loop: AgentLoop
+    agent_id: str
+
+    @property
+    def spec(self) -> AgentSpec:
+        return self.loop.agents[self.agent_id]
+
+    async def handle(self, msg: InboundMessage) -> Reply:
+        """A turn of this agent in `msg`'s session (scrubbed reply), whatever the routes say."""
+        return await self.loop.handle(dataclasses.replace(msg, agent=self.agent_id))
+
+    def stop_turn(self, session_key: str) -> bool:
+        return self.loop.stop_turn(session_key)

@@ -78,6 +78,12 @@ RANGES: tuple[Range, ...] = (
     Range("tools.max_output_bytes", 1024),
     Range("tools.max_file_bytes", 1024),
     Range("tools.subagents.max_depth", 0),
+    Range("tools.subagents.max_concurrent", 1),
+    Range("tools.subagents.max_children", 1),
+    Range("tools.subagents.max_iterations", 1),
+    Range("tools.subagents.timeout_s", 0, above=True),
+    Range("tools.subagents.archive_after_s", 0),
+    Range("tools.subagents.announce_debounce_s", 0, 60),
     Range("hardware.op_timeout_s", 0, above=True),
     Range("hardware.flash_timeout_s", 0, above=True),
     Range("hardware.max_pulse_s", 0, above=True),
@@ -316,6 +322,10 @@ def config_problems(config: Config) -> list[ConfigError]:
             fail(f"tools.providers.{name}", f"no [providers.{name}] table")
     for key, problem in _console_problems(config):
         fail(key, problem)
+    for key, problem in _agent_problems(config):
+        fail(key, problem)
+    for key, problem in _notify_problems(config):
+        fail(key, problem)
     for key, problem in _memory_problems(config):
         fail(key, problem)
     if config.board != "auto":
@@ -385,6 +395,86 @@ def _check_mqtt(config: Config, fail: Fail) -> None:
 def policy_rules(config: Config) -> PolicyRules:
     """The policy rules a configuration sets (see edgeclaw.config.policy_rules)."""
     return rules_from_config(config)
+
+
+AGENT_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
+
+
+def _agent_problems(config: Config) -> list[tuple[str, str]]:
+    """[agents.NAME] and [[agent.routes]]: names, providers, types, and routes to agents that exist."""
+    problems: list[tuple[str, str]] = []
+    known_providers = ", ".join(sorted(config.providers)) or "none defined"
+    for name, agent in config.agents.items():
+        key = f"agents.{name}"
+        if not AGENT_NAME.fullmatch(name):
+            problems.append((key, "expected a name of 1-32 letters, digits, '_' or '-'"))
+        for i, provider in enumerate(agent.providers or ()):
+            if provider not in config.providers:
+                problems.append(
+                    (f"{key}.providers[{i}]", f"no [providers.{provider}] table ({known_providers})")
+                )
+        if agent.max_iterations is not None and agent.max_iterations < 1:
+            problems.append(
+                (f"{key}.max_iterations", f"expected an integer >= 1, got {agent.max_iterations}")
+            )
+        listed = config.memory.agent_types.get(name)
+        if agent.type is not None and listed is not None and listed != agent.type:
+            problems.append(
+                (
+                    f"memory.agent_types.{name}",
+                    f'says "{listed}" but [agents.{name}] type says "{agent.type}"; '
+                    "keep one of them (agents.NAME.type is the place)",
+                )
+            )
+    agents = {"main", *config.agents}
+    for i, route in enumerate(config.agent.routes):
+        key = f"agent.routes[{i}]"
+        if route.agent not in agents:
+            problems.append(
+                (f"{key}.agent", f"no agent {route.agent!r} (defined: {', '.join(sorted(agents))})")
+            )
+        if bool(route.channel) == bool(route.session):
+            problems.append((key, "set channel or session (a glob of session keys), one of them"))
+        if route.channel and route.channel not in KNOWN_CHANNELS:
+            problems.append(
+                (f"{key}.channel", f"unknown channel (expected one of: {', '.join(KNOWN_CHANNELS)})")
+            )
+    return problems
+
+
+def _notify_problems(config: Config) -> list[tuple[str, str]]:
+    """[notify.*]: one source per credential, the URLs, and topics and devices a URL can carry."""
+    problems: list[tuple[str, str]] = []
+    pushover, ntfy = config.notify.pushover, config.notify.ntfy
+    if pushover is not None:
+        for what in ("token", "user"):
+            env, file = getattr(pushover, f"{what}_env"), getattr(pushover, f"{what}_file")
+            if env and file:
+                problems.append(("notify.pushover", f"set {what}_env or {what}_file, not both"))
+            elif not (env or file):
+                problems.append(("notify.pushover", f"{what}_env or {what}_file is required"))
+        if problem := _url_problem(pushover.base_url):
+            problems.append(("notify.pushover.base_url", problem))
+        for i, device in enumerate(pushover.devices):
+            if not re.fullmatch(r"[A-Za-z0-9_-]{1,25}", device):
+                problems.append(
+                    (f"notify.pushover.devices[{i}]", "expected 1-25 letters, digits, '_' or '-'")
+                )
+        if pushover.timeout_s <= 0:
+            problems.append(("notify.pushover.timeout_s", "expected a number > 0"))
+    if ntfy is not None:
+        if ntfy.token_env and ntfy.token_file:
+            problems.append(("notify.ntfy", "set token_env or token_file, not both"))
+        if problem := _url_problem(ntfy.server):
+            problems.append(("notify.ntfy.server", problem))
+        if not ntfy.topics:
+            problems.append(("notify.ntfy.topics", "list at least one topic messages may go to"))
+        for i, topic in enumerate(ntfy.topics):
+            if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", topic):
+                problems.append((f"notify.ntfy.topics[{i}]", "expected 1-64 letters, digits, '_' or '-'"))
+        if ntfy.timeout_s <= 0:
+            problems.append(("notify.ntfy.timeout_s", "expected a number > 0"))
+    return problems
 
 
 def _memory_problems(config: Config) -> list[tuple[str, str]]:

@@ -34,8 +34,11 @@ BUILTIN_GROUPS: dict[str, tuple[str, ...]] = {
         "sessions_history",
         "sessions_send",
         "sessions_spawn",
+        "spawn",
         "subagents",
         "session_status",
+        "agents_list",
+        "delegate",
     ),
     "ui": ("browser", "canvas"),
     "automation": ("cron", "gateway", "schedule"),
@@ -66,19 +69,36 @@ PROFILES: dict[str, tuple[str, ...] | None] = {
 # otherwise (`[tools.channels.mqtt] profile = "full"` gives them everything the global steps allow).
 DEFAULT_CHANNEL_PROFILES: dict[str, str] = {"mqtt": "remote"}
 
-# A subagent never gets these: they act on the parent's behalf or reach people directly.
+# A subagent never gets these, at any depth: they administer the device or schedule work that
+# outlives the child (gateway, cron, schedule, process), reach people or other sessions directly
+# (message, sessions_send), read or change what the parent's conversations remember (the memory
+# tools), or describe the parent's session and the agents it could hand work to (session_status,
+# agents_list).
 SUBAGENT_ALWAYS_DENY: tuple[str, ...] = (
     "gateway",
     "cron",
     "schedule",
+    "process",
+    "agents_list",
     "session_status",
     "sessions_send",
     "message",
     "memory_search",
     "memory_get",
+    "memory_store",
+    "memory_recall",
+    "memory_list",
+    "memory_forget",
 )
-# A subagent at the maximum depth cannot spawn or steer further.
-SUBAGENT_LEAF_DENY: tuple[str, ...] = ("sessions_list", "sessions_history", "sessions_spawn", "subagents")
+# A subagent at the maximum depth cannot see other sessions, spawn, steer or hand work on.
+SUBAGENT_LEAF_DENY: tuple[str, ...] = (
+    "sessions_list",
+    "sessions_history",
+    "sessions_spawn",
+    "spawn",
+    "subagents",
+    "delegate",
+)
 
 KNOWN_TOOL_NAMES: frozenset[str] = frozenset(n for members in BUILTIN_GROUPS.values() for n in members)
 

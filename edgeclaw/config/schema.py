@@ -27,6 +27,18 @@ class AgentConfig:
     heartbeat_interval: str = ""
     heartbeat_quiet_hours: str = ""  # "22:00-07:00": no heartbeats then (automation.timezone's clock)
     heartbeat_to: list[str] = field(default_factory=list)  # where its reply goes (job targets); none = kept
+    # Which agent answers which messages: the first route that matches; none = "main".
+    routes: list[AgentRoute] = field(default_factory=list)
+
+
+@dataclass
+class AgentRoute:
+    """One [[agent.routes]] entry: the messages of a channel, or of the sessions a pattern matches,
+    are answered by a named agent."""
+
+    agent: str  # "main" or a name from [agents.NAME]
+    channel: str = ""  # every session of this channel ("console", "mqtt", "cli") ...
+    session: str = ""  # ... or the session keys this glob matches ("mqtt:ops-*")
 
 
 @dataclass
@@ -121,6 +133,20 @@ class SubagentPolicy:
     max_depth: int = 1
     deny: list[str] = field(default_factory=list)  # added to the built-in always-denied list
     leaf_deny: list[str] = field(default_factory=list)  # added to the built-in leaf-denied list
+    max_concurrent: int = 8  # children running at once, every parent together
+    max_children: int = 5  # children one parent session may have running at once
+    max_iterations: int = 20  # model round trips of one child
+    timeout_s: float = 900.0  # a child still running after this long fails
+    archive_after_s: float = 3600.0  # an ended child leaves `subagents list` this long after it ended
+    announce_debounce_s: float = 0.5  # results ending this close together reach the parent as one notice
+
+
+@dataclass
+class SessionsToolConfig:
+    """[tools.sessions]: where sessions_send may deliver."""
+
+    # "channel": only sessions of the caller's own channel; "all": any session on the device.
+    send_scope: Literal["channel", "all"] = "channel"
 
 
 @dataclass
@@ -133,6 +159,7 @@ class ToolsConfig:
     channels: dict[str, PolicyOverride] = field(default_factory=dict)
     agents: dict[str, AgentPolicy] = field(default_factory=dict)
     subagents: SubagentPolicy = field(default_factory=SubagentPolicy)
+    sessions: SessionsToolConfig = field(default_factory=SessionsToolConfig)
     timeout_s: float = 60.0
     max_output_bytes: int = 32 * 1024
     max_file_bytes: int = 10 * 1024 * 1024
@@ -252,6 +279,17 @@ AgentType = Literal["open", "predefined"]
 
 
 @dataclass
+class NamedAgentConfig:
+    """One [agents.NAME] table: an agent beside "main" (or "main" itself). Unset keys take [agent]'s."""
+
+    description: str = ""  # what it is for, as agents_list shows it
+    type: AgentType | None = None  # context-file routing; unset: memory.agent_types, else "open"
+    providers: list[str] | None = None  # its provider chain; unset = agent.providers
+    system_prompt: str | None = None  # replaces agent.system_prompt for this agent
+    max_iterations: int | None = None  # model round trips per turn; unset = agent.max_iterations
+
+
+@dataclass
 class MemoryConfig:
     """[memory]: the memory store, the context files routed to it, and embeddings."""
 
@@ -287,6 +325,36 @@ class SkillsConfig:
 
 
 @dataclass
+class PushoverConfig:
+    """[notify.pushover]: push notifications through Pushover (the `message` tool's "pushover" channel)."""
+
+    token_env: str = ""  # the application's API token: an environment variable ...
+    token_file: str = ""  # ... or a file
+    user_env: str = ""  # the user (or group) key: an environment variable ...
+    user_file: str = ""  # ... or a file
+    devices: list[str] = field(default_factory=list)  # device names a message may be aimed at
+    base_url: str = "https://api.pushover.net"
+    timeout_s: float = 10.0
+
+
+@dataclass
+class NtfyConfig:
+    """[notify.ntfy]: notifications through an ntfy server (self-hostable)."""
+
+    server: str = "https://ntfy.sh"
+    topics: list[str] = field(default_factory=list)  # the topics messages may go to; the first is the default
+    token_env: str = ""  # an access token, when the server wants one: an environment variable ...
+    token_file: str = ""  # ... or a file
+    timeout_s: float = 10.0
+
+
+@dataclass
+class NotifyConfig:
+    pushover: PushoverConfig | None = None
+    ntfy: NtfyConfig | None = None
+
+
+@dataclass
 class AutomationConfig:
     """[automation]: scheduled jobs (the cron and schedule tools) and how they treat the clock."""
 
@@ -309,6 +377,7 @@ class Config:
     log_level: LogLevel = "info"
     shutdown_grace_s: float = 10.0  # in-flight tool calls get this long on SIGTERM
     agent: AgentConfig = field(default_factory=AgentConfig)
+    agents: dict[str, NamedAgentConfig] = field(default_factory=dict)
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
@@ -319,5 +388,6 @@ class Config:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     skills: SkillsConfig = field(default_factory=SkillsConfig)
     automation: AutomationConfig = field(default_factory=AutomationConfig)
+    notify: NotifyConfig = field(default_factory=NotifyConfig)
     # Where it came from, for messages; not a TOML key.
     _source: str = "<defaults>"

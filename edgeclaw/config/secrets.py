@@ -64,6 +64,17 @@ def secret_refs(config: Config) -> dict[str, SecretRef]:
         refs["mqtt.approver"] = SecretRef("mqtt.approver_secret_env", env=m.approver_secret_env)
     elif m.approver_secret_file:
         refs["mqtt.approver"] = SecretRef("mqtt.approver_secret_file", file=m.approver_secret_file)
+    notify = config.notify
+    for what, table, names in (
+        ("pushover", notify.pushover, ("token", "user")),
+        ("ntfy", notify.ntfy, ("token",)),
+    ):
+        for name in names if table is not None else ():
+            env, file = getattr(table, f"{name}_env"), getattr(table, f"{name}_file")
+            if env:
+                refs[f"notify.{what}.{name}"] = SecretRef(f"notify.{what}.{name}_env", env=env)
+            elif file:
+                refs[f"notify.{what}.{name}"] = SecretRef(f"notify.{what}.{name}_file", file=file)
     return refs
 
 

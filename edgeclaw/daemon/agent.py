@@ -1,14 +1,29 @@
-"""Build the agent loop from the runtime: providers from config, one shared HTTP client."""
+"""Build the agent loop from the runtime: providers from config, one shared HTTP client.
+
+Every agent ("main" from [agent], the named ones from [agents.NAME]) is an
+`AgentSpec` of the one loop; providers are built once and shared by the
+chains that name them (with one health record each, as `/status` shows).
+`agent_by_name` is how other parts of the daemon (scheduled jobs) run a turn
+under a named agent.
+"""
 
 from __future__ import annotations
 
-from edgeclaw.agent.loop import AgentLoop
+from pathlib import Path
+
+from edgeclaw.agent.loop import AgentLoop, AgentRoute, AgentSpec, NamedAgent, UnknownAgent
 from edgeclaw.agent.prompt import PromptBuilder
 from edgeclaw.agent.providers.base import Provider
-from edgeclaw.agent.providers.chain import ProviderChain, RetryPolicy
+from edgeclaw.agent.providers.chain import ProviderChain, ProviderHealth, RetryPolicy
 from edgeclaw.agent.providers.http import SharedClient
+from edgeclaw.agent.subagents import SubagentLimits, SubagentManager
+from edgeclaw.config.schema import NamedAgentConfig
 from edgeclaw.daemon.runtime import Runtime
+from edgeclaw.store.subagents import SubagentStore
 from edgeclaw.tools.process import ProcessTool
+
+# A named agent's own context files on disk (when none is stored): <workspace>/agents/NAME/SOUL.md ...
+AGENT_DIRS = "agents"
 
 
 def shared_agent(runtime: Runtime) -> AgentLoop:
@@ -18,21 +33,36 @@ def shared_agent(runtime: Runtime) -> AgentLoop:
     return runtime._agent
 
 
+def agent_by_name(runtime: Runtime, name: str) -> NamedAgent:
+    """One of the daemon's agents, by its name ("main" or an [agents.NAME]), on the shared loop.
+
+    Raises UnknownAgent, naming the configured agents, for any other name.
+    """
+    loop = shared_agent(runtime)
+    if name not in loop.agents:
+        raise UnknownAgent(f"no agent named {name!r} (configured: {', '.join(sorted(loop.agents))})")
+    return NamedAgent(loop, name)
+
+
 def build_agent(runtime: Runtime) -> AgentLoop:
     config = runtime.config
-    providers: list[Provider] = []
-    if config.agent.providers:
-        # One client for every provider: connection pooling, and a single place to close.
-        client = SharedClient()
-        runtime.on_close(client.aclose)
-        for name in config.agent.providers:
-            providers.append(_provider(name, runtime, client))
-    chain = ProviderChain(
-        providers,
-        RetryPolicy(
-            attempts=config.agent.provider_attempts, max_retry_after_s=config.agent.max_retry_after_s
-        ),
+    built: dict[str, Provider] = {}
+    clients: list[SharedClient] = []
+    health: dict[str, ProviderHealth] = {}
+    retry = RetryPolicy(
+        attempts=config.agent.provider_attempts, max_retry_after_s=config.agent.max_retry_after_s
     )
+
+    def chain_of(names: list[str]) -> ProviderChain:
+        for name in names:
+            if name not in built:
+                if not clients:
+                    # One client for every provider: connection pooling, and a single place to close.
+                    clients.append(SharedClient())
+                    runtime.on_close(clients[0].aclose)
+                built[name] = _provider(name, runtime, clients[0])
+        return ProviderChain([built[n] for n in names], retry, health=health)
+
     facts = {
         "device": runtime.device_id,
         "board": f"{runtime.board.name} ({runtime.board.description})" if runtime.board.description else "",
@@ -40,28 +70,76 @@ def build_agent(runtime: Runtime) -> AgentLoop:
         "workspace": str(runtime.workspace),
     }
     memory = runtime.memory
-    prompt = PromptBuilder(
-        runtime.workspace,
-        facts,
-        config.agent.system_prompt,
-        context=memory.prompt if memory is not None else None,
-        budget_chars=config.memory.prompt_chars,
-    )
+
+    def spec(name: str, named: NamedAgentConfig) -> AgentSpec:
+        base = config.agent
+        # "main" reads its context files from the workspace's top; a named agent from agents/NAME/.
+        directory = runtime.workspace if name == "main" else runtime.workspace / AGENT_DIRS / name
+        prompt = PromptBuilder(
+            Path(directory),
+            facts,
+            named.system_prompt if named.system_prompt is not None else base.system_prompt,
+            context=memory.prompt if memory is not None else None,
+            budget_chars=config.memory.prompt_chars,
+        )
+        return AgentSpec(
+            name,
+            chain_of(named.providers if named.providers is not None else base.providers),
+            prompt,
+            named.max_iterations if named.max_iterations is not None else base.max_iterations,
+            named.description,
+        )
+
+    main = spec("main", config.agents.get("main", NamedAgentConfig()))
     agent = AgentLoop(
         runtime.registry,
         runtime.sessions,
-        chain,
-        prompt,
-        max_iterations=config.agent.max_iterations,
+        main.chain,
+        main.prompt,
+        max_iterations=main.max_iterations,
         history_budget_tokens=config.agent.history_budget_tokens,
         history_max_messages=config.agent.history_max_messages,
         facts={"device": runtime.device_id, "board": runtime.board.name},
     )
+    agent.agents["main"].description = main.description or "the default agent"
+    for name, named in config.agents.items():
+        if name != "main":
+            agent.add_agent(spec(name, named))
+    agent.routes = [AgentRoute(r.agent, r.channel, r.session) for r in config.agent.routes]
+    agent.outlets = runtime.outlets
     process = runtime.registry.get("process")
     if isinstance(process, ProcessTool):
         agent.session_end_hooks.append(process.manager.end_session)
     runtime.on_close(agent.shutdown)
+    if runtime.subagents is None:
+        runtime.subagents = build_subagents(runtime, agent)
+    if runtime._agent is None:
+        runtime._agent = agent  # sessions_send's turns go to this loop
     return agent
+
+
+def build_subagents(runtime: Runtime, agent: AgentLoop) -> SubagentManager:
+    """The subagent manager on this loop: limits from [tools.subagents], state in the database;
+    children a previous run left are reported when the channels are up (`Runtime.ready`), running
+    ones get the shutdown grace (`Runtime.drain`)."""
+    s = runtime.config.tools.subagents
+    manager = SubagentManager(
+        agent,
+        SubagentStore(lambda: runtime.db),
+        SubagentLimits(
+            max_concurrent=s.max_concurrent,
+            max_children=s.max_children,
+            max_depth=s.max_depth,
+            max_iterations=s.max_iterations,
+            timeout_s=s.timeout_s,
+            archive_after_s=s.archive_after_s,
+            announce_debounce_s=s.announce_debounce_s,
+        ),
+    )
+    runtime.on_ready(manager.recover)
+    runtime.on_drain(manager.drain)
+    runtime.on_close(manager.aclose)
+    return manager
 
 
 def _provider(name: str, runtime: Runtime, client: SharedClient) -> Provider:

@@ -40,6 +40,7 @@ def console_service(runtime: Runtime) -> ConsoleChannel:
         ),
         gate=login_gate(runtime, c, source),
         approvals=runtime.approvals,
+        outlets=runtime.outlets,
         endpoints=llm_endpoints(runtime),
         reconnect_min_s=c.reconnect_min_s,
         reconnect_max_s=c.reconnect_max_s,

@@ -159,6 +159,7 @@ class Daemon:
                     watchdog = LoopWatchdog.from_env(notifier, environ)
                     if watchdog is not None:
                         await stack.enter_async_context(watchdog)
+                    await runtime.ready()  # every channel is up: what waited for them may speak now
                     notifier.ready(f"serving: board {runtime.board.name}, {len(self.services)} channel(s)")
                     self.ready.set()
                     log.info("ready")
@@ -171,7 +172,8 @@ class Daemon:
                         runtime.registry.in_flight,
                         self.config.shutdown_grace_s,
                     )
-                    await runtime.registry.drain(self.config.shutdown_grace_s)
+                    # Tool calls and running subagents get the same grace.
+                    await runtime.drain(self.config.shutdown_grace_s)
             finally:
                 # After the channels have closed: nothing can call a tool any more.
                 await runtime.aclose()

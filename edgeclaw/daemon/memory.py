@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeclaw.backends.embeddings import HttpEmbedder, embeddings_url
+from edgeclaw.config.schema import AgentType, Config
 from edgeclaw.store.context_files import ContextFileStore
 from edgeclaw.store.memory import MemorySettings, MemoryStore
 from edgeclaw.tools.memory.adopt import adopt_workspace_memory
@@ -61,7 +62,7 @@ def build_memory(runtime: Runtime, ws: Workspace) -> MemoryRuntime | None:
     )
     contexts = ContextFiles(
         ContextFileStore(lambda: runtime.db),
-        AgentTypes(dict(m.agent_types)),
+        AgentTypes(agent_types(config)),
         bootstrap_max_turns=m.bootstrap_max_turns,
     )
     skills = build_skills(runtime, ws, embedder) if config.skills.enabled else None
@@ -82,6 +83,14 @@ def build_memory(runtime: Runtime, ws: Workspace) -> MemoryRuntime | None:
         max_skills=config.skills.prompt_max,
     )
     return MemoryRuntime(store, contexts, files, prompt, skills, embedder)
+
+
+def agent_types(config: Config) -> dict[str, AgentType]:
+    """Each agent's type: `[agents.NAME] type`, else the older `memory.agent_types` entry (the
+    loader refuses the two disagreeing); agents named in neither are open."""
+    types: dict[str, AgentType] = dict(config.memory.agent_types)
+    types.update({name: a.type for name, a in config.agents.items() if a.type is not None})
+    return types
 
 
 def build_skills(runtime: Runtime, ws: Workspace, embedder: HttpEmbedder | None) -> SkillLibrary:

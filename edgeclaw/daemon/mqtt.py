@@ -23,6 +23,7 @@ def mqtt_service(runtime: Runtime) -> MqttChannel:
         hmac_secret=runtime.secrets.get("mqtt.hmac", ""),
         approver_secret=runtime.secrets.get("mqtt.approver", ""),
         audit=runtime.audit,
+        outlets=runtime.outlets,
         source=runtime.config._source,
         custom_tools=custom_tools_for(runtime.registry),
     )

@@ -6,6 +6,7 @@ policy, limits and scrubbing, because both are built here.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -21,10 +22,12 @@ from edgeclaw.store.db import Database
 from edgeclaw.store.sessions import SessionStore
 from edgeclaw.tools.approval import ApprovalBroker
 from edgeclaw.tools.audit import AuditTrail
+from edgeclaw.tools.outlets import Outlets
 from edgeclaw.tools.registry import Registry
 
 if TYPE_CHECKING:
     from edgeclaw.agent.loop import AgentLoop
+    from edgeclaw.agent.subagents import SubagentManager
     from edgeclaw.daemon.automation import Automation
     from edgeclaw.daemon.memory import MemoryRuntime
     from edgeclaw.store.state import StateStore
@@ -55,6 +58,12 @@ class Runtime:
     memory: MemoryRuntime | None = None
     # Scheduled jobs, the heartbeat and the gateway tool's hooks ([automation]).
     automation: Automation | None = None
+    # Where text goes when nobody waits for it (channels and notification services register here).
+    outlets: Outlets = field(default_factory=Outlets)
+    # The subagents' manager, built with the agent loop (daemon.agent); None without one.
+    subagents: SubagentManager | None = None
+    _ready_hooks: list[Callable[[], Awaitable[None] | None]] = field(default_factory=list)
+    _drain_hooks: list[Callable[[float], Awaitable[None]]] = field(default_factory=list)
 
     @property
     def state(self) -> StateStore:
@@ -82,6 +91,35 @@ class Runtime:
         """For `edgeclaw status`: what opening the state database found and did, its backup, the
         disk reserve and free space (see `StateStore.snapshot`); does not open the database."""
         return self.state.snapshot()
+
+    def on_ready(self, hook: Callable[[], Awaitable[None] | None]) -> None:
+        """Run once every channel is up (`edgeclaw run` before READY=1): e.g. tell parents about
+        subagents a crash interrupted, now that their channels can show it."""
+        self._ready_hooks.append(hook)
+
+    async def ready(self) -> None:
+        for hook in self._ready_hooks:
+            try:
+                result = hook()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                log.exception("start-up step %r failed", hook)
+
+    def on_drain(self, hook: Callable[[float], Awaitable[None]]) -> None:
+        """Work to finish within the shutdown grace beside the tool calls (subagents still running)."""
+        self._drain_hooks.append(hook)
+
+    async def drain(self, grace_s: float) -> None:
+        """On a stop: in-flight tool calls and every drain hook get `grace_s`, all at once."""
+        results = await asyncio.gather(
+            self.registry.drain(grace_s),
+            *(hook(grace_s) for hook in self._drain_hooks),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                log.error("draining failed", exc_info=result)
 
     def on_close(self, closer: Callable[[], Awaitable[None] | None]) -> None:
         """Register a release step (bus handles, child processes, the database); run in reverse on close."""
@@ -171,6 +209,7 @@ def build_runtime(
         audit=audit,
         # Every channel's approval questions and decisions go to the same trail.
         approvals=ApprovalBroker(audit=audit),
+        outlets=Outlets(scrubber.scrub),
     )
     from edgeclaw.store.reserve import same_file_system
 
@@ -192,6 +231,9 @@ def build_runtime(
     end_leftovers(config.sandbox.pids_cgroup)
     registry.register(SessionStatusTool(registry.stats, limiter, sessions))
     registry.register_all([SessionsListTool(sessions), SessionsHistoryTool(sessions)])
+    from edgeclaw.daemon.agent_tools import install_agent_tools  # subagents, sessions_send, message
+
+    install_agent_tools(runtime)
     hardware = BoardBackends(profile, config.hardware, state)  # opens devices on first use only
     registry.register_all(hardware_tools(profile, config.hardware, hardware, ws))
     runtime.on_close(hardware.aclose)

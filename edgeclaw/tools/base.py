@@ -31,6 +31,10 @@ class ToolContext:
     # which the caller chooses freely. Empty = the channel itself (see `identity`).
     caller: str = ""
     request_id: str = ""  # the channel's id of the request this call serves (MQTT "id"), for matching
+    # A subagent's calls: the session that spawned it, and the tools it may never go beyond (its
+    # parent's, at the spawn, narrowed by the spawn's own list): a child can only narrow.
+    parent_session: str = ""
+    tool_ceiling: frozenset[str] | None = None
 
     @property
     def identity(self) -> str:

@@ -13,6 +13,7 @@ The steps, in order (each restricting step only narrows the set):
  8. deny                      tools.deny, then tools.agents.A.deny
  9. alsoAllow                 tools.also_allow, tools.agents.A.also_allow (adds back)
 10. subagent deny             always for subagents; the leaf list too at max depth
+11. subagent ceiling          a subagent keeps only tools its parent had (`ToolContext.tool_ceiling`)
 
 Where the seed fails open we fail closed: an unknown profile, group or tool
 name is a configuration error, and a tool named in a deny list stays denied
@@ -220,14 +221,14 @@ class PolicyEngine:
         key = (ctx.agent_id, ctx.provider, ctx.channel, depth)
         cached = self._cache.get(key)
         if cached is not None:
-            return cached
+            return cached if ctx.tool_ceiling is None else cached & ctx.tool_ceiling
         current: set[str] = set()
         for _label, op, operand in self._steps(*key):
             current = self._apply(current, op, operand)
         current -= {n for n, agent in self._scopes.items() if agent != ctx.agent_id}
         result = frozenset(current)
         self._cache[key] = result
-        return result
+        return result if ctx.tool_ceiling is None else result & ctx.tool_ceiling
 
     def explain(self, name: str, ctx: ToolContext) -> str:
         """Why `name` is refused for this caller: the last step that took it away."""
@@ -243,6 +244,8 @@ class PolicyEngine:
         scope = self._scopes.get(name)
         if name in current and scope is not None and scope != ctx.agent_id:
             return f"the tool belongs to agent {scope!r}"
+        if name in current and ctx.tool_ceiling is not None and name not in ctx.tool_ceiling:
+            return "not among the tools of the session that spawned this subagent"
         if name in current:
             return "allowed"
         return reason

@@ -2,8 +2,9 @@
 
 `ConsoleChannel` is an async context manager, like every channel: entering it
 starts one supervisor task per port and registers the console as the
-approver for channel "console"; leaving it says goodbye on every open port,
-stops the tasks and unregisters. A port that is missing at start-up is not
+approver for channel "console" and as its outlet (messages and notices shown
+on a logged-in port: `message`, `sessions_send`, subagent results); leaving it
+says goodbye on every open port, stops the tasks and unregisters. A port that is missing at start-up is not
 an error: it is retried with backoff while the rest of the daemon serves.
 """
 
@@ -23,6 +24,7 @@ from edgeclaw.channels.console.login import LoginGate
 from edgeclaw.channels.console.port import LineSettings, SerialPort, serve_port
 from edgeclaw.channels.console.session import CHANNEL, Banner, ConsoleSession, SessionOptions
 from edgeclaw.tools.approval import ApprovalBroker, ApprovalRequest, Decision
+from edgeclaw.tools.outlets import DeliveryFailed, Outgoing, Outlets
 
 log = logging.getLogger("edgeclaw.console")
 
@@ -100,6 +102,7 @@ class ConsoleChannel:
         options: SessionOptions | None = None,
         gate: LoginGate | None = None,
         approvals: ApprovalBroker | None = None,
+        outlets: Outlets | None = None,
         endpoints: Sequence[Endpoint] = (),
         reconnect_min_s: float = 1.0,
         reconnect_max_s: float = 30.0,
@@ -111,6 +114,7 @@ class ConsoleChannel:
         self.options = options or SessionOptions()
         self.gate = gate
         self.approvals = approvals
+        self.outlets = outlets
         self.llm_status = LlmProbe(agent, endpoints)
         self.reconnect_min_s = reconnect_min_s
         self.reconnect_max_s = reconnect_max_s
@@ -120,6 +124,8 @@ class ConsoleChannel:
     async def __aenter__(self) -> ConsoleChannel:
         if self.approvals is not None:
             self.approvals.register(CHANNEL, self)
+        if self.outlets is not None:
+            self.outlets.register(CHANNEL, self)
         for path in self.ports:
             self._tasks.append(asyncio.create_task(self._serve(path), name=f"console {path}"))
         log.info(
@@ -135,6 +141,8 @@ class ConsoleChannel:
     ) -> None:
         if self.approvals is not None:
             self.approvals.unregister(CHANNEL, self)
+        if self.outlets is not None:
+            self.outlets.unregister(CHANNEL, self)
         for session in list(self.sessions.values()):
             session.goodbye("[edgeclaw is stopping]")
         for task in self._tasks:
@@ -184,3 +192,33 @@ class ConsoleChannel:
         if session is None:
             return None
         return await session.ask_approval(request)
+
+    # -- the Outlet protocol (edgeclaw.tools.outlets) ---------------------------
+    def _logged_in(self, port: str) -> ConsoleSession:
+        """The port's session when someone is logged in on it; DeliveryFailed otherwise (what is shown
+        on a port is seen by whoever stands at it, so nothing goes to a port nobody logged in on)."""
+        if port not in self.ports:
+            raise DeliveryFailed(f"{port!r} is not a console port here (ports: {', '.join(self.ports)})")
+        session = self.sessions.get(port)
+        if session is None:
+            raise DeliveryFailed(f"console {port} is not connected")
+        if not session.logged_in:
+            raise DeliveryFailed(f"nobody is logged in on console {port}")
+        return session
+
+    def has_session(self, session_key: str) -> bool:
+        session = self.sessions.get(session_key.removeprefix(CHANNEL + ":"))
+        return session is not None and session.logged_in
+
+    async def to_session(self, session_key: str, text: str) -> str:
+        port = session_key.removeprefix(CHANNEL + ":")
+        await self._logged_in(port).deliver(text)
+        return f"shown on console {port}"
+
+    async def to_target(self, target: str, message: Outgoing) -> str:
+        session = self._logged_in(target)
+        head = f"[message from {message.origin}]" if message.origin else "[message]"
+        if message.title:
+            head += f" {message.title}"
+        await session.deliver(f"{head}\n{message.text}")
+        return f"shown on console {target}"

@@ -99,6 +99,8 @@ from edgeclaw.tools.audit import AuditRecord, AuditTrail
 from edgeclaw.tools.automation.targets import Delivery, DeliveryError, topic_problem
 from edgeclaw.tools.base import ToolContext
 from edgeclaw.tools.custom import CustomTools, InvalidDefinition
+from edgeclaw.tools.outlets import DeliveryFailed, Outlets
+from edgeclaw.tools.outlets import Outgoing as OutletMessage
 from edgeclaw.tools.registry import Registry
 
 log = logging.getLogger("edgeclaw.mqtt")
@@ -189,6 +191,7 @@ class MqttChannel:
         custom_tools: CustomTools | None = None,
         approver_secret: str = "",
         audit: AuditTrail | None = None,
+        outlets: Outlets | None = None,
     ) -> None:
         self.config = config
         self.source = source  # the config file, for error messages
@@ -199,6 +202,7 @@ class MqttChannel:
         self.db = db
         self.agent = agent
         self.custom_tools = custom_tools
+        self.outlets = outlets
         self.version = version
         self.topics = DeviceTopics(config.topic_prefix, device_id, config.discovery_prefix)
         self.audit = audit
@@ -295,6 +299,8 @@ class MqttChannel:
         else:  # nobody on MQTT is entitled to approve: denied with the reason, nothing published
             self.approvals.refuse(CHANNEL, NO_APPROVER)
             self.approvals.refuse(ADMIN_CHANNEL, NO_APPROVER)
+        if self.outlets is not None:
+            self.outlets.register(CHANNEL, self)
         if self.config.events:
             self.registry.add_audit_sink(self._audit)
             if self.audit is not None:
@@ -322,6 +328,8 @@ class MqttChannel:
 
     async def __aexit__(self, *exc: object) -> None:
         self._closing = True
+        if self.outlets is not None:
+            self.outlets.unregister(CHANNEL, self)
         if self._requests:
             _, running = await asyncio.wait(set(self._requests), timeout=STOP_GRACE_S)
             for task in running:
@@ -357,6 +365,37 @@ class MqttChannel:
 
     async def ask_approval(self, request: ApprovalRequest) -> Decision | Verdict | None:
         return await self.approver.ask_approval(request)
+
+    # -- the Outlet protocol (edgeclaw.tools.outlets) --------------------------
+    # Both go through the store-and-forward sender as answers: stored before they are published,
+    # kept until the broker acknowledges them, so a broker that is down delays them, never loses them.
+    def has_session(self, session_key: str) -> bool:
+        return session_key.startswith(CHANNEL + ":")
+
+    async def to_session(self, session_key: str, text: str) -> str:
+        """A message into an MQTT chat session: on `chat/out`, with the session's key."""
+        if self._closing:
+            raise DeliveryFailed("the MQTT channel is stopping")
+        self.sender.send(
+            Kind.ANSWER, self.topics.chat_out, encode(chat_answer(text, session_key, True, None))
+        )
+        return f"queued on {self.topics.chat_out} for session {session_key}"
+
+    async def to_target(self, target: str, message: OutletMessage) -> str:
+        """A message on `{prefix}/{dev}/message/{target}`: {"text", "from", "title", "priority", "ts"}."""
+        try:
+            topic = self.topics.message(target)
+        except ValueError as e:
+            raise DeliveryFailed(str(e)) from None
+        if self._closing:
+            raise DeliveryFailed("the MQTT channel is stopping")
+        payload: dict[str, Any] = {"text": message.text, "from": message.origin or None, "ts": time.time()}
+        if message.title:
+            payload["title"] = message.title
+        if message.priority:
+            payload["priority"] = message.priority
+        self.sender.send(Kind.ANSWER, topic, encode(payload))
+        return f"queued on {topic}"
 
     # -- status, discovery, telemetry ----------------------------------------
     def _status_payload(self, state: str) -> bytes:

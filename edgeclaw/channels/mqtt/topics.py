@@ -9,7 +9,13 @@ arrive at another device as a command.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+# A `message` target: up to four levels under `{base}/message/`, each of these characters (no
+# wildcards, no empty level, nothing a topic filter or a shell could read twice).
+MESSAGE_TARGET_LEVEL = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+MAX_MESSAGE_TARGET_LEVELS = 4
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,19 @@ class DeviceTopics:
     @property
     def admin_result(self) -> str:
         return f"{self.base}/admin/result"
+
+    def message(self, target: str) -> str:
+        """Where the `message` tool publishes to `target` ("alerts", "crew/night"); ValueError
+        naming the problem for anything else."""
+        levels = target.split("/")
+        if len(levels) > MAX_MESSAGE_TARGET_LEVELS or not all(
+            MESSAGE_TARGET_LEVEL.fullmatch(level) and level not in (".", "..") for level in levels
+        ):
+            raise ValueError(
+                f"MQTT message target {target!r}: expected 1-{MAX_MESSAGE_TARGET_LEVELS} topic levels "
+                "separated by '/', each 1-64 letters, digits, '_', '.' or '-' (e.g. \"alerts\")"
+            )
+        return f"{self.base}/message/{target}"
 
     @property
     def discovery(self) -> str:
@@ -100,8 +119,10 @@ class DeviceTopics:
 
 # The first level under a device (`{prefix}/{dev}/LEVEL/...`) of every topic a device reads or writes,
 # now or later: status, health, telemetry and events are reports; tool, chat, approval and admin hold
-# both commands and answers.
-DEVICE_LEVELS = frozenset({"status", "health", "telemetry", "events", "tool", "chat", "approval", "admin"})
+# both commands and answers; message holds what the agent sends (the `message` tool).
+DEVICE_LEVELS = frozenset(
+    {"status", "health", "telemetry", "events", "tool", "chat", "approval", "admin", "message"}
+)
 # Pseudo-devices that address several devices at once: `{prefix}/_all/...`, `{prefix}/_group/{g}/...`.
 FLEET_LEVELS = {"_all": 1, "_group": 2}
 

@@ -621,3 +621,36 @@ async def test_heartbeat_reads_the_routed_context_file_and_runs_on_the_scheduler
     await clock.advance(1800)
     assert len(agent.messages) == 3 and beat.last[1] == "empty"
     await sched.aclose()
+
+
+async def test_each_run_is_checked_against_the_owners_rights_now(runtime):
+    """A job stored when its owner could run exec (or written by hand) runs as that owner today:
+    an MQTT caller gets no shell, whatever the job says."""
+    from edgeclaw.agent.job_runner import JobRunner
+    from edgeclaw.tools.automation.targets import JobOutlets
+
+    store = runtime.automation.store
+    job = store.add(
+        Job(
+            id=new_job_id(),
+            name="",
+            kind="tool",
+            tool="exec",
+            args={"command": "ls"},
+            schedule_kind="every",
+            schedule_spec="60.0",
+            anchor="elapsed",
+            owner=Owner("mqtt:sender:backend", "mqtt", "edgeclaw/dev/tool/call", "device"),
+            catch_up="skip",
+            targets=("none",),
+        )
+    )
+    events = []
+    runtime.registry.add_audit_sink(events.append)
+    outcome, detail = await JobRunner(runtime.registry, JobOutlets(), lambda name: None).run(
+        job, 7, "manual", None
+    )
+    assert outcome == "refused" and "not allowed" in detail and "remote" in detail
+    [call] = [e for e in events if e.tool == "exec"]
+    assert call.channel == "mqtt" and call.caller == "mqtt:sender:backend" and call.stage == "policy"
+    assert call.request_id == f"job:{job.id}:7"

@@ -9,6 +9,8 @@ see.
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
@@ -654,3 +656,66 @@ async def test_each_run_is_checked_against_the_owners_rights_now(runtime):
     [call] = [e for e in events if e.tool == "exec"]
     assert call.channel == "mqtt" and call.caller == "mqtt:sender:backend" and call.stage == "policy"
     assert call.request_id == f"job:{job.id}:7"
+
+
+async def test_a_prompt_job_is_a_turn_of_the_named_agent_in_its_own_session(tmp_path):
+    """Against the loopback model server: the job's prompt reaches the named agent's model, the model's
+    tool call runs as the job's owner, and the answer lands in today's daily note."""
+    from edgeclaw.agent.job_runner import JobRunner
+    from edgeclaw.config.loader import config_from_dict
+    from edgeclaw.daemon.runtime import build_runtime
+    from edgeclaw.daemon.scheduler import _agent
+    from edgeclaw.tools.automation.daily_note import DailyNotes
+    from edgeclaw.tools.automation.targets import JobOutlets
+    from tests.llm_server import ScriptedLLM, first_user_text, openai_text, openai_tools
+
+    with ScriptedLLM() as llm:
+        config = config_from_dict(
+            {
+                "board": "sim",
+                "state_dir": str(tmp_path / "state"),
+                "providers": {"local": {"kind": "openai", "model": "m", "base_url": llm.url + "/v1"}},
+                "agent": {"providers": ["local"]},
+                "agents": {"gardener": {"system_prompt": "You look after the greenhouse."}},
+            },
+            "test.toml",
+        )
+        rt = build_runtime(config, require_secrets=False)
+        try:
+            made = await rt.registry.execute(
+                "cron",
+                {
+                    "action": "add",
+                    "cron": "0 6 * * *",
+                    "prompt": "Read the air temperature.",
+                    "agent": "gardener",
+                    "to": "memory",
+                    "name": "morning",
+                },
+                ctx("cli", "cli:root"),
+            )
+            assert made.ok, made.error
+            unknown = await rt.registry.execute(
+                "cron", {"action": "add", "every": "1h", "prompt": "x", "agent": "nobody", "to": "none"},
+                ctx("cli", "cli:root"),
+            )  # fmt: skip
+            assert not unknown.ok and "no agent named 'nobody'" in unknown.error
+            job = rt.automation.store.get(made.data["job"]["id"])
+            llm.reply(openai_tools(("i2c", READ)), openai_text("It is 25.0 C in the greenhouse."))
+            events = []
+            rt.registry.add_audit_sink(events.append)
+            outlets = JobOutlets()
+            notes = DailyNotes(rt.memory.store, config.memory.shared_writers)
+            outlets.register("memory", notes)
+            runner = JobRunner(rt.registry, outlets, lambda name: _agent(rt, name))
+            outcome, detail = await runner.run(job, 3, "schedule", None)
+            assert outcome == "ok", detail
+            assert first_user_text(llm.requests[0]) == "Read the air temperature."
+            assert "greenhouse" in json.dumps(llm.requests[0]["messages"][0])  # the gardener's own prompt
+            [call] = [e for e in events if e.tool == "i2c"]
+            assert call.ok and call.caller == "cli:root" and call.session == f"job:{job.id}"
+            assert call.agent_id == "gardener"
+            note = rt.memory.store.document(notes.path_for(time.time()), "")
+            assert note is not None and "[job morning] It is 25.0 C in the greenhouse." in note.content
+        finally:
+            await rt.aclose()

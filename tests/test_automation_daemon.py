@@ -202,6 +202,12 @@ async def test_signed_mqtt_admin_manages_jobs_as_the_key_and_unsigned_is_refused
         )
         got = await c.wait_for(lambda: [a for a in c.on(answers) if a.json.get("id") == "a3"])
         assert [j["id"] for j in got[0].json["data"]["jobs"]] == [job["id"]]
+        runs = {"id": "a4", "action": "runs", "job": job["id"]}
+        await c.publish(
+            topic, envelope(key.encode(), topic, runs, response_topic=answers), response_topic=answers
+        )
+        got = await c.wait_for(lambda: [a for a in c.on(answers) if a.json.get("id") == "a4"])
+        assert got[0].json["ok"] and got[0].json["data"]["runs"][0]["job"] == job["id"]
         # The gateway over its own admin topic: status of this very daemon.
         gw = f"{BASE}/admin/gateway"
         status = envelope(key.encode(), gw, {"id": "g1", "action": "status"}, response_topic=answers)

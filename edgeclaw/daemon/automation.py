@@ -81,7 +81,7 @@ def automation_problems(runtime: Runtime) -> list[tuple[str, str]]:
 
 
 def agent_names(runtime: Runtime) -> list[str]:
-    return ["main", *(n for n in getattr(runtime.config, "agents", {}) if n != "main")]
+    return ["main", *(n for n in runtime.config.agents if n != "main")]
 
 
 def install_automation(runtime: Runtime) -> Automation:

@@ -27,18 +27,16 @@ log = logging.getLogger("edgeclaw.automation")
 
 
 def _agent(runtime: Runtime, name: str) -> Any:
-    """The agent that runs a prompt job: a named one on the shared loop, or "main"."""
-    from edgeclaw.daemon import agent as agents
+    """The agent that runs a prompt job: "main" or an [agents.NAME], on the shared loop; None (the run
+    says so) for a name the config no longer has."""
+    from edgeclaw.agent.loop import UnknownAgent
+    from edgeclaw.daemon.agent import agent_by_name
 
-    by_name = getattr(agents, "agent_by_name", None)
-    if by_name is not None:
-        try:
-            return by_name(runtime, name)
-        except Exception as e:  # an unknown name: the run says so
-            log.warning("job agent %s: %s", name, e)
-            return None
-    return agents.shared_agent(runtime) if name == "main" else None
-
+    try:
+        return agent_by_name(runtime, name)
+    except UnknownAgent as e:
+        log.warning("a job's agent: %s", e)
+        return None
 
 def _read_heartbeat(runtime: Runtime) -> str | None:
     from edgeclaw.tools.workspace import Workspace

@@ -78,7 +78,7 @@ MIGRATIONS = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Owner:
     """Who a job acts for: as the channel knew the caller when the job was made (or last redefined)."""
 
@@ -89,7 +89,7 @@ class Owner:
     agent: str = "main"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Job:
     id: str
     name: str
@@ -139,7 +139,7 @@ class Job:
         return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Run:
     id: int
     job_id: str

@@ -94,7 +94,8 @@ ADMIN_CALL_ENVELOPE = ("id", "ts", "sender")
 @dataclass(frozen=True, slots=True)
 class AdminCall:
     """`admin/cron`, `admin/gateway`: `{"id", "action", ...}` is one call of that tool; every field
-    but the envelope (`id`, `ts`, `sender`) is its arguments."""
+    but the envelope (`id`, `ts`, `sender`) is its arguments, and `job` names the job (the tool's
+    own `id` argument, which the request's id would otherwise hide)."""
 
     id: str
     tool: str  # "cron" | "gateway"
@@ -109,7 +110,10 @@ def parse_admin_call(obj: dict[str, Any], tool: str) -> AdminCall:
     what = f"admin/{tool}"
     request_id = _text_field(obj, "id", what, required=True, limit=MAX_ID_CHARS)
     _text_field(obj, "action", what, required=True, limit=40)
-    return AdminCall(request_id, tool, {k: v for k, v in obj.items() if k not in ADMIN_CALL_ENVELOPE})
+    args = {k: v for k, v in obj.items() if k not in ADMIN_CALL_ENVELOPE and k != "job"}
+    if "job" in obj:
+        args["id"] = _text_field(obj, "job", what, required=True, limit=MAX_ID_CHARS)
+    return AdminCall(request_id, tool, args)
 
 
 def admin_call_answer(request_id: str, action: str, outcome: CallOutcome) -> dict[str, Any]:

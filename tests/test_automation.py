@@ -719,3 +719,35 @@ async def test_a_prompt_job_is_a_turn_of_the_named_agent_in_its_own_session(tmp_
             assert note is not None and "[job morning] It is 25.0 C in the greenhouse." in note.content
         finally:
             await rt.aclose()
+
+
+async def test_console_targets_reach_logged_in_ports_through_the_consoles_outlet(runtime):
+    from edgeclaw.daemon.scheduler import _console_outlet
+    from edgeclaw.tools.automation.targets import Delivery, DeliveryError
+    from edgeclaw.tools.outlets import DeliveryFailed
+
+    class Console:
+        def __init__(self) -> None:
+            self.shown: list[tuple[str, str]] = []
+
+        def has_session(self, key: str) -> bool:
+            return False
+
+        async def to_session(self, key: str, text: str) -> str:
+            raise DeliveryFailed("no")
+
+        async def to_target(self, port: str, message) -> str:
+            if port == "/dev/ttyB":
+                raise DeliveryFailed(f"nobody is logged in on console {port}")
+            self.shown.append((port, message.text))
+            return "shown"
+
+    runtime.config.console.ports = ["/dev/ttyA", "/dev/ttyB"]
+    console = Console()
+    runtime.outlets.register("console", console)
+    deliver = _console_outlet(runtime)
+    reading = Delivery("j1", "air", True, "21.5 C")
+    await deliver("", reading)  # every port: shown where someone is logged in
+    assert console.shown == [("/dev/ttyA", "[job air] 21.5 C")]
+    with pytest.raises(DeliveryError, match="nobody is logged in"):
+        await deliver("/dev/ttyB", reading)

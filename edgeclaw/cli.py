@@ -600,7 +600,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     config = _load(args)
 
     async def chat() -> int:
-        from edgeclaw.channels.terminal import TerminalChannel, register_approver
+        from edgeclaw.channels.terminal import TerminalChannel, register_approver, register_outlet
         from edgeclaw.daemon.agent import build_agent
         from edgeclaw.daemon.runtime import build_runtime
 
@@ -611,8 +611,13 @@ def cmd_chat(args: argparse.Namespace) -> int:
         try:
             terminal = TerminalChannel(build_agent(runtime))
             register_approver(terminal, runtime.approvals)
+            register_outlet(terminal, runtime.outlets)  # subagent results and messages sent here
+            await runtime.ready()  # subagents an earlier chat left unfinished are reported now
             if args.message is not None:
-                reply = await terminal.one_turn(args.message)
+                # Subagents the turn started are waited for: their results, and the agent's answer
+                # to them, are printed before the chat ends.
+                settle = runtime.subagents.settled if runtime.subagents is not None else None
+                reply = await terminal.one_turn(args.message, settle)
                 return EXIT_OK if reply.ok else EXIT_TOOL_ERROR
             return await terminal.interactive_loop(runtime.state_dir / "chat_history")
         finally:

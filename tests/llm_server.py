@@ -3,9 +3,11 @@
 Tests queue replies (`ScriptedLLM.reply(...)`); each POST takes the next
 one. Requests that run concurrently (subagents) can have scripts of their own:
 `route(match, ...)` answers the requests `match(body)` picks from its own
-queue, before the shared one. Besides well-formed answers it can answer with an HTTP error (with
-Retry-After), a body cut off mid-JSON, or never answer at all. Every request
-body is recorded so tests can check what the client sent.
+queue, before the shared one. A queued item may be a function of the request
+body returning the reply (a model that quotes what it was sent). Besides
+well-formed answers it can answer with an HTTP error (with Retry-After), a
+body cut off mid-JSON, or never answer at all. Every request body is recorded
+so tests can check what the client sent.
 
 Embedding requests (`POST .../embeddings`, OpenAI-compatible, and Ollama's
 `POST /api/embed`) never take a scripted reply: they are answered with
@@ -132,9 +134,13 @@ def embed_text(text: str, dim: int = EMBED_DIM) -> list[float]:
     return vector
 
 
+# A reply computed from the request body.
+Reply = Callable[[dict[str, Any]], Scripted]
+
+
 class ScriptedLLM:
     def __init__(self) -> None:
-        self.queue: deque[Scripted] = deque()
+        self.queue: deque[Scripted | Reply] = deque()
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.paths: list[str] = []
@@ -143,7 +149,7 @@ class ScriptedLLM:
         self.embed_failures = 0  # the next N embedding requests are answered 503
         self.embeddings_down = False  # every embedding request is answered 503
         self.embed_dim = EMBED_DIM
-        self.routes: list[tuple[Callable[[dict[str, Any]], bool], deque[Scripted]]] = []
+        self.routes: list[tuple[Callable[[dict[str, Any]], bool], deque[Scripted | Reply]]] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
@@ -154,21 +160,25 @@ class ScriptedLLM:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def reply(self, *items: Scripted) -> ScriptedLLM:
+    def reply(self, *items: Scripted | Reply) -> ScriptedLLM:
         self.queue.extend(items)
         return self
 
-    def route(self, match: Callable[[dict[str, Any]], bool], *items: Scripted) -> ScriptedLLM:
+    def route(self, match: Callable[[dict[str, Any]], bool], *items: Scripted | Reply) -> ScriptedLLM:
         """Requests `match` picks take these replies, in order (then the shared queue's)."""
         self.routes.append((match, deque(items)))
         return self
 
     def _next(self, body: dict[str, Any]) -> Scripted:
         with self._lock:
+            item: Scripted | Reply | None = None
             for match, queue in self.routes:
                 if queue and match(body):
-                    return queue.popleft()
-            return self.queue.popleft() if self.queue else Scripted(500, {"error": "script exhausted"})
+                    item = queue.popleft()
+                    break
+            else:
+                item = self.queue.popleft() if self.queue else Scripted(500, {"error": "script exhausted"})
+        return item if isinstance(item, Scripted) else item(body)
 
     def __enter__(self) -> ScriptedLLM:
         self._thread.start()

@@ -46,6 +46,10 @@ def question_rows(request: ApprovalRequest) -> list[str]:
     """The question's head: which tool, then what it will do (indented, one row per summary line)."""
     rows = [f"Approval needed: {request.tool} wants to run:"]
     rows += ["  " + line for line in request.summary.splitlines() or [""]]
+    ctx = request.ctx
+    if ctx.parent_session:  # a subagent's call: say whose, so nobody approves it as their own
+        child = ctx.session_key.removeprefix("subagent:")
+        rows.append(f"  (asked by subagent {child} of session {ctx.parent_session})")
     return rows
 
 

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import signal
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -19,6 +20,7 @@ from edgeclaw.agent.loop import AgentLoop
 from edgeclaw.channels.cli_approver import TerminalApprover
 from edgeclaw.config.paths import current_user
 from edgeclaw.tools.approval import ApprovalBroker, ApprovalRequest, Decision
+from edgeclaw.tools.outlets import DeliveryFailed, Outgoing, Outlets
 
 CHANNEL = "cli"
 
@@ -56,9 +58,27 @@ class TerminalChannel:
             return None
         return await self._approver.ask_approval(request)
 
-    async def one_turn(self, text: str) -> Reply:
-        reply = await self.agent.handle(self.message(text))
+    # -- the Outlet protocol: what is sent into this terminal's session while it is open ----------
+    def has_session(self, session_key: str) -> bool:
+        return session_key == self.message("").session_key
+
+    async def to_session(self, session_key: str, text: str) -> str:
+        if not self.has_session(session_key):
+            raise DeliveryFailed(f"session {session_key!r} is not this terminal's")
+        print(text, file=self.out, flush=True)
+        return "printed on the terminal"
+
+    async def to_target(self, target: str, message: Outgoing) -> str:
+        raise DeliveryFailed("the terminal of edgeclaw chat takes no message targets")
+
+    async def one_turn(self, text: str, settle: Callable[[str], Awaitable[None]] | None = None) -> Reply:
+        """One message and its reply; with `settle`, also what follows from it before the chat
+        ends (the results of subagents it started, and the agent's answer to them)."""
+        msg = self.message(text)
+        reply = await self.agent.handle(msg)
         await self.send(reply)
+        if settle is not None:
+            await settle(msg.session_key)
         return reply
 
     def interrupt(self) -> None:
@@ -109,6 +129,10 @@ class TerminalChannel:
 
 def register_approver(channel: TerminalChannel, broker: ApprovalBroker) -> None:
     broker.register(CHANNEL, channel)
+
+
+def register_outlet(channel: TerminalChannel, outlets: Outlets) -> None:
+    outlets.register(CHANNEL, channel)
 
 
 def _read_line(prompt: str) -> str | None:

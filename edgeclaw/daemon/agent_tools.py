@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from edgeclaw.agent.subagents import SESSION_PREFIX
 from edgeclaw.config.schema import Config
 from edgeclaw.daemon.memory import agent_types
 from edgeclaw.tools.agents import AgentInfo, AgentsListTool
 from edgeclaw.tools.messaging.delegate import DelegateTool
 from edgeclaw.tools.messaging.message import MessageTool
+from edgeclaw.tools.sessions import SessionsHistoryTool
 from edgeclaw.tools.sessions_send import SessionInbox, SessionsSendTool
 from edgeclaw.tools.subagents import SpawnAliasTool, SpawnTool, SubagentControl, SubagentsTool
 
@@ -81,7 +83,18 @@ def install_agent_tools(runtime: Runtime) -> None:
             MessageTool(runtime.outlets, send_scope=t.sessions.send_scope),
         ]
     )
+    history = runtime.registry.get("sessions_history")
+    if isinstance(history, SessionsHistoryTool):
+        history.parent_of = lambda key: parent_session(runtime, key)
     install_notifiers(runtime)
+
+
+def parent_session(runtime: Runtime, session_key: str) -> str | None:
+    """The session that started the subagent whose session this is (its parent reads its history)."""
+    if runtime.subagents is None or not session_key.startswith(SESSION_PREFIX):
+        return None
+    row = runtime.subagents.store.by_session(session_key)
+    return row.parent_session if row is not None else None
 
 
 def install_notifiers(runtime: Runtime) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from edgeclaw.board import BoardProfile
 from edgeclaw.config.paths import device_id, state_dir
 from edgeclaw.config.schema import Config
-from edgeclaw.errors import ConfigError, ConfigErrors
+from edgeclaw.errors import ConfigError, ConfigErrors, EdgeclawError
 from edgeclaw.store.db import Database
 from edgeclaw.store.sessions import SessionStore
 from edgeclaw.tools.approval import ApprovalBroker
@@ -103,6 +103,8 @@ class Runtime:
                 result = hook()
                 if inspect.isawaitable(result):
                     await result
+            except EdgeclawError as e:  # meant for people (the database cannot be opened, ...)
+                log.error("start-up step %s failed: %s", getattr(hook, "__qualname__", hook), e)
             except Exception:
                 log.exception("start-up step %r failed", hook)
 

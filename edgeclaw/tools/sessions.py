@@ -1,12 +1,14 @@
 """`sessions_list` and `sessions_history`: the conversations this device keeps.
 
-A remote caller sees only the sessions of its own channel; the local CLI and
-the serial console (a person at the board) see them all.
+A remote caller sees only the sessions of its own channel, and those of the
+subagents its session started; the local CLI and the serial console (a person
+at the board) see them all.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from edgeclaw.errors import ToolRefused
 from edgeclaw.store.sessions import SessionStore
@@ -15,11 +17,16 @@ from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
 LOCAL_CHANNELS = ("cli", "console")
 
 
-def _visible(ctx: ToolContext, session_key: str) -> bool:
+# The session that started a subagent's session, or None for any other session.
+ParentOf = Callable[[str], "str | None"]
+
+
+def _visible(ctx: ToolContext, session_key: str, parent_of: ParentOf | None = None) -> bool:
     return (
         ctx.channel in LOCAL_CHANNELS
         or session_key == ctx.session_key
         or session_key.startswith(f"{ctx.channel}:")
+        or (parent_of is not None and parent_of(session_key) == ctx.session_key)
     )
 
 
@@ -62,12 +69,13 @@ class SessionsHistoryTool(Tool):
         "additionalProperties": False,
     }
 
-    def __init__(self, store: SessionStore) -> None:
+    def __init__(self, store: SessionStore, parent_of: ParentOf | None = None) -> None:
         self._store = store
+        self.parent_of = parent_of  # set once subagents exist (daemon.agent_tools)
 
     async def check(self, args: Args, ctx: ToolContext) -> None:
         key = args.get("session") or ctx.session_key
-        if not _visible(ctx, key):
+        if not _visible(ctx, key, self.parent_of):
             raise ToolRefused(f"session {key!r} belongs to another channel")
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:

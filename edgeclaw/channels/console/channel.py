@@ -23,7 +23,7 @@ from edgeclaw.agent.loop import AgentLoop
 from edgeclaw.channels.console.login import LoginGate
 from edgeclaw.channels.console.port import LineSettings, SerialPort, serve_port
 from edgeclaw.channels.console.session import CHANNEL, Banner, ConsoleSession, SessionOptions
-from edgeclaw.tools.approval import ApprovalBroker, ApprovalRequest, Decision
+from edgeclaw.tools.approval import ApprovalBroker, ApprovalRequest, ApprovalUnavailable, Decision
 from edgeclaw.tools.outlets import DeliveryFailed, Outgoing, Outlets
 
 log = logging.getLogger("edgeclaw.console")
@@ -191,6 +191,13 @@ class ConsoleChannel:
         session = self.sessions.get(request.ctx.chat_id)
         if session is None:
             return None
+        if request.ctx.parent_session and not session.in_turn:
+            # A subagent running on after its parent's turn ended: the technician is typing
+            # something else, and a question must not land in the middle of it.
+            raise ApprovalUnavailable(
+                f"the technician at console {request.ctx.chat_id} is not in a turn; a subagent's approval "
+                "is asked only while its parent's turn runs (spawn it with mode 'run', or wait for it)"
+            )
         return await session.ask_approval(request)
 
     # -- the Outlet protocol (edgeclaw.tools.outlets) ---------------------------

@@ -478,6 +478,11 @@ class ConsoleSession:
         if not self._asking and self._handle_task is not None:
             self.say("(working; Ctrl-C stops it)")
 
+    @property
+    def in_turn(self) -> bool:
+        """Someone is logged in and waiting on a turn of this console (a question may be put)."""
+        return self._handle_task is not None and self.logged_in
+
     # -- approvals -----------------------------------------------------------
     async def ask_approval(self, request: ApprovalRequest) -> Decision | None:
         """Ask on this console; None when no turn of this session is waiting for it.

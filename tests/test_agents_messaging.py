@@ -306,6 +306,16 @@ async def test_a_sent_turn_runs_with_no_more_tools_than_its_sender(make, llm):
     assert history[0] == "hi" and history[1].endswith("/new please check fan 2")
 
 
+async def test_text_the_daemon_puts_into_a_session_is_never_a_slash_command(make, llm):
+    runtime, agent = make()
+    runtime.sessions.append(SESSION, "cli", json.dumps({"role": "user", "content": "earlier"}), 1)
+    llm.reply(openai_text("that is not a command"))
+    reply = await agent.handle(InboundMessage("cli", "/new", session=SESSION, origin="job 3"))
+    assert reply.text == "that is not a command"
+    history = [json.loads(b)["content"] for _, b in runtime.sessions.load(SESSION)]
+    assert history[:2] == ["earlier", "/new"]  # not archived: the conversation goes on
+
+
 async def test_a_parent_on_a_remote_channel_reads_its_childs_history_and_nobody_else_does(make, llm):
     runtime, _ = make({"tools": {"channels": {"mqtt": {"profile": "full"}}}})
     llm.route(task_is("Look"), openai_text("looked"))

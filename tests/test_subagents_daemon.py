@@ -80,7 +80,7 @@ def test_chat_message_spawns_two_children_and_the_final_answer_quotes_both(run_c
 
 
 # -- the console --------------------------------------------------------------------------------------
-from tests.test_console import PROMPT, PtyPort, login, run, unwrapped  # noqa: E402
+from tests.test_console import PIN, PROMPT, PtyPort, login, run, unwrapped  # noqa: E402
 
 
 @pytest.fixture
@@ -183,11 +183,23 @@ def test_sessions_send_into_a_console_session_shows_on_its_pty(console, llm):
 
 
 def test_message_to_a_console_port(console, llm):
-    daemon, (port,) = console()
-    term = port.terminal()
-    login(term)
     from edgeclaw.tools.base import ToolContext
 
+    daemon, (port,) = console()
+    term = port.terminal()
+    term.expect("PIN: ")
+    # Nothing is shown to whoever stands at a port nobody logged in on.
+    before = daemon.call(
+        daemon.runtime.registry.execute(
+            "message",
+            {"channel": "console", "target": str(port.link), "text": "secret-ish"},
+            ToolContext(channel="cli", session_key="cli:ops", caller="cli:ops"),
+        )
+    )
+    assert not before.ok and f"nobody is logged in on console {port.link}" in before.error
+    term.send(PIN + "\r")
+    term.expect("Logged in.")
+    term.expect_exact(PROMPT)
     outcome = daemon.call(
         daemon.runtime.registry.execute(
             "message",

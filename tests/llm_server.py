@@ -134,6 +134,11 @@ def embed_text(text: str, dim: int = EMBED_DIM) -> list[float]:
     return vector
 
 
+class _Server(ThreadingHTTPServer):
+    # Many clients connecting at once (fifty subagents) must not overflow the listen backlog.
+    request_queue_size = 256
+
+
 # A reply computed from the request body.
 Reply = Callable[[dict[str, Any]], Scripted]
 
@@ -149,9 +154,10 @@ class ScriptedLLM:
         self.embed_failures = 0  # the next N embedding requests are answered 503
         self.embeddings_down = False  # every embedding request is answered 503
         self.embed_dim = EMBED_DIM
+        self.record = True  # False: keep no request bodies (a long benchmark's memory is not ours)
         self.routes: list[tuple[Callable[[dict[str, Any]], bool], deque[Scripted | Reply]]] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = _Server(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -201,9 +207,10 @@ class ScriptedLLM:
                 if self.path.endswith("/embeddings") or self.path.endswith("/api/embed"):
                     self._embeddings(body)
                     return
-                llm.requests.append(body)
-                llm.headers.append({k.lower(): v for k, v in self.headers.items()})
-                llm.paths.append(self.path)
+                if llm.record:
+                    llm.requests.append(body)
+                    llm.headers.append({k.lower(): v for k, v in self.headers.items()})
+                    llm.paths.append(self.path)
                 item = llm._next(body)
                 if item.hang_s:
                     time.sleep(item.hang_s)

@@ -132,6 +132,24 @@ async def test_routes_send_a_channel_to_a_named_agent_with_its_own_models_and_pr
     assert not agents["main"]["current"] and agents["main"]["providers"] == ["local"]
 
 
+async def test_a_named_agents_soul_is_its_stored_one_never_the_workspaces(make, llm):
+    runtime, agent = make({"agents": {"bench": {"type": "predefined"}}})
+    (runtime.workspace / "SOUL.md").write_text("I am the greenhouse keeper.")
+    llm.reply(openai_text("1"), openai_text("2"), openai_text("3"))
+    await agent.handle(msg("hi"))
+    await agent.handle(InboundMessage("cli", "hi", session="cli:b", agent="bench"))
+    assert "greenhouse keeper" in system_text(llm.requests[0])
+    assert "greenhouse keeper" not in system_text(llm.requests[1])
+    runtime.memory.contexts.write("bench", "cli:x", "SOUL.md", "I am the bench helper.")
+    await agent.handle(InboundMessage("cli", "hi", session="cli:b", agent="bench"))
+    assert "bench helper" in system_text(llm.requests[2])
+    # The fs tools read the same: the bench's SOUL.md is its stored one.
+    read = await runtime.registry.execute(
+        "read_file", {"path": "SOUL.md"}, ToolContext(channel="cli", agent_id="bench", caller="cli:x")
+    )
+    assert "bench helper" in read.for_llm
+
+
 async def test_a_session_glob_route_and_the_first_match_wins(make, llm):
     _, agent = make(
         {

@@ -61,6 +61,7 @@ class PromptBuilder:
         *,
         context: ContextSource | None = None,
         budget_chars: int = 12000,
+        disk_files: bool = True,
     ) -> None:
         self._ws = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
         self.workspace = self._ws.root
@@ -68,6 +69,8 @@ class PromptBuilder:
         self.extra = extra
         self.context = context
         self.budget_chars = budget_chars
+        # False: the workspace's context files are not this agent's (a named agent: its files are stored).
+        self.disk_files = disk_files
         self._skipped: dict[str, str] = {}  # name -> why, so a refusal is logged once, not every turn
 
     def build(self, agent_id: str = "main", user: str = "") -> str:
@@ -109,6 +112,8 @@ class PromptBuilder:
 
     def _context_file(self, name: str) -> str | None:
         """The file's text, cut to MAX_FILE_CHARS; None when it is absent or may not be used."""
+        if not self.disk_files:
+            return None
         ws = self._ws
         try:
             content = ws.read_file(ws.resolve(name), limit=MAX_FILE_BYTES, cut=True, shown=name)

@@ -9,8 +9,6 @@ under a named agent.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from edgeclaw.agent.loop import AgentLoop, AgentRoute, AgentSpec, NamedAgent, UnknownAgent
 from edgeclaw.agent.prompt import PromptBuilder
 from edgeclaw.agent.providers.base import Provider
@@ -20,10 +18,8 @@ from edgeclaw.agent.subagents import SubagentLimits, SubagentManager
 from edgeclaw.config.schema import NamedAgentConfig
 from edgeclaw.daemon.runtime import Runtime
 from edgeclaw.store.subagents import SubagentStore
+from edgeclaw.tools.memory.context import reads_disk
 from edgeclaw.tools.process import ProcessTool
-
-# A named agent's own context files on disk (when none is stored): <workspace>/agents/NAME/SOUL.md ...
-AGENT_DIRS = "agents"
 
 
 def shared_agent(runtime: Runtime) -> AgentLoop:
@@ -73,14 +69,14 @@ def build_agent(runtime: Runtime) -> AgentLoop:
 
     def spec(name: str, named: NamedAgentConfig) -> AgentSpec:
         base = config.agent
-        # "main" reads its context files from the workspace's top; a named agent from agents/NAME/.
-        directory = runtime.workspace if name == "main" else runtime.workspace / AGENT_DIRS / name
         prompt = PromptBuilder(
-            Path(directory),
+            runtime.workspace,
             facts,
             named.system_prompt if named.system_prompt is not None else base.system_prompt,
             context=memory.prompt if memory is not None else None,
             budget_chars=config.memory.prompt_chars,
+            # Only "main" takes the workspace's context files; a named agent's are its stored ones.
+            disk_files=reads_disk(name),
         )
         return AgentSpec(
             name,

@@ -43,6 +43,16 @@ PER_USER_IN_PREDEFINED = frozenset({"USER.md"})
 # The agent's own file on disk when none is stored: name -> text, or None when there is none.
 DiskFile = Callable[[str], "str | None"]
 
+# Only "main" falls back to the workspace's files on disk (a workspace set up by hand). A named agent's
+# own files are only the stored ones (`edgeclaw memory import`, or written in its sessions): a file on
+# disk could be written by any caller's command, and the default agent's would give it another's soul.
+DEFAULT_AGENT = "main"
+
+
+def reads_disk(agent_id: str) -> bool:
+    """Whether this agent's own context files fall back to the workspace's files on disk."""
+    return agent_id == DEFAULT_AGENT
+
 
 @dataclass(frozen=True)
 class AgentTypes:

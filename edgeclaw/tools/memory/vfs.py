@@ -41,7 +41,7 @@ from edgeclaw.store.memory import (
 )
 from edgeclaw.tools.base import Args, ToolContext, ToolResult
 from edgeclaw.tools.fs import render_lines, replace_text
-from edgeclaw.tools.memory.context import CONTEXT_FILES, ContextFiles
+from edgeclaw.tools.memory.context import CONTEXT_FILES, DEFAULT_AGENT, ContextFiles, reads_disk
 from edgeclaw.tools.skills.library import VIRTUAL_ROOT, SkillLibrary
 from edgeclaw.tools.workspace import Workspace, format_size
 from edgeclaw.wording import plural
@@ -188,7 +188,7 @@ class VirtualFiles:
         name, agent, user = route.path, ctx.agent_id, ctx.identity
         if tool == "list_files":
             raise ToolError(f"{name} is a file, not a directory; use read_file")
-        current = self.contexts.read(agent, user, name, self._disk_context)
+        current = self.contexts.read(agent, user, name, lambda n: self._disk_context(n, agent))
         if tool == "read_file":
             if current is None:
                 raise ToolError(f"no such file or directory: {args['path']!r}")
@@ -220,8 +220,11 @@ class VirtualFiles:
         size = format_size(len(content.encode("utf-8")))
         return _result(f"{verb} {name} ({whose} context file; {size}, {_line_count(content)} lines)")
 
-    def _disk_context(self, name: str) -> str | None:
-        """The agent's own context file from the workspace, when none is stored (one safe open)."""
+    def _disk_context(self, name: str, agent: str = DEFAULT_AGENT) -> str | None:
+        """The agent's own context file from the workspace, when none is stored (one safe open);
+        only the default agent has one there (`reads_disk`)."""
+        if not reads_disk(agent):
+            return None
         try:
             content = self.ws.read_file(self.ws.resolve(name), shown=name)
         except FileNotFoundError:

@@ -197,6 +197,10 @@ class VirtualFiles:
             return _result(
                 render_lines(shown, current.content, args.get("start_line", 1), args.get("end_line"))
             )
+        if ctx.parent_session:
+            # Like the memory tools: a subagent (run perhaps under another, predefined agent) does not
+            # rewrite what every later conversation of an agent reads as its own.
+            raise ToolRefused(f"{name}: a subagent may read context files, not change them")
         if tool == "write_file":
             content = args["content"]
         elif tool == "file_append":

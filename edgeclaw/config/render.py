@@ -37,6 +37,12 @@ _EXAMPLE_VALUES = {
     ("CustomToolConfig", "name"): "uptime_pretty",
     ("CustomToolConfig", "command"): "uptime -p",
     ("CustomToolConfig", "description"): "how long the board has been up, in words",
+    ("AgentRoute", "agent"): "main",
+    ("AgentRoute", "channel"): "console",
+    ("NamedAgentConfig", "max_iterations"): 20,
+    ("PushoverConfig", "token_env"): "PUSHOVER_TOKEN",
+    ("PushoverConfig", "user_env"): "PUSHOVER_USER",
+    ("NtfyConfig", "topics"): ["edgeclaw-alerts"],
 }
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")

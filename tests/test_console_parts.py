@@ -478,8 +478,12 @@ def test_console_config_errors_name_the_key(tmp_path, console, key):
 
 
 def test_console_ports_start_the_console_service(tmp_path):
-    assert configured_services(_config(tmp_path)) == [console_service]
-    assert configured_services(config_from_dict({"board": "sim"}, "t.toml")) == []
+    from edgeclaw.daemon.scheduler import scheduler_service
+
+    # The scheduler follows the channels (its jobs deliver through them); off, only the channels run.
+    assert configured_services(_config(tmp_path)) == [console_service, scheduler_service]
+    plain = config_from_dict({"board": "sim", "automation": {"enabled": False}}, "t.toml")
+    assert configured_services(plain) == []
 
 
 async def test_the_service_reads_the_hash_file_and_keeps_the_hash_out_of_tool_output(tmp_path):

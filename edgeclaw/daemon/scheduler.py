@@ -38,6 +38,7 @@ def _agent(runtime: Runtime, name: str) -> Any:
         log.warning("a job's agent: %s", e)
         return None
 
+
 def _read_heartbeat(runtime: Runtime) -> str | None:
     from edgeclaw.tools.workspace import Workspace
 

@@ -729,7 +729,7 @@ async def test_signed_admin_commands_define_replace_and_remove_custom_tools(tmp_
     admin, calls = f"{BASE}/admin/tools", f"{BASE}/tool/call"
     config = daemon_config(tmp_path, broker.port, hmac_secret_env="EC_HMAC")
     env = {"EC_HMAC": secret, "PATH": "/usr/local/bin:/usr/bin:/bin"}
-    async with running_daemon(config, env) as d, Caller(broker.port, [ANSWERS]) as c:
+    async with running_daemon(config, env) as d, Caller(broker.port, [ANSWERS, f"{BASE}/events"]) as c:
 
         async def ask(topic: str, body: dict[str, Any], n: int) -> dict[str, Any]:
             await c.publish(topic, envelope(key, topic, body, response_topic=ANSWERS), response_topic=ANSWERS)
@@ -766,6 +766,22 @@ async def test_signed_admin_commands_define_replace_and_remove_custom_tools(tmp_
         assert again["code"] == "not_found"
         gone = await ask(calls, {"id": "c3", "tool": "say", "args": {"msg": "x"}}, 10)
         assert gone["code"] == "unknown_tool"
+
+        # Every change is on the audit trail: who made it, what, which tool; never the definition.
+        def admin_events() -> list[dict[str, Any]] | None:
+            found = [e.json for e in c.on(f"{BASE}/events") if e.json.get("kind") == "admin"]
+            return found if len(found) >= 4 else None
+
+        changes = await c.wait_for(admin_events, what="four admin events")
+        summary = [(e["request_id"], e["action"], e["tool"], e["outcome"]) for e in changes]
+        assert summary == [
+            ("d1", "define", "say", "ok"),
+            ("d2", "define", "say", "ok"),
+            ("d3", "define", None, "refused"),
+            ("r1", "remove", "say", "ok"),
+        ]
+        assert {e["by"] for e in changes} == {f"mqtt:key:{d.runtime.config.mqtt.hmac_key_name}"}
+        assert "custom-env-secret-value" not in json.dumps(changes) and "printf" not in json.dumps(changes)
 
 
 # -- reporting --------------------------------------------------------------------

@@ -619,7 +619,8 @@ class MqttChannel:
                 call = parse_admin_call(obj, self._admin_calls[msg.topic])
                 self._submit_admin_call(call, route, self._caller(sender))
             else:
-                self._submit_admin(parse_admin(obj), route)
+                sender = obj.get("sender") if isinstance(obj.get("sender"), str) else ""
+                self._submit_admin(parse_admin(obj), route, self._caller(sender))
         except WireError as e:
             self.counters["rejected"] += 1
             request_id = e.request_id or (peek_id(msg.payload) if e.code == "bad_signature" else None)
@@ -672,11 +673,11 @@ class MqttChannel:
         log.info("call %s cancelled by request %s (%s)", cancel.target, cancel.id, caller)
         self._answer(route, encode(cancel_answer(cancel.id, cancel.target, state)))
 
-    def _submit_admin(self, admin: AdminRequest, route: Route) -> None:
+    def _submit_admin(self, admin: AdminRequest, route: Route, caller: str) -> None:
         self._submit(
             request_key("admin", admin.id, [admin.action, admin.definition, admin.name]),
             route,
-            lambda: self._run_admin(admin),
+            lambda: self._run_admin(admin, caller),
             lambda code, text: encode(admin_error(admin.id, admin.action, code, text)),
             about=("admin", admin.id, admin.action),
         )
@@ -1017,9 +1018,10 @@ class MqttChannel:
         reply = await self.agent.handle(message)
         return encode(chat_answer(reply.text, reply.session, reply.ok, chat.id))
 
-    async def _run_admin(self, admin: AdminRequest) -> bytes:
+    async def _run_admin(self, admin: AdminRequest, caller: str) -> bytes:
         """Define, remove or list runtime custom tools. Definitions take effect at once and are kept
-        across restarts (edgeclaw.tools.custom); environment values are never echoed back."""
+        across restarts (edgeclaw.tools.custom); environment values are never echoed back. Every
+        change is an event of the audit trail (who, what, which tool; never the definition)."""
         custom = self.custom_tools
         if custom is None:
             return encode(
@@ -1031,7 +1033,7 @@ class MqttChannel:
                 assert admin.definition is not None
                 spec = custom.define(admin.definition)
                 answer["tool"] = spec.public()
-                log.info("custom tool %s defined over MQTT", spec.name)
+                self._admin_event("define", spec.name, caller, admin.id)
             elif admin.action == "remove":
                 if not custom.remove(admin.name):
                     return encode(
@@ -1040,14 +1042,26 @@ class MqttChannel:
                         )
                     )
                 answer["name"] = admin.name
-                log.info("custom tool %s removed over MQTT", admin.name)
+                self._admin_event("remove", admin.name, caller, admin.id)
             else:
                 answer["tools"] = [spec.public() for spec in custom.list()]
         except InvalidDefinition as e:
+            self._admin_event(admin.action, None, caller, admin.id, outcome="refused")
             return encode(admin_error(admin.id, admin.action, "invalid_definition", str(e)))
         # A definition may carry a command line with a secret in it: scrubbed like tool output.
         text = json.dumps(answer, ensure_ascii=False, separators=(",", ":"))
         return self.registry.scrubber.scrub(text).encode("utf-8", "surrogatepass")
+
+    def _admin_event(
+        self, action: str, tool: str | None, caller: str, request_id: str, outcome: str = "ok"
+    ) -> None:
+        if self.audit is not None:
+            self.audit.emit(
+                "admin", action=action, tool=tool, outcome=outcome, by=caller, channel=CHANNEL,
+                request_id=request_id,
+            )  # fmt: skip
+        else:
+            log.info("custom tool %s: %s over MQTT by %s (%s)", tool, action, caller, outcome)
 
     def _inbound_approval(self, msg: Incoming) -> None:
         """A decision for a pending approval, counted only when signed with the approver key.

@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -39,20 +38,18 @@ import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import harness
+from harness import REPLIES, ROOT
+
 P50_RATIO_TARGET = 1.5
 RATE_TARGET = 500.0
 DEVICE = "bench"
 ECHO_TOPIC = "bench/echo"
-REPLIES = "bench/replies"
 # Every party (and the broker, set_tcp_nodelay) sends small messages at once, as edgeclaw does.
 NODELAY = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def event_loop_runner() -> asyncio.Runner:
@@ -241,55 +238,6 @@ async def measure(port: int, args: argparse.Namespace, edge_pid: int) -> dict[st
     return results
 
 
-def start_broker(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
-    mosquitto = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
-    if not Path(mosquitto).exists():
-        print("bench_mqtt: mosquitto is not installed (scripts/bootstrap --system)", file=sys.stderr)
-        raise SystemExit(2)
-    port = free_port()
-    conf = workdir / "mosquitto.conf"
-    conf.write_text(
-        f"listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\nlog_type error\n"
-        "set_tcp_nodelay true\n" + ("user root\n" if os.geteuid() == 0 else "")
-    )
-    proc = subprocess.Popen(
-        [mosquitto, "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    wait_port(port)
-    return proc, port
-
-
-def wait_port(port: int) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
-            return
-        time.sleep(0.02)
-    raise SystemExit("mosquitto did not start")
-
-
-def start_edgeclaw(workdir: Path, port: int) -> subprocess.Popen[bytes]:
-    config = workdir / "edgeclaw.toml"
-    config.write_text(
-        f'board = "sim"\ndevice_id = "{DEVICE}"\nlog_level = "warning"\n'
-        "[tools]\nrate_limit = 0\n"
-        f"[mqtt]\nenabled = true\nport = {port}\ntelemetry_interval_s = 0\n"
-        "inbound_queue = 1024\nmax_concurrent = 64\n"
-    )
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("EDGECLAW_", "NOTIFY_SOCKET", "WATCHDOG_"))
-    }
-    env["EDGECLAW_STATE_DIR"] = str(workdir / "state")
-    env["EDGECLAW_CONFIG"] = str(config)
-    return subprocess.Popen(
-        [sys.executable, "-m", "edgeclaw", "run", "--board", "sim"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=(workdir / "edgeclaw.log").open("wb"),
-    )
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -306,11 +254,14 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="bench-mqtt-") as tmp:
         workdir = Path(tmp)
-        broker, port = start_broker(workdir)
+        broker, port = harness.start_broker(workdir)
         echo = subprocess.Popen(
             [sys.executable, __file__, "--echo-responder", str(port)], stdout=subprocess.PIPE, cwd=ROOT
         )
-        edge = start_edgeclaw(workdir, port)
+        # No rate limit and no telemetry: every call measured is answered, and nothing else is sent.
+        edge = harness.start_daemon(
+            workdir, port, DEVICE, "[tools]\nrate_limit = 0\n", telemetry_interval_s=0
+        )
         try:
             assert echo.stdout is not None
             if echo.stdout.readline().strip() != b"ready":
@@ -318,9 +269,9 @@ def main() -> int:
             with event_loop_runner() as runner:
                 r = runner.run(measure(port, args, edge.pid))
         finally:
-            for proc in (edge, echo, broker):
+            for proc in (edge.proc, echo, broker):
                 proc.terminate()
-            for proc in (edge, echo, broker):
+            for proc in (edge.proc, echo, broker):
                 try:
                     proc.wait(15)
                 except subprocess.TimeoutExpired:

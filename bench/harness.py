@@ -2,7 +2,7 @@
 subprocesses, their resident memory, and an MQTT 5 requester that matches answers by
 Correlation Data.
 
-Imported by bench_soak.py and bench_names.py (run them from the repository root as
+Imported by bench_mqtt.py, bench_soak.py and bench_names.py (run them from the repository root as
 `python bench/NAME.py`; this directory is then on the import path).
 """
 
@@ -92,13 +92,15 @@ class Daemon:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
-def start_daemon(workdir: Path, port: int, device: str, config: str = "") -> Daemon:
+def start_daemon(
+    workdir: Path, port: int, device: str, config: str = "", telemetry_interval_s: int = 60
+) -> Daemon:
     """`config` is more TOML appended after the [mqtt] table (its own tables only)."""
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "edgeclaw.toml"
     path.write_text(
         f'board = "sim"\ndevice_id = "{device}"\nlog_level = "warning"\n'
-        f"[mqtt]\nenabled = true\nport = {port}\ntelemetry_interval_s = 60\n"
+        f"[mqtt]\nenabled = true\nport = {port}\ntelemetry_interval_s = {telemetry_interval_s}\n"
         "inbound_queue = 1024\nmax_concurrent = 64\n" + config
     )
     env = {

@@ -72,6 +72,7 @@ _READ_CHUNK = 64 * 1024
 # A directory met on the walk that is not one any more: O_DIRECTORY | O_NOFOLLOW on a symlink gives
 # ENOTDIR (or ELOOP); on a final component, O_NOFOLLOW gives ELOOP.
 _SWAPPED = frozenset({errno.ENOTDIR, errno.ELOOP})
+_DIR_NOFOLLOW = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def format_size(n: int) -> str:
@@ -146,6 +147,17 @@ def _is_symlink(name: str, dir_fd: int) -> bool:
         return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
     except OSError:
         return False
+
+
+def _open_subdir(name: str, dir_fd: int, shown: str) -> int:
+    """The directory `name` below `dir_fd`, opened without following a symlink there."""
+    try:
+        return os.open(name, _DIR_NOFOLLOW, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in _SWAPPED and _is_symlink(name, dir_fd):
+            why = "a directory in it became a symlink during the call"
+            raise ToolRefused(f"refused path {shown!r}: {why}") from exc
+        raise
 
 
 def _percent_problem(text: str) -> str | None:
@@ -286,6 +298,15 @@ class Workspace:
         if not self.contains(Path(target)):
             raise ToolRefused(f"refused path {shown!r}: it was redirected to {target} while being opened")
 
+    def _verified(self, fd: int, shown: str) -> int:
+        """`fd` once `verify_fd` passes; closed when it does not."""
+        try:
+            self.verify_fd(fd, shown)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
     def _root_of(self, path: Path, shown: str) -> Path:
         root = next((r for r in self._roots if path == r or path.is_relative_to(r)), None)
         if root is None:
@@ -312,27 +333,14 @@ class Workspace:
                 fd = self.open_at(dir_fd, parts[-1], flags, mode, shown=shown, verify=False)
             finally:
                 os.close(dir_fd)
-        try:
-            self.verify_fd(fd, shown)
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
+        return self._verified(fd, shown)
 
     def _open_parent(self, root: Path, parts: tuple[str, ...], shown: str) -> int:
         """The descriptor of `root/parts...`, each level opened without following a symlink."""
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(root, _DIR_NOFOLLOW)
         try:
             for part in parts:
-                try:
-                    below = os.open(
-                        part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
-                    )
-                except OSError as exc:
-                    if exc.errno in _SWAPPED and _is_symlink(part, fd):
-                        why = "a directory in it became a symlink during the call"
-                        raise ToolRefused(f"refused path {shown!r}: {why}") from exc
-                    raise
+                below = _open_subdir(part, fd, shown)
                 os.close(fd)
                 fd = below
         except BaseException:
@@ -351,13 +359,7 @@ class Workspace:
                 why = "it is a symlink loop, or became a symlink meanwhile"
                 raise ToolRefused(f"refused path {shown!r}: {why}") from exc
             raise
-        if verify:
-            try:
-                self.verify_fd(fd, shown)
-            except BaseException:
-                os.close(fd)
-                raise
-        return fd
+        return self._verified(fd, shown) if verify else fd
 
     def open_dir(self, path: Path, *, shown: str = "") -> int:
         """Open a resolved directory for `dir_fd=` use or `os.scandir`, verified like `open`."""
@@ -378,15 +380,7 @@ class Workspace:
             for part in path.relative_to(root).parts:
                 with suppress(FileExistsError):
                     os.mkdir(part, dir_fd=fd)
-                try:
-                    below = os.open(
-                        part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
-                    )
-                except OSError as exc:
-                    if exc.errno in _SWAPPED and _is_symlink(part, fd):
-                        why = "a directory in it became a symlink during the call"
-                        raise ToolRefused(f"refused path {shown!r}: {why}") from exc
-                    raise
+                below = _open_subdir(part, fd, shown)
                 os.close(fd)
                 fd = below
             self.verify_fd(fd, shown)

@@ -22,7 +22,7 @@ from shell_helpers import marked_processes
 
 from edgeclaw.sandbox import Limits, Sandbox, SandboxSettings, SandboxUnavailable
 from edgeclaw.sandbox.base import SandboxSpec, entries_beside, hidden_entries, split_hidden
-from edgeclaw.sandbox.cgroup import PidsCgroups
+from edgeclaw.sandbox.cgroup import SandboxCgroups
 from edgeclaw.sandbox.firejail import FirejailBackend
 from edgeclaw.sandbox.manager import _PROBE_CACHE, probe
 from edgeclaw.sandbox.process import HeadTailBuffer, StreamBuffer
@@ -217,7 +217,7 @@ print(f"started={ok} failed={fail}", flush=True)
 @pytest.mark.parametrize("backend", BACKENDS)
 async def test_a_fork_bomb_is_contained(layout: Layout, backend: str) -> None:
     # A bounded loop (120 children that each exit after 2 s), never a real bomb.
-    if os.geteuid() == 0 and PidsCgroups.find("auto") is None:
+    if os.geteuid() == 0 and SandboxCgroups.find("auto") is None:
         pytest.skip("root without a writable pids cgroup: the launch is refused instead (tested below)")
     (layout.workspace / "forks.py").write_text(FORKS)
     result = await run(make_runner(layout, backend, max_processes=16), "python3 forks.py")
@@ -532,7 +532,7 @@ async def test_daemonised_grandchildren_do_not_outlive_the_command(
 ) -> None:
     # setsid, a double fork, nohup and setsid -f: each leaves the process group. The command
     # itself ends at once; nothing it started may live on, and the call must not wait for them.
-    if cgroup == "pids-cgroup" and PidsCgroups.find("auto") is None:
+    if cgroup == "pids-cgroup" and SandboxCgroups.find("auto") is None:
         pytest.skip("no writable pids cgroup here")
     if cgroup == "no-cgroup" and backend == "none":
         pytest.skip("on the host without a cgroup nothing can find a setsid process (documented)")

@@ -54,7 +54,8 @@ TOP_NAME = "edgeclaw-sandbox"
 DAEMON_LEAF = "edgeclaw-daemon"
 RUN_PREFIX = "run-"
 _RUN_NAME = re.compile(r"^run-(\d+)-(\d+)-\d+$")
-# What earlier versions called a command's cgroup: directly under the top directory.
+# A command's cgroup straight under the top directory (the layout before run directories), as a board
+# upgraded in place may still have: ended at start-up like a run directory.
 _OLD_CMD_NAME = re.compile(r"^cmd-(\d+)-[0-9a-f]+$")
 _run_numbers = itertools.count(1)
 
@@ -250,23 +251,35 @@ def _enable(cgroup_dir: Path, wanted: set[str]) -> set[str]:
         return set()
 
 
+def _make_writable(cgroup_dir: Path) -> str | None:
+    """Create `cgroup_dir` unless it is there; what stands in the way of writing into it, else None."""
+    try:
+        cgroup_dir.mkdir(exist_ok=True)
+    except OSError as e:
+        return f"cannot create {cgroup_dir}: {e.strerror}"
+    if not _writable(cgroup_dir):
+        return f"{cgroup_dir} is not writable by this user"
+    return None
+
+
+def _v2_layout(top: Path, wanted: set[str], how: str) -> tuple[CgroupLayout | None, str]:
+    """`top` made, with pids (required) and memory (when among `wanted`) turned on for its children."""
+    problem = _make_writable(top)
+    if problem is not None:
+        return None, problem
+    inner = _enable(top, wanted)
+    if "pids" not in inner:
+        return None, f"cannot enable the pids controller in {top}"
+    memory = top if "memory" in inner else None
+    return CgroupLayout(True, top, memory, how), how
+
+
 def _v2_top(parent: Path, how: str) -> tuple[CgroupLayout | None, str]:
     """`parent/edgeclaw-sandbox` with pids (required) and memory (when there) for its children."""
     given = _enable(parent, {"pids", "memory"})
     if "pids" not in given:
         return None, f"the pids controller is not available for children of {parent}"
-    top = parent / TOP_NAME
-    try:
-        top.mkdir(exist_ok=True)
-    except OSError as e:
-        return None, f"cannot create {top}: {e.strerror}"
-    if not _writable(top):
-        return None, f"{top} is not writable by this user"
-    inner = _enable(top, given & {"pids", "memory"})
-    if "pids" not in inner:
-        return None, f"cannot enable the pids controller in {top}"
-    memory = top if "memory" in inner else None
-    return CgroupLayout(True, top, memory, how), how
+    return _v2_layout(parent / TOP_NAME, given & {"pids", "memory"}, how)
 
 
 def _delegated(own: Path) -> bool:
@@ -281,6 +294,15 @@ def _delegated(own: Path) -> bool:
             if os.getxattr(own, attr) == b"1":
                 return True
     return False
+
+
+def _service_cgroup(own: Path) -> Path:
+    """The cgroup the sandbox goes into, for a process in the v2 cgroup `own`.
+
+    A process already in the daemon's leaf (a daemon that set the delegated cgroup up, or a
+    process it started) has the sandbox beside it, and nothing to move.
+    """
+    return own.parent if own.name == DAEMON_LEAF else own
 
 
 def _move_self_to_leaf(own: Path) -> str | None:
@@ -303,9 +325,7 @@ def _auto_v2() -> tuple[CgroupLayout | None, str]:
     rel = own_cgroups().get("")
     if rel is not None:
         own = _under(CGROUP_ROOT, rel)
-        # Already in the daemon's leaf (started by a daemon that set the delegated cgroup up):
-        # the sandbox is beside it, and there is nothing to move.
-        base = own.parent if own.name == DAEMON_LEAF else own
+        base = _service_cgroup(own)
         delegated = _delegated(base)
         log.debug("cgroup v2: this process is in %s; delegated to it: %s", own, delegated)
         if delegated:
@@ -326,12 +346,8 @@ def _v1_top(controller: str) -> Path | None:
     if not (mount / "cgroup.procs").exists():
         return None
     top = _under(mount, own_cgroups().get(controller, "/")) / TOP_NAME
-    try:
-        top.mkdir(exist_ok=True)
-    except OSError:
-        return None
     # It may be there already, made by root: only one we may write into is of use.
-    return top if _writable(top) else None
+    return top if _make_writable(top) is None else None
 
 
 def _auto_v1() -> tuple[CgroupLayout | None, str]:
@@ -347,31 +363,29 @@ def _auto_v1() -> tuple[CgroupLayout | None, str]:
     return CgroupLayout(False, pids, memory, f"cgroup v1 ({pids})"), f"cgroup v1 ({pids})"
 
 
-def _explicit(path: Path) -> tuple[CgroupLayout | None, str]:
-    v2 = (path.parent / "cgroup.controllers").exists() or (path / "cgroup.controllers").exists()
-    if v2:
-        _enable(path.parent, {"pids", "memory"})
-        try:
-            path.mkdir(exist_ok=True)
-        except OSError as e:
-            return None, f"cannot create {path}: {e.strerror}"
-        if not _writable(path):
-            return None, f"{path} is not writable by this user"
-        inner = _enable(path, {"pids", "memory"})
-        if "pids" not in inner:
-            return None, f"the pids controller is not available for children of {path}"
-        memory = path if "memory" in inner else None
-        return CgroupLayout(True, path, memory, f"cgroup v2 ({path})"), f"cgroup v2 ({path})"
-    try:
-        path.mkdir(exist_ok=True)
-    except OSError as e:
-        return None, f"cannot create {path}: {e.strerror}"
-    if not _writable(path):
-        return None, f"{path} is not writable by this user"
-    memory_top: Path | None = None
+def _on_v2(path: Path) -> bool:
+    """Whether an operator-given cgroup directory (there or still to be made) is on cgroup v2."""
+    return (path.parent / "cgroup.controllers").exists() or (path / "cgroup.controllers").exists()
+
+
+def _v1_memory_twin(pids_path: Path) -> Path | None:
+    """The same place in the v1 memory hierarchy as `pids_path` in the pids one (None outside it)."""
     pids_mount = CGROUP_ROOT / "pids"
-    if path.is_relative_to(pids_mount):
-        twin = CGROUP_ROOT / "memory" / path.relative_to(pids_mount)
+    if not pids_path.is_relative_to(pids_mount):
+        return None
+    return CGROUP_ROOT / "memory" / pids_path.relative_to(pids_mount)
+
+
+def _explicit(path: Path) -> tuple[CgroupLayout | None, str]:
+    if _on_v2(path):
+        _enable(path.parent, {"pids", "memory"})
+        return _v2_layout(path, {"pids", "memory"}, f"cgroup v2 ({path})")
+    problem = _make_writable(path)
+    if problem is not None:
+        return None, problem
+    memory_top: Path | None = None
+    twin = _v1_memory_twin(path)
+    if twin is not None:
         with contextlib.suppress(OSError):
             twin.mkdir(exist_ok=True)
             memory_top = twin if _writable(twin) else None
@@ -390,10 +404,6 @@ class CommandCgroup:
         self.v2 = v2
 
     @property
-    def path(self) -> Path:
-        return self.pids_dir
-
-    @property
     def dirs(self) -> list[Path]:
         extra = [self.memory_dir] if self.memory_dir is not None and self.memory_dir != self.pids_dir else []
         return [self.pids_dir, *extra]
@@ -402,10 +412,6 @@ class CommandCgroup:
     def procs_files(self) -> list[Path]:
         """Where the command's first process writes its pid to join (one file per v1 hierarchy)."""
         return [d / "cgroup.procs" for d in self.dirs]
-
-    @property
-    def procs_file(self) -> Path:
-        return self.pids_dir / "cgroup.procs"
 
     def pids(self) -> list[int]:
         return _pids_in(self.pids_dir)
@@ -433,10 +439,6 @@ class CommandCgroup:
             _rmdir_when_empty(d, self.v2)
 
 
-# Kept for callers of the earlier name.
-PidsCgroup = CommandCgroup
-
-
 class SandboxCgroups:
     """The run directory of one Sandbox in this process: the memory bound, and a cgroup per command."""
 
@@ -446,10 +448,6 @@ class SandboxCgroups:
         self.memory_run = memory_run  # v2: run_dir itself, when it has the memory controller
         self.memory_max = memory_max  # bytes for all commands together; 0 = not bounded here
         self.v2 = layout.v2
-
-    @property
-    def parent(self) -> Path:
-        return self.run_dir
 
     @classmethod
     def find(cls, setting: str = "auto", memory_max: int = 0) -> SandboxCgroups | None:
@@ -496,10 +494,7 @@ class SandboxCgroups:
             made = cls(layout, run_dir, memory_run, memory_max if memory_run is not None else 0)
             made.create(8).remove()  # prove a command cgroup can be made and its limit set
         except OSError:
-            for d in (run_dir, memory_run):
-                if d is not None:
-                    with contextlib.suppress(OSError):
-                        d.rmdir()
+            _rmdir_quietly(run_dir, memory_run)
             raise
         return made
 
@@ -525,10 +520,7 @@ class SandboxCgroups:
                     memory_dir = self.memory_run / name
                     memory_dir.mkdir()
         except OSError:
-            for d in (memory_dir, pids_dir):
-                if d is not None:
-                    with contextlib.suppress(OSError):
-                        d.rmdir()
+            _rmdir_quietly(memory_dir, pids_dir)
             raise
         return CommandCgroup(pids_dir, memory_dir, self.v2)
 
@@ -546,8 +538,12 @@ class SandboxCgroups:
                 _end_run_dir(d, self.v2)
 
 
-# Kept for callers of the earlier name.
-PidsCgroups = SandboxCgroups
+def _rmdir_quietly(*dirs: Path | None) -> None:
+    """Undo a half-made cgroup: remove each directory given that is there and empty."""
+    for d in dirs:
+        if d is not None:
+            with contextlib.suppress(OSError):
+                d.rmdir()
 
 
 def _set_memory_max(cgroup_dir: Path, limit: int, v2: bool) -> None:
@@ -609,21 +605,16 @@ def leftover_tops(setting: str = "auto") -> list[tuple[Path, bool]]:
         return []
     if setting != "auto":
         path = Path(setting)
-        v2 = (path.parent / "cgroup.controllers").exists() or (path / "cgroup.controllers").exists()
-        out = [(path, v2)]
-        pids_mount = CGROUP_ROOT / "pids"
-        if not v2 and path.is_relative_to(pids_mount):
-            out.append((CGROUP_ROOT / "memory" / path.relative_to(pids_mount), False))
-        return out
+        if _on_v2(path):
+            return [(path, True)]
+        twin = _v1_memory_twin(path)
+        return [(path, False)] + ([(twin, False)] if twin is not None else [])
     own = own_cgroups()
     if (CGROUP_ROOT / "cgroup.controllers").exists():
         tops = [CGROUP_ROOT / TOP_NAME]
         rel = own.get("")
         if rel is not None:
-            here = _under(CGROUP_ROOT, rel)
-            # A daemon of a delegated service sits in its leaf: the sandbox is beside it.
-            base = here.parent if here.name == DAEMON_LEAF else here
-            tops.append(base / TOP_NAME)
+            tops.append(_service_cgroup(_under(CGROUP_ROOT, rel)) / TOP_NAME)
         return [(p, True) for p in dict.fromkeys(tops)]
     return [
         (_under(CGROUP_ROOT / c, own.get(c, "/")) / TOP_NAME, False)

@@ -263,7 +263,7 @@ class Sandbox:
                 # The backend's own processes (the guard shell, firejail's two, a shell) count too.
                 cgroup = cgroups.create(s.limits.max_processes + 5)
             except OSError as e:
-                where = cgroups.parent
+                where = cgroups.run_dir
                 raise BackendError(f"cannot create a command cgroup under {where}: {e.strerror}") from None
         return Launch(
             argv=backend.wrap(list(argv), spec),

@@ -377,7 +377,8 @@ RECURSIVE_SPELLINGS = [
 PRECIOUS_TARGETS = [
     "/", "//", "/.", "/..", "/*", "/./", "~", "~/", "~/*", "~root", "$HOME", '"$HOME"', "${HOME}/",
     "/etc", "/home", "/home/", "/usr/*", "/var", "/boot", "/root", "/mnt", "/tmp", ".", "./", "..",
-    "../..", "./..", "*",
+    "../..", "./..", "*", "/var/lib", "/var/lib/", "/usr/lib", "/usr/bin/*", "/usr/local", "/var/log",
+    "/etc/ssh", "/boot/firmware", "/lib/modules",
 ]  # fmt: skip
 
 
@@ -412,7 +413,8 @@ def test_a_recursive_chmod_or_chown_of_the_system_is_caught(command: str) -> Non
 @pytest.mark.parametrize(
     "command",
     ["rm -R build", "rm --recursive ./dist", "rm -rf ~/build", "rm -Rf .cache", "rm -f /tmp/x",
-     "rm -rf /tmp/build", "rm -r ..cache", "chmod --reference=a b", "chmod -R 755 scripts"],
+     "rm -rf /tmp/build", "rm -r ..cache", "chmod --reference=a b", "chmod -R 755 scripts",
+     "rm -rf /var/lib/myapp/cache", "rm -rf /var/log/myapp"],
 )  # fmt: skip
 def test_recursive_removal_inside_the_workspace_passes(command: str) -> None:
     assert DenyList().check(normalise(command)) == []

@@ -90,10 +90,19 @@ def _long_option(name: str, shortest: int) -> str:
 _SYSTEM_DIRS = (
     r"(?:bin|boot|dev|etc|home|lib\w*|media|mnt|opt|proc|root|run|sbin|snap|srv|sys|tmp|usr|var|lost\+found)"
 )
+# The directories inside them that hold the system as much as they do: removing /var/lib or /usr/lib
+# takes the installed system (and, in the default layout, edgeclaw's own state) with it.
+_SYSTEM_SUBDIRS = (
+    r"(?:usr/(?:bin|sbin|lib\w*|libexec|share|include|local|src)|var/(?:lib|log|cache|spool|backups|mail|db)"
+    r"|etc/[\w.+-]+|boot/[\w.+-]+|lib\w*/[\w.+-]+)"
+)
 # The root however spelt (`/`, `//`, `/./`, `/..`), a glob or variable right under it (`/*`, `/?`,
-# `/$x`), a system directory, a home directory (`~`, `~user`, `$HOME`), `.`/`..` and chains of
-# them (`../..`), or everything here.
-_ROOTISH = r"(?:/[/.]*\*?|/[?*\[$]\S*|/" + _SYSTEM_DIRS + r"/?\*?|~[\w.-]*/?\*?|\$\{?HOME\}?/?\*?)"
+# `/$x`), a system directory or one of the system's own directories inside it, a home directory
+# (`~`, `~user`, `$HOME`), `.`/`..` and chains of them (`../..`), or everything here.
+_ROOTISH = (
+    r"(?:/[/.]*\*?|/[?*\[$]\S*|/(?:" + _SYSTEM_SUBDIRS + "|" + _SYSTEM_DIRS + r")/?\*?"
+    r"|~[\w.-]*/?\*?|\$\{?HOME\}?/?\*?)"
+)
 _RM_TARGET = r"(?:--no-preserve-root|" + _ROOTISH + r"|(?:\.\.?/+)*\.\.?/?\*?|\*)"
 # rm's recursion, however spelt: -r, -R, inside a bundle (-fR, -Rfv), --recursive or a prefix of it.
 _RM_RECURSIVE = r"(?:-[a-zA-Z]*[rR]|" + _long_option("recursive", 1) + ")"

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from edgeclaw.store.db import Database, Migration
+from edgeclaw.store.db import Database, LazyDatabase, Migration
 
 AGENT_SCOPE = ""  # the agent's own file, the fallback of every caller
 
@@ -53,17 +53,12 @@ class ContextFile:
 
 class ContextFileStore:
     def __init__(self, db: Database | Callable[[], Database], clock: Callable[[], float] = time.time) -> None:
-        self._source = db
-        self._db: Database | None = None
+        self._database = LazyDatabase(db, MIGRATIONS)
         self._clock = clock
 
     @property
     def db(self) -> Database:
-        if self._db is None:
-            db = self._source if isinstance(self._source, Database) else self._source()
-            db.migrate(MIGRATIONS)
-            self._db = db
-        return self._db
+        return self._database.get()
 
     def get(self, agent_id: str, scope: str, name: str) -> ContextFile | None:
         """The row itself (a tombstone included); no fallback."""

@@ -235,3 +235,32 @@ class Database:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+class LazyDatabase:
+    """A store's database, brought to the store's migrations on first use.
+
+    Given a callable, it opens the database only then, so commands that never touch the store
+    (`edgeclaw tool call read_file`) never create the file. `on_open` runs once, after the
+    migrations.
+    """
+
+    def __init__(
+        self,
+        source: Database | Callable[[], Database],
+        migrations: Sequence[Migration],
+        on_open: Callable[[], None] | None = None,
+    ) -> None:
+        self._source = source
+        self._migrations = migrations
+        self._on_open = on_open
+        self._db: Database | None = None
+
+    def get(self) -> Database:
+        if self._db is None:
+            db = self._source if isinstance(self._source, Database) else self._source()
+            db.migrate(self._migrations)
+            self._db = db
+            if self._on_open is not None:
+                self._on_open()
+        return self._db

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from edgeclaw.store.db import Database, Migration
+from edgeclaw.store.db import Database, LazyDatabase, Migration
 
 MAX_RUNS_PER_JOB = 50
 MAX_DETAIL_CHARS = 2000
@@ -174,17 +174,12 @@ class JobStore:
     touches jobs never opens it)."""
 
     def __init__(self, db: Database | Callable[[], Database], clock: Callable[[], float] = time.time) -> None:
-        self._db_source = db
-        self._db: Database | None = None
+        self._database = LazyDatabase(db, MIGRATIONS)
         self.clock = clock
 
     @property
     def db(self) -> Database:
-        if self._db is None:
-            db = self._db_source() if callable(self._db_source) else self._db_source
-            db.migrate(MIGRATIONS)
-            self._db = db
-        return self._db
+        return self._database.get()
 
     # -- jobs ---------------------------------------------------------------------------------
     def add(self, job: Job) -> Job:

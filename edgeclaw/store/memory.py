@@ -36,7 +36,7 @@ from edgeclaw.backends.embeddings import Embedder, EmbeddingsUnavailable
 from edgeclaw.errors import BackendError
 from edgeclaw.store import ranking, vectors
 from edgeclaw.store.chunking import chunk_markdown, text_hash
-from edgeclaw.store.db import Database, Migration
+from edgeclaw.store.db import Database, LazyDatabase, Migration
 
 log = logging.getLogger("edgeclaw.store.memory")
 
@@ -311,25 +311,16 @@ class MemoryStore:
         on_open: Callable[[MemoryStore], None] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        # A callable defers opening the database until memory is first used (see SessionStore).
-        self._source = db
-        self._db: Database | None = None
+        self._database = LazyDatabase(db, MIGRATIONS, (lambda: on_open(self)) if on_open else None)
         self.settings = settings or MemorySettings()
         self.embedder = embedder
-        self._on_open = on_open
         self._clock = clock
         self._vectors: _VectorCache | None = None
         self._changed = True  # our own writes since the vector cache was built
 
     @property
     def db(self) -> Database:
-        if self._db is None:
-            db = self._source if isinstance(self._source, Database) else self._source()
-            db.migrate(MIGRATIONS)
-            self._db = db
-            if self._on_open is not None:
-                self._on_open(self)
-        return self._db
+        return self._database.get()
 
     # -- meta --------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from edgeclaw.store.db import Database, Migration
+from edgeclaw.store.db import Database, LazyDatabase, Migration
 
 MIGRATIONS = [
     Migration(
@@ -74,18 +74,11 @@ class SessionStore:
     """Raw message rows per session; the agent decides what a row means."""
 
     def __init__(self, db: Database | Callable[[], Database]) -> None:
-        # A callable defers opening the database until a session is first touched, so commands
-        # that never use one (`edgeclaw tool call read_file`) never create the file.
-        self._source = db
-        self._db: Database | None = None
+        self._database = LazyDatabase(db, MIGRATIONS)
 
     @property
     def db(self) -> Database:
-        if self._db is None:
-            db = self._source if isinstance(self._source, Database) else self._source()
-            db.migrate(MIGRATIONS)
-            self._db = db
-        return self._db
+        return self._database.get()
 
     def append(self, key: str, channel: str, body: str, tokens: int, provider: str = "") -> int:
         """Store one message; returns its row id."""

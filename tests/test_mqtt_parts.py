@@ -266,6 +266,31 @@ async def test_subscriptions_refused_by_the_broker_are_reported(caplog):
         assert all(t in record.message for t in topics[1:]) and "ACL" in record.message
 
 
+async def test_a_socket_closed_before_the_loop_watches_it_leaves_no_traceback():
+    """paho asks for a write watch from its thread; the broker dies before the loop adds it."""
+    import asyncio
+    import socket
+
+    loop = asyncio.get_running_loop()
+    errors: list[dict] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    try:
+        client = Connection(ConnectionSettings("127.0.0.1", 1883, "d"), lambda m: None)._build_client()
+        closing, peer = socket.socketpair()
+        kept, peer2 = socket.socketpair()
+        with peer, peer2, kept:
+            fileno = closing.fileno()
+            client._on_socket_register_write(client._client, None, closing)
+            closing.close()  # before the loop runs the scheduled watch
+            client._on_socket_register_write(client._client, None, kept)
+            await asyncio.sleep(0.05)
+            assert not errors, errors
+            assert not loop.remove_writer(fileno)  # nothing watched under the closed socket's number
+            assert loop.remove_writer(kept.fileno())  # an open socket is watched as before
+    finally:
+        loop.set_exception_handler(None)
+
+
 # -- telemetry and discovery ------------------------------------------------------
 def _fake_tree(root: Path, zones: dict[str, tuple[str, str]]) -> HealthSources:
     thermal = root / "thermal"

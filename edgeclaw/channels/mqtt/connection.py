@@ -22,8 +22,10 @@ Inbound QoS 1 commands are acknowledged by us, not by paho: the PUBACK goes
 out only after `on_message` has returned, and `on_message` records what the
 request needs durably (the request ledger, an answer in the outbox) before it
 returns. A daemon killed in between has not acknowledged the command, so the
-broker delivers it again. This is the one reach into aiomqtt's private paho
-client (`_client`): aiomqtt 2.x has no manual-acknowledgement option.
+broker delivers it again. This reaches into aiomqtt's private paho client
+(`_client`): aiomqtt 2.x has no manual-acknowledgement option. `_GuardedClient`
+reaches in once more, to mend a race in how aiomqtt watches the socket for
+writing.
 
 Broker problems keep the MQTT reason code (`BrokerError`), for the log,
 `Connection.last_error` and `edgeclaw doctor` (`check_broker`).
@@ -40,6 +42,7 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiomqtt
 from aiomqtt.exceptions import MqttConnectError
@@ -59,6 +62,36 @@ BACKOFF_CAP_S = 60.0
 STABLE_CONNECTION_S = 10.0
 # paho's default, and mosquitto's default receive maximum: more in flight is queued inside paho.
 MAX_INFLIGHT = 20
+
+
+class _GuardedClient(aiomqtt.Client):
+    """aiomqtt's client, watching the socket for writing only while it is still open.
+
+    paho asks for the watch from its own thread; aiomqtt takes the descriptor's number then and
+    has the loop add the watch later. When the broker dies in between, the socket is closed by
+    the time the loop gets there, and `add_writer` fails inside the loop's callback (a traceback
+    in the log, nothing else), or, were the number reused meanwhile, watches someone else's file.
+    """
+
+    def _on_socket_register_write(self, client: Any, userdata: Any, sock: Any) -> None:
+        fileno = sock.fileno()
+
+        def write() -> None:
+            try:
+                client.loop_write()
+            except Exception as exc:  # a broken connection: the reader ends with this
+                if not self._disconnected.done():
+                    self._disconnected.set_exception(exc)
+
+        def watch() -> None:
+            if fileno < 0 or sock.fileno() != fileno:
+                return  # closed meanwhile; the lost connection is noticed by the reader
+            try:
+                self._loop.add_writer(fileno, write)
+            except OSError:
+                return
+
+        self._loop.call_soon_threadsafe(watch)
 
 
 def _dispatching_queue(handler: Callable[[aiomqtt.Message], None]) -> type[asyncio.Queue[aiomqtt.Message]]:
@@ -290,7 +323,7 @@ class Connection:
             if message.qos > 0 and acknowledge:
                 acknowledge[0](message.mid, message.qos)
 
-        client = aiomqtt.Client(
+        client = _GuardedClient(
             s.host,
             s.port,
             identifier=s.client_id,

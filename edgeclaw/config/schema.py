@@ -368,6 +368,62 @@ class AutomationConfig:
     max_running: int = 4  # job runs at once; the rest wait (and count as running for overlaps)
 
 
+McpTransport = Literal["stdio", "sse", "http"]
+
+
+@dataclass
+class McpServerConfig:
+    """One [mcp.servers.NAME] table: an MCP server whose tools the agent may use (`mcp_NAME_TOOL`)."""
+
+    transport: McpTransport = "stdio"  # stdio: a program we start; sse (legacy) or http: a URL
+    enabled: bool = True
+    command: str = ""  # stdio: the program (an absolute path, or found on PATH)
+    args: list[str] = field(default_factory=list)
+    cwd: str = ""  # stdio: where it starts; empty = its own directory under the state directory
+    env: dict[str, str] = field(default_factory=dict)  # plain values for the program's environment
+    env_from: dict[str, str] = field(default_factory=dict)  # NAME = a variable of the daemon's environment
+    env_files: dict[str, str] = field(default_factory=dict)  # NAME = a file holding the value
+    sandbox: bool = True  # stdio: run under [sandbox] (third-party code); false = on the host
+    network: bool = False  # stdio in the sandbox: may the program use the network
+    url: str = ""  # sse: the event-stream URL; http: the MCP endpoint
+    headers: dict[str, str] = field(default_factory=dict)  # plain header values
+    headers_from: dict[str, str] = field(default_factory=dict)  # header = a variable holding its value
+    header_files: dict[str, str] = field(default_factory=dict)  # header = a file holding its value
+    timeout_s: float = 60.0  # one tool call; the connection's start gets the same
+    tool_allow: list[str] = field(default_factory=list)  # the server's tool names; empty = all
+    tool_deny: list[str] = field(default_factory=list)  # the server's tool names; wins over tool_allow
+
+
+@dataclass
+class McpServeConfig:
+    """[mcp.server]: edgeclaw's own tools served to MCP clients (channel `mcp`)."""
+
+    listen: str = ""  # "127.0.0.1:8765": streamable HTTP in the daemon; empty = off
+    path: str = "/mcp"  # the endpoint's path
+    token_file: str = ""  # the bearer token HTTP clients must send (required with listen)
+    tls_cert_file: str = ""  # with tls_key_file: HTTPS instead of HTTP
+    tls_key_file: str = ""
+    allowed_origins: list[str] = field(default_factory=list)  # browser Origins let in; none = no browser
+    mqtt: bool = False  # MCP over MQTT on the daemon's broker connection ([mqtt] must be enabled)
+    mqtt_server_name: str = ""  # the server-name in the MQTT topics; empty = "edgeclaw/{device id}"
+    mqtt_presence_expiry_s: int = 600  # the retained presence expires unless refreshed (half as often)
+    max_sessions: int = 16  # MCP clients at once (HTTP and MQTT together)
+    session_idle_s: float = 3600.0  # a session unused this long is ended
+    approval_timeout_s: float = 120.0  # an approval asked of an MCP client (elicitation), then deny
+
+
+@dataclass
+class McpConfig:
+    """[mcp]: MCP servers whose tools the agent uses, and edgeclaw's tools served over MCP."""
+
+    servers: dict[str, McpServerConfig] = field(default_factory=dict)
+    server: McpServeConfig = field(default_factory=McpServeConfig)
+    health_interval_s: float = 30.0  # a ping to each connected server this often
+    reconnect_first_s: float = 2.0  # backoff after a server goes away: doubling from this ...
+    reconnect_max_s: float = 60.0  # ... up to this
+    reconnect_attempts: int = 10  # then the server is marked failed (retried on reload or request)
+
+
 @dataclass
 class Config:
     device_id: str = ""  # empty = the hostname
@@ -389,5 +445,6 @@ class Config:
     skills: SkillsConfig = field(default_factory=SkillsConfig)
     automation: AutomationConfig = field(default_factory=AutomationConfig)
     notify: NotifyConfig = field(default_factory=NotifyConfig)
+    mcp: McpConfig = field(default_factory=McpConfig)
     # Where it came from, for messages; not a TOML key.
     _source: str = "<defaults>"

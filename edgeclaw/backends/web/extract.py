@@ -1,0 +1,942 @@
+"""Fetched bodies made readable: bytes to text (charset), HTML to markdown or plain text, JSON pretty-printed.
+
+Pure functions over bytes and str, no I/O. The HTML extractor is the standard library's
+`html.parser` feeding a small tree builder that already leaves out what is never content
+(scripts, styles, navigation, site headers and footers, sidebars, form controls, hidden
+elements); the main content is then chosen (`<main>`/`role=main`, else the article, else the
+block densest in text that is not link text) and rendered with its headings, paragraphs,
+links, lists, code blocks and tables. `trafilatura`, when installed (the `web-extract`
+extra), is asked first for HTML: it knows more page layouts; its answer is used when it has one.
+
+Bounded on hostile input: the tree is never deeper than `MAX_DEPTH` (deeper elements are
+flattened into the deepest one), so rendering recursion stays bounded too.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from typing import Literal
+from urllib.parse import urljoin
+
+Format = Literal["markdown", "text"]
+Kind = Literal["html", "json", "text", "binary"]
+Engine = Literal["auto", "builtin", "trafilatura"]
+
+MAX_DEPTH = 200  # elements nested deeper are flattened: a hostile page cannot exhaust the stack
+META_SNIFF_BYTES = 4096  # where a <meta charset> or XML declaration is looked for
+MIN_CONTENT_CHARS = 140  # a densest block with less text than this is no better than the whole body
+
+# A <br> in inline content, until whitespace is collapsed (a NUL in the page is made U+FFFD on parsing).
+_BREAK = "\x00"
+
+# -- charsets ----------------------------------------------------------------------
+
+# Labels whose meaning on the web differs from Python's codec of the same name (the WHATWG
+# Encoding Standard maps them), or that Python does not know.
+_CHARSET_ALIASES = {
+    "iso-8859-1": "cp1252",
+    "iso8859-1": "cp1252",
+    "latin1": "cp1252",
+    "latin-1": "cp1252",
+    "l1": "cp1252",
+    "us-ascii": "cp1252",
+    "ascii": "cp1252",
+    "shift_jis": "cp932",
+    "shift-jis": "cp932",
+    "sjis": "cp932",
+    "x-sjis": "cp932",
+    "ms_kanji": "cp932",
+    "windows-31j": "cp932",
+    "gb2312": "gbk",
+    "gb_2312-80": "gbk",
+    "x-gbk": "gbk",
+    "euc-kr": "cp949",
+    "ks_c_5601-1987": "cp949",
+    "tis-620": "cp874",
+    "iso-8859-9": "cp1254",
+    "x-mac-roman": "mac_roman",
+    "x-user-defined": "cp1252",
+}
+_BOMS = (
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+_CT_CHARSET = re.compile(r"""charset\s*=\s*["']?([^"';\s]+)""", re.IGNORECASE)
+_META_CHARSET = re.compile(rb"""<meta\b[^>]*?charset\s*=\s*["']?\s*([A-Za-z0-9_.:\-]+)""", re.IGNORECASE)
+_XML_ENCODING = re.compile(rb"""^\s*<\?xml\b[^>]*?encoding\s*=\s*["']([A-Za-z0-9_.:\-]+)""", re.IGNORECASE)
+
+
+def codec_for(label: str | None) -> str | None:
+    """Python's codec for a charset label as the web uses it, or None for a label nobody knows."""
+    if not label:
+        return None
+    name = label.strip().strip("\"'").lower()
+    name = _CHARSET_ALIASES.get(name, name)
+    try:
+        return codecs.lookup(name).name
+    except LookupError:
+        return None
+
+
+def charset_from_content_type(content_type: str | None) -> str | None:
+    """The charset label a Content-Type header names, or None."""
+    if not content_type:
+        return None
+    found = _CT_CHARSET.search(content_type)
+    return found.group(1) if found else None
+
+
+def sniff_declared_charset(head: bytes) -> str | None:
+    """The charset a document declares in its first bytes: <meta charset>, http-equiv, an XML declaration."""
+    head = head[:META_SNIFF_BYTES]
+    found = _XML_ENCODING.search(head) or _META_CHARSET.search(head)
+    return found.group(1).decode("ascii") if found else None
+
+
+def decode_body(body: bytes, content_type: str | None, *, sniff_meta: bool = True) -> tuple[str, str]:
+    """The body as text and the codec used: a BOM, else the header's charset, else (for HTML and
+    XML) the document's own declaration, else UTF-8. Undecodable bytes become U+FFFD, never an error.
+
+    A meta tag may not claim UTF-16 (it is itself written in an ASCII-compatible encoding, so the
+    claim is wrong): such a claim is read as UTF-8, as browsers do.
+    """
+    for bom, name in _BOMS:
+        if body.startswith(bom):
+            return body[len(bom) :].decode(name, "replace"), name
+    codec = codec_for(charset_from_content_type(content_type))
+    if codec is None and sniff_meta:
+        codec = codec_for(sniff_declared_charset(body))
+        if codec is not None and codec.startswith("utf-16"):
+            codec = "utf-8"
+    codec = codec or "utf-8"
+    return body.decode(codec, "replace"), codec
+
+
+# -- what kind of body ---------------------------------------------------------------
+
+_TEXT_TYPES = frozenset(
+    {
+        "application/javascript",
+        "application/ecmascript",
+        "application/x-javascript",
+        "application/xml",
+        "application/x-yaml",
+        "application/yaml",
+        "application/toml",
+        "application/x-sh",
+        "application/sql",
+        "application/graphql",
+        "application/x-ndjson",
+        "application/jsonl",
+        "image/svg+xml",
+    }
+)
+
+
+def media_type(content_type: str | None) -> str:
+    """'text/html' from 'text/html; charset=utf-8'; '' when there is none."""
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+def classify(content_type: str | None, body: bytes) -> Kind:
+    """What a body is, from its media type, else from its first bytes (a server that names no type)."""
+    mtype = media_type(content_type)
+    if mtype in ("text/html", "application/xhtml+xml"):
+        return "html"
+    if mtype == "application/json" or mtype.endswith("+json"):
+        return "json"
+    if mtype.startswith("text/") or mtype in _TEXT_TYPES or mtype.endswith("+xml"):
+        return "text"
+    if mtype and mtype not in ("application/octet-stream", "binary/octet-stream"):
+        return "binary"
+    # No type (or the generic one): look at the bytes.
+    head = body[:1024]
+    if b"\x00" in head and not head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return "binary"
+    stripped = head.lstrip().lower()
+    if stripped.startswith((b"<!doctype html", b"<html")) or b"<body" in stripped:
+        return "html"
+    if stripped[:1] in (b"{", b"["):
+        return "json"
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 4:  # a character cut by the 1024-byte window is not a failure
+            return "binary"
+    return "text"
+
+
+def pretty_json(text: str) -> str | None:
+    """The JSON document indented (non-ASCII kept as is), or None when it does not parse."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+# -- the HTML tree ---------------------------------------------------------------------
+
+_VOID = frozenset(
+    {
+        "area",
+        "base",
+        "br",
+        "col",
+        "embed",
+        "hr",
+        "img",
+        "input",
+        "link",
+        "meta",
+        "param",
+        "source",
+        "track",
+        "wbr",
+    }
+)
+# Never content, wherever they are.
+_DROP = frozenset(
+    {
+        "script",
+        "style",
+        "noscript",
+        "template",
+        "svg",
+        "math",
+        "iframe",
+        "object",
+        "embed",
+        "canvas",
+        "video",
+        "audio",
+        "map",
+        "nav",
+        "aside",
+        "footer",
+        "dialog",
+        "button",
+        "input",
+        "select",
+        "textarea",
+        "option",
+        "datalist",
+        "head",
+        "link",
+        "meta",
+        "base",
+    }
+)
+_DROP_ROLES = frozenset(
+    {
+        "navigation",
+        "banner",
+        "contentinfo",
+        "complementary",
+        "search",
+        "menu",
+        "menubar",
+        "dialog",
+        "alertdialog",
+    }
+)
+# A <header> is the site's banner unless it sits in one of these (then it is the article's own).
+_SECTIONING = frozenset({"article", "main", "section"})
+_BLOCK = frozenset(
+    {
+        "address",
+        "article",
+        "blockquote",
+        "body",
+        "caption",
+        "center",
+        "dd",
+        "details",
+        "dir",
+        "div",
+        "dl",
+        "dt",
+        "fieldset",
+        "figcaption",
+        "figure",
+        "form",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "header",
+        "hgroup",
+        "hr",
+        "html",
+        "legend",
+        "li",
+        "main",
+        "menu",
+        "ol",
+        "p",
+        "pre",
+        "section",
+        "summary",
+        "table",
+        "tbody",
+        "td",
+        "tfoot",
+        "th",
+        "thead",
+        "tr",
+        "ul",
+    }
+)
+_HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
+# Implied end tags: a start tag of the key closes an open element of the set, looking up the
+# stack no further than the boundary elements (the HTML parsing algorithm's scopes, simplified).
+_TABLE_SCOPE = frozenset({"table", "html", "template", "caption"})
+_CLOSES_P = _BLOCK - {
+    "body",
+    "html",
+    "td",
+    "th",
+    "tr",
+    "tbody",
+    "thead",
+    "tfoot",
+    "caption",
+    "li",
+    "dd",
+    "dt",
+}
+_IMPLIED: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "li": (frozenset({"li"}), frozenset({"ul", "ol", "menu"}) | _TABLE_SCOPE),
+    "dt": (frozenset({"dt", "dd"}), frozenset({"dl"}) | _TABLE_SCOPE),
+    "dd": (frozenset({"dt", "dd"}), frozenset({"dl"}) | _TABLE_SCOPE),
+    "tr": (frozenset({"tr", "td", "th"}), frozenset({"table", "thead", "tbody", "tfoot"})),
+    "td": (frozenset({"td", "th"}), frozenset({"tr", "table"})),
+    "th": (frozenset({"td", "th"}), frozenset({"tr", "table"})),
+    "thead": (frozenset({"thead", "tbody", "tfoot", "tr", "td", "th"}), frozenset({"table"})),
+    "tbody": (frozenset({"thead", "tbody", "tfoot", "tr", "td", "th"}), frozenset({"table"})),
+    "tfoot": (frozenset({"thead", "tbody", "tfoot", "tr", "td", "th"}), frozenset({"table"})),
+}
+_P_SCOPE = _TABLE_SCOPE | {"td", "th", "button"}
+_JUNK_TOKENS = frozenset(
+    {
+        "sidebar",
+        "navbar",
+        "nav",
+        "menu",
+        "breadcrumb",
+        "breadcrumbs",
+        "cookie",
+        "cookies",
+        "consent",
+        "banner",
+        "footer",
+        "comments",
+        "comment",
+        "share",
+        "social",
+        "related",
+        "promo",
+        "advert",
+        "ads",
+        "ad",
+        "sponsor",
+        "newsletter",
+        "popup",
+        "modal",
+        "toc",
+        "skip",
+    }
+)
+_HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.IGNORECASE)
+_TOKEN_SPLIT = re.compile(r"[\s_\-]+")
+
+
+class Node:
+    """One element: its tag, the attributes kept, children (elements and text runs)."""
+
+    __slots__ = ("attrs", "children", "link_len", "parent", "tag", "text_len")
+
+    def __init__(self, tag: str, attrs: dict[str, str], parent: Node | None) -> None:
+        self.tag = tag
+        self.attrs = attrs
+        self.parent = parent
+        self.children: list[Node | str] = []
+        self.text_len = 0  # characters of text below (whitespace runs counted once)
+        self.link_len = 0  # of which inside links
+
+    def iter(self) -> Iterator[Node]:
+        """This element and every element below it, in document order (no recursion)."""
+        stack: list[Node] = [self]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(c for c in reversed(node.children) if isinstance(c, Node))
+
+    def text(self) -> str:
+        return " ".join("".join(_texts(self)).split())
+
+
+def _texts(node: Node) -> Iterator[str]:
+    stack: list[Node | str] = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        else:
+            stack.extend(reversed(item.children))
+
+
+def _looks_junk(attrs: dict[str, str]) -> bool:
+    names = f"{attrs.get('class', '')} {attrs.get('id', '')}".lower()
+    return any(token in _JUNK_TOKENS for token in _TOKEN_SPLIT.split(names))
+
+
+def _dropped(tag: str, attrs: dict[str, str], stack: list[Node]) -> bool:
+    if tag in _DROP:
+        return True
+    if tag == "header" and not any(n.tag in _SECTIONING for n in stack):
+        return True
+    if attrs.get("role", "").strip().lower() in _DROP_ROLES:
+        return True
+    if "hidden" in attrs or attrs.get("aria-hidden", "").lower() == "true":
+        return True
+    return bool(_HIDDEN_STYLE.search(attrs.get("style", "")))
+
+
+_KEPT_ATTRS = frozenset({"href", "src", "alt", "class", "id", "role", "colspan", "title", "start", "lang"})
+
+
+class _TreeBuilder(HTMLParser):
+    """A forgiving tree of the document, without the parts that are never content.
+
+    A dropped element is still built (so its end tag and implied end tags match as usual) but
+    never attached: its subtree is garbage the moment it closes.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.root = Node("#root", {}, None)
+        self.stack: list[Node] = [self.root]
+        self.title = ""
+        self._title_node: Node | None = None
+        self._overflow: list[str] = []  # tags opened past MAX_DEPTH, not made into elements
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        amap = {k: (v or "") for k, v in attrs if k in _KEPT_ATTRS or k in ("hidden", "aria-hidden", "style")}
+        self._close_implied(tag)
+        parent = self.stack[-1]
+        if len(self.stack) > MAX_DEPTH:
+            if tag not in _VOID:
+                self._overflow.append(tag)
+            if tag == "br":
+                parent.children.append(_BREAK)
+            return
+        node = Node(tag, amap, parent)
+        if tag == "title" and self._title_node is None:
+            self._title_node = node
+        if not _dropped(tag, amap, self.stack):
+            parent.children.append(node)
+        if tag not in _VOID:
+            self.stack.append(node)
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.handle_starttag(tag, attrs)
+        if tag not in _VOID:
+            self.handle_endtag(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        if self._overflow:
+            if tag in self._overflow:
+                del self._overflow[len(self._overflow) - 1 - self._overflow[::-1].index(tag)]
+            return
+        for i in range(len(self.stack) - 1, 0, -1):
+            if self.stack[i].tag == tag:
+                if tag == "title" and self.stack[i] is self._title_node:
+                    self.title = self._title_node.text()
+                del self.stack[i:]
+                return
+            if tag == "p" and self.stack[i].tag in _P_SCOPE:
+                return  # a stray </p> does not close through a table cell
+
+    def handle_data(self, data: str) -> None:
+        self.stack[-1].children.append(data.replace(_BREAK, "\ufffd"))
+
+    def _close_implied(self, tag: str) -> None:
+        closes, boundary = _IMPLIED.get(tag, (None, None))
+        if closes is None and (tag in _CLOSES_P or tag in _HEADINGS):
+            closes, boundary = frozenset({"p"}), _P_SCOPE
+            if tag in _HEADINGS and self.stack[-1].tag in _HEADINGS:
+                del self.stack[-1]  # <h2>...<h3> without </h2>: headings do not nest
+        if closes is None or boundary is None:
+            return
+        for i in range(len(self.stack) - 1, 0, -1):
+            name = self.stack[i].tag
+            if name in closes:
+                del self.stack[i:]
+                return
+            if name in boundary:
+                return
+
+
+def parse_html(html: str) -> tuple[Node, str]:
+    """The document's content tree (its root) and its <title>."""
+    builder = _TreeBuilder()
+    builder.feed(html)
+    builder.close()
+    if not builder.title and builder._title_node is not None:  # an unclosed <title>
+        builder.title = builder._title_node.text()
+    return builder.root, builder.title
+
+
+# -- choosing the main content ------------------------------------------------------------
+
+
+def _measure(root: Node) -> None:
+    """Fill text_len and link_len bottom-up (children before parents: the reversed document order)."""
+    for node in reversed(list(root.iter())):
+        text = link = 0
+        for child in node.children:
+            if isinstance(child, str):
+                text += len(child) if not child.isspace() else 1
+            else:
+                text += child.text_len
+                link += child.link_len
+        node.text_len = text
+        node.link_len = text if node.tag == "a" else link
+
+
+def _drop_small_forms(root: Node) -> None:
+    """A form is a search box or a login unless it holds the page (some sites wrap everything in one)."""
+    for node in list(root.iter()):
+        if node.tag == "form" and node.parent is not None and node.text_len < 500:
+            node.parent.children = [c for c in node.parent.children if c is not node]
+
+
+def _first(root: Node, wanted: Iterable[str], role: str | None = None) -> list[Node]:
+    names = frozenset(wanted)
+    return [n for n in root.iter() if n.tag in names or (role and n.attrs.get("role", "").lower() == role)]
+
+
+_SCORED = frozenset({"p", "pre", "blockquote", "li", "td", "dd", "h2", "h3", "h4"})
+
+
+def _densest(root: Node) -> list[Node]:
+    """Readability's idea in small: each paragraph's own text (not link text) scores for its parent,
+    half for the grandparent; class/id names of page furniture cut a score; the best block wins,
+    with the siblings that scored nearly as well (content split into several blocks)."""
+    scores: dict[int, float] = {}
+    nodes: dict[int, Node] = {}
+    for node in root.iter():
+        if node.tag in _SCORED or (
+            node.tag == "div" and any(isinstance(c, str) and c.strip() for c in node.children)
+        ):
+            own = node.text_len - node.link_len
+            if own < 25:
+                continue
+            points = 1 + own / 100 + node.text().count(",")
+            for weight, up in ((1.0, node.parent), (0.5, node.parent.parent if node.parent else None)):
+                if up is None or up is root:
+                    break
+                scores[id(up)] = scores.get(id(up), 0.0) + points * weight
+                nodes[id(up)] = up
+    best: Node | None = None
+    best_score = 0.0
+    final: dict[int, float] = {}
+    for key, score in scores.items():
+        node = nodes[key]
+        density = node.link_len / node.text_len if node.text_len else 1.0
+        score *= 1.0 - density
+        if _looks_junk(node.attrs):
+            score *= 0.2
+        final[key] = score
+        if score > best_score:
+            best, best_score = node, score
+    if best is None or best.text_len - best.link_len < MIN_CONTENT_CHARS:
+        return [root]
+    parent = best.parent
+    if parent is None:
+        return [best]
+    picked = []
+    for sibling in parent.children:
+        if not isinstance(sibling, Node):
+            continue
+        if sibling is best or final.get(id(sibling), 0.0) >= best_score * 0.25:
+            picked.append(sibling)
+    return picked
+
+
+def _common_ancestor(nodes: list[Node]) -> Node:
+    chains = []
+    for node in nodes:
+        chain = []
+        current: Node | None = node
+        while current is not None:
+            chain.append(current)
+            current = current.parent
+        chains.append(chain[::-1])
+    shared = chains[0][0]
+    for level in zip(*chains, strict=False):
+        if all(n is level[0] for n in level):
+            shared = level[0]
+        else:
+            break
+    return shared
+
+
+def main_content(root: Node) -> list[Node]:
+    """The elements that hold the page's content, in document order."""
+    _measure(root)
+    _drop_small_forms(root)
+    mains = [n for n in _first(root, ("main",), role="main") if n.text_len]
+    if mains:
+        return [max(mains, key=lambda n: n.text_len)]
+    articles = [n for n in _first(root, ("article",)) if n.text_len]
+    if articles:
+        biggest = max(articles, key=lambda n: n.text_len)
+        total = sum(n.text_len for n in articles)
+        if len(articles) == 1 or biggest.text_len * 3 >= total * 2:
+            return [biggest]
+        return [_common_ancestor(articles)]
+    return _densest(root)
+
+
+# -- rendering -----------------------------------------------------------------------------
+
+_RUNS = re.compile(r"\s+")
+_AROUND_BREAK = re.compile(r" ?\x00 ?")
+_LANG = re.compile(r"(?:^|\s)(?:language|lang|highlight-source|brush:?)-?([A-Za-z0-9_+#.\-]+)")
+_EMPH = {"strong": "**", "b": "**", "em": "*", "i": "*", "del": "~~", "s": "~~"}
+
+
+def _collapse(text: str) -> str:
+    """Whitespace runs (source line breaks too) to one space; <br> breaks kept, spaces around them gone."""
+    return _AROUND_BREAK.sub("\n", _RUNS.sub(" ", text)).strip()
+
+
+class _Renderer:
+    def __init__(self, fmt: Format, base_url: str) -> None:
+        self.markdown = fmt == "markdown"
+        self.base_url = base_url
+
+    # blocks: each a list of finished paragraphs (strings without blank lines at the ends)
+    def blocks(self, node: Node) -> list[str]:
+        tag = node.tag
+        if tag in _HEADINGS:
+            text = self.inline_text(node).replace("\n", " ")
+            if not text:
+                return []
+            return [f"{'#' * _HEADINGS[tag]} {text}" if self.markdown else text]
+        if tag == "pre":
+            return self.code_block(node)
+        if tag in ("ul", "ol", "menu", "dir"):
+            return self.list_block(node)
+        if tag == "dl":
+            return self.definition_list(node)
+        if tag == "table":
+            return self.table(node)
+        if tag == "blockquote":
+            inner = self.container(node)
+            prefix = "> " if self.markdown else "  "
+            return [
+                "\n".join(prefix + line if line else prefix.rstrip() for line in b.split("\n")) for b in inner
+            ]
+        if tag == "hr":
+            return ["---"] if self.markdown else []
+        return self.container(node)
+
+    def container(self, node: Node) -> list[str]:
+        """Children in order: runs of inline content become paragraphs, block children their own blocks."""
+        out: list[str] = []
+        run: list[str] = []
+
+        def flush() -> None:
+            text = _collapse("".join(run))
+            if text:
+                out.append(text)
+            run.clear()
+
+        for child in node.children:
+            if isinstance(child, str):
+                run.append(child)
+            elif child.tag in _BLOCK:
+                flush()
+                out.extend(self.blocks(child))
+            else:
+                run.append(self.inline(child))
+        flush()
+        return out
+
+    def inline_text(self, node: Node) -> str:
+        return _collapse("".join(self.inline(c) if isinstance(c, Node) else c for c in node.children))
+
+    def inline(self, node: Node) -> str:
+        tag = node.tag
+        if tag == "br":
+            return _BREAK
+        if tag == "img":
+            alt = " ".join(node.attrs.get("alt", "").split())
+            if not alt:
+                return ""
+            src = self.url(node.attrs.get("src", ""))
+            return f"![{alt}]({src})" if self.markdown and src else f"[{alt}]"
+        inner = "".join(self.inline(c) if isinstance(c, Node) else c for c in node.children)
+        if tag in _BLOCK:  # a block inside inline content (<a><div>..</div></a>): its text, spaced
+            return f" {inner} "
+        if not self.markdown:
+            return inner
+        if tag == "a":
+            return self.link(node, inner)
+        if tag == "code" or tag == "kbd" or tag == "samp":
+            text = " ".join(inner.split())
+            if not text:
+                return ""
+            fence = "``" if "`" in text else "`"
+            return f"{fence}{text}{fence}"
+        mark = _EMPH.get(tag)
+        if mark and inner.strip():
+            lead = inner[: len(inner) - len(inner.lstrip())]
+            trail = inner[len(inner.rstrip()) :]
+            return f"{lead}{mark}{inner.strip()}{mark}{trail}"
+        return inner
+
+    def link(self, node: Node, inner: str) -> str:
+        text = " ".join(inner.split())
+        href = node.attrs.get("href", "").strip()
+        if href.startswith("#") and len(text) <= 1 and not text.isalnum():
+            return ""  # a heading's permalink mark (¶, #, §)
+        if not href or href.startswith("#") or href.lower().startswith(("javascript:", "data:", "vbscript:")):
+            return inner
+        url = self.url(href)
+        if not text:
+            return ""
+        if text == url:
+            return f"<{url}>"
+        return f"[{text}]({url})"
+
+    def url(self, href: str) -> str:
+        href = href.strip()
+        if not href or href.lower().startswith(("javascript:", "data:", "vbscript:")):
+            return ""
+        try:
+            url = urljoin(self.base_url, href) if self.base_url else href
+        except ValueError:
+            return href
+        return url.replace(" ", "%20").replace(")", "%29")
+
+    def code_block(self, node: Node) -> list[str]:
+        raw = "".join("\n" if isinstance(c, Node) else c for c in _pre_pieces(node))
+        if raw.startswith("\n"):
+            raw = raw[1:]  # the newline right after <pre> is not content (HTML says so)
+        code = raw.rstrip()
+        if not code.strip():
+            return []
+        if not self.markdown:
+            return [code]
+        lang = ""
+        for holder in (
+            node,
+            *(c for c in node.children if isinstance(c, Node) and c.tag == "code"),
+            node.parent,
+        ):
+            if holder is not None and (found := _LANG.search(holder.attrs.get("class", ""))):
+                lang = found.group(1)
+                break
+        fence = "```"
+        while fence in code:
+            fence += "`"
+        return [f"{fence}{lang}\n{code}\n{fence}"]
+
+    def list_block(self, node: Node) -> list[str]:
+        ordered = node.tag == "ol"
+        try:
+            number = int(node.attrs.get("start", "1"))
+        except ValueError:
+            number = 1
+        lines: list[str] = []
+        for child in node.children:
+            if isinstance(child, str):
+                if child.strip():  # text straight inside a list: an item of its own
+                    lines.append(f"- {_collapse(child)}")
+                continue
+            if child.tag != "li":
+                lines.extend(self.blocks(child) if child.tag in _BLOCK else [_collapse(self.inline(child))])
+                continue
+            marker = f"{number}. " if ordered else "- "
+            number += 1
+            body = self.container(child)
+            if not body:
+                continue
+            indent = " " * len(marker)
+            first, *rest = "\n".join(body).split("\n")  # tight: a nested list right under its item
+            item = [marker + first] + [indent + line if line else "" for line in rest]
+            lines.append("\n".join(item))
+        lines = [line for line in lines if line]
+        return ["\n".join(lines)] if lines else []
+
+    def definition_list(self, node: Node) -> list[str]:
+        entries: list[list[str]] = []  # a term with its definitions, one paragraph each
+        last = ""
+        for child in node.children:
+            if not isinstance(child, Node) or child.tag not in ("dt", "dd"):
+                continue
+            text = "\n".join(self.container(child))
+            if not text:
+                continue
+            if child.tag == "dt":
+                if last != "dt" or not entries:
+                    entries.append([])
+                entries[-1].append(f"**{text}**" if self.markdown else text)
+            else:
+                if not entries:
+                    entries.append([])
+                entries[-1].append((": " if self.markdown else "  ") + text.replace("\n", "\n  "))
+            last = child.tag
+        return ["\n".join(entry) for entry in entries]
+
+    def table(self, node: Node) -> list[str]:
+        rows: list[tuple[list[str], bool]] = []  # cells, is a header row
+        caption = ""
+        layout = node.attrs.get("role", "").lower() in ("presentation", "none")
+        for element in node.iter():
+            if element is not node and element.tag == "table":
+                layout = True  # tables in tables: a page laid out with tables, not data
+                break
+        if layout:
+            return self.container(node)
+        for element in _table_parts(node):
+            if element.tag == "caption":
+                caption = self.inline_text(element)
+                continue
+            cells: list[str] = []
+            header = element.parent is not None and element.parent.tag == "thead"
+            all_th = True
+            for cell in element.children:
+                if not isinstance(cell, Node) or cell.tag not in ("td", "th"):
+                    continue
+                all_th = all_th and cell.tag == "th"
+                text = " ".join("\n".join(self.container(cell)).split())
+                if len(text) > 400:
+                    return self.container(node)  # a cell holding an essay: layout again
+                cells.append(text.replace("|", "\\|") if self.markdown else text)
+                try:
+                    span = min(max(int(cell.attrs.get("colspan", "1")), 1), 50)
+                except ValueError:
+                    span = 1
+                cells.extend([""] * (span - 1))
+            if cells:
+                rows.append((cells, header or all_th))
+        if not rows:
+            return []
+        width = max(len(cells) for cells, _ in rows)
+        if width < 2:
+            return self.container(node)  # one column is a box around content, not a grid
+        padded = [(cells + [""] * (width - len(cells)), head) for cells, head in rows]
+        out: list[str] = []
+        if self.markdown:  # markdown needs a header row: the first row serves when the table names none
+            head, *body = (cells for cells, _ in padded)
+            lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * width) + "|"]
+            lines += ["| " + " | ".join(cells) + " |" for cells in body]
+        else:
+            lines = [" | ".join(cells).rstrip(" |") for cells, _ in padded]
+        if caption:
+            out.append(f"**{caption}**" if self.markdown else caption)
+        out.append("\n".join(lines))
+        return out
+
+
+def _pre_pieces(node: Node) -> Iterator[Node | str]:
+    """The text of a <pre> in order, a <br> as a Node marker (it stands for a newline)."""
+    stack: list[Node | str] = list(reversed(node.children))
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str) or item.tag == "br":
+            yield item
+        else:
+            stack.extend(reversed(item.children))
+
+
+def _table_parts(table: Node) -> Iterator[Node]:
+    """The rows and caption of this table (not of tables inside it), in order."""
+    for child in table.children:
+        if not isinstance(child, Node):
+            continue
+        if child.tag in ("tr", "caption"):
+            yield child
+        elif child.tag in ("thead", "tbody", "tfoot"):
+            yield from (row for row in child.children if isinstance(row, Node) and row.tag == "tr")
+
+
+@dataclass(frozen=True, slots=True)
+class Extracted:
+    """A page made readable: its title, the text, and which extractor made it."""
+
+    title: str
+    text: str
+    engine: str  # "builtin" | "trafilatura"
+
+
+def html_to_readable(html: str, base_url: str = "", fmt: Format = "markdown") -> Extracted:
+    """The standard-library extractor: the page's main content as markdown or plain text."""
+    root, title = parse_html(html)
+    renderer = _Renderer(fmt, base_url)
+    blocks: list[str] = []
+    for node in main_content(root):
+        blocks.extend(renderer.blocks(node) if node.tag in _BLOCK else renderer.container(node))
+    return Extracted(" ".join(title.split()), "\n\n".join(b for b in blocks if b.strip()), "builtin")
+
+
+def _trafilatura(html: str, base_url: str, fmt: Format) -> Extracted | None:
+    """trafilatura's extraction, or None when it is not installed or finds nothing."""
+    try:
+        import trafilatura  # the optional web-extract extra: imported only when a page is read
+    except ImportError:
+        return None
+    try:
+        text = trafilatura.extract(
+            html,
+            url=base_url or None,
+            output_format="markdown" if fmt == "markdown" else "txt",
+            include_links=fmt == "markdown",
+            include_tables=True,
+            include_formatting=fmt == "markdown",
+            include_images=False,
+            include_comments=False,
+            favor_recall=True,
+        )
+        title = ""
+        meta = trafilatura.extract_metadata(html)
+        if meta is not None and meta.title:
+            title = meta.title
+    except Exception:  # a third-party parser's failure on one page: the builtin extractor answers instead
+        return None
+    if not text or not text.strip():
+        return None
+    return Extracted(" ".join(title.split()), text.strip(), "trafilatura")
+
+
+def trafilatura_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("trafilatura") is not None
+
+
+def extract_html(
+    html: str, base_url: str = "", fmt: Format = "markdown", engine: Engine = "auto"
+) -> Extracted:
+    """The page's content: trafilatura's when asked or installed (engine 'auto') and it finds some,
+    else the standard-library extractor's."""
+    if engine == "trafilatura" and not trafilatura_available():
+        raise RuntimeError("the trafilatura extractor is not installed (pip install 'edgeclaw[web-extract]')")
+    if engine != "builtin":
+        found = _trafilatura(html, base_url, fmt)
+        if found is not None:
+            return found
+    return html_to_readable(html, base_url, fmt)

@@ -328,6 +328,8 @@ def config_problems(config: Config) -> list[ConfigError]:
         fail(key, problem)
     for key, problem in _memory_problems(config):
         fail(key, problem)
+    for key, problem in _web_problems(config):
+        fail(key, problem)
     if config.board != "auto":
         from edgeclaw.board import load_profile
 
@@ -474,6 +476,73 @@ def _notify_problems(config: Config) -> list[tuple[str, str]]:
                 problems.append((f"notify.ntfy.topics[{i}]", "expected 1-64 letters, digits, '_' or '-'"))
         if ntfy.timeout_s <= 0:
             problems.append(("notify.ntfy.timeout_s", "expected a number > 0"))
+    return problems
+
+
+_WEB_SECRET_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def _web_problems(config: Config) -> list[tuple[str, str]]:
+    """[tools.web] and each [tools.agents.ID.web]: networks, ports, bounds, secrets by name."""
+    import ipaddress
+
+    w = config.tools.web
+    problems: list[tuple[str, str]] = []
+
+    def networks(key: str, entries: list[str]) -> None:
+        for i, entry in enumerate(entries):
+            try:
+                ipaddress.ip_network(entry.strip(), strict=True)
+            except ValueError as e:
+                problems.append((f"{key}[{i}]", f"expected a network such as 192.168.1.0/24 ({e})"))
+
+    def ports(key: str, entries: list[int]) -> None:
+        if not entries:
+            problems.append((key, "expected at least one port (no port = no web tool could reach anything)"))
+        for i, port in enumerate(entries):
+            if not 1 <= port <= 65535:
+                problems.append((f"{key}[{i}]", f"expected a port number 1-65535, got {port}"))
+
+    def globs(key: str, entries: list[str]) -> None:
+        for i, entry in enumerate(entries):
+            if not entry.strip() or any(c in entry for c in "/:@ "):
+                problems.append((f"{key}[{i}]", f"expected a host name or a glob (*.lan), got {entry!r}"))
+
+    networks("tools.web.allow_networks", w.allow_networks)
+    ports("tools.web.ports", w.ports)
+    globs("tools.web.allow_hosts", w.allow_hosts)
+    globs("tools.web.allowed_domains", w.allowed_domains)
+    for key, value, low, high in (
+        ("max_redirects", w.max_redirects, 0, 20),
+        ("max_response_bytes", w.max_response_bytes, 1, None),
+        ("max_response_size", w.max_response_size, 1, None),
+    ):
+        if value < low or (high is not None and value > high):
+            bound = f"{low}-{high}" if high is not None else f">= {low}"
+            problems.append((f"tools.web.{key}", f"expected an integer {bound}, got {value}"))
+    if not w.timeout_s > 0:
+        problems.append(("tools.web.timeout_s", f"expected a number > 0, got {w.timeout_s}"))
+    for name, secret in w.secrets.items():
+        key = f"tools.web.secrets.{name}"
+        if not _WEB_SECRET_NAME.fullmatch(name):
+            problems.append((key, "expected a name of 1-64 letters, digits, '_', '.' or '-'"))
+        if bool(secret.env) == bool(secret.file):
+            problems.append((key, "set env or file (one of them): secrets are never inline"))
+    for agent_id, agent in config.tools.agents.items():
+        over = agent.web
+        key = f"tools.agents.{agent_id}.web"
+        if over.allow_networks is not None:
+            networks(f"{key}.allow_networks", over.allow_networks)
+        if over.ports is not None:
+            ports(f"{key}.ports", over.ports)
+        if over.allow_hosts is not None:
+            globs(f"{key}.allow_hosts", over.allow_hosts)
+        if over.allowed_domains is not None:
+            globs(f"{key}.allowed_domains", over.allowed_domains)
+        for i, name in enumerate(over.secrets or ()):
+            if name not in w.secrets:
+                known = ", ".join(sorted(w.secrets)) or "none defined"
+                problems.append((f"{key}.secrets[{i}]", f"no [tools.web.secrets.{name}] ({known})"))
     return problems
 
 

@@ -119,6 +119,40 @@ class CustomToolConfig:
 
 
 @dataclass
+class WebSecretConfig:
+    """[tools.web.secrets.NAME]: a value http_request puts where a request says {{secret:NAME}}."""
+
+    env: str = ""  # an environment variable ...
+    file: str = ""  # ... or a file holding the value (never inline)
+
+
+@dataclass
+class WebConfig:
+    """[tools.web]: the web tools (web_fetch, web_search, http_request) and the SSRF guard they share."""
+
+    allow_networks: list[str] = field(default_factory=list)  # ranges trusted anyway: "192.168.1.0/24"
+    allow_hosts: list[str] = field(default_factory=list)  # host globs whose addresses are not range-checked
+    ports: list[int] = field(default_factory=lambda: [80, 443, 8080, 8443])  # the ports a request may use
+    max_redirects: int = 5  # redirects followed, each checked again
+    timeout_s: float = 20.0  # a whole exchange (lookup, connect, redirects, body)
+    max_response_bytes: int = 2 * 1024 * 1024  # of a body web_fetch reads; the rest is never read
+    allowed_domains: list[str] = field(default_factory=list)  # host globs http_request may reach; none = none
+    max_response_size: int = 1_000_000  # bytes of a body http_request returns
+    secrets: dict[str, WebSecretConfig] = field(default_factory=dict)  # by name, for {{secret:NAME}}
+
+
+@dataclass
+class AgentWebConfig:
+    """[tools.agents.ID.web]: one agent's departures from [tools.web]; unset keys inherit (lists replace)."""
+
+    allow_networks: list[str] | None = None
+    allow_hosts: list[str] | None = None
+    ports: list[int] | None = None
+    allowed_domains: list[str] | None = None
+    secrets: list[str] | None = None  # names from [tools.web.secrets] this agent may use; unset = all
+
+
+@dataclass
 class AgentPolicy:
     allow: list[str] = field(default_factory=list)
     deny: list[str] = field(default_factory=list)
@@ -126,6 +160,7 @@ class AgentPolicy:
     # agent+provider allow: [tools.agents.ID.providers.NAME] allow = [...]
     providers: dict[str, PolicyOverride] = field(default_factory=dict)
     exec: AgentExecConfig = field(default_factory=AgentExecConfig)
+    web: AgentWebConfig = field(default_factory=AgentWebConfig)
 
 
 @dataclass
@@ -173,6 +208,7 @@ class ToolsConfig:
     channel_rate_per_minute: float = 600.0  # the channel bucket's refill
     exec: ExecConfig = field(default_factory=ExecConfig)
     custom: list[CustomToolConfig] = field(default_factory=list)
+    web: WebConfig = field(default_factory=WebConfig)
 
 
 @dataclass

@@ -75,6 +75,13 @@ def secret_refs(config: Config) -> dict[str, SecretRef]:
                 refs[f"notify.{what}.{name}"] = SecretRef(f"notify.{what}.{name}_env", env=env)
             elif file:
                 refs[f"notify.{what}.{name}"] = SecretRef(f"notify.{what}.{name}_file", file=file)
+    # http_request's secrets by name ({{secret:NAME}} in a header value or the body).
+    for name, secret in config.tools.web.secrets.items():
+        key = f"tools.web.secrets.{name}"
+        if secret.env:
+            refs[key] = SecretRef(f"{key}.env", env=secret.env)
+        elif secret.file:
+            refs[key] = SecretRef(f"{key}.file", file=secret.file)
     return refs
 
 

@@ -245,6 +245,9 @@ def build_runtime(
     from edgeclaw.daemon.automation import install_automation  # cron, schedule and gateway
 
     runtime.automation = install_automation(runtime)
+    from edgeclaw.tools.web.setup import web_settings, web_tools  # web_fetch, web_search, http_request
+
+    registry.register_all(web_tools(web_settings(config, secrets, environ=environ)))
 
     # Tool names can only be checked once the tools exist.
     problems = [ConfigError(source, key, problem) for key, problem in policy.validate()]

@@ -224,6 +224,11 @@ async def _exchange(request: WebRequest, policy: NetworkPolicy) -> WebResponse:
                             body = b""
                             headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
                         if _origin(target) != _origin(url):
+                            if body:
+                                raise WebError(
+                                    f"not followed: the {response.status_code} redirect to {target} would "
+                                    "send the request body to another origin"
+                                )
                             headers = {k: v for k, v in headers.items() if k.lower() in _CROSS_ORIGIN_HEADERS}
                         redirects.append(str(target))
                         url = target

@@ -1,0 +1,27 @@
+"""Builds the web tools from `[tools.web]`: one `WebSettings` (per-agent guard policies) shared by all."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from edgeclaw.backends.web.guard import Resolver, system_resolver
+from edgeclaw.config.schema import Config
+from edgeclaw.tools.base import Tool
+from edgeclaw.tools.web.settings import WebSettings
+
+
+def web_settings(
+    config: Config,
+    secrets: Mapping[str, str],
+    *,
+    resolver: Resolver = system_resolver,
+    environ: Mapping[str, str] | None = None,
+) -> WebSettings:
+    return WebSettings(config.tools.web, config.tools.agents, secrets, resolver=resolver, environ=environ)
+
+
+def web_tools(settings: WebSettings) -> list[Tool]:
+    """Every web tool, sharing `settings` (each asks it for the calling agent's policy)."""
+    from edgeclaw.tools.web.http_request import HttpRequestTool
+
+    return [HttpRequestTool(settings)]

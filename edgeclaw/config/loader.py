@@ -522,6 +522,13 @@ def _web_problems(config: Config) -> list[tuple[str, str]]:
             problems.append((f"tools.web.{key}", f"expected an integer {bound}, got {value}"))
     if not w.timeout_s > 0:
         problems.append(("tools.web.timeout_s", f"expected a number > 0, got {w.timeout_s}"))
+    if w.extractor not in ("auto", "builtin", "trafilatura"):
+        problems.append(("tools.web.extractor", f"expected auto, builtin or trafilatura: {w.extractor!r}"))
+    elif w.extractor == "trafilatura":
+        import importlib.util
+
+        if importlib.util.find_spec("trafilatura") is None:
+            problems.append(("tools.web.extractor", "trafilatura is not installed (the web-extract extra)"))
     for name, secret in w.secrets.items():
         key = f"tools.web.secrets.{name}"
         if not _WEB_SECRET_NAME.fullmatch(name):

@@ -10,8 +10,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import get_args
 
-from edgeclaw.config.schema import Config
+from edgeclaw.config.schema import Config, SearchProviderName, WebSearchConfig
 from edgeclaw.errors import ConfigError
 
 
@@ -82,7 +83,35 @@ def secret_refs(config: Config) -> dict[str, SecretRef]:
             refs[key] = SecretRef(f"{key}.env", env=secret.env)
         elif secret.file:
             refs[key] = SecretRef(f"{key}.file", file=secret.file)
+    # web_search's keys: only the providers in its chain (a table kept for later costs no start).
+    search = config.tools.web.search
+    for kind in search_chain(search):
+        table = getattr(search, kind)
+        where = f"tools.web.search.{kind}"
+        if table.api_key_env:
+            refs[where] = SecretRef(f"{where}.api_key_env", env=table.api_key_env)
+        elif table.api_key_file:
+            refs[where] = SecretRef(f"{where}.api_key_file", file=table.api_key_file)
+    # http_request's secrets by name ({{secret:NAME}} in a header value or the body).
+    for name, secret in config.tools.web.secrets.items():
+        key = f"tools.web.secrets.{name}"
+        if secret.env:
+            refs[key] = SecretRef(f"{key}.env", env=secret.env)
+        elif secret.file:
+            refs[key] = SecretRef(f"{key}.file", file=secret.file)
     return refs
+
+
+def search_chain(search: WebSearchConfig) -> list[str]:
+    """web_search's providers in the order they are tried: the provider, then its fallbacks."""
+    known = get_args(SearchProviderName)  # an unknown name is the loader's error, never a lookup here
+    if search.provider not in known:
+        return []
+    chain = [search.provider]
+    for name in search.fallback_providers:
+        if name in known and name not in chain:  # the loader refuses repeats too
+            chain.append(name)
+    return chain
 
 
 def resolve_secrets(

@@ -690,10 +690,10 @@ class _Renderer:
         inner = "".join(self.inline(c) if isinstance(c, Node) else c for c in node.children)
         if tag in _BLOCK:  # a block inside inline content (<a><div>..</div></a>): its text, spaced
             return f" {inner} "
-        if not self.markdown:
-            return inner
         if tag == "a":
             return self.link(node, inner)
+        if not self.markdown:
+            return inner
         if tag == "code" or tag == "kbd" or tag == "samp":
             text = " ".join(inner.split())
             if not text:
@@ -712,6 +712,8 @@ class _Renderer:
         href = node.attrs.get("href", "").strip()
         if href.startswith("#") and len(text) <= 1 and not text.isalnum():
             return ""  # a heading's permalink mark (¶, #, §)
+        if not self.markdown:
+            return inner
         if not href or href.startswith("#") or href.lower().startswith(("javascript:", "data:", "vbscript:")):
             return inner
         url = self.url(href)

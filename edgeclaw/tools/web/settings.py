@@ -45,6 +45,8 @@ class WebSettings:
         self._secrets = {
             name: secrets[secret_key(name)] for name in web.secrets if secret_key(name) in secrets
         }
+        # web_search's provider keys, as `config.secrets` filed them ("tools.web.search.brave").
+        self.search_keys = {k: v for k, v in secrets.items() if k.startswith("tools.web.search.")}
         self._resolver = resolver
         self._environ = environ
         self._cache: dict[str, AgentWeb] = {}

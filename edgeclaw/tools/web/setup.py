@@ -22,6 +22,12 @@ def web_settings(
 
 def web_tools(settings: WebSettings) -> list[Tool]:
     """Every web tool, sharing `settings` (each asks it for the calling agent's policy)."""
+    from edgeclaw.tools.web.fetch import fetch_tool
     from edgeclaw.tools.web.http_request import HttpRequestTool
+    from edgeclaw.tools.web.search import search_tool
 
-    return [HttpRequestTool(settings)]
+    tools: list[Tool] = [fetch_tool(settings.web, settings.policy_for), HttpRequestTool(settings)]
+    search = search_tool(settings.web.search, settings.search_keys, settings.policy_for)
+    if search is not None:  # no provider configured: no web_search
+        tools.append(search)
+    return tools

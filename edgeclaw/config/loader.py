@@ -18,7 +18,8 @@ from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from edgeclaw.config.policy_rules import PolicyRules, rule_problems, rules_from_config
-from edgeclaw.config.schema import Config
+from edgeclaw.config.schema import SEARCH_PROVIDERS_KEYED, Config
+from edgeclaw.config.secrets import search_chain
 from edgeclaw.config.typed import build_lenient
 from edgeclaw.errors import ConfigError, ConfigErrors
 
@@ -326,6 +327,8 @@ def config_problems(config: Config) -> list[ConfigError]:
         fail(key, problem)
     for key, problem in _notify_problems(config):
         fail(key, problem)
+    for key, problem in _search_problems(config):
+        fail(key, problem)
     for key, problem in _memory_problems(config):
         fail(key, problem)
     for key, problem in _web_problems(config):
@@ -557,6 +560,40 @@ def _web_problems(config: Config) -> list[tuple[str, str]]:
             if name not in w.secrets:
                 known = ", ".join(sorted(w.secrets)) or "none defined"
                 problems.append((f"{key}.secrets[{i}]", f"no [tools.web.secrets.{name}] ({known})"))
+    return problems
+
+
+def _search_problems(config: Config) -> list[tuple[str, str]]:
+    """[tools.web.search]: the chain (no repeats), and each provider in it usable as configured."""
+    problems: list[tuple[str, str]] = []
+    s = config.tools.web.search
+    where = "tools.web.search"
+    if s.fallback_providers and not s.provider:
+        problems.append((f"{where}.fallback_providers", "set tools.web.search.provider first"))
+    for i, name in enumerate(s.fallback_providers):
+        if name == s.provider:
+            problems.append((f"{where}.fallback_providers[{i}]", f"{name} is the provider itself"))
+        elif name in s.fallback_providers[:i]:
+            problems.append((f"{where}.fallback_providers[{i}]", f"{name} is listed twice"))
+    if not 1 <= s.num_results <= 20:
+        problems.append((f"{where}.num_results", f"expected 1 to 20, got {s.num_results}"))
+    for kind in search_chain(s):
+        table = getattr(s, kind)
+        key = f"{where}.{kind}"
+        if table.api_key_env and table.api_key_file:
+            problems.append((key, "set api_key_env or api_key_file, not both"))
+        elif kind in SEARCH_PROVIDERS_KEYED and not (table.api_key_env or table.api_key_file):
+            problems.append((key, f"api_key_env or api_key_file is required ({kind} needs a key)"))
+        if kind == "searxng" and not table.url:
+            problems.append((f"{key}.url", "required: the URL of your SearXNG instance"))
+        elif kind == "duckduckgo" and table.url:
+            problems.append((f"{key}.url", "not used: ddgs finds DuckDuckGo itself"))
+        elif table.url and (problem := _url_problem(table.url)):
+            problems.append((f"{key}.url", problem))
+        if table.model and kind != "perplexity":
+            problems.append((f"{key}.model", "only perplexity takes a model"))
+        if table.timeout_s <= 0:
+            problems.append((f"{key}.timeout_s", "expected a number > 0"))
     return problems
 
 

@@ -126,6 +126,39 @@ class WebSecretConfig:
     file: str = ""  # ... or a file holding the value (never inline)
 
 
+SearchProviderName = Literal["searxng", "brave", "tavily", "jina", "exa", "perplexity", "duckduckgo"]
+# The search providers that refuse every request without a key.
+SEARCH_PROVIDERS_KEYED = frozenset({"brave", "tavily", "jina", "exa", "perplexity"})
+
+
+@dataclass
+class SearchProviderConfig:
+    """[tools.web.search.PROVIDER]: where one search provider is and its key."""
+
+    url: str = ""  # "" = the provider's public endpoint; SearXNG: the owner's instance (required)
+    api_key_env: str = ""  # the key: an environment variable ...
+    api_key_file: str = ""  # ... or a file (never inline, never on a command line)
+    model: str = ""  # Perplexity's Sonar model; "" = "sonar"
+    timeout_s: float = 10.0  # one request to this provider
+
+
+@dataclass
+class WebSearchConfig:
+    """[tools.web.search]: web_search's provider, the ones tried after it, and each one's settings."""
+
+    provider: Literal["", "searxng", "brave", "tavily", "jina", "exa", "perplexity", "duckduckgo"] = ""
+    fallback_providers: list[SearchProviderName] = field(default_factory=list)  # tried in order
+    fallback_on_empty: bool = True  # a provider that found nothing hands over to the next
+    num_results: int = 5  # results when the call does not say (1..20)
+    searxng: SearchProviderConfig = field(default_factory=SearchProviderConfig)
+    brave: SearchProviderConfig = field(default_factory=SearchProviderConfig)
+    tavily: SearchProviderConfig = field(default_factory=SearchProviderConfig)
+    jina: SearchProviderConfig = field(default_factory=SearchProviderConfig)
+    exa: SearchProviderConfig = field(default_factory=SearchProviderConfig)
+    perplexity: SearchProviderConfig = field(default_factory=SearchProviderConfig)
+    duckduckgo: SearchProviderConfig = field(default_factory=SearchProviderConfig)
+
+
 @dataclass
 class WebConfig:
     """[tools.web]: the web tools (web_fetch, web_search, http_request) and the SSRF guard they share."""
@@ -141,6 +174,7 @@ class WebConfig:
     allowed_domains: list[str] = field(default_factory=list)  # host globs http_request may reach; none = none
     max_response_size: int = 1_000_000  # bytes of a body http_request returns
     secrets: dict[str, WebSecretConfig] = field(default_factory=dict)  # by name, for {{secret:NAME}}
+    search: WebSearchConfig = field(default_factory=WebSearchConfig)  # web_search's providers
 
 
 @dataclass

@@ -532,13 +532,6 @@ def _web_problems(config: Config) -> list[tuple[str, str]]:
 
         if importlib.util.find_spec("trafilatura") is None:
             problems.append(("tools.web.extractor", "trafilatura is not installed (the web-extract extra)"))
-    if w.extractor not in ("auto", "builtin", "trafilatura"):
-        problems.append(("tools.web.extractor", f"expected auto, builtin or trafilatura: {w.extractor!r}"))
-    elif w.extractor == "trafilatura":
-        import importlib.util
-
-        if importlib.util.find_spec("trafilatura") is None:
-            problems.append(("tools.web.extractor", "trafilatura is not installed (the web-extract extra)"))
     for name, secret in w.secrets.items():
         key = f"tools.web.secrets.{name}"
         if not _WEB_SECRET_NAME.fullmatch(name):

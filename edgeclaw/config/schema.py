@@ -170,7 +170,6 @@ class WebConfig:
     timeout_s: float = 20.0  # a whole exchange (lookup, connect, redirects, body)
     max_response_bytes: int = 2 * 1024 * 1024  # of a body web_fetch reads; the rest is never read
     extractor: str = "auto"  # how web_fetch reads HTML: auto (trafilatura if installed), builtin, trafilatura
-    extractor: str = "auto"  # how web_fetch reads HTML: auto (trafilatura if installed), builtin, trafilatura
     allowed_domains: list[str] = field(default_factory=list)  # host globs http_request may reach; none = none
     max_response_size: int = 1_000_000  # bytes of a body http_request returns
     secrets: dict[str, WebSecretConfig] = field(default_factory=dict)  # by name, for {{secret:NAME}}

@@ -556,6 +556,16 @@ def _web_problems(config: Config) -> list[tuple[str, str]]:
     return problems
 
 
+def _installed(module: str) -> bool:
+    """Whether an optional package can be imported, without importing it (start-up stays fast)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ValueError:  # in sys.modules without a spec: it is there, however it got there
+        return True
+
+
 def _search_problems(config: Config) -> list[tuple[str, str]]:
     """[tools.web.search]: the chain (no repeats), and each provider in it usable as configured."""
     problems: list[tuple[str, str]] = []
@@ -583,6 +593,8 @@ def _search_problems(config: Config) -> list[tuple[str, str]]:
             problems.append((f"{key}.url", "not used: ddgs finds DuckDuckGo itself"))
         elif table.url and (problem := _url_problem(table.url)):
             problems.append((f"{key}.url", problem))
+        if kind == "duckduckgo" and not _installed("ddgs"):
+            problems.append((key, "needs the ddgs package, not installed (pip install 'edgeclaw[ddg]')"))
         if table.model and kind != "perplexity":
             problems.append((f"{key}.model", "only perplexity takes a model"))
         if table.timeout_s <= 0:

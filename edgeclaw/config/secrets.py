@@ -44,6 +44,10 @@ class SecretRef:
         return value
 
 
+# An MCP server's secrets: (kind in the secret's name, the key naming variables, the key naming files).
+_MCP_SECRET_KEYS = (("env", "env_from", "env_files"), ("header", "headers_from", "header_files"))
+
+
 def secret_refs(config: Config) -> dict[str, SecretRef]:
     """Every secret the config names, keyed by what it is for."""
     refs: dict[str, SecretRef] = {}
@@ -76,13 +80,6 @@ def secret_refs(config: Config) -> dict[str, SecretRef]:
                 refs[f"notify.{what}.{name}"] = SecretRef(f"notify.{what}.{name}_env", env=env)
             elif file:
                 refs[f"notify.{what}.{name}"] = SecretRef(f"notify.{what}.{name}_file", file=file)
-    # http_request's secrets by name ({{secret:NAME}} in a header value or the body).
-    for name, secret in config.tools.web.secrets.items():
-        key = f"tools.web.secrets.{name}"
-        if secret.env:
-            refs[key] = SecretRef(f"{key}.env", env=secret.env)
-        elif secret.file:
-            refs[key] = SecretRef(f"{key}.file", file=secret.file)
     # web_search's keys: only the providers in its chain (a table kept for later costs no start).
     search = config.tools.web.search
     for kind in search_chain(search):
@@ -99,6 +96,14 @@ def secret_refs(config: Config) -> dict[str, SecretRef]:
             refs[key] = SecretRef(f"{key}.env", env=secret.env)
         elif secret.file:
             refs[key] = SecretRef(f"{key}.file", file=secret.file)
+    # MCP servers' secrets: environment values of a stdio program, header values of an HTTP one.
+    for name, server in config.mcp.servers.items():
+        for kind, env_key, file_key in _MCP_SECRET_KEYS:
+            at = f"mcp.servers.{name}"
+            for var, source in getattr(server, env_key).items():
+                refs[f"mcp.{name}.{kind}.{var}"] = SecretRef(f"{at}.{env_key}.{var}", env=source)
+            for var, path in getattr(server, file_key).items():
+                refs[f"mcp.{name}.{kind}.{var}"] = SecretRef(f"{at}.{file_key}.{var}", file=path)
     return refs
 
 

@@ -8,7 +8,7 @@ implements `ask_approval` and registers itself with the approval broker.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,6 +32,9 @@ class InboundMessage:
     origin: str = ""
     # The tools its turn may never go beyond (a message another session sent: the sender's tools).
     tool_ceiling: frozenset[str] | None = None
+    # Where the model's answer goes while it is written (agent.streaming), for a channel that shows
+    # text as it arrives; the reply still comes whole at the end. None = no streaming.
+    on_text: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
 
     @property
     def session_key(self) -> str:

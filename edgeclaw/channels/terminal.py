@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -17,6 +18,7 @@ from typing import TextIO
 
 from edgeclaw.agent.channel import InboundMessage, Reply
 from edgeclaw.agent.loop import AgentLoop
+from edgeclaw.agent.streaming import StreamedText
 from edgeclaw.channels.cli_approver import TerminalApprover
 from edgeclaw.config.paths import current_user
 from edgeclaw.tools.approval import ApprovalBroker, ApprovalRequest, Decision
@@ -49,7 +51,25 @@ class TerminalChannel:
             caller=f"{CHANNEL}:{self.user}",
         )
 
+    def streamed_message(self, text: str) -> InboundMessage:
+        """A message whose answer is printed as the model writes it (`send` then adds the rest)."""
+
+        def write(piece: str) -> None:
+            self.out.write(piece)
+            self.out.flush()
+
+        return dataclasses.replace(self.message(text), on_text=StreamedText(write))
+
     async def send(self, reply: Reply) -> None:
+        stream = reply.in_reply_to.on_text if reply.in_reply_to is not None else None
+        if isinstance(stream, StreamedText) and stream.started:
+            rest = stream.remainder(reply.text)
+            if rest is not None:  # the stream showed the answer: only what it did not show
+                if rest.strip():
+                    print(rest.strip("\n"), file=self.out, flush=True)
+                return
+            if stream.line_open:  # a turn that failed mid-answer: its error on a line of its own
+                print(file=self.out)
         print(reply.text, file=self.out, flush=True)
 
     async def ask_approval(self, request: ApprovalRequest) -> Decision | None:
@@ -74,7 +94,7 @@ class TerminalChannel:
     async def one_turn(self, text: str, settle: Callable[[str], Awaitable[None]] | None = None) -> Reply:
         """One message and its reply; with `settle`, also what follows from it before the chat
         ends (the results of subagents it started, and the agent's answer to them)."""
-        msg = self.message(text)
+        msg = self.streamed_message(text)
         reply = await self.agent.handle(msg)
         await self.send(reply)
         if settle is not None:
@@ -92,7 +112,7 @@ class TerminalChannel:
 
     async def handle_line(self, text: str) -> Reply:
         """One message, stoppable by `interrupt` without ending the chat."""
-        msg = self.message(text)
+        msg = self.streamed_message(text)
         current = self._current = asyncio.create_task(self.agent.handle(msg))
         try:
             await asyncio.wait({current})

@@ -123,3 +123,79 @@ def layout(
 def encode_rows(rows: list[str]) -> bytes:
     """Rows as bytes for a raw-mode port: CRLF after each, since nothing translates LF for us."""
     return "".join(row + "\r\n" for row in rows).encode("utf-8", "replace")
+
+
+class RowStream:
+    """Text that arrives piece by piece (a streamed answer) as bytes for the port, made safe and
+    wrapped like `to_rows` does it, at most `max_rows` rows.
+
+    A word is written once it is complete (a space or a line end follows), so it can move to the next
+    row whole, and the spaces before it only when it stays on the row; `finish` writes what is left.
+    Rows past `max_rows` are counted (`cut`), not written.
+    """
+
+    HANG = 2  # continuation rows' indent, as wrap_line's
+
+    def __init__(self, width: int, max_rows: int) -> None:
+        self.width = width
+        self.max_rows = max_rows
+        self.row = 0  # the row being written, from 0
+        self.cut = 0  # rows not written: over max_rows
+        self._col = 0
+        self._spaces = 0  # spaces after the last word written, written with the next word
+        self._word = ""
+
+    def feed(self, text: str) -> bytes:
+        out: list[str] = []
+        for ch in sanitize(text.replace("\r", "")):
+            if ch == "\n":
+                self._put_word(out)
+                self._newline(out)
+            elif ch in " \t":
+                self._put_word(out)
+                col = self._col + self._spaces
+                self._spaces += 8 - col % 8 if ch == "\t" else 1
+            else:
+                self._word += ch
+                # A word longer than a row is broken where the row ends.
+                if self.width and char_width_of(self._word) >= self.width - self.HANG:
+                    self._put_word(out)
+        return "".join(out).encode("utf-8", "replace")
+
+    def finish(self) -> bytes:
+        """The rest, and the end of the row being written (so what follows starts on its own row)."""
+        out: list[str] = []
+        self._put_word(out)
+        if self._col:
+            self._newline(out)
+        return "".join(out).encode("utf-8", "replace")
+
+    def _put_word(self, out: list[str]) -> None:
+        word, self._word = self._word, ""
+        if not word:
+            return
+        cols = char_width_of(word)
+        if self.width and self._col + self._spaces + cols > self.width and self._col > self.HANG:
+            self._newline(out)
+            self._write(out, " " * self.HANG + word, self.HANG + cols)
+        else:
+            self._write(out, " " * self._spaces + word, self._spaces + cols)
+
+    def _newline(self, out: list[str]) -> None:
+        if self.row < self.max_rows:
+            out.append("\r\n")
+        self.row += 1
+        self._col = self._spaces = 0
+
+    def _write(self, out: list[str], text: str, cols: int) -> None:
+        self._spaces = 0
+        if self.row >= self.max_rows:
+            if self._col == 0:
+                self.cut += 1
+        else:
+            out.append(text)
+        self._col += cols
+
+
+def char_width_of(text: str) -> int:
+    return sum(char_width(c) for c in text)

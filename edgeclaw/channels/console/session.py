@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -33,10 +34,11 @@ from enum import Enum
 from edgeclaw.agent import approval_text, slash
 from edgeclaw.agent.channel import InboundMessage
 from edgeclaw.agent.loop import AgentLoop
+from edgeclaw.agent.streaming import StreamedText
 from edgeclaw.channels.console.editor import CTRL_C, CTRL_D, ERASE_LINE, EventKind, LineEditor, LineEvent
 from edgeclaw.channels.console.login import LoginGate, LoginResult
 from edgeclaw.channels.console.port import PacedWriter, PortGone, SerialPort
-from edgeclaw.channels.console.render import Bounded, encode_rows, layout, to_rows
+from edgeclaw.channels.console.render import Bounded, RowStream, encode_rows, layout, to_rows
 from edgeclaw.tools.approval import ApprovalRequest, Decision
 from edgeclaw.tools.registry import TRUNCATION_NOTE
 from edgeclaw.wording import plural
@@ -109,6 +111,8 @@ class ConsoleSession:
         self._typeahead = bytearray()
         self._last_activity = time.monotonic()
         self._handle_task: asyncio.Task[str] | None = None
+        self._stream: StreamedText | None = None  # the running turn's answer as it is written
+        self._stream_rows: RowStream | None = None
         self._output_active = False
         self._output_stopped = False
         self._approval_lock = asyncio.Lock()
@@ -191,6 +195,8 @@ class ConsoleSession:
             self._output_stopped = stopped = True
         task = self._handle_task
         if task is not None and not task.done():
+            if self._stream is not None and self._stream.started:
+                self.out.discard()  # the answer being streamed stops here, not a line later
             # A turn (the model's or a /call) is stopped through the loop, which says "Stopped.";
             # anything else still running is simply cancelled.
             if not self.agent.stop_turn(self.session_key):
@@ -425,7 +431,10 @@ class ConsoleSession:
             reply = await self._handle(text)
             if text.lower() in ("/help", "/?"):
                 reply += "\n" + CONSOLE_HELP
-            await self.show(reply)
+            if reply:  # empty: the streamed answer was all of it
+                await self.show(reply)
+            else:
+                await self.out.drain()
             self._last_activity = time.monotonic()
 
     def _message(self, text: str) -> InboundMessage:
@@ -452,7 +461,12 @@ class ConsoleSession:
         return []
 
     async def _handle(self, text: str) -> str:
-        msg = self._message(text)
+        """What to show for a message: its reply, less what of it was already streamed ("" = all)."""
+        # The model's answer is shown as it is written, at the line's pace (the writer paces all
+        # output); the reply then only adds what the stream did not show.
+        rows = self._stream_rows = RowStream(self.options.width, self.options.max_output_lines)
+        stream = self._stream = StreamedText(lambda piece: self.out.write(rows.feed(piece)))
+        msg = dataclasses.replace(self._message(text), on_text=stream)
         task = asyncio.create_task(self._reply_text(msg), name=f"console turn {self.chat_id}")
         self._handle_task = task
         notice = asyncio.get_running_loop().call_later(WORKING_NOTICE_S, self._working_notice)
@@ -461,21 +475,29 @@ class ConsoleSession:
         finally:
             notice.cancel()
             self._handle_task = None
+            self._stream = self._stream_rows = None
             if not task.done():
                 task.cancel()
+            self.out.write(rows.finish())  # whatever comes next starts on a row of its own
         if task.cancelled():
             return "Stopped."
         error = task.exception()
         if error is not None:
             return f"error: {type(error).__name__}: {error}"
-        return task.result()
+        answer = task.result()
+        rest = stream.remainder(answer) if stream.started else None
+        if rest is None:
+            return answer
+        note = f"[{plural(rows.cut, 'more row')} of the answer not shown]\n" if rows.cut else ""
+        return (note + rest.strip("\n")).strip("\n")
 
     async def _reply_text(self, msg: InboundMessage) -> str:
         reply = await self.agent.handle(msg)
         return reply.text
 
     def _working_notice(self) -> None:
-        if not self._asking and self._handle_task is not None:
+        streaming = self._stream is not None and self._stream.started
+        if not self._asking and self._handle_task is not None and not streaming:
             self.say("(working; Ctrl-C stops it)")
 
     @property

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -33,7 +34,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import aiomqtt
 
@@ -46,6 +47,7 @@ from edgeclaw.channels.mqtt.connection import (
     ConnectionSettings,
     PublishFailed,
     TlsSettings,
+    publish_properties,
 )
 from edgeclaw.channels.mqtt.dedup import (
     PURGE_CHUNK,
@@ -58,6 +60,7 @@ from edgeclaw.channels.mqtt.dedup import (
 )
 from edgeclaw.channels.mqtt.discovery import discovery_payload, discovery_topic_usable
 from edgeclaw.channels.mqtt.outbox import Kind, Outbox
+from edgeclaw.channels.mqtt.partials import PartialPublisher
 from edgeclaw.channels.mqtt.protocol import (
     AdminCall,
     AdminRequest,
@@ -131,6 +134,20 @@ ErrorAnswer = Callable[[str, str], bytes]
 Kind_ = Literal["tool", "chat", "admin", "cancel"]
 WHAT = {"tool": "tool/call", "cancel": "tool/cancel", "chat": "chat/in", "admin": "admin/tools"}
 ANONYMOUS = "mqtt:anonymous"
+
+
+class MqttExtension(Protocol):
+    """Another protocol on the channel's connection (`MqttChannel.extend`): MCP over MQTT."""
+
+    def subscriptions(self) -> list[str]: ...
+    def connect_properties(self) -> list[tuple[str, str]]: ...
+    def handles(self, topic: str) -> bool: ...
+    def on_message(
+        self, topic: str, payload: bytes, user_properties: list[tuple[str, str]] | None, retained: bool
+    ) -> None: ...
+    def start(self) -> None: ...
+    def on_connect(self) -> None: ...
+    async def before_disconnect(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -283,6 +300,21 @@ class MqttChannel:
         self._cancellable: dict[str, list[Cancellable]] = {}
         self._flush_handle: asyncio.TimerHandle | None = None
         self._closing = False
+        self._extensions: list[MqttExtension] = []
+
+    def extend(self, extension: MqttExtension) -> None:
+        """Carry another protocol on this connection (MCP over MQTT): its topics are subscribed with
+        ours, its messages handed to it. Before the channel is entered."""
+        self._extensions.append(extension)
+        self.settings = dataclasses.replace(
+            self.settings,
+            subscriptions=(*self.settings.subscriptions, *extension.subscriptions()),
+            connect_user_properties=(
+                *self.settings.connect_user_properties,
+                *extension.connect_properties(),
+            ),
+        )
+        self.connection.settings = self.settings
 
     # -- lifecycle -----------------------------------------------------------
     async def __aenter__(self) -> MqttChannel:
@@ -306,6 +338,8 @@ class MqttChannel:
             if self.audit is not None:
                 self.audit.add_sink(self._trail_event)
         loop = asyncio.get_running_loop()
+        for extension in self._extensions:
+            extension.start()
         self._runner = loop.create_task(self.connection.run(), name="mqtt-connection")
         if self.config.telemetry_interval_s > 0:
             self._background.append(loop.create_task(self._telemetry_loop(), name="mqtt-telemetry"))
@@ -349,6 +383,11 @@ class MqttChannel:
         self.approvals.unregister(CHANNEL, None if self.approver_verifier is None else self)
         self.approvals.unregister(ADMIN_CHANNEL, None if self.approver_verifier is None else self)
         await self.sender.close()
+        for extension in self._extensions:
+            try:
+                await extension.before_disconnect()
+            except Exception:
+                log.exception("stopping %r failed", extension)
         if self._runner is not None:
             await self.connection.stop(self._runner, (self.topics.status, self._status_payload("offline")))
         log.info("MQTT channel stopped (%d message(s) left in the outbox)", self.outbox.depth)
@@ -426,6 +465,8 @@ class MqttChannel:
 
     def _on_connect(self) -> None:
         self._spawn(self._announce())
+        for extension in self._extensions:
+            extension.on_connect()
 
     async def _announce(self) -> None:
         """After each connect: status online, discovery, a first telemetry, then the outbox backlog."""
@@ -512,6 +553,10 @@ class MqttChannel:
     # -- inbound ---------------------------------------------------------------
     def _on_message(self, message: aiomqtt.Message) -> None:
         msg = Incoming.of(message)
+        for extension in self._extensions:
+            if extension.handles(msg.topic):
+                extension.on_message(msg.topic, msg.payload, msg.user_properties, msg.retained)
+                return
         kind = self._kinds.get(msg.topic)
         if kind is not None:
             self._inbound(msg, kind)
@@ -1012,11 +1057,26 @@ class MqttChannel:
         )
 
     async def _run_chat(self, chat: ChatRequest, message: InboundMessage) -> bytes:
-        """One agent turn."""
+        """One agent turn; asked for with `stream`, its text goes out as partial answers first."""
         if self.agent is None:
             return encode(chat_error(chat.id, message.session_key, "no_agent", "chat is not available here"))
-        reply = await self.agent.handle(message)
-        return encode(chat_answer(reply.text, reply.session, reply.ok, chat.id))
+        if not chat.stream:
+            reply = await self.agent.handle(message)
+            return encode(chat_answer(reply.text, reply.session, reply.ok, chat.id))
+        route: Route = message.meta["route"]
+        properties = publish_properties(None, route.correlation)
+
+        async def publish(payload: bytes) -> None:
+            await self.connection.publish(route.topic, payload, qos=0, properties=properties)
+
+        partials = PartialPublisher(publish, message.session_key, chat.id)
+        try:
+            reply = await self.agent.handle(dataclasses.replace(message, on_text=partials))
+        finally:
+            sent = await partials.close()  # the last partial is out before the final answer is queued
+        answer = chat_answer(reply.text, reply.session, reply.ok, chat.id)
+        answer["seq"] = sent
+        return encode(answer)
 
     async def _run_admin(self, admin: AdminRequest, caller: str) -> bytes:
         """Define, remove or list runtime custom tools. Definitions take effect at once and are kept

@@ -74,6 +74,7 @@ class ChatRequest:
     session: str = ""
     sender: str = ""
     id: str | None = None
+    stream: bool = False  # partial answers before the final one (channels.mqtt.partials)
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,7 +379,7 @@ def parse_tool_call(obj: dict[str, Any]) -> ToolCallRequest:
 
 
 def parse_chat(payload: bytes) -> ChatRequest:
-    """JSON `{"text", "session"?, "sender"?, "id"?}`, or plain UTF-8 text."""
+    """JSON `{"text", "session"?, "sender"?, "id"?, "stream"?}`, or plain UTF-8 text."""
     what = "chat/in"
     stripped = payload.lstrip()
     if stripped.startswith(b"{"):
@@ -389,11 +390,15 @@ def parse_chat(payload: bytes) -> ChatRequest:
         if not isinstance(text, str):
             raise WireError("bad_field", f"{what}: field 'text' must be a string", request_id_of(obj))
         request_id = _text_field(obj, "id", what, required=False, limit=MAX_ID_CHARS) or None
+        stream = obj.get("stream", False)
+        if not isinstance(stream, bool):
+            raise WireError("bad_field", f"{what}: field 'stream' must be true or false", request_id)
         return ChatRequest(
             text,
             session=_text_field(obj, "session", what, required=False, limit=MAX_NAME_CHARS),
             sender=_text_field(obj, "sender", what, required=False, limit=MAX_NAME_CHARS),
             id=request_id,
+            stream=stream,
         )
     try:
         return ChatRequest(payload.decode("utf-8"))

@@ -314,7 +314,9 @@ async def test_a_provider_without_its_key_is_skipped_with_a_reason(server):
     server.reply("/search", Reply(body=documented_searxng(1)))
     chain = SearchChain([at(server, "brave", "/b", key=""), at(server, "searxng", "", key="")])
     outcome = await chain.search("q", 5, loopback(server))
-    assert outcome.failures == [("brave", "no API key configured")]
+    assert outcome.failures == [
+        ("brave", "no API key (tools.web.search.brave: its variable or file could not be read)")
+    ]
     assert [s.path for s in server.seen] == ["/search"]
 
 
@@ -663,3 +665,34 @@ async def test_built_by_the_runtime_with_keys_scrubbed_and_each_agents_guard(ser
         assert len(server.seen) == seen  # nothing left the board for that agent
     finally:
         await runtime.aclose()
+
+
+async def test_doctor_checks_each_provider_without_searching(server, tmp_path):
+    from edgeclaw.config.loader import config_from_dict
+    from edgeclaw.daemon.doctor import web_search_findings
+    from edgeclaw.daemon.runtime import build_runtime
+
+    port = int(server.url.rsplit(":", 1)[1])
+    search = {
+        "provider": "searxng",
+        "fallback_providers": ["brave"],
+        "searxng": {"url": server.url},
+        "brave": {"api_key_env": "BRAVE_KEY_NOT_SET"},
+    }
+    data: dict[str, Any] = {
+        "board": "sim",
+        "state_dir": str(tmp_path / "state"),
+        "tools": {"web": {"allow_networks": ["127.0.0.0/8"], "ports": [port], "search": search}},
+    }
+    runtime = build_runtime(config_from_dict(data, "test.toml"), environ={}, require_secrets=False)
+    assert [str(f) for f in await web_search_findings(runtime)] == [
+        f"ok    web_search searxng: {server.url} reachable (127.0.0.1, port {port})",
+        "FAIL  web_search brave: no API key (tools.web.search.brave: its variable or file could not be read)",
+    ]
+    await runtime.aclose()
+    data["tools"]["web"] = {"ports": [port], "search": search}  # loopback not allowed this time
+    runtime = build_runtime(config_from_dict(data, "test.toml"), environ={}, require_secrets=False)
+    searxng, _ = [str(f) for f in await web_search_findings(runtime)]
+    assert searxng.startswith("FAIL  web_search searxng: blocked: 127.0.0.1 is loopback"), searxng
+    await runtime.aclose()
+    assert server.seen == []  # nothing was asked of the provider

@@ -318,6 +318,21 @@ async def provider_findings(runtime: Runtime) -> list[Finding]:
     return out
 
 
+async def web_search_findings(runtime: Runtime) -> list[Finding]:
+    """Each web_search provider as the main agent would reach it: key or package, the guard's
+    verdict on its endpoint (a SearXNG on the LAN needs tools.web.allow_networks), a connection.
+    Nothing is searched: a search can cost money."""
+    from edgeclaw.tools.web.search import WebSearchTool
+
+    tool = runtime.registry.get("web_search")
+    if not isinstance(tool, WebSearchTool):
+        return []
+    return [
+        Finding("ok" if usable else "FAIL", f"web_search {name}", detail)
+        for name, usable, detail in await tool.probe(ToolContext())
+    ]
+
+
 def board_choice_finding(runtime: Runtime) -> Finding | None:
     """The simulated board serves made-up readings: right on a laptop, wrong on a deployed device.
     And `auto` that matched nothing runs with no hardware granted."""
@@ -420,6 +435,7 @@ async def diagnose(runtime: Runtime) -> list[Finding]:
     if broker is not None:
         findings.append(broker)
     findings += await provider_findings(runtime)
+    findings += await web_search_findings(runtime)
     for finding in (board_choice_finding(runtime), mqtt_policy_finding(runtime)):
         if finding is not None:
             findings.append(finding)

@@ -20,6 +20,7 @@ Results are normalised to title, URL and snippet; a hit without an http(s) URL i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import html
 import json
 import re
@@ -29,7 +30,7 @@ from typing import Any, get_args
 from urllib.parse import urlencode, urlsplit
 
 from edgeclaw.backends.web.client import WebRequest, WebResponse, fetch
-from edgeclaw.backends.web.guard import NetworkPolicy, WebBlocked, WebError
+from edgeclaw.backends.web.guard import NetworkPolicy, WebBlocked, WebError, vet
 from edgeclaw.config.schema import SEARCH_PROVIDERS_KEYED, SearchProviderName
 from edgeclaw.errors import BackendError
 
@@ -357,15 +358,22 @@ def _error_detail(body: bytes) -> str:
 Fetcher = Callable[[WebRequest, NetworkPolicy], Awaitable[WebResponse]]
 
 
+def _check_ready(settings: ProviderSettings) -> None:
+    if settings.kind == "searxng" and not settings.endpoint:
+        raise SearchFailed("no instance URL configured (tools.web.search.searxng.url)")
+    if settings.kind in NEEDS_KEY and not settings.api_key:
+        # The loader requires the key's source, so an empty one is a source that could not be read.
+        raise SearchFailed(
+            f"no API key (tools.web.search.{settings.kind}: its variable or file could not be read)"
+        )
+
+
 async def search_http(
     query: str, n: int, settings: ProviderSettings, policy: NetworkPolicy, fetcher: Fetcher = fetch
 ) -> SearchAnswer:
     """One HTTP provider, through the guarded client. Raises SearchFailed naming what went wrong."""
     make, parse = HTTP_PROVIDERS[settings.kind]
-    if settings.kind == "searxng" and not settings.endpoint:
-        raise SearchFailed("no instance URL configured (tools.web.search.searxng.url)")
-    if settings.kind in NEEDS_KEY and not settings.api_key:
-        raise SearchFailed("no API key configured")
+    _check_ready(settings)
     request = make(query, n, settings)
     try:
         response = await fetcher(request, policy)
@@ -423,6 +431,37 @@ async def search_duckduckgo(query: str, n: int, settings: ProviderSettings) -> S
     )
 
 
+async def probe(settings: ProviderSettings, policy: NetworkPolicy, timeout_s: float = 3.0) -> str:
+    """Whether a provider could be asked, without asking it (a search can cost money): its key or
+    package, the guard's verdict on its endpoint, and a TCP connection to the address the guard
+    vetted (or to the proxy). Returns what was found; raises SearchFailed naming the problem."""
+    if settings.kind == "duckduckgo":
+        _ddgs_class()
+        return "the ddgs package is installed (it reaches DuckDuckGo itself, outside the guard)"
+    _check_ready(settings)
+    parts = urlsplit(settings.endpoint)
+    try:
+        target = await vet(parts.scheme, parts.hostname or "", parts.port, policy)
+    except WebError as e:  # WebBlocked included: it names the rule or range
+        raise SearchFailed(str(e)) from None
+    if target.proxy is not None:
+        proxy = urlsplit(target.proxy)
+        host, port, via = proxy.hostname or "", proxy.port or 80, f" through the proxy {target.proxy}"
+    else:
+        host, port, via = target.address, target.port, ""
+    try:
+        async with asyncio.timeout(timeout_s):
+            _, writer = await asyncio.open_connection(host, port)
+    except TimeoutError:
+        raise SearchFailed(f"no answer from {host}:{port}{via} within {timeout_s:g} s") from None
+    except OSError as e:
+        raise SearchFailed(f"cannot connect to {host}:{port}{via}: {e.strerror or e}") from None
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return f"{settings.endpoint} reachable ({target.address}, port {target.port}{via})"
+
+
 # --- the chain ----------------------------------------------------------------------------------
 
 
@@ -462,6 +501,16 @@ class SearchChain:
     @property
     def names(self) -> list[str]:
         return [p.kind for p in self.providers]
+
+    async def probe(self, policy: NetworkPolicy) -> list[tuple[str, bool, str]]:
+        """Each provider: (name, usable, what was found or what is wrong), asking none of them."""
+        out: list[tuple[str, bool, str]] = []
+        for settings in self.providers:
+            try:
+                out.append((settings.kind, True, await probe(settings, policy)))
+            except SearchFailed as e:
+                out.append((settings.kind, False, str(e)))
+        return out
 
     async def search(self, query: str, n: int, policy: NetworkPolicy) -> SearchOutcome:
         failures: list[tuple[str, str]] = []

@@ -72,6 +72,10 @@ class WebSearchTool(Tool):
             "additionalProperties": False,
         }
 
+    async def probe(self, ctx: ToolContext) -> list[tuple[str, bool, str]]:
+        """Each provider of the chain as `ctx`'s agent would reach it (for `doctor`): nothing is searched."""
+        return await self._chain.probe(self._policy_for(ctx))
+
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
         query = " ".join(str(args["query"]).split())
         if not query:

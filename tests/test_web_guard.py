@@ -136,6 +136,25 @@ async def test_public_addresses_pass(address: str) -> None:
     assert (target.address, target.port) == (str(ipaddress.ip_address(address)), 443)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://2130706433/",
+        "http://0x7f.1/",
+        "http://127.1/",
+        "http://017700000001/",
+        "http://[::ffff:7f00:1]/",
+        "http://LOCALHOST/",
+        "http://localhost./",
+        "http://169.254.169.254./",
+    ],
+)
+async def test_odd_spellings_of_blocked_addresses_are_refused(url: str) -> None:
+    """Through the system's resolver (numeric forms and /etc/hosts need no DNS)."""
+    with pytest.raises(WebBlocked, match=r"(loopback \(127\.0\.0\.0/8\)|cloud metadata)"):
+        await fetch(WebRequest(url, timeout_s=5), NetworkPolicy(environ={}))
+
+
 async def test_a_name_resolving_into_the_lan_is_refused_naming_name_address_and_range() -> None:
     names = Names(printer_lan=["10.0.0.1"])
     with pytest.raises(WebBlocked) as e:

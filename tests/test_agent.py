@@ -23,6 +23,8 @@ from tests.llm_server import (
     anthropic_tools,
     openai_text,
     openai_tools,
+    user_texts,
+    without_note,
 )
 
 
@@ -210,7 +212,8 @@ async def test_sessions_persist_across_a_restart(llm, tmp_path, agent_for):
     # A second runtime on the same state directory is what a restarted daemon sees.
     again = agent_for({"local": openai_cfg(llm)}, ["local"])
     await again.handle(msg("what was the code?"))
-    sent = [m["content"] for m in llm.requests[1]["messages"] if m["role"] in ("user", "assistant")]
+    said = [m for m in llm.requests[1]["messages"] if m["role"] in ("user", "assistant")]
+    sent = [without_note(m["content"]) for m in said]
     assert sent == ["remember the code 4711", "first answer", "what was the code?"]
     status = await again.handle(msg("/call session_status {}"))
     assert "messages: 4" in status.text
@@ -349,7 +352,7 @@ async def test_sessions_are_serial_inside_and_concurrent_across(llm, agent_for):
     replies = await asyncio.gather(agent.handle(msg("c", "s3")), agent.handle(msg("d", "s3")))
     assert loop.time() - started >= 0.75 and all(r.ok for r in replies)  # one after the other
     # The second turn saw the first one's exchange in its history.
-    assert [m["content"] for m in llm.requests[-1]["messages"] if m["role"] == "user"] == ["c", "d"]
+    assert user_texts(llm.requests[-1]) == ["c", "d"]
     # Callers choose session keys: nothing per session may stay behind once its turns are over.
     assert agent._locks == {}
 
@@ -375,7 +378,7 @@ async def test_new_archives_the_session(llm, agent_for):
     new = await agent.handle(msg("/new"))
     assert "fresh conversation" in new.text and "cli:t1@" in new.text
     await agent.handle(msg("second"))
-    assert [m["content"] for m in llm.requests[1]["messages"] if m["role"] == "user"] == ["second"]
+    assert user_texts(llm.requests[1]) == ["second"]
     listing = await agent.handle(msg("/call sessions_list {}"))
     assert "cli:t1@" in listing.text and "cli:t1 " in listing.text
 

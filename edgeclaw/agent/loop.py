@@ -25,17 +25,19 @@ import asyncio
 import contextlib
 import dataclasses
 import fnmatch
+import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from edgeclaw import __version__
-from edgeclaw.agent import history, slash, tool_help
+from edgeclaw.agent import context_budget, history, slash, tool_help, tool_selection
 from edgeclaw.agent.channel import InboundMessage, Reply
 from edgeclaw.agent.messages import Message
 from edgeclaw.agent.prompt import PromptBuilder
-from edgeclaw.agent.providers.base import ProviderError
+from edgeclaw.agent.providers.base import Provider, ProviderError
 from edgeclaw.agent.providers.chain import ProviderChain
+from edgeclaw.agent.providers.model_info import ModelInfo
 from edgeclaw.errors import EdgeclawError
 from edgeclaw.store.sessions import SessionStore
 from edgeclaw.tools.base import ToolContext
@@ -135,6 +137,11 @@ class AgentLoop:
         # the subagents that turn spawned are stopped with it.
         self.turn_stop_hooks: list[Callable[[str, object], None]] = []
         self._background: set[asyncio.Task[object]] = set()  # turns nobody waits for (deliver_later)
+        # Each provider's context size (agent.context_budget fits requests to it); None: not fitted.
+        self.model_info: ModelInfo | None = None
+        # Words that find a tool beside its description (the board's device names, tool_selection).
+        self.tool_vocabulary: dict[str, str] = {}
+        self._fit_told: set[str] = set()  # providers whose first fitted request was logged
 
     # -- agents ------------------------------------------------------------
     def add_agent(self, spec: AgentSpec) -> None:
@@ -293,7 +300,14 @@ class AgentLoop:
         # The caller's own context files and memory (see agent.prompt), not another caller's.
         system = spec.prompt.build(spec.id, base_ctx.identity)
         return await self._model_turn(
-            key, msg.channel, msg.text, base_ctx, spec.chain, system, spec.max_iterations
+            key,
+            msg.channel,
+            msg.text,
+            base_ctx,
+            spec.chain,
+            system,
+            spec.max_iterations,
+            spec.prompt.volatile_note(),
         )
 
     async def _model_turn(
@@ -305,19 +319,27 @@ class AgentLoop:
         chain: ProviderChain,
         system: str,
         max_iterations: int,
+        note: str = "",
     ) -> tuple[str, bool]:
         messages = self._load(key)
         user = Message("user", text)
         self._store(key, channel, user)
         messages.append(user)
+        # What changes every turn (the time) goes after everything else, on this turn's message as
+        # sent (the stored one stays the person's words): the prefix before it is the same bytes as
+        # the last request's, and a server's prompt cache reuses it (see agent.prompt).
+        sent_user = dataclasses.replace(user, content=f"{text}\n\n{note}") if note else user
 
         def tools_for(provider: str, fmt: str) -> list[dict[str, Any]]:
             return self.registry.definitions(dataclasses.replace(base_ctx, provider=provider), fmt)
 
         try:
             for _ in range(max_iterations):
-                window = history.trim(messages, self.history_budget_tokens)
-                completion = await chain.complete(system, window, tools_for)
+                trimmed = history.trim(messages, self.history_budget_tokens)
+                window = [sent_user if m is user else m for m in trimmed]
+                # Tools are ranked against people's words, not the note (the time would find `cron`).
+                fit = functools.partial(self._fit, query=tool_selection.query_text(trimmed))
+                completion = await chain.complete(system, window, tools_for, fit)
                 reply = Message("assistant", completion.text, list(_unique_ids(completion.tool_calls)))
                 self._store(key, channel, reply, completion.provider)
                 messages.append(reply)
@@ -341,6 +363,38 @@ class AgentLoop:
             ), False
         finally:
             self._cap_storage(key)
+
+    async def _fit(
+        self,
+        provider: Provider,
+        system: str,
+        messages: Sequence[Message],
+        tools: list[dict[str, Any]],
+        *,
+        query: str | None = None,
+    ) -> tuple[str, Sequence[Message], list[dict[str, Any]]]:
+        """The request shaped to the provider's context size, when it is known (agent.context_budget)."""
+        info = self.model_info
+        model = info.model(provider.name) if info is not None else None
+        if info is None or model is None:
+            return system, messages, tools
+        size = await info.context_tokens(provider.name)
+        if size is None:
+            return system, messages, tools
+        limits = context_budget.Limits(size, model.answer_tokens)
+        fitted = context_budget.fit(limits, system, messages, tools, self.tool_vocabulary, query)
+        if fitted.changed:
+            first = provider.name not in self._fit_told
+            self._fit_told.add(provider.name)
+            log.log(
+                logging.INFO if first else logging.DEBUG,
+                "%s: fitted to its %d-token context: %s (~%d tokens of prompt)",
+                provider.name,
+                size,
+                fitted.summary(),
+                fitted.estimated_tokens,
+            )
+        return fitted.system, fitted.messages, fitted.tools
 
     # -- subagents and messages nobody waits for ---------------------------
     async def run_child(self, child: ChildTurn) -> tuple[str, bool]:
@@ -367,6 +421,7 @@ class AgentLoop:
                 spec.chain,
                 system,
                 child.max_iterations,
+                spec.prompt.volatile_note(),
             )
 
     def notice(self, session_key: str, channel: str, text: str) -> None:

@@ -12,6 +12,17 @@ sections instead: the context files as the caller sees them (stored per
 agent and caller; the workspace's file read as above when none is stored),
 what is remembered, the skills. They are fitted, in the order given, into
 `budget_chars`.
+
+The layout keeps what changes last. A model server caches the prompt it
+evaluated last time and reuses the longest common prefix (llama.cpp's
+prompt cache; Anthropic's prompt caching, marked in `providers.anthropic`):
+anything volatile early in the prompt makes it re-evaluate all that follows
+-- the tool definitions, thousands of tokens -- on every turn, which takes
+tens of seconds on a board's CPU. So `build` holds only what stays the same
+from turn to turn (the instructions, the board's facts, the context files),
+and what changes each turn (the current time) is `volatile_note`, which the
+agent loop appends to the newest user message as it is sent: after the
+system prompt, the tool definitions and the earlier history.
 """
 
 from __future__ import annotations
@@ -71,14 +82,16 @@ class PromptBuilder:
         self.budget_chars = budget_chars
         # False: the workspace's context files are not this agent's (a named agent: its files are stored).
         self.disk_files = disk_files
+        self.clock: Callable[[], float] = time.time  # the time volatile_note tells
         self._skipped: dict[str, str] = {}  # name -> why, so a refusal is logged once, not every turn
 
     def build(self, agent_id: str = "main", user: str = "") -> str:
-        """The system prompt for a turn of `agent_id` with the caller `user` (its identity)."""
+        """The system prompt for a turn of `agent_id` with the caller `user` (its identity): only
+        what stays the same from turn to turn, so a server's prompt cache keeps it (see above)."""
         parts = [BASE]
         if self.extra:
             parts.append(self.extra)
-        facts = {**self.facts, "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        facts = self.facts
         parts.append("Device facts:\n" + "\n".join(f"- {k}: {v}" for k, v in facts.items() if v))
         if self.context is not None:
             parts += self._sections(self.context.context_sections(agent_id, user, self._context_file))
@@ -88,6 +101,11 @@ class PromptBuilder:
             if text is not None:
                 parts.append(f"## {name}\n{text.strip()}")
         return "\n\n".join(parts)
+
+    def volatile_note(self) -> str:
+        """What changes every turn, for the end of the newest user message: the current time."""
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
+        return f"[current time (UTC): {stamp}]"
 
     def _sections(self, sections: list[tuple[str, str]]) -> list[str]:
         """Each section cut to MAX_FILE_CHARS, all of them together to `budget_chars`."""

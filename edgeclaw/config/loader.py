@@ -124,7 +124,11 @@ RANGES: tuple[Range, ...] = (
     Range("skills.prompt_max", 0),
 )
 # The same for each [providers.NAME] table.
-PROVIDER_RANGES = (Range("timeout_s", 0, above=True), Range("max_tokens", 1))
+PROVIDER_RANGES = (
+    Range("timeout_s", 0, above=True),
+    Range("max_tokens", 1),
+    Range("context_tokens", 0, note=" (0 = ask the server)"),
+)
 
 
 def check_ranges(obj: Any, ranges: Iterable[Range], fail: Fail, prefix: str = "") -> None:

@@ -50,6 +50,9 @@ class ProviderConfig:
     api_key_file: str = ""
     timeout_s: float = 60.0
     max_tokens: int = 1024
+    # The model's context in tokens; 0 = ask the server (llama.cpp /props, Ollama /api/show).
+    # Known, every request is fitted to it (system prompt, history, a subset of the tools).
+    context_tokens: int = 0
 
 
 @dataclass

@@ -14,7 +14,9 @@ from edgeclaw.agent.prompt import PromptBuilder
 from edgeclaw.agent.providers.base import Provider
 from edgeclaw.agent.providers.chain import ProviderChain, ProviderHealth, RetryPolicy
 from edgeclaw.agent.providers.http import SharedClient
+from edgeclaw.agent.providers.model_info import ModelInfo, ProviderModel
 from edgeclaw.agent.subagents import SubagentLimits, SubagentManager
+from edgeclaw.agent.tool_selection import board_vocabulary
 from edgeclaw.config.schema import NamedAgentConfig
 from edgeclaw.daemon.runtime import Runtime
 from edgeclaw.store.subagents import SubagentStore
@@ -101,6 +103,9 @@ def build_agent(runtime: Runtime) -> AgentLoop:
     for name, named in config.agents.items():
         if name != "main":
             agent.add_agent(spec(name, named))
+    if built:
+        agent.model_info = _model_info(runtime, list(built), clients[0])
+        agent.tool_vocabulary = board_vocabulary(runtime.board)
     agent.routes = [AgentRoute(r.agent, r.channel, r.session) for r in config.agent.routes]
     agent.outlets = runtime.outlets
     process = runtime.registry.get("process")
@@ -136,6 +141,25 @@ def build_subagents(runtime: Runtime, agent: AgentLoop) -> SubagentManager:
     runtime.on_drain(manager.drain)
     runtime.on_close(manager.aclose)
     return manager
+
+
+def _model_info(runtime: Runtime, names: list[str], client: SharedClient) -> ModelInfo:
+    """Each provider's context size: `context_tokens`, else its server's answer (asked on first use)."""
+    info = ModelInfo(client.get)
+    for name in names:
+        cfg = runtime.config.providers[name]
+        info.add(
+            ProviderModel(
+                name,
+                cfg.kind,
+                cfg.model,
+                cfg.base_url,
+                answer_tokens=cfg.max_tokens,
+                context_tokens=cfg.context_tokens,
+                api_key=runtime.secrets.get(f"providers.{name}", ""),
+            )
+        )
+    return info
 
 
 def _provider(name: str, runtime: Runtime, client: SharedClient) -> Provider:

@@ -14,6 +14,26 @@ DEFAULT_BASE_URL = ANTHROPIC_BASE_URL
 API_VERSION = "2023-06-01"
 
 
+CACHE_POINT = {"type": "ephemeral"}
+
+
+def cache_marked(
+    system: str, tools: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The system prompt as a text block and the tool definitions, each marked as a cache point.
+
+    Anthropic's prompt caching reuses a prefix (tools, then system, then messages) up to a block
+    marked `cache_control`: the tools and the system prompt are the same from turn to turn (the
+    volatile parts ride on the newest message, see agent.prompt), so from the second turn on they
+    are read from the cache. The last tool is marked too, so an edited context file leaves the
+    tools cached. The registry's definitions are shared: the last one is copied, not changed.
+    """
+    blocks = [{"type": "text", "text": system, "cache_control": CACHE_POINT}] if system else []
+    if tools:
+        tools = [*tools[:-1], {**tools[-1], "cache_control": CACHE_POINT}]
+    return blocks, tools
+
+
 class AnthropicProvider(HttpProvider):
     kind = "anthropic"
     default_base_url = DEFAULT_BASE_URL
@@ -87,8 +107,9 @@ class AnthropicProvider(HttpProvider):
             "max_tokens": self._max_tokens,
             "messages": self._wire_messages(messages),
         }
-        if system:
-            body["system"] = system
+        system_blocks, tools = cache_marked(system, tools)
+        if system_blocks:
+            body["system"] = system_blocks
         if tools:
             body["tools"] = tools
         data = await self._post(self._url, body, self._headers)

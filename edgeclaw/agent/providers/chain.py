@@ -23,6 +23,11 @@ log = logging.getLogger("edgeclaw.providers")
 
 # (provider name, definition format) -> tool definitions filtered for that provider
 ToolsFor = Callable[[str, str], list[dict[str, Any]]]
+# (provider, system, messages, tools) -> the same, shaped to that provider's model (its context size)
+FitRequest = Callable[
+    [Provider, str, Sequence[Message], list[dict[str, Any]]],
+    Awaitable[tuple[str, Sequence[Message], list[dict[str, Any]]]],
+]
 Sleep = Callable[[float], Awaitable[None]]
 
 
@@ -80,15 +85,24 @@ class ProviderChain:
         """Seconds to wait before the next attempt, or None to give up on this provider."""
         return self.retry.delay(attempt, error.retry_after)
 
-    async def complete(self, system: str, messages: Sequence[Message], tools_for: ToolsFor) -> Completion:
+    async def complete(
+        self,
+        system: str,
+        messages: Sequence[Message],
+        tools_for: ToolsFor,
+        fit: FitRequest | None = None,
+    ) -> Completion:
         failures: list[str] = []
         for provider in self.providers:
             health = self.health[provider.name]
             tools = tools_for(provider.name, provider.kind)
+            sent_system, sent = system, messages
+            if fit is not None:  # each provider's own context: a fallback may take more than the first
+                sent_system, sent, tools = await fit(provider, system, messages, tools)
             for attempt in range(self.retry.attempts):
                 health.requests += 1
                 try:
-                    completion = await provider.complete(system, messages, tools)
+                    completion = await provider.complete(sent_system, sent, tools)
                 except ProviderError as e:
                     health.ok, health.last_error = False, str(e)
                     health.failures += 1

@@ -1,0 +1,174 @@
+"""How many tokens each provider's model takes: configured, else asked from its server.
+
+`context_tokens` in `[providers.NAME]` wins. Without it, a local server is
+asked once:
+
+- llama.cpp's server: `GET {root}/props` answers the context of a slot as
+  `default_generation_settings.n_ctx` (`-c 2048` gives 2048; with
+  `--parallel N` each slot gets its share, which is what one request has).
+- Ollama: `POST {root}/api/show` with the model's name. Ollama runs a model
+  with its `num_ctx` (the Modelfile's `parameters`, else the server's
+  default, 4096 in current releases, or `OLLAMA_CONTEXT_LENGTH`), not the
+  longest context the model supports (`model_info.*.context_length`); and
+  it cuts a prompt that is too long from the front without saying so. So
+  `num_ctx` is taken when the model sets it, else the smaller of the
+  model's length and `OLLAMA_DEFAULT_CONTEXT`.
+
+`{root}` is the provider's `base_url` without its `/v1`. Public endpoints
+are not asked (their models' contexts dwarf any request edgeclaw makes).
+Anything that goes wrong (no such endpoint, a timeout, an answer without
+the figure) means "unknown": the request goes unbudgeted, as before, and
+the question is asked again after `RETRY_S`. A known size is kept for the
+life of the daemon.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from edgeclaw.agent.providers.endpoints import ANTHROPIC_BASE_URL, OPENAI_BASE_URL
+
+if TYPE_CHECKING:
+    import httpx
+
+log = logging.getLogger("edgeclaw.providers")
+
+OLLAMA_DEFAULT_CONTEXT = 2048
+ASK_TIMEOUT_S = 5.0
+RETRY_S = 60.0
+PUBLIC_ENDPOINTS = frozenset(u.rstrip("/") for u in (OPENAI_BASE_URL, ANTHROPIC_BASE_URL))
+
+
+@dataclass(frozen=True)
+class ProviderModel:
+    """What model_info needs to know of one provider (from its `[providers.NAME]` table)."""
+
+    name: str
+    kind: str
+    model: str
+    base_url: str
+    answer_tokens: int  # its max_tokens: the room kept for the answer
+    context_tokens: int = 0  # configured; 0 = ask the server
+    api_key: str = field(default="", repr=False)  # llama-server started with --api-key wants it on /props too
+
+
+def server_root(base_url: str) -> str:
+    root = base_url.rstrip("/")
+    return root.removesuffix("/v1")
+
+
+def llama_cpp_context(props: Any) -> int | None:
+    """n_ctx of llama.cpp's `/props` answer (None when it is not there)."""
+    if not isinstance(props, dict):
+        return None
+    settings = props.get("default_generation_settings")
+    for source in (settings, props):
+        if isinstance(source, dict):
+            n_ctx = source.get("n_ctx")
+            if isinstance(n_ctx, int) and n_ctx > 0:
+                return n_ctx
+    return None
+
+
+def ollama_context(show: Any) -> int | None:
+    """The context Ollama runs the model with, from its `/api/show` answer (see the module's docstring)."""
+    if not isinstance(show, dict):
+        return None
+    parameters = show.get("parameters")
+    if isinstance(parameters, str):
+        for line in parameters.splitlines():
+            key, _, value = line.strip().partition(" ")
+            if key == "num_ctx" and value.strip().isdigit():
+                return int(value.strip())
+    info = show.get("model_info")
+    if isinstance(info, dict):
+        for key, value in info.items():
+            if key.endswith(".context_length") and isinstance(value, int) and value > 0:
+                return min(value, OLLAMA_DEFAULT_CONTEXT)
+    return None
+
+
+async def ask_server(
+    client: httpx.AsyncClient, base_url: str, model: str, kind: str = "openai", api_key: str = ""
+) -> int | None:
+    """The context size a local server reports for `model`: llama.cpp's `/props`, else Ollama's
+    `/api/show`; None when neither answers with one."""
+    import httpx
+
+    root = server_root(base_url)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    attempts: list[tuple[str, str, dict[str, Any] | None, Callable[[Any], int | None]]] = []
+    if kind != "ollama":
+        attempts.append(("GET", "/props", None, llama_cpp_context))
+    attempts.append(("POST", "/api/show", {"model": model}, ollama_context))
+    for method, path, body, read in attempts:
+        try:
+            response = await client.request(
+                method, root + path, json=body, headers=headers, timeout=ASK_TIMEOUT_S
+            )
+        except httpx.HTTPError as e:
+            log.debug("context size: %s%s: %s", root, path, e)
+            if isinstance(e, httpx.TransportError) and not isinstance(e, httpx.TimeoutException):
+                return None  # nobody listens there: the other endpoint is on the same server
+            continue
+        if response.status_code != 200:
+            continue
+        try:
+            size = read(response.json())
+        except ValueError:
+            continue
+        if size is not None:
+            return size
+    return None
+
+
+class ModelInfo:
+    """Each provider's context size, cached: the configured one, else the server's (asked once)."""
+
+    def __init__(self, client: Callable[[], httpx.AsyncClient], clock: Callable[[], float] = time.monotonic):
+        self._client = client
+        self._clock = clock
+        self._models: dict[str, ProviderModel] = {}
+        self._known: dict[str, int] = {}
+        self._failed_at: dict[str, float] = {}
+
+    def add(self, model: ProviderModel) -> None:
+        self._models[model.name] = model
+        if model.context_tokens > 0:
+            self._known[model.name] = model.context_tokens
+
+    def model(self, name: str) -> ProviderModel | None:
+        return self._models.get(name)
+
+    async def context_tokens(self, name: str) -> int | None:
+        """The provider's context size; None when it is not configured and its server does not say."""
+        if name in self._known:
+            return self._known[name]
+        model = self._models.get(name)
+        if model is None or model.kind == "anthropic":
+            return None
+        base = model.base_url.rstrip("/")
+        if not base or base in PUBLIC_ENDPOINTS:
+            return None
+        failed = self._failed_at.get(name)
+        if failed is not None and self._clock() - failed < RETRY_S:
+            return None
+        size = await ask_server(self._client(), base, model.model, model.kind, model.api_key)
+        if size is None:
+            if failed is None:
+                log.info(
+                    "%s: the server did not say its context size (llama.cpp /props, Ollama /api/show); "
+                    "requests are not fitted to it. Set providers.%s.context_tokens to fit them.",
+                    name,
+                    name,
+                )
+            self._failed_at[name] = self._clock()
+            return None
+        log.info("%s: context size %d tokens (from the server)", name, size)
+        self._known[name] = size
+        self._failed_at.pop(name, None)
+        return size

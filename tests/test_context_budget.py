@@ -1,0 +1,239 @@
+"""Requests fitted to a small context: the model's size known (configured or asked from its server),
+the request budgeted, and a relevant subset of the tools sent when they do not all fit.
+
+The peer is a loopback server that refuses a prompt longer than its context, as llama-server does
+(`ScriptedLLM.context_tokens`); it also answers llama.cpp's `/props` and Ollama's `/api/show`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from edgeclaw.agent import context_budget, tool_selection
+from edgeclaw.agent.channel import InboundMessage
+from edgeclaw.agent.messages import Message, ToolCall
+from edgeclaw.config.loader import config_from_dict
+from edgeclaw.daemon.agent import build_agent
+from edgeclaw.daemon.runtime import build_runtime
+from edgeclaw.errors import ConfigErrors
+from tests.llm_server import ScriptedLLM, openai_text, openai_tools, prompt_tokens
+
+MAX_TOKENS = 512
+
+
+@pytest.fixture
+def llm():
+    with ScriptedLLM() as server:
+        yield server
+
+
+@pytest.fixture
+async def agent_for(tmp_path):
+    runtimes = []
+
+    def make(llm: ScriptedLLM, **provider):
+        config = config_from_dict(
+            {
+                "board": "sim",
+                "state_dir": str(tmp_path / "state"),
+                "agent": {"providers": ["local"], "provider_attempts": 1},
+                "providers": {
+                    "local": {
+                        "kind": "openai",
+                        "model": "smol",
+                        "base_url": llm.url + "/v1",
+                        "max_tokens": MAX_TOKENS,
+                        **provider,
+                    }
+                },
+            },
+            "test.toml",
+        )
+        runtime = build_runtime(config, environ={})
+        runtimes.append(runtime)
+        return build_agent(runtime)
+
+    yield make
+    for runtime in runtimes:
+        await runtime.aclose()
+
+
+def msg(text: str) -> InboundMessage:
+    return InboundMessage(channel="cli", text=text, chat_id="t1", peer_kind="local")
+
+
+def tool_names(body: dict) -> list[str]:
+    return [t["function"]["name"] for t in body.get("tools", ())]
+
+
+def all_tools(loop) -> list[dict]:
+    return loop.registry.definitions(loop._context(msg("x")), "openai")
+
+
+async def test_hello_fits_a_2048_token_context_with_room_for_the_answer(llm, agent_for):
+    llm.context_tokens = 2048
+    loop = agent_for(llm, context_tokens=2048)
+    everything = all_tools(loop)
+    # Sent whole, the tools alone overflow this server: the reason small models failed "hello".
+    assert prompt_tokens({"tools": everything}) > 2048
+    llm.reply(openai_text("Hello! How can I help?"))
+    reply = await loop.handle(msg("hello"))
+    assert reply.ok and reply.text == "Hello! How can I help?"
+    (body,) = llm.requests
+    assert prompt_tokens(body) + MAX_TOKENS <= 2048, "the answer has its room too"
+    sent = tool_names(body)
+    assert 0 < len(sent) < len(everything)
+    assert body["messages"][0]["role"] == "system" and "edgeclaw" in body["messages"][0]["content"]
+    # Compacted: one sentence a description.
+    for tool in body["tools"]:
+        assert tool["function"]["description"] == tool_selection.first_sentence(
+            tool["function"]["description"]
+        )
+
+
+async def test_read_the_temperature_keeps_the_hardware_tools(llm, agent_for):
+    llm.context_tokens = 2048
+    loop = agent_for(llm, context_tokens=2048)
+    llm.reply(openai_text("41.5 C"))
+    assert (await loop.handle(msg("read the temperature"))).text == "41.5 C"
+    sent = tool_names(llm.requests[0])
+    assert "hardware_info" in sent  # the CPU temperature
+    # With a little more room, the sensor behind I2C (the board profile names a TMP102) comes too.
+    llm.context_tokens = None
+    wide = agent_for(llm, context_tokens=4096)
+    llm.reply(openai_text("22.0 C"))
+    await wide.handle(msg("read the temperature"))
+    assert {"hardware_info", "i2c"} <= set(tool_names(llm.requests[-1]))
+    assert len(tool_names(llm.requests[-1])) < len(all_tools(wide))
+
+
+async def test_tools_in_use_stay_in_the_subset(llm, agent_for):
+    llm.context_tokens = 2048
+    loop = agent_for(llm, context_tokens=2048)
+    spi_read = {"bus": 0, "chip_select": 0, "data": [1, 128, 0]}
+    llm.reply(
+        openai_tools(("spi", spi_read)),  # a tool the words did not pick: the model calls it anyway
+        openai_text("channel 0 reads 512"),
+        openai_text("you're welcome"),
+    )
+    await loop.handle(msg("hello"))
+    await loop.handle(msg("thanks"))
+    first, after_call, next_turn = (tool_names(b) for b in llm.requests)
+    assert "spi" not in first
+    assert "spi" in after_call  # the call's own turn
+    assert "spi" in next_turn  # the next turn: still in the recent history
+    for body in llm.requests:
+        assert prompt_tokens(body) + MAX_TOKENS <= 2048
+    # "thanks" alone, in a fresh session, does not bring spi: it is there because it is in use.
+    llm.reply(openai_text("any time"))
+    await loop.handle(InboundMessage(channel="cli", text="thanks", chat_id="t2", peer_kind="local"))
+    assert "spi" not in tool_names(llm.requests[-1])
+
+
+async def test_the_context_size_is_read_from_llama_cpp_props(llm, agent_for, caplog):
+    caplog.set_level(logging.INFO, "edgeclaw")
+    llm.context_tokens = 2048
+    llm.props = {"default_generation_settings": {"n_ctx": 2048}, "total_slots": 1}
+    loop = agent_for(llm)  # no context_tokens: asked from the server
+    llm.reply(openai_text("hi"), openai_text("hi again"))
+    assert (await loop.handle(msg("hello"))).text == "hi"
+    assert (await loop.handle(msg("hello"))).text == "hi again"
+    assert llm.info_paths == ["/props"]  # asked once, then cached
+    assert "local: context size 2048 tokens (from the server)" in caplog.text
+    assert 0 < len(tool_names(llm.requests[0])) < len(all_tools(loop))
+
+
+async def test_the_context_size_is_read_from_ollama_api_show(llm, agent_for, caplog):
+    caplog.set_level(logging.INFO, "edgeclaw")
+    llm.context_tokens = 3072
+    llm.show = {
+        "parameters": "stop <|im_end|>\nnum_ctx 3072",
+        "model_info": {"general.architecture": "qwen2", "qwen2.context_length": 32768},
+    }
+    loop = agent_for(llm)
+    llm.reply(openai_text("hi"))
+    assert (await loop.handle(msg("hello"))).text == "hi"
+    assert llm.info_paths == ["/props", "/api/show"]
+    assert "local: context size 3072 tokens (from the server)" in caplog.text
+    assert 0 < len(tool_names(llm.requests[0])) < len(all_tools(loop))
+
+
+async def test_a_server_that_does_not_say_gets_the_request_unfitted_and_is_asked_again_later(llm, agent_for):
+    loop = agent_for(llm)
+    llm.reply(openai_text("hi"), openai_text("hi"))
+    assert (await loop.handle(msg("hello"))).text == "hi"
+    assert len(tool_names(llm.requests[0])) == len(all_tools(loop))
+    await loop.handle(msg("hello"))
+    assert llm.info_paths == ["/props", "/api/show"]  # not asked on every turn
+
+
+def test_ollama_context_is_what_it_runs_with_not_the_models_longest():
+    from edgeclaw.agent.providers.model_info import OLLAMA_DEFAULT_CONTEXT, ollama_context
+
+    assert (
+        ollama_context({"parameters": "num_ctx 8192", "model_info": {"llama.context_length": 131072}}) == 8192
+    )
+    assert ollama_context({"model_info": {"llama.context_length": 131072}}) == OLLAMA_DEFAULT_CONTEXT
+    assert ollama_context({"model_info": {"llama.context_length": 2048}}) == 2048
+    assert ollama_context({"model_info": {}}) is None
+
+
+def test_context_tokens_is_checked_by_the_loader():
+    with pytest.raises(ConfigErrors, match="context_tokens"):
+        config_from_dict(
+            {"providers": {"p": {"kind": "openai", "model": "m", "context_tokens": -1}}}, "t.toml"
+        )
+
+
+def test_history_goes_oldest_first_and_the_newest_turn_always_stays():
+    limits = context_budget.Limits(2048, 512)
+    old = [Message("user", f"question {i} " + "x" * 900) for i in range(6)]
+    messages = []
+    for i, m in enumerate(old):
+        messages += [m, Message("assistant", f"answer {i}")]
+    messages.append(Message("user", "and the last one?"))
+    fitted = context_budget.fit(limits, "system", messages, [])
+    assert fitted.messages[-1].content == "and the last one?"
+    kept = [m.content.split()[1] for m in fitted.messages if m.role == "user"][:-1]
+    assert kept and kept == [str(i) for i in range(6)][-len(kept) :]  # the newest older turns
+    assert fitted.turns_dropped == 6 - len(kept) > 0
+    assert fitted.estimated_tokens <= limits.prompt_tokens
+
+
+def test_a_huge_newest_turn_and_system_prompt_are_cut_rather_than_refused():
+    limits = context_budget.Limits(2048, 512)
+    call = ToolCall("c1", "read_file", '{"path": "log.txt"}')
+    messages = [
+        Message("user", "read log.txt"),
+        Message("assistant", "", [call]),
+        Message("tool", "line\n" * 20000, tool_call_id="c1", name="read_file"),
+    ]
+    fitted = context_budget.fit(limits, "S" * 50000, messages, [])
+    assert fitted.estimated_tokens <= limits.prompt_tokens
+    assert fitted.system.startswith("SSS") and "left out to fit" in fitted.system
+    assert "cut to fit the model's context" in fitted.messages[-1].content
+    assert [m.role for m in fitted.messages] == ["user", "assistant", "tool"]
+
+
+def test_tool_definition_tokens_for_the_bench(tmp_path):
+    config = config_from_dict({"board": "sim", "state_dir": str(tmp_path / "s")}, "t.toml")
+    runtime = build_runtime(config, environ={})
+    try:
+        from edgeclaw.tools.base import ToolContext
+
+        defs = runtime.registry.definitions(ToolContext(channel="cli", peer_kind="local"), "openai")
+        vocab = tool_selection.board_vocabulary(runtime.board)
+        full, n_full = context_budget.tool_definition_tokens("hello", defs)
+        small, n_small = context_budget.tool_definition_tokens(
+            "read the temperature", defs, context_budget.Limits(2048, 1024), vocabulary=vocab
+        )
+        assert n_full == len(defs) and full > 2048
+        assert 0 < n_small < n_full and small < 2048 - 1024
+        assert json.dumps(defs)  # the registry's definitions are still whole
+    finally:
+        import asyncio
+
+        asyncio.run(runtime.aclose())

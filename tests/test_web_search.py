@@ -467,6 +467,20 @@ async def test_tool_all_failing_is_a_tool_error(server):
     assert out.for_llm == "web_search: no search provider answered: searxng: HTTP 404: no such path"
 
 
+async def test_the_calls_deadline_leaves_every_provider_its_own(server):
+    """A registry default shorter than the chain: each provider still gets its own deadline in turn."""
+    server.reply("/slow/search", Reply(hang_s=3.0, body=documented_searxng(1)))
+    server.reply("/search", Reply(hang_s=0.5, body=documented_searxng(1)))
+    chain = SearchChain(
+        [at(server, "searxng", "/slow", timeout_s=0.8), at(server, "searxng", "", timeout_s=3)]
+    )
+    registry = Registry(PolicyEngine(PolicyRules()), Scrubber(), default_timeout_s=1.0)
+    registry.register(WebSearchTool(chain, lambda ctx: loopback(server)))
+    out = await registry.execute("web_search", {"query": "x"}, ToolContext())
+    assert out.ok, out.for_llm
+    assert out.for_llm.startswith("(searxng failed: no complete answer within 0.8 s)")
+
+
 async def test_num_results_bounds(server):
     server.reply("/search", *[Reply(body=documented_searxng(30)) for _ in range(3)])
     registry = _registry(

@@ -50,6 +50,9 @@ class WebSearchTool(Tool):
     ) -> None:
         self._chain = chain
         self._policy_for = policy_for
+        # Room for every provider to use its own deadline in turn (ddgs gets a second more), so the
+        # registry's deadline never cuts the chain short and loses what each provider answered.
+        self.timeout_s = sum(p.timeout_s + 1.0 for p in chain.providers) + 5.0
         self._default = max(1, min(default_results, MAX_RESULTS))
         # Per instance: the default count shown to the model is the configured one.
         self.parameters = {

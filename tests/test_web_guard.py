@@ -205,6 +205,31 @@ async def test_allow_hosts_trusts_the_names_listed_and_no_other(site: Site) -> N
     assert len(site.seen) == 1
 
 
+async def test_one_spelling_per_host_for_the_check_and_the_connection(site: Site) -> None:
+    """A trailing dot or capitals name the same host: allowed once, connected to the same pin."""
+    names = Names(nas_lan=["127.0.0.1"])
+    trusted = policy(site, allow_hosts=("nas.lan",), resolver=names)
+    for host in ("nas.lan.", "NAS.LAN"):
+        assert (await fetch(WebRequest(site.url(host=host)), trusted)).status == 200
+
+
+async def test_ipv6_loopback_is_refused_by_default_and_works_when_allowed() -> None:
+    try:
+        six = Site("::1")
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    with six:
+        six.routes["/"] = lambda seen: Page(body=b"over IPv6")
+        with pytest.raises(WebBlocked, match=r"::1 is loopback \(::1/128\)"):
+            await fetch(WebRequest(six.url()), policy(six))
+        assert six.connections == 0
+        allowed = policy(six, allow_networks=(ipaddress.ip_network("::1/128"),))
+        assert (await fetch(WebRequest(six.url()), allowed)).body == b"over IPv6"
+        # The IPv4-mapped spelling of 127.0.0.1 is not covered by an allowance for ::1.
+        with pytest.raises(WebBlocked, match=r"IPv4-mapped form of 127\.0\.0\.1"):
+            await vet("http", "::ffff:127.0.0.1", six.port, allowed)
+
+
 async def test_ports_outside_the_set_are_refused(site: Site) -> None:
     open_policy = policy(allow_networks=LOOPBACK)  # 80 and 443 only
     with pytest.raises(WebBlocked, match=f"blocked: port {site.port} is not an allowed port"):
@@ -417,6 +442,16 @@ async def test_an_environment_proxy_is_used_but_the_target_is_still_vetted(site:
         direct = policy(site, allow_networks=LOOPBACK, environ={**env, "NO_PROXY": "example.org,127.0.0.1"})
         assert (await fetch(WebRequest(site.url()), direct)).body == b"hello from loopback"
         assert len(proxy.requests) == 1
+
+
+async def test_a_proxy_that_cannot_be_reached_is_named_without_its_password() -> None:
+    names = Names(public_test=["93.184.216.34"])
+    with Proxy() as gone:
+        url = gone.url
+    env = {"HTTP_PROXY": url.replace("http://", "http://user:pr0xy-pass@")}
+    with pytest.raises(WebError) as e:
+        await fetch(WebRequest("http://public.test/", timeout_s=3), policy(resolver=names, environ=env))
+    assert f"through the proxy {url}" in str(e.value) and "pr0xy-pass" not in str(e.value)
 
 
 async def test_the_process_environment_proxy_is_read(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,7 +21,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from edgeclaw.backends.web.guard import NetworkPolicy, Vetted, WebBlocked, WebError, check_target, vet
+from edgeclaw.backends.web.guard import (
+    NetworkPolicy,
+    Vetted,
+    WebBlocked,
+    WebError,
+    check_target,
+    normalize_host,
+    shown_proxy,
+    vet,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -113,7 +122,7 @@ def _pinned_backend(pins: dict[tuple[str, int], str]) -> Any:
             local_address: str | None = None,
             socket_options: Any = None,
         ) -> httpcore.AsyncNetworkStream:
-            address = pins.get((host.lower(), port))
+            address = pins.get((normalize_host(host), port))
             if address is None:  # fail closed: a connection nobody vetted
                 raise WebBlocked(f"blocked: {host}:{port} was not checked by the guard")
             return await self._inner.connect_tcp(address, port, timeout, local_address, socket_options)
@@ -254,7 +263,7 @@ def _connect_failure(url: httpx.URL, target: Vetted | None, error: Exception) ->
     if target is None:
         return f"cannot connect to {url.host}: {error}"
     if target.proxy is not None:
-        return f"cannot connect to {target.host} through the proxy {target.proxy}: {error}"
+        return f"cannot connect to {target.host} through the proxy {shown_proxy(target.proxy)}: {error}"
     return f"cannot connect to {target.host} ({target.address}, port {target.port}): {error}"
 
 

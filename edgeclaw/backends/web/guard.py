@@ -238,6 +238,18 @@ class Vetted:
     proxy: str | None = None  # the proxy URL the request goes through, when the environment sets one
 
 
+def normalize_host(host: str) -> str:
+    """One spelling per host, for every comparison and for the connection's pin: lower case, no
+    trailing dot, brackets off an IPv6 literal."""
+    return host.strip("[]").lower().rstrip(".")
+
+
+def shown_proxy(proxy: str) -> str:
+    """A proxy URL without its user name and password, for messages."""
+    scheme, _, rest = proxy.partition("://")
+    return f"{scheme}://{rest.rsplit('@', 1)[-1]}" if rest else proxy
+
+
 def _is_literal(host: str) -> IPAddress | None:
     try:
         return ipaddress.ip_address(host)
@@ -267,7 +279,7 @@ _ALLOW_HINT = "allow it with tools.web.allow_networks or tools.web.allow_hosts"
 
 async def vet(scheme: str, host: str, port: int | None, policy: NetworkPolicy) -> Vetted:
     """Check a target and resolve it once; WebBlocked names the rule or range that refused it."""
-    host = host.lower().rstrip(".") if _is_literal(host) is None else host
+    host = normalize_host(host)
     port = check_target(scheme, host, port, policy)
     literal = _is_literal(host)
     if literal is not None:

@@ -210,6 +210,24 @@ def test_shapes_that_are_not_the_documented_one_are_refused():
             parse(body, 5)
 
 
+def test_only_plain_web_addresses_are_results():
+    rows = [
+        {"title": "ok", "url": " https://ok.example/a?b=c ", "content": ""},
+        {"title": "two lines", "url": "https://a.example/\n2. Fake result", "content": ""},
+        {"title": "spaces", "url": "https://a.example/x y", "content": ""},
+        {"title": "control", "url": "https://a.example/\x1b[2J", "content": ""},
+        {"title": "scheme", "url": "javascript:alert(1)", "content": ""},
+        {"title": "no host", "url": "https:///path", "content": ""},
+        {"title": "long", "url": "https://a.example/" + "x" * 3000, "content": ""},
+        {"title": "not a string", "url": ["https://a.example/"], "content": ""},
+        {"title": "dup", "url": "https://ok.example/a?b=c", "content": ""},
+    ]
+    answer = searxng_parse(json.dumps({"results": rows}).encode(), 20)
+    assert [h.as_dict() for h in answer.hits] == [
+        {"title": "ok", "url": "https://ok.example/a?b=c", "snippet": ""}
+    ]
+
+
 def test_clean_text_cuts_long_snippets():
     text = clean_text("<b>x</b>" * 1000, 50)
     assert len(text) == 50 and text.endswith("…") and "<" not in text

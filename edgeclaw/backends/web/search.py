@@ -36,7 +36,6 @@ from edgeclaw.errors import BackendError
 
 # The providers, in the order the docs list them. "duckduckgo" needs the `ddgs` extra.
 PROVIDERS: tuple[str, ...] = get_args(SearchProviderName)
-NEEDS_KEY = SEARCH_PROVIDERS_KEYED
 # Each provider's public endpoint; SearXNG has none (it is the owner's own instance).
 DEFAULT_URLS = {
     "brave": "https://api.search.brave.com/res/v1/web/search",
@@ -52,6 +51,7 @@ MAX_TITLE_CHARS = 200
 MAX_SNIPPET_CHARS = 500
 MAX_ANSWER_CHARS = 4000  # Perplexity's written answer
 MAX_DETAIL_CHARS = 200  # of a provider's own error message, in ours
+MAX_URL_CHARS = 2048  # longer is not a result page's address
 MAX_RESPONSE_BYTES = 2 * 1024 * 1024  # a results page is tens of kB; more is not a search answer
 
 NO_RESULTS = "no results"
@@ -130,6 +130,8 @@ def _hit(title: object, url: object, snippet: object) -> SearchHit | None:
     if not isinstance(url, str):
         return None
     url = url.strip()
+    if len(url) > MAX_URL_CHARS or any(c.isspace() or not c.isprintable() for c in url):
+        return None  # an address never holds these; a line break would make one result look like two
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         return None  # a model is about to fetch these: nothing but web addresses
@@ -361,7 +363,7 @@ Fetcher = Callable[[WebRequest, NetworkPolicy], Awaitable[WebResponse]]
 def _check_ready(settings: ProviderSettings) -> None:
     if settings.kind == "searxng" and not settings.endpoint:
         raise SearchFailed("no instance URL configured (tools.web.search.searxng.url)")
-    if settings.kind in NEEDS_KEY and not settings.api_key:
+    if settings.kind in SEARCH_PROVIDERS_KEYED and not settings.api_key:
         # The loader requires the key's source, so an empty one is a source that could not be read.
         raise SearchFailed(
             f"no API key (tools.web.search.{settings.kind}: its variable or file could not be read)"

@@ -232,6 +232,8 @@ def cmd_tool_call(args: argparse.Namespace) -> int:
 
     async def call_once() -> Any:
         try:
+            if runtime.mcp is not None and args.name.startswith("mcp_"):
+                await runtime.mcp.start()  # the MCP servers' tools are there once connected
             return await runtime.registry.execute(args.name, args.args, ctx, dry_run=args.dry_run)
         finally:
             await runtime.aclose()  # release buses and child processes (the sim board's QEMU)
@@ -374,7 +376,21 @@ def cmd_tools_list(args: argparse.Namespace) -> int:
         config.tools = dataclasses.replace(config.tools, profile=args.profile)
         check_config(config)
     runtime = build_runtime(config, board=args.board, require_secrets=False)
-    infos = runtime.registry.infos(ToolContext(channel="cli", session_key="cli:list"))
+    ctx = ToolContext(channel="cli", session_key="cli:list")
+    if runtime.mcp is not None:
+        import asyncio
+
+        async def with_mcp_tools() -> list[Any]:
+            # The MCP servers' tools exist only while they are connected: list them then.
+            try:
+                await runtime.mcp.start()  # type: ignore[union-attr]
+                return runtime.registry.infos(ctx)
+            finally:
+                await runtime.aclose()
+
+        infos = asyncio.run(with_mcp_tools())
+    else:
+        infos = runtime.registry.infos(ctx)
     if args.json:
         print(json.dumps([{"name": i.name, "group": i.group, "description": i.description} for i in infos]))
         return EXIT_OK

@@ -335,6 +335,8 @@ def config_problems(config: Config) -> list[ConfigError]:
         fail(key, problem)
     for key, problem in _memory_problems(config):
         fail(key, problem)
+    for key, problem in _mcp_problems(config):
+        fail(key, problem)
     for key, problem in _web_problems(config):
         fail(key, problem)
     if config.board != "auto":
@@ -603,6 +605,53 @@ def _search_problems(config: Config) -> list[tuple[str, str]]:
             problems.append((f"{key}.model", "only perplexity takes a model"))
         if table.timeout_s <= 0:
             problems.append((f"{key}.timeout_s", "expected a number > 0"))
+    return problems
+
+
+_MCP_SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def _mcp_problems(config: Config) -> list[tuple[str, str]]:
+    """[mcp]: server names, what each transport needs, secrets named once, sane timings."""
+    m = config.mcp
+    problems: list[tuple[str, str]] = []
+    for key in ("health_interval_s", "reconnect_first_s", "reconnect_max_s"):
+        if not getattr(m, key) > 0:
+            problems.append((f"mcp.{key}", "expected a number > 0"))
+    if m.reconnect_max_s < m.reconnect_first_s:
+        problems.append(("mcp.reconnect_max_s", "expected at least mcp.reconnect_first_s"))
+    if m.reconnect_attempts < 0:
+        problems.append(("mcp.reconnect_attempts", "expected an integer >= 0"))
+    for name, s in m.servers.items():
+        at = f"mcp.servers.{name}"
+        if not _MCP_SERVER_NAME.fullmatch(name):
+            problems.append((at, "expected a server name of 1-32 letters, digits, '_' or '-'"))
+        if s.transport == "stdio" and not s.command:
+            problems.append((f"{at}.command", "a stdio server needs the program to start"))
+        if s.transport in ("sse", "http"):
+            if not s.url:
+                problems.append((f"{at}.url", f"a {s.transport} server needs its URL"))
+            elif problem := _url_problem(s.url):
+                problems.append((f"{at}.url", problem.replace("such as http://127.0.0.1:8080/v1", "")))
+        if not s.timeout_s > 0:
+            problems.append((f"{at}.timeout_s", "expected a number > 0"))
+        for key, names, pattern in (
+            ("env", [*s.env, *s.env_from, *s.env_files], _ENV_NAME),
+            ("headers", [*s.headers, *s.headers_from, *s.header_files], _HEADER_NAME),
+        ):
+            for var in names:
+                if not pattern.fullmatch(var):
+                    problems.append((f"{at}.{key}", f"{var!r} is not a valid name"))
+                elif names.count(var) > 1:
+                    problems.append((f"{at}.{key}", f"{var} is set more than once (plain, env, file)"))
+        for header, value in s.headers.items():
+            if "\r" in value or "\n" in value:
+                problems.append((f"{at}.headers.{header}", "a header value cannot hold a line break"))
+        for key in ("tool_allow", "tool_deny"):
+            if any(not t for t in getattr(s, key)):
+                problems.append((f"{at}.{key}", "expected tool names, got an empty one"))
     return problems
 
 

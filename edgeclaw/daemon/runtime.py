@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from edgeclaw.daemon.automation import Automation
     from edgeclaw.daemon.memory import MemoryRuntime
     from edgeclaw.store.state import StateStore
+    from edgeclaw.tools.mcp.setup import McpBridge
 
 log = logging.getLogger("edgeclaw.runtime")
 
@@ -62,6 +63,8 @@ class Runtime:
     outlets: Outlets = field(default_factory=Outlets)
     # The subagents' manager, built with the agent loop (daemon.agent); None without one.
     subagents: SubagentManager | None = None
+    # The MCP servers' tools ([mcp.servers.*]), connected when the runtime is ready; None without.
+    mcp: McpBridge | None = None
     _ready_hooks: list[Callable[[], Awaitable[None] | None]] = field(default_factory=list)
     _drain_hooks: list[Callable[[float], Awaitable[None]]] = field(default_factory=list)
 
@@ -248,6 +251,9 @@ def build_runtime(
     from edgeclaw.tools.web.setup import web_settings, web_tools  # web_fetch, web_search, http_request
 
     registry.register_all(web_tools(web_settings(config, secrets, environ=environ)))
+    from edgeclaw.tools.mcp.setup import install_mcp  # [mcp.servers.*]: tools of MCP servers
+
+    runtime.mcp = install_mcp(runtime)
 
     # Tool names can only be checked once the tools exist.
     problems = [ConfigError(source, key, problem) for key, problem in policy.validate()]

@@ -162,3 +162,34 @@ def entries_beside(ancestor: Path, workspace: Path) -> list[Path]:
             out.extend(p for p in level.iterdir() if p != nxt)
         level = nxt
     return out
+
+
+def hidden_around(hidden: Sequence[Path], keep: Sequence[Path]) -> list[Path]:
+    """`hidden` with every path in `keep` left visible: a hidden directory holding a kept path is
+    replaced by the entries beside the way down to it (like `entries_beside`, for several paths).
+
+    For programs whose own files lie in a hidden tree (an interpreter installed under the daemon
+    user's home). A snapshot, as `entries_beside` is; a hidden path inside a kept one stays hidden.
+    """
+    keep = [Path(p) for p in keep]
+    out: list[Path] = []
+
+    def walk(level: Path, inside: list[Path]) -> None:
+        names = {k.relative_to(level).parts[0] for k in inside}
+        with contextlib.suppress(OSError):
+            out.extend(p for p in level.iterdir() if p.name not in names)
+        for name in names:
+            step = level / name
+            if step in inside:
+                continue  # kept whole
+            walk(step, [k for k in inside if k.is_relative_to(step)])
+
+    for path in hidden:
+        inside = [k for k in keep if k != path and k.is_relative_to(path)]
+        if any(path == k for k in keep) and not inside:
+            continue  # asked to be kept itself
+        if inside:
+            walk(path, inside)
+        else:
+            out.append(path)
+    return list(dict.fromkeys(out))

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgeclaw.errors import BackendError
-from edgeclaw.sandbox.base import Limits, SandboxBackend, SandboxSpec
+from edgeclaw.sandbox.base import Limits, SandboxBackend, SandboxSpec, hidden_around
 from edgeclaw.sandbox.bubblewrap import BubblewrapBackend
 from edgeclaw.sandbox.cgroup import SandboxCgroups, layout_reason
 from edgeclaw.sandbox.firejail import FirejailBackend
@@ -237,7 +237,10 @@ class Sandbox:
         network: bool,
         timeout_s: float,
         hidden: Sequence[Path] = (),
+        keep_visible: Sequence[Path] = (),
     ) -> Launch:
+        """A confined launch. `keep_visible`: paths left readable even inside `hidden` (and the
+        configured hide_paths): a program's own installation."""
         backend = await self.backend()
         s = self.settings
         self.check_disk(workspace)
@@ -251,7 +254,7 @@ class Sandbox:
         spec = SandboxSpec(
             workspace=workspace,
             cwd=cwd,
-            hidden=tuple(dict.fromkeys([*hidden, *s.hide_paths])),
+            hidden=tuple(hidden_around(list(dict.fromkeys([*hidden, *s.hide_paths])), keep_visible)),
             network=network,
             limits=s.limits,
             timeout_s=timeout_s,

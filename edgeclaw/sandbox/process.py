@@ -224,17 +224,28 @@ class ChildProcess:
         self._watch: asyncio.Task[None] | None = None
 
     @classmethod
-    async def start(cls, launch: Launch, *, stdin: bool = False) -> ChildProcess:
+    async def start(
+        cls,
+        launch: Launch,
+        *,
+        stdin: bool = False,
+        separate_stderr: bool = False,
+        read_limit: int = READ_CHUNK,
+    ) -> ChildProcess:
+        """Start the command. `separate_stderr`: stderr on its own pipe (a program speaking a
+        protocol on stdout, such as an MCP server, logs there); `read_limit`: the longest line
+        `proc.stdout.readline()` accepts."""
         try:
             proc = await asyncio.create_subprocess_exec(
                 *launch.full_argv(),
                 stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
+                stderr=asyncio.subprocess.PIPE if separate_stderr else asyncio.subprocess.STDOUT,
                 cwd=str(launch.cwd),
                 env=dict(launch.env),
                 start_new_session=True,
                 close_fds=True,
+                limit=read_limit,
             )
         except OSError as e:
             if launch.cgroup is not None:

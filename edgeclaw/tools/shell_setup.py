@@ -61,6 +61,29 @@ def _sandbox_settings(config: Config) -> SandboxSettings:
     )
 
 
+def sandbox_settings(config: Config) -> SandboxSettings:
+    """[sandbox] as the sandbox layer takes it (for every program edgeclaw confines)."""
+    return _sandbox_settings(config)
+
+
+def hidden_from_commands(config: Config) -> list[Path]:
+    """What no sandboxed program may see: edgeclaw's own places, the config file, secret files,
+    the TLS key, the daemon user's home (the state directory is added per launch)."""
+    source = config._source
+    hidden: list[Path] = [*SYSTEM_HIDDEN]
+    if source and not source.startswith("<") and Path(source).exists():
+        hidden.append(Path(os.path.realpath(source)))
+    hidden.extend(Path(os.path.realpath(r.file)) for r in secret_refs(config).values() if r.file)
+    tls = config.mqtt.tls
+    if tls is not None and tls.key_file:
+        hidden.append(Path(os.path.realpath(tls.key_file)))
+    home = _own_home()
+    if home is not None:
+        # The daemon user's home: its keys and histories are as readable to a command as to us.
+        hidden.append(home)
+    return hidden
+
+
 def _own_home() -> Path | None:
     """The home directory of the user the daemon runs as (from the password database, not $HOME)."""
     try:
@@ -137,17 +160,7 @@ def install_shell_tools(
         raise ConfigErrors(errors)
 
     refs = secret_refs(config)
-    hidden: list[Path] = [*SYSTEM_HIDDEN]
-    if source and not source.startswith("<") and Path(source).exists():
-        hidden.append(Path(os.path.realpath(source)))
-    hidden.extend(Path(os.path.realpath(r.file)) for r in refs.values() if r.file)
-    tls = config.mqtt.tls
-    if tls is not None and tls.key_file:
-        hidden.append(Path(os.path.realpath(tls.key_file)))
-    home = _own_home()
-    if home is not None:
-        # The daemon user's home: its keys and histories are as readable to a command as to us.
-        hidden.append(home)
+    hidden = hidden_from_commands(config)
 
     e = config.tools.exec
     runner = ShellRunner(

@@ -1,0 +1,264 @@
+"""The MCP servers of `[mcp.servers.*]`, their transports, and their tools in the registry.
+
+`install_mcp(runtime)` builds one `McpBridge`: the manager (backends.mcp)
+connects and watches the servers; the bridge turns each server's tool list
+into registry tools (`mcp_{server}_{tool}`, group `mcp:{server}`, and every
+one in the runtime group `mcp`), after `tool_allow`/`tool_deny` (deny wins),
+and takes them out again when the server goes away. A tool whose schema does
+not compile is reported (doctor, status) and left out; its siblings stay.
+
+stdio servers are third-party programs: by default they run under the
+sandbox, like `exec`, with their own writable directory
+`<state dir>/mcp/NAME` and the network only when `network = true`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgeclaw.backends.mcp.http import SseTransport, StreamableHttpTransport
+from edgeclaw.backends.mcp.manager import McpManager, ServerSpec
+from edgeclaw.backends.mcp.protocol import MAX_MESSAGE_BYTES, McpError
+from edgeclaw.backends.mcp.stdio import StdioTransport
+from edgeclaw.backends.mcp.transport import Transport
+from edgeclaw.config.schema import Config, McpServerConfig
+from edgeclaw.sandbox.base import DEFAULT_PATH, hidden_entries
+from edgeclaw.sandbox.process import ChildProcess, Launch, parent_death_launcher
+from edgeclaw.tools.mcp.bridge import McpTool
+from edgeclaw.tools.mcp.names import tool_name
+from edgeclaw.tools.registry import Registry
+from edgeclaw.tools.schema import SchemaError, compile_schema
+
+if TYPE_CHECKING:
+    from edgeclaw.daemon.runtime import Runtime
+    from edgeclaw.sandbox.manager import Sandbox
+
+log = logging.getLogger("edgeclaw.mcp")
+
+# How long a start waits for the servers' first connections before going on without them.
+FIRST_CONNECT_WAIT_CAP_S = 30.0
+# The daemon's own variables a stdio program gets (besides HOME, its own directory).
+PASSED_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
+
+
+def allowed_tools(server: McpServerConfig, names: list[str]) -> list[str]:
+    """The server's tools kept by `tool_allow` (empty = all) and `tool_deny` (wins)."""
+    allow, deny = set(server.tool_allow), set(server.tool_deny)
+    return [n for n in names if n not in deny and (not allow or n in allow)]
+
+
+def installation_of(program: str) -> list[Path]:
+    """The directories a program needs to read to run: its own installation and its script
+    interpreter's (`#!`), each the prefix above `bin/` (a Python under the daemon user's home,
+    which the sandbox hides, must still be there for its scripts)."""
+    out: list[Path] = []
+    for path in (program, _interpreter(program)):
+        if not path:
+            continue
+        real = Path(os.path.realpath(path))
+        out.append(real.parent.parent if real.parent.name in ("bin", "sbin") else real.parent)
+    return list(dict.fromkeys(out))
+
+
+def _interpreter(program: str) -> str:
+    try:
+        with open(program, "rb") as f:
+            first = f.readline(256)
+    except OSError:
+        return ""
+    if not first.startswith(b"#!"):
+        return ""
+    words = first[2:].decode("utf-8", "replace").split()
+    return words[0] if words and words[0].startswith("/") else ""
+
+
+class McpBridge:
+    def __init__(
+        self,
+        config: Config,
+        registry: Registry,
+        *,
+        state_dir: Path,
+        secrets: Mapping[str, str],
+        environ: Mapping[str, str] | None = None,
+        sandbox: Sandbox | None = None,
+        hidden: list[Path] | None = None,
+        client_version: str = "",
+    ) -> None:
+        self.config = config
+        self.registry = registry
+        self.state_dir = state_dir
+        self.secrets = dict(secrets)
+        self.environ = dict(os.environ if environ is None else environ)
+        self.sandbox = sandbox
+        self.hidden = list(hidden or [])
+        self._names: dict[str, list[str]] = {}  # server -> registry names of its tools
+        self._started = False
+        m = config.mcp
+        specs = [
+            ServerSpec(name, self._transport_factory(name, s), s.timeout_s, s.enabled)
+            for name, s in m.servers.items()
+        ]
+        self.manager = McpManager(
+            specs,
+            on_tools=self._add_tools,
+            on_gone=self._remove_tools,
+            health_interval_s=m.health_interval_s,
+            reconnect_first_s=m.reconnect_first_s,
+            reconnect_max_s=m.reconnect_max_s,
+            reconnect_attempts=m.reconnect_attempts,
+            client_version=client_version,
+        )
+
+    # -- lifecycle -------------------------------------------------------------
+    async def start(self, wait_s: float | None = None) -> None:
+        """Connect every enabled server; wait (bounded) for the first attempts so the first turn
+        already sees their tools."""
+        if wait_s is None:
+            timeouts = [s.connect_timeout_s for s in self.manager.specs.values() if s.enabled]
+            wait_s = min(max(timeouts, default=0.0), FIRST_CONNECT_WAIT_CAP_S)
+        self._started = True
+        await self.manager.start(wait_s)
+
+    async def stop(self) -> None:
+        await self.manager.stop()
+
+    def reconnect(self, name: str) -> str:
+        return self.manager.reconnect(name)
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        return {name: st.as_dict() for name, st in self.manager.status.items()}
+
+    # -- the registry ------------------------------------------------------------
+    def _add_tools(self, server: str, tools: list[dict[str, Any]]) -> dict[str, str]:
+        cfg = self.config.mcp.servers[server]
+        by_name = {str(t.get("name")): t for t in tools if isinstance(t.get("name"), str) and t.get("name")}
+        broken: dict[str, str] = {}
+        names: list[str] = []
+        taken = set(self.registry.names())
+        for remote in allowed_tools(cfg, list(by_name)):
+            spec = by_name[remote]
+            schema = spec.get("inputSchema")
+            if not isinstance(schema, dict):
+                broken[remote] = "no inputSchema object"
+                continue
+            try:
+                compile_schema(schema)
+            except SchemaError as e:
+                broken[remote] = f"its input schema does not compile: {e}"
+                continue
+            name = tool_name(server, remote, taken)
+            tool = McpTool(
+                self.manager,
+                server=server,
+                remote_name=remote,
+                name=name,
+                description=str(spec.get("description") or ""),
+                parameters=schema,
+                timeout_s=cfg.timeout_s,
+            )
+            self.registry.register(tool, replace=False)
+            taken.add(name)
+            names.append(name)
+        self._names[server] = names
+        self._publish_groups()
+        return broken
+
+    def _remove_tools(self, server: str) -> None:
+        for name in self._names.pop(server, []):
+            self.registry.unregister(name)
+        self._publish_groups()
+
+    def _publish_groups(self) -> None:
+        policy = self.registry.policy
+        policy.register_group("mcp", [n for names in self._names.values() for n in names])
+        for server in self.config.mcp.servers:
+            policy.register_group(f"mcp:{server}", self._names.get(server, []))
+
+    # -- transports ----------------------------------------------------------------
+    def _secret(self, server: str, kind: str, var: str) -> str:
+        value = self.secrets.get(f"mcp.{server}.{kind}.{var}")
+        if value is None:
+            key = "env_from/env_files" if kind == "env" else "headers_from/header_files"
+            raise McpError(f"the secret for {var} (mcp.servers.{server}.{key}) could not be read")
+        return value
+
+    def _headers(self, server: str, cfg: McpServerConfig) -> dict[str, str]:
+        headers = dict(cfg.headers)
+        for header in [*cfg.headers_from, *cfg.header_files]:
+            headers[header] = self._secret(server, "header", header)
+        return headers
+
+    def _transport_factory(self, name: str, cfg: McpServerConfig) -> Any:
+        def make() -> Transport:
+            if cfg.transport == "http":
+                return StreamableHttpTransport(name, cfg.url, self._headers(name, cfg), cfg.timeout_s)
+            if cfg.transport == "sse":
+                return SseTransport(name, cfg.url, self._headers(name, cfg), cfg.timeout_s)
+            return StdioTransport(name, lambda: self._spawn(name, cfg), cfg.command)
+
+        return make
+
+    async def _spawn(self, name: str, cfg: McpServerConfig) -> ChildProcess:
+        env = {k: self.environ[k] for k in PASSED_ENV if k in self.environ}
+        env.setdefault("PATH", DEFAULT_PATH)
+        env.setdefault("LANG", "C.UTF-8")
+        home = Path(cfg.cwd) if cfg.cwd else self.state_dir / "mcp" / name
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        home = home.resolve()
+        env["HOME"] = str(home)
+        env.update(cfg.env)
+        for var in [*cfg.env_from, *cfg.env_files]:
+            env[var] = self._secret(name, "env", var)
+        program = cfg.command if os.path.isabs(cfg.command) else shutil.which(cfg.command, path=env["PATH"])
+        if not program:
+            raise McpError(f"{cfg.command!r} is not found on PATH ({env['PATH']})")
+        argv = [program, *cfg.args]
+        if cfg.sandbox:
+            if self.sandbox is None:
+                raise McpError("no sandbox is configured for stdio servers")
+            launch = await self.sandbox.launch(
+                argv,
+                workspace=home,
+                cwd=home,
+                env=env,
+                network=cfg.network,
+                timeout_s=cfg.timeout_s,
+                hidden=[*hidden_entries(self.state_dir, home), *(p for p in self.hidden if p.exists())],
+                keep_visible=installation_of(program),
+            )
+        else:
+            launch = Launch(
+                argv=argv, env=env, cwd=home, backend="host", parent_death=parent_death_launcher()
+            )
+        return await ChildProcess.start(
+            launch, stdin=True, separate_stderr=True, read_limit=MAX_MESSAGE_BYTES
+        )
+
+
+def install_mcp(runtime: Runtime) -> McpBridge | None:
+    """The bridge for `[mcp.servers.*]`, started when the runtime is ready, stopped at its close."""
+    config = runtime.config
+    if not config.mcp.servers:
+        return None
+    from edgeclaw import __version__
+    from edgeclaw.sandbox.manager import Sandbox
+    from edgeclaw.tools.shell_setup import hidden_from_commands, sandbox_settings
+
+    bridge = McpBridge(
+        config,
+        runtime.registry,
+        state_dir=runtime.state_dir,
+        secrets=runtime.secrets,
+        sandbox=Sandbox(sandbox_settings(config)),
+        hidden=hidden_from_commands(config),
+        client_version=__version__,
+    )
+    runtime.on_ready(bridge.start)
+    runtime.on_close(bridge.stop)
+    return bridge

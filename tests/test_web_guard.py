@@ -267,6 +267,16 @@ async def test_the_connection_goes_to_the_vetted_address_with_the_name_as_host(s
     assert site.seen[0].headers["host"] == f"device.lan:{site.port}"
 
 
+async def test_a_vetted_address_that_does_not_answer_gives_way_to_the_next(site: Site) -> None:
+    """127.0.0.2 has nothing on the port (refused at once): the name's second address serves."""
+    names = Names(twice_lan=["127.0.0.2", "127.0.0.1"], bad_lan=["127.0.0.2", "10.0.0.1"])
+    p = policy(site, allow_networks=(ipaddress.ip_network("127.0.0.0/30"),), resolver=names)
+    response = await fetch(WebRequest(site.url(host="twice.lan")), p)
+    assert response.status == 200 and site.seen[0].headers["host"] == f"twice.lan:{site.port}"
+    with pytest.raises(WebBlocked, match=r"bad\.lan resolves to 10\.0\.0\.1"):
+        await fetch(WebRequest(site.url(host="bad.lan")), p)  # every address is checked, not just the first
+
+
 async def test_tls_keeps_the_host_name_for_sni_and_the_certificate(tmp_path: Path) -> None:
     server_ctx, client_ctx = make_cert(tmp_path, "device.test")
     with Site(tls=server_ctx) as tls_site:

@@ -105,7 +105,11 @@ def _default_ssl_context() -> ssl.SSLContext:
     return _ssl_context
 
 
-def _pinned_backend(pins: dict[tuple[str, int], str]) -> Any:
+# When a name has several addresses, each but the last gets this long to accept the connection.
+_ATTEMPT_TIMEOUT_S: Final = 3.0
+
+
+def _pinned_backend(pins: dict[tuple[str, int], tuple[str, ...]]) -> Any:
     import httpcore
 
     class PinnedBackend(httpcore.AsyncNetworkBackend):
@@ -122,10 +126,18 @@ def _pinned_backend(pins: dict[tuple[str, int], str]) -> Any:
             local_address: str | None = None,
             socket_options: Any = None,
         ) -> httpcore.AsyncNetworkStream:
-            address = pins.get((normalize_host(host), port))
-            if address is None:  # fail closed: a connection nobody vetted
+            addresses = pins.get((normalize_host(host), port))
+            if not addresses:  # fail closed: a connection nobody vetted
                 raise WebBlocked(f"blocked: {host}:{port} was not checked by the guard")
-            return await self._inner.connect_tcp(address, port, timeout, local_address, socket_options)
+            for address in addresses[:-1]:
+                attempt = _ATTEMPT_TIMEOUT_S if timeout is None else min(timeout, _ATTEMPT_TIMEOUT_S)
+                try:
+                    return await self._inner.connect_tcp(
+                        address, port, attempt, local_address, socket_options
+                    )
+                except (httpcore.ConnectError, httpcore.ConnectTimeout):
+                    continue  # the next vetted address
+            return await self._inner.connect_tcp(addresses[-1], port, timeout, local_address, socket_options)
 
         async def connect_unix_socket(
             self,
@@ -151,7 +163,7 @@ def _guarded_transport(policy: NetworkPolicy) -> httpx.AsyncBaseTransport:
         """Vets each request's target, then sends it directly (pinned) or through the proxy."""
 
         def __init__(self) -> None:
-            self._pins: dict[tuple[str, int], str] = {}
+            self._pins: dict[tuple[str, int], tuple[str, ...]] = {}
             self._direct = httpx.AsyncHTTPTransport(verify=ssl_context, trust_env=False)
             # httpx has no switch for the network backend, so its pool is replaced by one that
             # connects through PinnedBackend (same settings otherwise).
@@ -169,7 +181,7 @@ def _guarded_transport(policy: NetworkPolicy) -> httpx.AsyncBaseTransport:
             target = await vet(url.scheme, url.raw_host.decode("ascii"), url.port, policy)
             self.last = target
             if target.proxy is None:
-                self._pins[(target.host, target.port)] = target.address
+                self._pins[(target.host, target.port)] = (target.address, *target.alternatives)
                 return await self._direct.handle_async_request(request)
             transport = self._proxied.get(target.proxy)
             if transport is None:

@@ -190,9 +190,14 @@ async def system_resolver(host: str, port: int) -> list[str]:
     """The system's resolver (getaddrinfo), each address once, in the order it gave them."""
     loop = asyncio.get_running_loop()
     try:
-        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as e:
-        raise WebError(f"cannot resolve {host}: {e.strerror}") from None
+        # AI_ADDRCONFIG: no IPv6 answers on a board without an IPv6 address (and the same for IPv4).
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_ADDRCONFIG)
+    except socket.gaierror:
+        # A board with only loopback up has no "configured" family at all: ask without the filter.
+        try:
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except socket.gaierror as e:
+            raise WebError(f"cannot resolve {host}: {e.strerror}") from None
     addresses: list[str] = []
     for _family, _type, _proto, _canon, sockaddr in infos:
         text = str(sockaddr[0])
@@ -236,6 +241,9 @@ class Vetted:
     port: int
     address: str
     proxy: str | None = None  # the proxy URL the request goes through, when the environment sets one
+    # The name's other addresses, every one checked too: tried in order when `address` does not
+    # answer (an AAAA record first on a board without an IPv6 route).
+    alternatives: tuple[str, ...] = ()
 
 
 def normalize_host(host: str) -> str:
@@ -300,7 +308,8 @@ async def vet(scheme: str, host: str, port: int | None, policy: NetworkPolicy) -
             what = f"{address} is" if literal is not None else f"{host} resolves to {address},"
             raise WebBlocked(f"blocked: {what} {reason}; {_ALLOW_HINT}")
     proxy = proxy_for(scheme.lower(), host, policy.environ)
-    return Vetted(scheme.lower(), host, port, str(addresses[0]), proxy)
+    texts = [str(a) for a in addresses]
+    return Vetted(scheme.lower(), host, port, texts[0], proxy, tuple(texts[1:]))
 
 
 # -- the proxy from the environment ------------------------------------------------------------

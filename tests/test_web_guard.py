@@ -448,10 +448,14 @@ async def test_an_environment_proxy_is_used_but_the_target_is_still_vetted(site:
             with pytest.raises(WebBlocked, match=rule):
                 await fetch(WebRequest(url), p)
         assert len(proxy.requests) == 1  # none of the refused targets reached the proxy
+        # An allowed https target is tunnelled: CONNECT to the name (TLS stays end to end).
+        with pytest.raises(WebError, match=r"ProxyError|403"):
+            await fetch(WebRequest("https://public.test/"), p)
+        assert proxy.requests[-1][:2] == ("CONNECT", "public.test:443")
         # NO_PROXY sends an allowed target directly.
         direct = policy(site, allow_networks=LOOPBACK, environ={**env, "NO_PROXY": "example.org,127.0.0.1"})
         assert (await fetch(WebRequest(site.url()), direct)).body == b"hello from loopback"
-        assert len(proxy.requests) == 1
+        assert len(proxy.requests) == 2
 
 
 async def test_a_proxy_that_cannot_be_reached_is_named_without_its_password() -> None:

@@ -33,7 +33,7 @@ from typing import Any
 from edgeclaw import __version__
 from edgeclaw.agent import context_budget, history, slash, tool_help, tool_selection
 from edgeclaw.agent.channel import InboundMessage, Reply
-from edgeclaw.agent.messages import Message
+from edgeclaw.agent.messages import Message, ToolCall
 from edgeclaw.agent.prompt import PromptBuilder
 from edgeclaw.agent.providers.base import Provider, ProviderError
 from edgeclaw.agent.providers.chain import ProviderChain
@@ -344,9 +344,18 @@ class AgentLoop:
                 self._store(key, channel, reply, completion.provider)
                 messages.append(reply)
                 if not reply.tool_calls:
-                    return completion.text.strip() or "(the model gave an empty answer)", True
+                    answer = completion.text.strip() or "(the model gave an empty answer)"
+                    return answer + (CUT_OFF if completion.truncated else ""), True
                 ctx = dataclasses.replace(base_ctx, provider=completion.provider)
                 for call in reply.tool_calls:
+                    # A call cut off by the token limit, or whose arguments are no JSON object, is not
+                    # run; its result tells the model why, so it can make the call again.
+                    refusal = _not_run(call, completion.truncated)
+                    if refusal:
+                        result = Message("tool", refusal, tool_call_id=call.id, name=call.name, is_error=True)
+                        self._store(key, channel, result)
+                        messages.append(result)
+                        continue
                     outcome = await self.registry.execute(call.name, call.arguments, ctx)
                     result = Message(
                         "tool",
@@ -576,6 +585,8 @@ class AgentLoop:
         for provider in self.chain.providers:
             h = self.chain.health[provider.name]
             state = "not tried yet" if h.ok is None else ("ok" if h.ok else f"failing: {h.last_error}")
+            if getattr(provider, "tools_supported", None) is False:
+                state += "; takes no tools (plain chat and slash commands only)"
             lines.append(f"  model {provider.name} ({provider.kind}, {provider.model}): {state}")
         totals = self.registry.stats.totals()
         lines.append(
@@ -583,6 +594,24 @@ class AgentLoop:
         )
         lines.append(f"  sessions with a turn running: {len(self._turns)}")
         return "\n".join(lines)
+
+
+CUT_OFF = "\n(The answer was cut off at the model's token limit, max_tokens.)"
+
+
+def _not_run(call: ToolCall, truncated: bool) -> str:
+    """Why a call the model made is not run ("" = it is run)."""
+    if truncated:
+        return (
+            f"not run: your answer was cut off at the token limit before it ended, so this call to "
+            f"{call.name} may be incomplete. Make the call again (with shorter arguments if they were long)."
+        )
+    if call.problem:
+        return (
+            f"not run: the arguments of your call to {call.name} were not a JSON object ({call.problem}). "
+            "Make the call again with its arguments as one JSON object."
+        )
+    return ""
 
 
 def _unique_ids(calls: Any) -> list[Any]:

@@ -13,7 +13,12 @@ Role = Literal["system", "user", "assistant", "tool"]
 class ToolCall:
     id: str
     name: str
-    arguments: str  # raw JSON text, exactly as the model produced it (it may be invalid)
+    # JSON text of an object: the model's own text when it was valid (byte-exact, for prompt caches),
+    # else repaired or replaced by a short error object (agent.tool_args), never invalid JSON.
+    arguments: str
+    # Why the model's arguments could not be used ("" = they can): such a call is never run, and its
+    # result tells the model its call was malformed. Not stored: the result says it.
+    problem: str = ""
 
 
 @dataclass(slots=True)
@@ -59,6 +64,7 @@ class Message:
 class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_tokens: int = 0  # of input_tokens, how many the server took from its prompt cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,3 +76,6 @@ class Completion:
     usage: Usage = Usage()
     provider: str = ""
     model: str = ""
+    # The answer stopped at the token limit (OpenAI finish_reason "length", Anthropic stop_reason
+    # "max_tokens", Ollama done_reason "length"): its tool calls may be cut off, so none is run.
+    truncated: bool = False

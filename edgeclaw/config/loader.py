@@ -126,6 +126,7 @@ RANGES: tuple[Range, ...] = (
 # The same for each [providers.NAME] table.
 PROVIDER_RANGES = (
     Range("timeout_s", 0, above=True),
+    Range("idle_timeout_s", 0, above=True),
     Range("max_tokens", 1),
     Range("context_tokens", 0, note=" (0 = ask the server)"),
 )
@@ -311,6 +312,10 @@ def config_problems(config: Config) -> list[ConfigError]:
         check_ranges(provider, PROVIDER_RANGES, fail, f"providers.{name}.")
         if provider.base_url and (problem := _url_problem(provider.base_url)):
             fail(f"providers.{name}.base_url", problem)
+        if provider.keep_alive and provider.kind != "ollama":
+            fail(f"providers.{name}.keep_alive", 'only a kind "ollama" provider keeps a model loaded')
+        elif provider.keep_alive and not re.fullmatch(r"-1|\d+(\.\d+)?(ms|s|m|h)?", provider.keep_alive):
+            fail(f"providers.{name}.keep_alive", 'expected a duration: "30s", "10m", "1h", "0" or "-1"')
     if config.mqtt.password_env and config.mqtt.password_file:
         fail("mqtt", "set password_env or password_file, not both")
     if not config.mqtt.topic_prefix or any(c in config.mqtt.topic_prefix for c in "#+"):

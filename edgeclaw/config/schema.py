@@ -43,13 +43,16 @@ class AgentRoute:
 
 @dataclass
 class ProviderConfig:
-    kind: Literal["openai", "anthropic"]
+    kind: Literal["openai", "anthropic", "ollama"]
     model: str
-    base_url: str = ""  # empty = the kind's public endpoint
+    base_url: str = ""  # empty = the kind's public endpoint (Ollama: http://127.0.0.1:11434)
     api_key_env: str = ""
     api_key_file: str = ""
-    timeout_s: float = 60.0
+    timeout_s: float = 600.0  # the whole answer
+    idle_timeout_s: float = 120.0  # no byte for this long (the prompt's evaluation included): stalled
+    stream: bool = True  # ask for the answer as a stream (its text reaches people as it comes)
     max_tokens: int = 1024
+    keep_alive: str = ""  # Ollama: how long the model stays loaded after a request ("10m"); "" = the server's
     # The model's context in tokens; 0 = ask the server (llama.cpp /props, Ollama /api/show).
     # Known, every request is fitted to it (system prompt, history, a subset of the tools).
     context_tokens: int = 0

@@ -170,9 +170,15 @@ def _provider(name: str, runtime: Runtime, client: SharedClient) -> Provider:
         "base_url": cfg.base_url,
         "api_key": api_key,
         "timeout_s": cfg.timeout_s,
+        "idle_timeout_s": cfg.idle_timeout_s,
+        "stream": cfg.stream,
         "max_tokens": cfg.max_tokens,
         "scrub": runtime.registry.scrubber.scrub,  # every configured secret stays out of request bodies
     }
+    if cfg.kind == "ollama":
+        from edgeclaw.agent.providers.ollama import OllamaProvider
+
+        return OllamaProvider(name, client, keep_alive=cfg.keep_alive, **kwargs)  # type: ignore[arg-type]
     if cfg.kind == "anthropic":
         from edgeclaw.agent.providers.anthropic import AnthropicProvider
 

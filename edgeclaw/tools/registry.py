@@ -26,6 +26,7 @@ from typing import Any
 from edgeclaw.errors import BackendError, ToolError, ToolRefused
 from edgeclaw.tools.audit import AuditRecord, ToolStats, args_digest
 from edgeclaw.tools.base import PendingApproval, Tool, ToolContext, ToolInfo, ToolResult
+from edgeclaw.tools.model_schema import for_models
 from edgeclaw.tools.policy import PolicyEngine
 from edgeclaw.tools.ratelimit import RateLimiter
 from edgeclaw.tools.schema import ArgumentError, compile_schema
@@ -121,6 +122,8 @@ class Registry:
         self.stats = ToolStats()
         self._tools: dict[str, _Registered] = {}
         self._sinks: list[AuditSink] = []
+        # Told after every change of the tool table (MCP clients are sent list_changed from it).
+        self._change_listeners: list[Callable[[], None]] = []
         self._in_flight: set[asyncio.Timeout] = set()
         self._idle: asyncio.Event | None = None
         self._stopping = False
@@ -147,6 +150,19 @@ class Registry:
     def _changed(self) -> None:
         self.policy.set_tools({name: r.info.group for name, r in self._tools.items()})
         self._definitions.clear()
+        for listener in list(self._change_listeners):
+            try:
+                listener()
+            except Exception:
+                log.exception("tool table listener failed")
+
+    def add_change_listener(self, listener: Callable[[], None]) -> None:
+        """Call `listener` after each tool registered, replaced or removed."""
+        self._change_listeners.append(listener)
+
+    def remove_change_listener(self, listener: Callable[[], None]) -> None:
+        if listener in self._change_listeners:
+            self._change_listeners.remove(listener)
 
     def get(self, name: str) -> Tool | None:
         entry = self._tools.get(name)
@@ -174,6 +190,8 @@ class Registry:
             return cached
         out: list[dict[str, Any]] = []
         for info in self.infos(ctx):
+            # What every server's grammar builder accepts; calls are still checked against the real schema.
+            parameters = for_models(info.parameters)
             if fmt == "openai":
                 out.append(
                     {
@@ -181,13 +199,13 @@ class Registry:
                         "function": {
                             "name": info.name,
                             "description": info.description,
-                            "parameters": info.parameters,
+                            "parameters": parameters,
                         },
                     }
                 )
             elif fmt == "anthropic":
                 out.append(
-                    {"name": info.name, "description": info.description, "input_schema": info.parameters}
+                    {"name": info.name, "description": info.description, "input_schema": parameters}
                 )
             else:
                 raise ValueError(f"unknown definition format {fmt!r} (expected 'openai' or 'anthropic')")

@@ -1,14 +1,16 @@
-"""Anthropic Messages API with tool_use / tool_result blocks."""
+"""Anthropic Messages API with tool_use / tool_result blocks, whole or streamed (server-sent events)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from edgeclaw.agent.messages import Completion, Message, ToolCall, Usage
 from edgeclaw.agent.providers.endpoints import ANTHROPIC_BASE_URL
-from edgeclaw.agent.providers.http import HttpProvider, malformed
+from edgeclaw.agent.providers.http import HttpProvider, StreamReader, malformed, usage_int
+from edgeclaw.agent.tool_args import for_wire, tool_call
 
 DEFAULT_BASE_URL = ANTHROPIC_BASE_URL
 API_VERSION = "2023-06-01"
@@ -34,8 +36,23 @@ def cache_marked(
     return blocks, tools
 
 
+def _usage(data: Any, previous: Usage | None = None) -> Usage:
+    """Anthropic's usage block; cache reads are prompt tokens too, counted apart by the API."""
+    previous = previous or Usage()
+    if not isinstance(data, dict):
+        return previous
+    cached = usage_int(data.get("cache_read_input_tokens"))
+    fresh = usage_int(data.get("input_tokens")) + usage_int(data.get("cache_creation_input_tokens"))
+    return Usage(
+        fresh + cached if "input_tokens" in data else previous.input_tokens,
+        usage_int(data.get("output_tokens")) if "output_tokens" in data else previous.output_tokens,
+        cached if "cache_read_input_tokens" in data else previous.cached_tokens,
+    )
+
+
 class AnthropicProvider(HttpProvider):
     kind = "anthropic"
+    tool_format = "anthropic"
     default_base_url = DEFAULT_BASE_URL
 
     @property
@@ -79,29 +96,23 @@ class AnthropicProvider(HttpProvider):
                 blocks: list[dict[str, Any]] = (
                     [{"type": "text", "text": m.content}] if m.content.strip() else []
                 )
-                for c in m.tool_calls:
-                    try:
-                        value = json.loads(c.arguments) if c.arguments.strip() else {}
-                    except json.JSONDecodeError:
-                        value = None
-                    # The API only takes an object here; a model's broken arguments are kept as text.
-                    blocks.append(
-                        {
-                            "type": "tool_use",
-                            "id": c.id,
-                            "name": c.name,
-                            "input": value if isinstance(value, dict) else {"_raw": c.arguments},
-                        }
-                    )
+                # The API only takes an object as `input`: for_wire makes one of anything stored.
+                blocks += [
+                    {
+                        "type": "tool_use",
+                        "id": c.id,
+                        "name": c.name,
+                        "input": json.loads(for_wire(c.arguments)),
+                    }
+                    for c in m.tool_calls
+                ]
                 if blocks:  # nothing to say: leave it out, the user turns around it merge
                     add("assistant", blocks)
             elif m.role == "user":
                 add("user", [{"type": "text", "text": m.content}])
         return out
 
-    async def _complete(
-        self, system: str, messages: Sequence[Message], tools: list[dict[str, Any]]
-    ) -> Completion:
+    def _body(self, system: str, messages: Sequence[Message], tools: list[dict[str, Any]]) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
             "max_tokens": self._max_tokens,
@@ -112,7 +123,9 @@ class AnthropicProvider(HttpProvider):
             body["system"] = system_blocks
         if tools:
             body["tools"] = tools
-        data = await self._post(self._url, body, self._headers)
+        return body
+
+    def _parse(self, data: dict[str, Any]) -> Completion:
         content = data.get("content")
         if not isinstance(content, list):
             raise malformed(self.name, "no content blocks")
@@ -125,17 +138,98 @@ class AnthropicProvider(HttpProvider):
                 texts.append(str(block.get("text", "")))
             elif block.get("type") == "tool_use":
                 calls.append(
-                    ToolCall(
-                        str(block.get("id", "")),
-                        str(block.get("name", "")),
-                        json.dumps(block.get("input", {})),
-                    )
+                    tool_call(str(block.get("id", "")), str(block.get("name", "")), block.get("input"))
                 )
-        usage = data.get("usage") or {}
         return Completion(
             text="".join(texts),
             tool_calls=tuple(calls),
-            usage=Usage(int(usage.get("input_tokens", 0) or 0), int(usage.get("output_tokens", 0) or 0)),
+            usage=_usage(data.get("usage")),
             provider=self.name,
             model=str(data.get("model") or self.model),
+            truncated=data.get("stop_reason") == "max_tokens",
         )
+
+    def _reader(self) -> StreamReader:
+        return _EventReader(self.name, self.model)
+
+
+@dataclass
+class _Block:
+    type: str
+    id: str = ""
+    name: str = ""
+    parts: list[str] = field(default_factory=list)  # text, or the tool input's JSON text in pieces
+    start_input: Any = None  # the input content_block_start carried (an object, usually empty)
+
+
+@dataclass
+class _EventReader:
+    """Messages-API stream events into one answer: blocks by index, tool input from its JSON deltas."""
+
+    provider: str
+    model: str
+    blocks: dict[int, _Block] = field(default_factory=dict)
+    stop_reason: str | None = None
+    stopped: bool = False
+    usage: Usage = field(default_factory=Usage)
+    answered_by: str = ""
+
+    def feed(self, event: dict[str, Any]) -> str:
+        kind = event.get("type")
+        if kind == "message_start":
+            message = event.get("message") if isinstance(event.get("message"), dict) else {}
+            self.answered_by = str(message.get("model") or "")
+            self.usage = _usage(message.get("usage"), self.usage)
+        elif kind == "content_block_start":
+            block = event.get("content_block")
+            if not isinstance(block, dict):
+                raise malformed(self.provider, "content_block_start without a block")
+            self.blocks[_index(event)] = _Block(
+                str(block.get("type", "")),
+                str(block.get("id", "")),
+                str(block.get("name", "")),
+                [str(block["text"])] if block.get("text") else [],
+                block.get("input"),
+            )
+        elif kind == "content_block_delta":
+            delta = event.get("delta") if isinstance(event.get("delta"), dict) else {}
+            block = self.blocks.setdefault(_index(event), _Block("text"))
+            if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
+                block.parts.append(delta["text"])
+                return delta["text"] if block.type == "text" else ""
+            if delta.get("type") == "input_json_delta" and isinstance(delta.get("partial_json"), str):
+                block.parts.append(delta["partial_json"])
+        elif kind == "message_delta":
+            delta = event.get("delta") if isinstance(event.get("delta"), dict) else {}
+            if delta.get("stop_reason"):
+                self.stop_reason = str(delta["stop_reason"])
+            self.usage = _usage(event.get("usage"), self.usage)
+        elif kind == "message_stop":
+            self.stopped = True
+        return ""
+
+    def finish(self) -> Completion:
+        if not self.stopped:
+            raise malformed(self.provider, "the stream ended before the answer did (no message_stop)")
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        for _, block in sorted(self.blocks.items()):
+            if block.type == "text":
+                texts.append("".join(block.parts))
+            elif block.type == "tool_use":
+                raw = "".join(block.parts)
+                given = raw if raw.strip() else block.start_input  # no deltas: the start's input stands
+                calls.append(tool_call(block.id, block.name, given))
+        return Completion(
+            text="".join(texts),
+            tool_calls=tuple(calls),
+            usage=self.usage,
+            provider=self.provider,
+            model=self.answered_by or self.model,
+            truncated=self.stop_reason == "max_tokens",
+        )
+
+
+def _index(event: dict[str, Any]) -> int:
+    index = event.get("index")
+    return index if isinstance(index, int) else 0

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import email.utils
+import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -17,13 +18,41 @@ class ProviderError(EdgeclawError):
 
     `retryable` errors (429, 5xx, connection trouble, timeouts, a truncated
     body) are tried again on the same provider; the others (401, 400, …) go
-    straight to the next provider in the chain.
+    straight to the next provider in the chain. `status` is the HTTP status when
+    the server answered with one, `body` its error body as answered (already
+    scrubbed); the chain gives up on a 5xx that comes back the same (`signature`):
+    the server refuses this request, it did not stumble.
     """
 
-    def __init__(self, message: str, *, retryable: bool, retry_after: float | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        retry_after: float | None = None,
+        status: int | None = None,
+        body: str = "",
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.retry_after = retry_after
+        self.status = status
+        self.body = body
+
+    @property
+    def signature(self) -> tuple[int, str] | None:
+        """What makes two answers "the same refusal": the status and the server's words."""
+        return None if self.status is None else (self.status, error_detail(self.body))
+
+    def with_message(self, message: str) -> ProviderError:
+        """The same error with another message (scrubbed, say), every field kept."""
+        return ProviderError(
+            message,
+            retryable=self.retryable,
+            retry_after=self.retry_after,
+            status=self.status,
+            body=self.body,
+        )
 
 
 @dataclass(frozen=True)
@@ -33,15 +62,31 @@ class ToolSpec:
     definitions: list[dict[str, Any]]
 
 
+# Receives the answer's text as it arrives, piece by piece (a streamed answer), or whole.
+TextSink = Callable[[str], None]
+
+
 class Provider(Protocol):
     name: str
-    kind: str  # "openai" | "anthropic": also the registry's definition format
+    kind: str  # "openai" | "anthropic" | "ollama": the wire protocol
+    tool_format: str  # the registry's definition format: "openai" (also Ollama's) or "anthropic"
     model: str
+    # Whether the model takes tool definitions: None until known (assumed yes), False for a model
+    # that does not (Ollama says so in /api/show): it is sent none, and answers in plain text.
+    tools_supported: bool | None
 
     async def complete(
-        self, system: str, messages: Sequence[Message], tools: list[dict[str, Any]]
+        self,
+        system: str,
+        messages: Sequence[Message],
+        tools: list[dict[str, Any]],
+        on_text: TextSink | None = None,
     ) -> Completion:
-        """One request. Raises ProviderError."""
+        """One request; the answer's text also goes to `on_text` as it arrives. Raises ProviderError."""
+        ...
+
+    async def probe_tools(self) -> bool | None:
+        """Learn `tools_supported` from the server when it can say (cached); never raises."""
         ...
 
 
@@ -61,21 +106,66 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
+# 4xx statuses that say "not now" rather than "not this request".
+TRANSIENT_CLIENT_STATUSES = frozenset({408, 409, 425, 429})
+# 5xx statuses that say "this server will never do this": no point asking again.
+PERMANENT_SERVER_STATUSES = frozenset({501, 505})
+DETAIL_CHARS = 300
+
+
+def error_detail(body: str) -> str:
+    """What an error body says, in one line: the message of a JSON error (OpenAI, llama.cpp,
+    Anthropic, Ollama shapes), else the text itself, cut at DETAIL_CHARS."""
+    text = body.strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        error = data.get("error", data)
+        message = error.get("message") if isinstance(error, dict) else error
+        if isinstance(message, str) and message.strip():
+            text = message
+    text = " ".join(text.split())
+    return text if len(text) <= DETAIL_CHARS else text[:DETAIL_CHARS] + "…"
+
+
 def http_error(provider: str, status: int, body: str, retry_after: str | None) -> ProviderError:
-    """Map an HTTP status to a ProviderError with a message a person can act on."""
-    detail = body.strip().replace("\n", " ")[:200]
+    """Map an HTTP status to a ProviderError with a message a person can act on.
+
+    The server's own words are kept, for a 5xx too: "HTTP 500" alone does not say that the chat
+    template could not render the request, or that the context is too small.
+    """
+    detail = error_detail(body)
+    said = f": {detail}" if detail else ""
+    wait = parse_retry_after(retry_after)
     if status == 429:
         return ProviderError(
-            f"{provider}: rate limited (HTTP 429)", retryable=True, retry_after=parse_retry_after(retry_after)
+            f"{provider}: rate limited (HTTP 429){said}",
+            retryable=True,
+            retry_after=wait,
+            status=status,
+            body=body,
         )
     if status >= 500:
         return ProviderError(
-            f"{provider}: server error (HTTP {status})",
-            retryable=True,
-            retry_after=parse_retry_after(retry_after),
+            f"{provider}: server error (HTTP {status}){said}",
+            retryable=status not in PERMANENT_SERVER_STATUSES,
+            retry_after=wait,
+            status=status,
+            body=body,
         )
     if status in (401, 403):
         return ProviderError(
-            f"{provider}: not authorised (HTTP {status}); check the API key", retryable=False
+            f"{provider}: not authorised (HTTP {status}); check the API key{said}",
+            retryable=False,
+            status=status,
+            body=body,
         )
-    return ProviderError(f"{provider}: request refused (HTTP {status}): {detail}", retryable=False)
+    return ProviderError(
+        f"{provider}: request refused (HTTP {status}){said}",
+        retryable=status in TRANSIENT_CLIENT_STATUSES,
+        retry_after=wait,
+        status=status,
+        body=body,
+    )

@@ -3,7 +3,10 @@
 Retryable failures (429, 5xx, connection trouble, timeouts, truncated
 bodies) are retried on the same provider with jittered exponential backoff,
 honouring Retry-After up to a cap; a Retry-After beyond the cap moves on to
-the next provider at once rather than stalling a technician's turn.
+the next provider at once rather than stalling a technician's turn. A 5xx
+that comes back the same is given up on this provider after its second try;
+4xx answers (but 408, 425 and 429) are never retried: the next provider is
+asked at once, and the server's own words are kept in the error.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgeclaw.agent.messages import Completion, Message
-from edgeclaw.agent.providers.base import Provider, ProviderError
+from edgeclaw.agent.providers.base import Provider, ProviderError, TextSink
 
 log = logging.getLogger("edgeclaw.providers")
 
@@ -91,23 +94,33 @@ class ProviderChain:
         messages: Sequence[Message],
         tools_for: ToolsFor,
         fit: FitRequest | None = None,
+        on_text: TextSink | None = None,
     ) -> Completion:
+        """The first answer any provider gives. `on_text` receives its text as it arrives; a retry
+        or a fallback after some text went out starts over (the final answer is the completion's)."""
         failures: list[str] = []
         for provider in self.providers:
             health = self.health[provider.name]
-            tools = tools_for(provider.name, provider.kind)
+            # A model that takes no tools (Ollama says so) is sent none: it answers in plain text.
+            supported = await provider.probe_tools()
+            tools = tools_for(provider.name, provider.tool_format) if supported is not False else []
+            refused: tuple[int, str] | None = None
             sent_system, sent = system, messages
             if fit is not None:  # each provider's own context: a fallback may take more than the first
                 sent_system, sent, tools = await fit(provider, system, messages, tools)
             for attempt in range(self.retry.attempts):
                 health.requests += 1
                 try:
-                    completion = await provider.complete(sent_system, sent, tools)
+                    completion = await provider.complete(sent_system, sent, tools, on_text)
                 except ProviderError as e:
                     health.ok, health.last_error = False, str(e)
                     health.failures += 1
                     log.warning("%s (attempt %d of %d)", e, attempt + 1, self.retry.attempts)
-                    delay = self._delay(attempt, e) if e.retryable else None
+                    # The same server error twice is this request's doing (a chat template that cannot
+                    # render it, a context too small), not a stumble: asking again will not help.
+                    repeated = e.signature is not None and e.signature == refused
+                    refused = e.signature if e.status is not None and e.status >= 500 else None
+                    delay = self._delay(attempt, e) if e.retryable and not repeated else None
                     if delay is None or attempt + 1 >= self.retry.attempts:
                         failures.append(str(e))
                         break

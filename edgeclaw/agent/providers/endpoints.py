@@ -10,8 +10,11 @@ from edgeclaw.config.schema import ProviderConfig
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 ANTHROPIC_BASE_URL = "https://api.anthropic.com"
+OLLAMA_BASE_URL = "http://127.0.0.1:11434"  # Ollama's own default listen address
 
 
 def provider_url(cfg: ProviderConfig) -> str:
     """The base URL a provider calls: the configured one, else its kind's public endpoint."""
-    return cfg.base_url or (ANTHROPIC_BASE_URL if cfg.kind == "anthropic" else OPENAI_BASE_URL)
+    if cfg.base_url:
+        return cfg.base_url
+    return {"anthropic": ANTHROPIC_BASE_URL, "ollama": OLLAMA_BASE_URL}.get(cfg.kind, OPENAI_BASE_URL)

@@ -84,7 +84,14 @@ class LlmProbe:
             return f"unreachable (no answer from {host}:{port}){last}"
         except OSError as e:
             return f"unreachable ({e.strerror or e}){last}"
-        return f"reachable{last}"
+        return f"reachable{await self._tools_note(endpoint)}{last}"
+
+    async def _tools_note(self, endpoint: Endpoint) -> str:
+        """Said once, here and in /status: a model that takes no tools (Ollama tells) only chats."""
+        provider = next((p for p in self.agent.chain.providers if p.name == endpoint.name), None)
+        if provider is None or await provider.probe_tools() is not False:
+            return ""
+        return ", takes no tools (plain chat and slash commands only)"
 
 
 class ConsoleChannel:

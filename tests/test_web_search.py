@@ -92,6 +92,21 @@ async def test_searxng_json_api(server):
     assert answer.hits[0].snippet == "Snippet number 1."
 
 
+async def test_searxng_whose_engines_failed_is_a_failure_not_nothing_found(server):
+    broken = documented_searxng(0)
+    broken["unresponsive_engines"] = [["google", "CAPTCHA"], ["duckduckgo", "timeout"]]
+    server.reply("/search", Reply(body=broken))
+    server.reply("/b", Reply(body=documented_brave()))
+    chain = SearchChain(
+        [at(server, "searxng", "", key=""), at(server, "brave", "/b")], fallback_on_empty=False
+    )
+    outcome = await chain.search("q", 5, loopback(server))
+    assert outcome.answer.provider == "brave"
+    assert outcome.failures == [
+        ("searxng", "no results: its engines did not answer: google (CAPTCHA), duckduckgo (timeout)")
+    ]
+
+
 async def test_searxng_url_may_name_the_search_path_and_its_token_goes_in_a_header(server):
     server.reply("/searx/search", Reply(body=documented_searxng(1)))
     await one(server, at(server, "searxng", "/searx/search"))

@@ -190,6 +190,17 @@ def searxng_request(query: str, n: int, s: ProviderSettings) -> WebRequest:
 def searxng_parse(body: bytes, n: int) -> SearchAnswer:
     data = _json(body)
     hits = _hits(data.get("results"), n, lambda r: _hit(r.get("title"), r.get("url"), r.get("content")))
+    down = data.get("unresponsive_engines")
+    if not hits and isinstance(down, list) and down:
+        # Its engines failed (a CAPTCHA, a timeout): the instance could not search, which is not
+        # "nothing found". Pairs of [engine, reason].
+        named = [
+            f"{clean_text(e[0], 40)} ({clean_text(e[1], 60)})"
+            if isinstance(e, list) and len(e) == 2
+            else clean_text(e, 40)
+            for e in down[:5]
+        ]
+        raise SearchFailed(f"no results: its engines did not answer: {', '.join(named)}")
     return SearchAnswer("searxng", hits)
 
 

@@ -19,7 +19,7 @@ from edgeclaw.config.loader import config_from_dict
 from edgeclaw.daemon.agent import build_agent
 from edgeclaw.daemon.runtime import build_runtime
 from edgeclaw.errors import ConfigErrors
-from tests.llm_server import ScriptedLLM, openai_text, openai_tools, prompt_tokens
+from tests.llm_server import Scripted, ScriptedLLM, openai_text, openai_tools, prompt_tokens
 
 MAX_TOKENS = 512
 
@@ -237,3 +237,71 @@ def test_tool_definition_tokens_for_the_bench(tmp_path):
         import asyncio
 
         asyncio.run(runtime.aclose())
+
+
+async def test_status_says_the_context_size_and_where_it_came_from(llm, agent_for):
+    llm.props = {"default_generation_settings": {"n_ctx": 2048}}
+    loop = agent_for(llm)
+    llm.reply(openai_text("hi"))
+    await loop.handle(msg("hello"))
+    status = (await loop.handle(msg("/status"))).text
+    assert "model local (openai, smol): ok; context 2048 tokens (from the server)" in status
+    configured = agent_for(llm, context_tokens=4096)
+    assert "context 4096 tokens (configured)" in (await configured.handle(msg("/status"))).text
+
+
+async def test_each_provider_of_a_fallback_chain_gets_a_request_fitted_to_its_own_context(tmp_path):
+    with ScriptedLLM() as small, ScriptedLLM() as big:
+        small.reply(Scripted(503, {"error": "loading model"}))
+        big.reply(openai_text("answered by the big one"))
+        config = config_from_dict(
+            {
+                "board": "sim",
+                "state_dir": str(tmp_path / "state"),
+                "agent": {"providers": ["pi", "lan"], "provider_attempts": 1},
+                "providers": {
+                    "pi": {
+                        "kind": "openai",
+                        "model": "s",
+                        "base_url": small.url + "/v1",
+                        "context_tokens": 2048,
+                    },
+                    "lan": {
+                        "kind": "openai",
+                        "model": "b",
+                        "base_url": big.url + "/v1",
+                        "context_tokens": 32768,
+                    },
+                },
+            },
+            "test.toml",
+        )
+        runtime = build_runtime(config, environ={})
+        try:
+            loop = build_agent(runtime)
+            reply = await loop.handle(msg("hello"))
+            assert reply.text == "answered by the big one"
+            everything = all_tools(loop)
+            assert 0 < len(tool_names(small.requests[0])) < len(everything)
+            assert len(tool_names(big.requests[0])) == len(everything)
+            # The big one's request is the unfitted one: descriptions whole.
+            assert big.requests[0]["tools"] == everything
+        finally:
+            await runtime.aclose()
+
+
+async def test_an_ollama_provider_without_base_url_is_asked_at_ollamas_address(llm, monkeypatch):
+    from edgeclaw.agent.providers import model_info
+    from edgeclaw.agent.providers.http import SharedClient
+
+    # Ollama's default address, here the loopback server's.
+    monkeypatch.setattr(model_info, "OLLAMA_DEFAULT_URL", llm.url)
+    llm.show = {"parameters": "num_ctx 4096"}
+    client = SharedClient()
+    try:
+        info = model_info.ModelInfo(client.get)
+        info.add(model_info.ProviderModel("o", "ollama", "qwen2.5:1.5b", "", answer_tokens=512))
+        assert await info.context_tokens("o") == 4096
+        assert llm.info_paths == ["/api/show"]  # kind "ollama": no llama.cpp /props first
+    finally:
+        await client.aclose()

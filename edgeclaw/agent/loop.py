@@ -585,6 +585,9 @@ class AgentLoop:
         for provider in self.chain.providers:
             h = self.chain.health[provider.name]
             state = "not tried yet" if h.ok is None else ("ok" if h.ok else f"failing: {h.last_error}")
+            context = self.model_info.known(provider.name) if self.model_info is not None else ""
+            if context:
+                state += f"; context {context}"
             if getattr(provider, "tools_supported", None) is False:
                 state += "; takes no tools (plain chat and slash commands only)"
             lines.append(f"  model {provider.name} ({provider.kind}, {provider.model}): {state}")

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("edgeclaw.providers")
 
 OLLAMA_DEFAULT_CONTEXT = 2048
+OLLAMA_DEFAULT_URL = "http://127.0.0.1:11434"  # where kind "ollama" talks when base_url is empty
 ASK_TIMEOUT_S = 5.0
 RETRY_S = 60.0
 PUBLIC_ENDPOINTS = frozenset(u.rstrip("/") for u in (OPENAI_BASE_URL, ANTHROPIC_BASE_URL))
@@ -134,12 +135,19 @@ class ModelInfo:
         self._clock = clock
         self._models: dict[str, ProviderModel] = {}
         self._known: dict[str, int] = {}
+        self._source: dict[str, str] = {}  # "configured" or "from the server", for /status
         self._failed_at: dict[str, float] = {}
 
     def add(self, model: ProviderModel) -> None:
         self._models[model.name] = model
         if model.context_tokens > 0:
             self._known[model.name] = model.context_tokens
+            self._source[model.name] = "configured"
+
+    def known(self, name: str) -> str:
+        """The context size found so far, in words ("2048 tokens (from the server)"); "" when none."""
+        size = self._known.get(name)
+        return f"{size} tokens ({self._source.get(name, 'from the server')})" if size else ""
 
     def model(self, name: str) -> ProviderModel | None:
         return self._models.get(name)
@@ -151,7 +159,7 @@ class ModelInfo:
         model = self._models.get(name)
         if model is None or model.kind == "anthropic":
             return None
-        base = model.base_url.rstrip("/")
+        base = (model.base_url or (OLLAMA_DEFAULT_URL if model.kind == "ollama" else "")).rstrip("/")
         if not base or base in PUBLIC_ENDPOINTS:
             return None
         failed = self._failed_at.get(name)
@@ -170,5 +178,6 @@ class ModelInfo:
             return None
         log.info("%s: context size %d tokens (from the server)", name, size)
         self._known[name] = size
+        self._source[name] = "from the server"
         self._failed_at.pop(name, None)
         return size

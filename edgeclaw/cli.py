@@ -116,6 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     _cron_parser(sub)
 
+    mcp = sub.add_parser("mcp", help="MCP: edgeclaw's tools for MCP clients")
+    mcp_sub = mcp.add_subparsers(dest="mcp_command", metavar="SUBCOMMAND", required=True)
+    mserve = mcp_sub.add_parser("serve", help="serve the tools to one MCP client on stdin/stdout")
+    _common(mserve)
+
     console = sub.add_parser("console", help="the serial console")
     console_sub = console.add_subparsers(dest="console_command", metavar="SUBCOMMAND", required=True)
     hash_pin = console_sub.add_parser(
@@ -642,6 +647,31 @@ def cmd_chat(args: argparse.Namespace) -> int:
     return asyncio.run(chat())
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """`edgeclaw mcp serve`: the registry as an MCP server on stdio (channel `mcp`)."""
+    import asyncio
+
+    from edgeclaw.config.paths import current_user
+    from edgeclaw.daemon.mcp_server import serve_stdio
+    from edgeclaw.daemon.runtime import build_runtime
+
+    # stdout carries the protocol and nothing else: the protocol gets its own copy of it, and
+    # file descriptor 1 (print, a library's output, anything started from here) becomes stderr.
+    protocol_in = os.fdopen(os.dup(0), "rb", buffering=0)
+    protocol_out = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)
+    runtime = build_runtime(_load(args), board=args.board, require_secrets=False)
+
+    async def serve() -> None:
+        try:
+            await serve_stdio(runtime, f"mcp:stdio:{current_user()}", protocol_in, protocol_out)
+        finally:
+            await runtime.aclose()
+
+    asyncio.run(serve())
+    return EXIT_OK
+
+
 def cmd_console_hash_pin(args: argparse.Namespace) -> int:
     import getpass
 
@@ -780,6 +810,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "console": cmd_console_hash_pin,
     "memory": cmd_memory,
     "cron": cmd_cron,
+    "mcp": cmd_mcp,
 }
 
 

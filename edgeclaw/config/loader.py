@@ -24,7 +24,7 @@ from edgeclaw.config.typed import build_lenient
 from edgeclaw.errors import ConfigError, ConfigErrors
 
 SYSTEM_CONFIG = Path("/etc/edgeclaw/edgeclaw.toml")
-KNOWN_CHANNELS = ("cli", "mqtt", "mqtt-admin", "console", "agent")
+KNOWN_CHANNELS = ("cli", "mqtt", "mqtt-admin", "console", "agent", "mcp")
 
 Fail = Callable[[str, str], None]
 
@@ -657,6 +657,46 @@ def _mcp_problems(config: Config) -> list[tuple[str, str]]:
         for key in ("tool_allow", "tool_deny"):
             if any(not t for t in getattr(s, key)):
                 problems.append((f"{at}.{key}", "expected tool names, got an empty one"))
+    problems += _mcp_serve_problems(config)
+    return problems
+
+
+def _mcp_serve_problems(config: Config) -> list[tuple[str, str]]:
+    """[mcp.server]: what the HTTP endpoint and MCP over MQTT need."""
+    srv = config.mcp.server
+    at = "mcp.server"
+    problems: list[tuple[str, str]] = []
+    if srv.listen:
+        host, sep, port = srv.listen.rpartition(":")
+        if not sep or not host.strip("[]") or not port.isdigit() or not 0 < int(port) < 65536:
+            problems.append((f"{at}.listen", 'expected "HOST:PORT", e.g. "127.0.0.1:8765"'))
+        if not srv.token_file:
+            problems.append(
+                (f"{at}.token_file", "required with mcp.server.listen: a file holding the bearer token")
+            )
+    if not srv.path.startswith("/") or any(c in srv.path for c in "?# "):
+        problems.append((f"{at}.path", 'expected a path such as "/mcp"'))
+    if srv.tls_key_file and not srv.tls_cert_file:
+        problems.append((f"{at}.tls_cert_file", "required with tls_key_file"))
+    if srv.mqtt and not config.mqtt.enabled:
+        problems.append(
+            (f"{at}.mqtt", "MCP over MQTT uses the daemon's broker connection: set [mqtt] enabled = true")
+        )
+    if srv.mqtt and config.mqtt.protocol != "5":
+        problems.append((f"{at}.mqtt", 'MCP over MQTT needs MQTT 5 (mqtt.protocol = "5")'))
+    if srv.mqtt_server_name and (
+        any(c in srv.mqtt_server_name for c in "+#") or "" in srv.mqtt_server_name.split("/")
+    ):
+        problems.append(
+            (f"{at}.mqtt_server_name", "expected topic levels separated by '/', none empty, no '+' or '#'")
+        )
+    if srv.max_sessions < 1:
+        problems.append((f"{at}.max_sessions", "expected an integer >= 1"))
+    for key in ("session_idle_s", "approval_timeout_s"):
+        if not getattr(srv, key) > 0:
+            problems.append((f"{at}.{key}", "expected a number > 0"))
+    if srv.mqtt_presence_expiry_s < 0:
+        problems.append((f"{at}.mqtt_presence_expiry_s", "expected an integer >= 0 (0 = no expiry)"))
     return problems
 
 

@@ -67,7 +67,9 @@ PROFILES: dict[str, tuple[str, ...] | None] = {
 # The channel step a channel gets when the config has no [tools.channels.NAME] rules for it. MQTT
 # callers are remote machines, often unsigned: they get the `remote` profile unless the config says
 # otherwise (`[tools.channels.mqtt] profile = "full"` gives them everything the global steps allow).
-DEFAULT_CHANNEL_PROFILES: dict[str, str] = {"mqtt": "remote"}
+# MCP clients (`edgeclaw mcp serve`, the daemon's MCP endpoints) get the `device` profile: the
+# hardware, files and messages, no shell.
+DEFAULT_CHANNEL_PROFILES: dict[str, str] = {"mqtt": "remote", "mcp": "device"}
 
 # A subagent never gets these, at any depth: they administer the device or schedule work that
 # outlives the child (gateway, cron, schedule, process), reach people or other sessions directly

@@ -40,6 +40,10 @@ def configured_services(config: Config) -> list[ServiceFactory]:
         from edgeclaw.daemon.mqtt import mqtt_service
 
         services.append(mqtt_service)
+    if config.mcp.server.listen:
+        from edgeclaw.daemon.mcp_server import mcp_http_service  # streamable HTTP for MCP clients
+
+        services.append(mcp_http_service)
     if config.console.ports:
         from edgeclaw.daemon.console import console_service
 

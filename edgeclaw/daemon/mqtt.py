@@ -27,6 +27,10 @@ def mqtt_service(runtime: Runtime) -> MqttChannel:
         source=runtime.config._source,
         custom_tools=custom_tools_for(runtime.registry),
     )
+    if runtime.config.mcp.server.mqtt:
+        from edgeclaw.daemon.mcp_server import mcp_over_mqtt  # MCP sessions on this connection
+
+        mcp_over_mqtt(runtime, channel)
     if runtime.automation is not None:
         # Scheduled jobs' `mqtt:TOPIC` targets: published under the device while the channel runs.
         runtime.automation.outlets.register("mqtt", channel.publish_job_output)

@@ -28,6 +28,7 @@ from edgeclaw.tools.registry import Registry
 if TYPE_CHECKING:
     from edgeclaw.agent.loop import AgentLoop
     from edgeclaw.agent.subagents import SubagentManager
+    from edgeclaw.channels.mcp.server import McpServer
     from edgeclaw.daemon.automation import Automation
     from edgeclaw.daemon.memory import MemoryRuntime
     from edgeclaw.store.state import StateStore
@@ -55,6 +56,9 @@ class Runtime:
     # The daemon's one agent loop, built on first use by `daemon.agent.shared_agent` (which
     # imports this module, never the other way round).
     _agent: AgentLoop | None = None
+    # The daemon's MCP server (HTTP and MQTT sessions), built on first use by
+    # `daemon.mcp_server.shared_mcp_server`.
+    _mcp_server: McpServer | None = None
     # Memory, context files and skills ([memory], [skills]); None when memory.enabled is false.
     memory: MemoryRuntime | None = None
     # Scheduled jobs, the heartbeat and the gateway tool's hooks ([automation]).

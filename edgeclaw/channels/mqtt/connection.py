@@ -173,6 +173,8 @@ class ConnectionSettings:
     tls: TlsSettings | None = None
     subscriptions: tuple[str, ...] = ()
     will_topic: str = ""
+    # CONNECT's user properties (MCP over MQTT names the connection an MCP server with them).
+    connect_user_properties: tuple[tuple[str, str], ...] = ()
     # Called before every connection attempt, so the Last Will carries a fresh timestamp.
     will_payload: Callable[[], bytes] | None = field(default=None, compare=False)
 
@@ -304,6 +306,8 @@ class Connection:
             properties = Properties(PacketTypes.CONNECT)
             # The broker keeps our subscriptions and queues QoS 1 commands this long after we go away.
             properties.SessionExpiryInterval = s.session_expiry_s
+            if s.connect_user_properties:
+                properties.UserProperty = list(s.connect_user_properties)
         tls_context = _tls_context(s.tls)
         will = None
         if s.will_topic and s.will_payload is not None:

@@ -498,6 +498,11 @@ def _status_lines(status: dict[str, Any]) -> list[str]:
     if isinstance(state_db, dict):
         words = ", ".join(f"{k}: {v}" for k, v in state_db.items() if v not in (None, "", [], {}))
         lines.append(f"state database: {words or 'ok'}")
+    for name, server in (status.get("mcp") or {}).items():
+        if isinstance(server, dict):
+            state = server.get("state", "?")
+            why = f" ({server['error']})" if server.get("error") and state != "connected" else ""
+            lines.append(f"mcp server {name}: {state}, {server.get('tools', 0)} tools{why}")
     for name, snapshot in (status.get("channels") or {}).items():
         if isinstance(snapshot, dict) and snapshot:
             words = ", ".join(f"{k} {v}" for k, v in snapshot.items() if not isinstance(v, dict | list))

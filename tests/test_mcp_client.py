@@ -18,7 +18,10 @@ from typing import Any
 
 import pytest
 
+from edgeclaw.channels.mqtt.telemetry import TelemetryCollector
 from edgeclaw.config.loader import config_from_dict
+from edgeclaw.daemon.doctor import mcp_findings
+from edgeclaw.daemon.gateway import reload_custom_tools
 from edgeclaw.daemon.runtime import Runtime, build_runtime
 from edgeclaw.errors import ConfigErrors
 from edgeclaw.tools.base import ToolContext
@@ -304,9 +307,9 @@ async def test_http_transports_call_map_and_cancel(tmp_path, http_demo):
 
 async def test_a_restarted_http_server_is_reconnected_and_its_tools_return(tmp_path, http_demo):
     servers = {"demo": http_server(http_demo)}
-    runtime = runtime_with(
-        tmp_path, servers, reconnect_first_s=0.2, reconnect_max_s=0.4, health_interval_s=0.3
-    )
+    # Enough attempts to outlast the server's restart on a loaded machine.
+    timing = {"reconnect_first_s": 0.2, "reconnect_max_s": 0.4, "reconnect_attempts": 200}
+    runtime = runtime_with(tmp_path, servers, health_interval_s=0.3, **timing)
     try:
         await runtime.mcp.start()
         assert "mcp_demo_echo" in runtime.registry.names()
@@ -339,12 +342,40 @@ async def test_backoff_gives_up_then_an_admin_request_retries(tmp_path):
         await asyncio.sleep(0.5)
         assert runtime.mcp.status()["demo"]["state"] == "failed"  # no more attempts by itself
         demo.start()
-        runtime.mcp.reconnect("demo")
+        # The admin request: the gateway tool's reload_tools in the daemon.
+        report = reload_custom_tools(runtime)
+        assert report["mcp_retried"] == ["demo"] and "MCP servers tried again: demo" in report["text"]
         await wait_for(lambda: runtime.mcp.status()["demo"]["state"] == "connected")
         assert "mcp_demo_echo" in runtime.registry.names()
     finally:
         await runtime.aclose()
         demo.kill()
+
+
+# -- what people see -------------------------------------------------------------------------------
+
+
+async def test_doctor_and_telemetry_show_each_server(tmp_path):
+    servers = {
+        "demo": demo_stdio(flags=["--broken"]),
+        "gone": {"transport": "http", "url": f"http://127.0.0.1:{free_port()}/mcp"},
+        "off": {**demo_stdio(), "enabled": False},
+    }
+    runtime = runtime_with(tmp_path, servers, reconnect_attempts=0)
+    try:
+        findings = {(f.check, f.level): f.detail for f in await mcp_findings(runtime)}
+        ok = findings[("mcp server demo", "ok")]
+        assert "(host): edgeclaw-demo" in ok and "6 tools" in ok
+        assert "tool 'add' left out" in findings[("mcp server demo", "warn")]
+        assert findings[("mcp server gone", "FAIL")].startswith("failed: cannot reach")
+        assert findings[("mcp server off", "ok")] == "disabled (enabled = false)"
+        collector = TelemetryCollector("sim", "0", runtime.registry.stats)
+        collector.extra_sources["mcp"] = runtime.mcp.telemetry
+        snap = collector.snapshot()["mcp"]
+        assert snap["demo"] == {"state": "connected", "tools": 6, "attempts": 0}
+        assert snap["gone"]["state"] == "failed" and snap["off"]["state"] == "disabled"
+    finally:
+        await runtime.aclose()
 
 
 # -- config ------------------------------------------------------------------------------------------
@@ -389,6 +420,13 @@ def test_tools_list_shows_the_time_servers_tools(run_cli, state_env):
     rows = [line.split() for line in out.stdout.splitlines() if line.startswith("mcp_")]
     assert {r[0] for r in rows} == {"mcp_time_get_current_time", "mcp_time_convert_time"}
     assert all(r[1] == "mcp:time" for r in rows)
+
+
+def test_status_in_chat_names_each_server(run_cli, state_env):
+    _time_config(state_env)
+    out = run_cli("chat", "--message", "/status", timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "MCP server time: connected, 2 tools" in out.stdout
 
 
 def test_chat_calls_a_time_tool(run_cli, state_env):

@@ -124,6 +124,8 @@ class AgentLoop:
         self.history_budget_tokens = history_budget_tokens
         self.history_max_messages = history_max_messages
         self.facts = dict(facts or {})
+        # More lines for /status's device block, asked for each time (the MCP servers' states).
+        self.status_sources: list[Callable[[], list[str]]] = []
         # Per session: its lock and how many messages hold or wait for it. Dropped at zero, because
         # session keys come from callers (MQTT's "session") and must not pile up for the daemon's life.
         self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
@@ -580,6 +582,8 @@ class AgentLoop:
         lines.append(f"  now: running {label}" if key in self._turns and label else "  now: idle")
         lines.append("device (all sessions, since start):")
         lines += [f"  {k}: {v}" for k, v in self.facts.items() if v]
+        for source in self.status_sources:
+            lines += [f"  {line}" for line in source()]
         if not self.chain:
             lines.append("  models: none configured (slash commands only)")
         for provider in self.chain.providers:

@@ -108,6 +108,8 @@ def build_agent(runtime: Runtime) -> AgentLoop:
         agent.tool_vocabulary = board_vocabulary(runtime.board)
     agent.routes = [AgentRoute(r.agent, r.channel, r.session) for r in config.agent.routes]
     agent.outlets = runtime.outlets
+    if runtime.mcp is not None:
+        agent.status_sources.append(runtime.mcp.status_lines)
     process = runtime.registry.get("process")
     if isinstance(process, ProcessTool):
         agent.session_end_hooks.append(process.manager.end_session)

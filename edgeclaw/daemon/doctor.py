@@ -440,4 +440,27 @@ async def diagnose(runtime: Runtime) -> list[Finding]:
         if finding is not None:
             findings.append(finding)
     findings += console_login_findings(runtime)
+    findings += await mcp_findings(runtime)
     return findings
+
+
+async def mcp_findings(runtime: Runtime) -> list[Finding]:
+    """Each MCP server connected once: its state, tools, and tools left out for a broken schema."""
+    bridge = runtime.mcp
+    if bridge is None:
+        return []
+    await bridge.start()
+    out = []
+    for name, st in bridge.status().items():
+        check = f"mcp server {name}"
+        if st["state"] == "disabled":
+            out.append(Finding("ok", check, "disabled (enabled = false)"))
+        elif st["state"] != "connected":
+            out.append(Finding("FAIL", check, f"{st['state']}: {st['error'] or 'no answer'} ({st['where']})"))
+        else:
+            server = f"{st['server']}, " if st["server"] else ""
+            detail = f"{st['where']}: {server}MCP {st['protocol_version']}, {st['tools']} tools"
+            out.append(Finding("ok", check, detail))
+            for tool, why in sorted(st["broken"].items()):
+                out.append(Finding("warn", check, f"tool {tool!r} left out: {why}"))
+    return out

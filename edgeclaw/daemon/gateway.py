@@ -308,6 +308,8 @@ def reload_custom_tools(runtime: Runtime) -> dict[str, Any]:
     from edgeclaw.tools.custom import custom_tools_for
 
     custom = custom_tools_for(runtime.registry)
+    if custom is None and runtime.mcp is not None:
+        return retry_mcp_servers(runtime, {"text": "no custom tools here (the shell tools are off)"})
     if custom is None:
         from edgeclaw.errors import ToolError
 
@@ -321,7 +323,19 @@ def reload_custom_tools(runtime: Runtime) -> dict[str, Any]:
         f", {len(gone)} removed" if gone else ""
     )
     runtime.audit.emit("admin", action="reload_tools", loaded=len(loaded), removed=len(gone))
-    return {"text": text, "loaded": sorted(loaded), "removed": gone}
+    return retry_mcp_servers(runtime, {"text": text, "loaded": sorted(loaded), "removed": gone})
+
+
+def retry_mcp_servers(runtime: Runtime, report: dict[str, Any]) -> dict[str, Any]:
+    """The MCP servers that are not connected (a failed one included) are tried again now."""
+    if runtime.mcp is None:
+        return report
+    retried = runtime.mcp.retry()
+    if retried:
+        runtime.audit.emit("admin", action="mcp_retry", servers=retried)
+        report["text"] += f"; MCP servers tried again: {', '.join(retried)}"
+    report["mcp_retried"] = retried
+    return report
 
 
 async def apply_config(runtime: Runtime, text: str, by: str, restart: Any) -> dict[str, Any]:

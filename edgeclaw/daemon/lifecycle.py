@@ -114,6 +114,9 @@ class Daemon:
         health = getattr(runtime, "state_health", None)
         if health is not None:
             out["state_db"] = health.as_dict() if hasattr(health, "as_dict") else health
+        mcp = getattr(runtime, "mcp", None)
+        if mcp is not None:
+            out["mcp"] = mcp.status()
         channels: dict[str, Any] = {}
         for service in self._entered:
             snapshot = getattr(service, "status_snapshot", None)

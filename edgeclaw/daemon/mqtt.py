@@ -31,6 +31,8 @@ def mqtt_service(runtime: Runtime) -> MqttChannel:
         from edgeclaw.daemon.mcp_server import mcp_over_mqtt  # MCP sessions on this connection
 
         mcp_over_mqtt(runtime, channel)
+    if runtime.mcp is not None:
+        channel.collector.extra_sources["mcp"] = runtime.mcp.telemetry  # each MCP server's state
     if runtime.automation is not None:
         # Scheduled jobs' `mqtt:TOPIC` targets: published under the device while the channel runs.
         runtime.automation.outlets.register("mqtt", channel.publish_job_output)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,8 @@ class TelemetryCollector:
     stats: ToolStats
     sources: HealthSources = field(default_factory=HealthSources)
     started: float = field(default_factory=time.monotonic)
+    # More figures for each message, asked for each time: name -> a callable giving them (mcp).
+    extra_sources: dict[str, Callable[[], Any]] = field(default_factory=dict)
 
     def snapshot(self, **extra: Any) -> dict[str, Any]:
         """One telemetry message; `extra` adds channel figures (outbox depth, reconnects, ...)."""
@@ -137,5 +140,7 @@ class TelemetryCollector:
             "tool_refused": totals["refused"],
             "tools": per_tool,
         }
+        for name, source in self.extra_sources.items():
+            snap[name] = source()
         snap.update(extra)
         return snap

@@ -22,7 +22,8 @@ actions that need one say so.
   Restart= brings it back), else the daemon starts itself again in place.
 - `logs`: the last `lines` lines, from the journal under systemd, else from
   the log file, else the daemon's own recent-lines buffer.
-- `reload_tools`: runtime custom tools taken again from the database.
+- `reload_tools`: runtime custom tools taken again from the database, and
+  every MCP server that is not connected tried again (a `failed` one too).
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ class GatewayTool(Tool):
     description = (
         "Administer this daemon: status, version, config_get (secrets never shown), config_validate "
         "and config_apply (a whole new config file; rolled back when the daemon does not come back "
-        "healthy), restart, logs (last N lines), reload_tools (runtime custom tools)."
+        "healthy), restart, logs (last N lines), reload_tools (runtime custom tools; MCP servers "
+        "not connected are tried again)."
     )
     observing_actions = frozenset({"status", "version", "config_get", "config_validate", "logs"})
     timeout_s = 60.0

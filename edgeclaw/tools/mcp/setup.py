@@ -132,7 +132,39 @@ class McpBridge:
         return self.manager.reconnect(name)
 
     def status(self) -> dict[str, dict[str, Any]]:
+        """Each server's state, for `edgeclaw status` and `doctor`."""
         return {name: st.as_dict() for name, st in self.manager.status.items()}
+
+    def retry(self) -> list[str]:
+        """Every enabled server that is not connected is tried again now (the admin request; a
+        `failed` one starts a new round of attempts). Returns their names."""
+        names = [
+            name for name, st in self.manager.status.items() if st.state not in ("connected", "disabled")
+        ]
+        for name in names:
+            self.manager.reconnect(name)
+        return names
+
+    def status_lines(self) -> list[str]:
+        """One line per server, for `/status`."""
+        out = []
+        for name, st in self.manager.status.items():
+            line = f"MCP server {name}: {st.state}"
+            if st.state == "connected":
+                line += f", {len(st.tools)} tools"
+                if st.broken:
+                    line += f" ({len(st.broken)} left out: {', '.join(sorted(st.broken))})"
+            elif st.error:
+                line += f" ({st.error[:200]})"
+            out.append(line)
+        return out
+
+    def telemetry(self) -> dict[str, dict[str, Any]]:
+        """The figures a fleet watches: state, tools, reconnect attempts."""
+        return {
+            name: {"state": st.state, "tools": len(st.tools), "attempts": st.attempts}
+            for name, st in self.manager.status.items()
+        }
 
     # -- the registry ------------------------------------------------------------
     def _add_tools(self, server: str, tools: list[dict[str, Any]]) -> dict[str, str]:

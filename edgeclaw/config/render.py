@@ -29,7 +29,13 @@ REDACTED = "[REDACTED]"
 _SECRET_KEYS = frozenset({"login_hash"})
 _SECRET_TABLES = frozenset({"env"})
 # Example names for tables keyed by a name of the user's choosing, in the sample.
-_EXAMPLE_NAMES = {"providers": "local", "channels": "mqtt", "agents": "main"}
+_EXAMPLE_NAMES = {
+    "providers": "local",
+    "channels": "mqtt",
+    "agents": "main",
+    "servers": "time",
+    "secrets": "weather",
+}
 
 # Example values for required keys, so the sample loads once uncommented.
 _EXAMPLE_VALUES = {
@@ -43,6 +49,9 @@ _EXAMPLE_VALUES = {
     ("PushoverConfig", "token_env"): "PUSHOVER_TOKEN",
     ("PushoverConfig", "user_env"): "PUSHOVER_USER",
     ("NtfyConfig", "topics"): ["edgeclaw-alerts"],
+    ("AgentWebConfig", "ports"): [80, 443],
+    ("WebSecretConfig", "env"): "WEATHER_API_KEY",
+    ("McpServerConfig", "command"): "mcp-server-time",
 }
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")

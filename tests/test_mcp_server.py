@@ -36,6 +36,7 @@ from edgeclaw.config.loader import config_from_dict  # noqa: E402
 from edgeclaw.daemon.lifecycle import Daemon  # noqa: E402
 from edgeclaw.daemon.mcp_server import mcp_http_service  # noqa: E402
 from edgeclaw.daemon.mqtt import mqtt_service  # noqa: E402
+from edgeclaw.errors import ToolRefused  # noqa: E402
 from edgeclaw.tools.base import Tool, ToolContext, ToolResult  # noqa: E402
 from tests.mqtt_support import Mosquitto, free_port, needs_mosquitto  # noqa: E402
 
@@ -500,6 +501,23 @@ async def test_mcp_over_mqtt_discovery_initialize_list_and_call(tmp_path: Path) 
             _, changed, _ = await client.next_on("$mcp-server/capability/")
             assert json.loads(changed)["method"] == "notifications/tools/list_changed"
 
+            # A second client, gone (its goodbye on its presence topic, as its Last Will would say):
+            # its session ends; the first one's stays.
+            sessions = captured["runtime"]._mcp_server.sessions
+            async with McpOverMqttClient(broker.port, "backend-2b9c") as other:
+                other_rpc = f"$mcp-rpc/{other.client_id}/{server_id}/{name}"
+                await other.mqtt.subscribe(other_rpc, options=SubscribeOptions(qos=1, noLocal=True))
+                hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "b"}}
+                await other.request(f"$mcp-server/{server_id}/{name}", "initialize", hello)
+                assert len(sessions) == 2
+                goodbye_msg = {"jsonrpc": "2.0", "method": "notifications/disconnected"}
+                await other.publish(f"$mcp-client/presence/{other.client_id}", goodbye_msg)
+                for _ in range(100):
+                    if len(sessions) == 1:
+                        break
+                    await asyncio.sleep(0.05)
+                assert [s.identity for s in sessions.values()] == ["mcp:mqtt:backend-7f3a"]
+
             daemon.request_stop()
             assert await asyncio.wait_for(task, 30) == 0
             # A clean stop: the session is told, the retained presence is cleared.
@@ -604,3 +622,100 @@ def test_config_check_names_what_the_mcp_server_needs(run_cli, tmp_path: Path) -
     assert "mcp.server.token_file" in proc.stderr and "required with mcp.server.listen" in proc.stderr
     assert "mcp.server.mqtt" in proc.stderr and "[mqtt] enabled = true" in proc.stderr
     assert "mcp.server.max_sessions" in proc.stderr
+
+
+class Slow(Echo):
+    name = "hw_slow"
+    group = "hardware"
+
+    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        await asyncio.sleep(30)
+        return ToolResult(for_llm="too late")
+
+
+class Guarded(Echo):
+    """A tool that asks a person first, as exec does."""
+
+    name = "hw_guarded"
+    group = "hardware"
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+
+    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        decision, why = await self.broker.request(self.name, "pulse pin 17", ctx)
+        if not decision.allows:
+            raise ToolRefused(f"not approved: {why}")
+        return ToolResult(for_llm="pulsed")
+
+
+def _in_process(**server: Any) -> tuple[Any, Any, list[dict[str, Any]]]:
+    from edgeclaw.channels.mcp.server import McpServer
+    from edgeclaw.tools.approval import ApprovalBroker
+    from edgeclaw.tools.policy import PolicyEngine, PolicyRules
+    from edgeclaw.tools.registry import Registry
+
+    registry = Registry(PolicyEngine(PolicyRules()))
+    broker = ApprovalBroker()
+    registry.register_all([Slow(), Guarded(broker)])
+    return McpServer(registry, broker, **server), registry, []
+
+
+async def _ready_session(server: Any, sent: list[dict[str, Any]], capabilities: dict[str, Any]) -> Any:
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    session = server.open("stdio", "mcp:stdio:test", send)
+    hello = {"protocolVersion": "2025-11-25", "capabilities": capabilities, "clientInfo": {"name": "t"}}
+    await session.receive({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello})
+    return session
+
+
+async def test_a_cancelled_call_stops_and_gets_no_answer() -> None:
+    server, registry, sent = _in_process()
+    records: list[Any] = []
+    registry.add_audit_sink(records.append)
+    async with server:
+        session = await _ready_session(server, sent, {})
+        call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "hw_slow"}}
+        task = asyncio.ensure_future(session.receive(call))
+        await asyncio.sleep(0.1)
+        cancel = {"requestId": 7, "reason": "user pressed stop"}
+        await session.receive({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel})
+        assert await asyncio.wait_for(task, 5) is None  # no response to a withdrawn request
+    assert [(r.tool, r.stage) for r in records] == [("hw_slow", "cancelled")]
+
+
+async def test_an_unanswered_approval_question_is_withdrawn_and_denied() -> None:
+    server, _registry, sent = _in_process(approval_timeout_s=0.3)
+    async with server:
+        session = await _ready_session(server, sent, {"elicitation": {"form": {}}})
+        call = {"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": "hw_guarded"}}
+        answer = await asyncio.wait_for(session.receive(call), 10)
+    assert answer is not None and answer["result"]["isError"] is True
+    assert "gave no answer within 0.3 s" in answer["result"]["content"][0]["text"]
+    asked, withdrawn = sent
+    assert asked["method"] == "elicitation/create" and asked["params"]["mode"] == "form"
+    assert "pulse pin 17" in asked["params"]["message"]
+    assert withdrawn["method"] == "notifications/cancelled"
+    assert withdrawn["params"]["requestId"] == asked["id"]
+
+
+async def test_an_approval_answered_by_the_client_lets_the_call_run() -> None:
+    server, _registry, sent = _in_process()
+    async with server:
+        session = await _ready_session(server, sent, {"elicitation": {}})  # {} = form, 2025-06-18 style
+        call = {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "hw_guarded"}}
+        task = asyncio.ensure_future(session.receive(call))
+        for _ in range(100):
+            if sent:
+                break
+            await asyncio.sleep(0.02)
+        (asked,) = sent
+        accept = {"action": "accept", "content": {"decision": "allow-once"}}
+        await session.receive({"jsonrpc": "2.0", "id": asked["id"], "result": accept})
+        answer = await asyncio.wait_for(task, 5)
+    assert answer is not None and answer["result"] == {
+        "content": [{"type": "text", "text": "pulsed"}],
+        "isError": False,
+    }

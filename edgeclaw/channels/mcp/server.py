@@ -381,6 +381,12 @@ class McpSession:
             answer = await self.ask("elicitation/create", params, call.send if call else None, wait)
         except McpError as e:
             raise ApprovalUnavailable(f"the MCP client could not ask: {e}") from None
+        except TimeoutError:
+            if wait >= approval.seconds_left:
+                raise  # the broker's own deadline: it says so
+            raise ApprovalUnavailable(
+                f"the MCP client gave no answer within {wait:g} s (mcp.server.approval_timeout_s)"
+            ) from None
         content = answer.get("content")
         accepted = answer.get("action") == "accept" and isinstance(content, dict)
         if accepted and content.get("decision") == "allow-once":  # type: ignore[union-attr]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -178,6 +179,42 @@ def test_deep_nesting_is_flattened_not_a_crash() -> None:
     html = "<div>" * depth + "<p>deep text</p>" + "</div>" * depth + "<p>after</p>"
     text = html_to_readable(html, fmt="text").text
     assert "deep text" in text and "after" in text
+
+
+def test_a_quoted_gt_does_not_end_a_tag() -> None:
+    html = '<main><p><a title="1 > 0, and 2 > 1" href="/cmp">comparisons</a> explained.</p></main>'
+    text = html_to_readable(html, "https://x.example/").text
+    assert text == "[comparisons](https://x.example/cmp) explained."
+
+
+@pytest.mark.parametrize("unit", ['<a "x>', "<a ", '<p title="', "<!--", "<script>", "<a href='"])
+def test_hostile_fragments_are_read_in_one_pass(unit: str) -> None:
+    # 400 KB of half tags: a tokenizer that retried each '<' to the end of the page would take
+    # hours here; this one reads it in one pass and keeps what is text.
+    def hung(*_: object) -> None:
+        raise AssertionError("the extractor did not finish in 10 s: a quadratic pass")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(10)  # a hang guard, not a speed target: one pass takes well under a second
+    try:
+        for tail in ("<p>after</p></main>", ""):  # "": no '>' after the fragments at all
+            html = "<main><p>before</p>" + unit * (400_000 // len(unit)) + tail
+            assert html_to_readable(html, fmt="text").text.startswith("before")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_rendering_stops_past_max_chars() -> None:
+    html = "<main>" + "".join(f"<h2>Part {i}</h2><p>{'text ' * 50}</p>" for i in range(400)) + "</main>"
+    whole = html_to_readable(html)
+    assert whole.complete and len(whole.text) > 100_000
+    cut = html_to_readable(html, max_chars=1000)
+    assert not cut.complete
+    assert 1000 < len(cut.text) < 2000  # enough to show 1000 characters, not the other 100 000
+    assert whole.text.startswith(cut.text)
+    short = html_to_readable("<main><p>short</p></main>", max_chars=1000)
+    assert short.complete and short.text == "short"
 
 
 def test_javascript_links_keep_their_text_only() -> None:

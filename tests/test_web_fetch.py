@@ -261,8 +261,16 @@ async def test_max_chars_cuts_the_text_saying_so(server: PageServer) -> None:
     server.pages["/long"] = Page(f"<main>{paragraph * 10}</main>".encode())
     out = await fetch_page(server, {"url": server.url("/long"), "max_chars": 500})
     assert len(framed_body(out.for_llm).split("\n\n[cut at")[0]) == 500
-    assert "[cut at 500 of 10008 characters; ask for more with a larger max_chars]" in out.for_llm
-    assert out.data is not None and out.data["chars_cut"] is True and out.data["chars"] == 10008
+    # The extractor stopped soon after 500 characters: how many more there were is not known.
+    assert "[cut at 500 characters; ask for more with a larger max_chars]" in out.for_llm
+    assert out.data is not None and out.data["chars_cut"] is True and out.data["chars"] is None
+
+
+async def test_max_chars_cuts_plain_text_saying_how_much_there_was(server: PageServer) -> None:
+    server.pages["/log.txt"] = Page(b"a log line\n" * 100, "text/plain")  # 11 characters a line
+    out = await fetch_page(server, {"url": server.url("/log.txt"), "max_chars": 110})
+    assert framed_body(out.for_llm) == "a log line\n" * 10
+    assert "[cut at 110 of 1100 characters; ask for more with a larger max_chars]" in out.for_llm
 
 
 async def test_an_error_status_is_an_error_with_the_page(server: PageServer) -> None:

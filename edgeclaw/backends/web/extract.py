@@ -17,9 +17,10 @@ from __future__ import annotations
 import codecs
 import json
 import re
-from collections.abc import Iterable, Iterator
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
-from html.parser import HTMLParser
+from html import unescape
 from typing import Literal
 from urllib.parse import urljoin
 
@@ -29,7 +30,8 @@ Engine = Literal["auto", "builtin", "trafilatura"]
 
 MAX_DEPTH = 200  # elements nested deeper are flattened: a hostile page cannot exhaust the stack
 META_SNIFF_BYTES = 4096  # where a <meta charset> or XML declaration is looked for
-MIN_CONTENT_CHARS = 140  # a densest block with less text than this is no better than the whole body
+MIN_CONTENT_CHARS = 140
+MAX_TITLE_CHARS = 300  # a densest block with less text than this is no better than the whole body
 
 # A <br> in inline content, until whitespace is collapsed (a NUL in the page is made U+FFFD on parsing).
 _BREAK = "\x00"
@@ -362,15 +364,24 @@ _TOKEN_SPLIT = re.compile(r"[\s_\-]+")
 class Node:
     """One element: its tag, the attributes kept, children (elements and text runs)."""
 
-    __slots__ = ("attrs", "children", "link_len", "parent", "tag", "text_len")
+    __slots__ = ("_attrs", "children", "link_len", "parent", "raw_attrs", "tag", "text_len")
 
-    def __init__(self, tag: str, attrs: dict[str, str], parent: Node | None) -> None:
+    def __init__(
+        self, tag: str, attrs: dict[str, str] | None, parent: Node | None, raw_attrs: str = ""
+    ) -> None:
         self.tag = tag
-        self.attrs = attrs
+        self._attrs = attrs  # None: not parsed yet (most never are: they are never rendered)
+        self.raw_attrs = raw_attrs
         self.parent = parent
         self.children: list[Node | str] = []
         self.text_len = 0  # characters of text below (whitespace runs counted once)
         self.link_len = 0  # of which inside links
+
+    @property
+    def attrs(self) -> dict[str, str]:
+        if self._attrs is None:
+            self._attrs = _attrs(self.raw_attrs) if self.raw_attrs else _NO_ATTRS
+        return self._attrs
 
     def iter(self) -> Iterator[Node]:
         """This element and every element below it, in document order (no recursion)."""
@@ -399,109 +410,248 @@ def _looks_junk(attrs: dict[str, str]) -> bool:
     return any(token in _JUNK_TOKENS for token in _TOKEN_SPLIT.split(names))
 
 
-def _dropped(tag: str, attrs: dict[str, str], stack: list[Node]) -> bool:
-    if tag in _DROP:
-        return True
-    if tag == "header" and not any(n.tag in _SECTIONING for n in stack):
-        return True
-    if attrs.get("role", "").strip().lower() in _DROP_ROLES:
-        return True
-    if "hidden" in attrs or attrs.get("aria-hidden", "").lower() == "true":
-        return True
-    return bool(_HIDDEN_STYLE.search(attrs.get("style", "")))
+_KEPT_ATTRS = frozenset(
+    {"href", "src", "alt", "class", "id", "role", "colspan", "start", "hidden", "aria-hidden", "style"}
+)
+
+# The tokenizer: one pass of the regular-expression engine over the page (html.parser's pure-Python
+# loop costs about four times as much on a 1 MB page). Each match is a comment, a doctype or
+# processing instruction, an end tag, a start tag, or a raw-text element (script, style, ...)
+# whole with its content; the text between matches is text. A tag ends at its first '>'; a '>'
+# inside a quoted attribute value is repaired afterwards (`_TAG_REST`), looking no further than
+# `QUOTE_WINDOW` characters, so a hostile page cannot make the pass quadratic.
+_RAW = "script|style|textarea|title|iframe|noembed|noframes|noscript|xmp"
+_TOKEN = re.compile(
+    rf"<(?:(?P<raw>{_RAW})(?P<rawattrs>[\s/][^>]*+)?>(?P<rawtext>.*?)(?:</(?P=raw)\s*>|\Z)"
+    r"|!--.*?(?:--!?>|\Z)"
+    r"|[!?][^>]*+>"
+    r"|/(?P<end>[A-Za-z][^\s/>]*+)[^>]*+>"
+    r"|(?P<start>[A-Za-z][^\s/>]*+)(?P<attrs>[^>]*+)>)",
+    re.S | re.I,
+)
+_BALANCED = re.compile(r"""(?:[^"']++|"[^"]*+"|'[^']*+')*+""")
+_TAG_REST = re.compile(r"""(?:[^>"']++|"[^"]*+"|'[^']*+')*+>""")
+_ATTR = re.compile(r"""([^\s"'=<>`/]+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+)))?""")
+QUOTE_WINDOW = 2048
 
 
-_KEPT_ATTRS = frozenset({"href", "src", "alt", "class", "id", "role", "colspan", "title", "start", "lang"})
+def _attrs(raw: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for name, dq, sq, bare in _ATTR.findall(raw):
+        key = name.lower()
+        if key in _KEPT_ATTRS and key not in found:
+            value = dq or sq or bare
+            found[key] = unescape(value) if "&" in value else value
+    return found
 
 
-class _TreeBuilder(HTMLParser):
+@dataclass(slots=True)
+class Document:
+    """A page's content tree and what the content choice needs, collected while building it."""
+
+    root: Node
+    title: str
+    nodes: list[Node]  # every element attached to the tree, in document order
+    mains: list[Node]  # <main> and role=main
+    articles: list[Node]
+    forms: list[Node]
+    grid_less: set[int]  # ids of the tables holding tables (laid out with tables, not data)
+
+
+class _Builder:
     """A forgiving tree of the document, without the parts that are never content.
 
     A dropped element is still built (so its end tag and implied end tags match as usual) but
-    never attached: its subtree is garbage the moment it closes.
+    never attached: its subtree is garbage the moment it closes. The loop is written flat, with
+    a count of the open elements per tag (implied end tags look up the stack only when one of
+    theirs is open), because it runs once per tag of the page.
     """
 
     def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.root = Node("#root", {}, None)
+        self.root = Node("#root", _NO_ATTRS, None)
         self.stack: list[Node] = [self.root]
-        self.title = ""
-        self._title_node: Node | None = None
-        self._overflow: list[str] = []  # tags opened past MAX_DEPTH, not made into elements
+        self.live: list[bool] = [True]  # per stack entry: attached to the tree
+        self.open: dict[str, int] = {}  # open elements per tag
+        self.overflow: list[str] = []  # tags opened past MAX_DEPTH, not made into elements
+        self.title: str | None = None
+        self.doc = Document(self.root, "", [], [], [], [], set())
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        amap = {k: (v or "") for k, v in attrs if k in _KEPT_ATTRS or k in ("hidden", "aria-hidden", "style")}
-        self._close_implied(tag)
-        parent = self.stack[-1]
-        if len(self.stack) > MAX_DEPTH:
+    def build(self, html: str) -> Document:
+        end = html.rfind(">") + 1  # no tag can end after the last '>': nothing past it is retried
+        pos = 0
+        skip_to = 0
+        stack = self.stack
+        start_tag = self.start
+        end_tag = self.end
+        add_text = self.text
+        for m in _TOKEN.finditer(html, 0, end):
+            begin = m.start()
+            if begin < skip_to:
+                continue  # inside a tag whose quoted attribute held a '>'
+            if begin > pos:
+                add_text(html[pos:begin])
+            pos = m.end()
+            raw, raw_attrs, raw_text, closing, name, attrs = m.groups()
+            if name is not None:
+                if attrs and ('"' in attrs or "'" in attrs) and _BALANCED.fullmatch(attrs) is None:
+                    at = m.start("attrs")
+                    rest = _TAG_REST.match(html, at, min(at + QUOTE_WINDOW, len(html)))
+                    if rest is not None:
+                        attrs = html[at : rest.end() - 1]
+                        pos = skip_to = rest.end()
+                start_tag(name.lower(), attrs)
+            elif closing is not None:
+                end_tag(closing.lower())
+            elif raw is not None:
+                tag = raw.lower()
+                start_tag(tag, raw_attrs or "")
+                if raw_text and tag in ("title", "textarea", "xmp"):
+                    add_text(raw_text)
+                elif raw_text:
+                    stack[-1].children.append(raw_text)  # script, style: never shown, kept as is
+                end_tag(tag)
+            # comments, doctypes, processing instructions: nothing
+        if pos < len(html):
+            add_text(html[pos:])
+        self.doc.title = " ".join((self.title or "").split())[:MAX_TITLE_CHARS]
+        return self.doc
+
+    def text(self, data: str) -> None:
+        if "&" in data:
+            data = unescape(data)
+        if _BREAK in data:
+            data = data.replace(_BREAK, "\ufffd")
+        self.stack[-1].children.append(data)
+
+    def start(self, tag: str, raw_attrs: str) -> None:
+        # Attributes are parsed now only when they could drop the element or mark the main content
+        # (role, hidden, aria-hidden, style); the rest wait until an element is rendered.
+        attrs: dict[str, str] | None = _NO_ATTRS
+        if raw_attrs and raw_attrs.strip(" \t\n\r\f/"):
+            attrs = (
+                _attrs(raw_attrs)
+                if ("role" in raw_attrs or "hidden" in raw_attrs or "style" in raw_attrs)
+                else None
+            )
+        stack = self.stack
+        if tag in _IMPLIED_ANY:
+            self._close_implied(tag)
+        parent = stack[-1]
+        if len(stack) > MAX_DEPTH:
             if tag not in _VOID:
-                self._overflow.append(tag)
+                self.overflow.append(tag)
             if tag == "br":
                 parent.children.append(_BREAK)
             return
-        node = Node(tag, amap, parent)
-        if tag == "title" and self._title_node is None:
-            self._title_node = node
-        if not _dropped(tag, amap, self.stack):
+        node = Node(tag, attrs, parent, raw_attrs)
+        live = self.live[-1]
+        if live and (tag in _DROP or (attrs and _dropped_by_attrs(attrs))):
+            live = False
+        elif live and tag == "header" and not any(self.open.get(t) for t in _SECTIONING):
+            live = False  # the site's banner, not an article's header
+        if live:
             parent.children.append(node)
+            doc = self.doc
+            doc.nodes.append(node)
+            if tag == "main" or (attrs and attrs.get("role", "").lower() == "main"):
+                doc.mains.append(node)
+            elif tag == "article":
+                doc.articles.append(node)
+            elif tag == "form":
+                doc.forms.append(node)
+            elif tag == "table" and self.open.get("table"):
+                for open_node in stack:
+                    if open_node.tag == "table":
+                        doc.grid_less.add(id(open_node))
         if tag not in _VOID:
-            self.stack.append(node)
+            stack.append(node)
+            self.live.append(live)
+            self.open[tag] = self.open.get(tag, 0) + 1
 
-    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.handle_starttag(tag, attrs)
-        if tag not in _VOID:
-            self.handle_endtag(tag)
+    def _pop_to(self, i: int) -> None:
+        """Close the elements from stack position i up."""
+        stack = self.stack
+        counts = self.open
+        for node in stack[i:]:
+            counts[node.tag] -= 1
+        del stack[i:]
+        del self.live[i:]
 
-    def handle_endtag(self, tag: str) -> None:
-        if self._overflow:
-            if tag in self._overflow:
-                del self._overflow[len(self._overflow) - 1 - self._overflow[::-1].index(tag)]
+    def end(self, tag: str) -> None:
+        if self.overflow:
+            if tag in self.overflow:
+                del self.overflow[len(self.overflow) - 1 - self.overflow[::-1].index(tag)]
             return
-        for i in range(len(self.stack) - 1, 0, -1):
-            if self.stack[i].tag == tag:
-                if tag == "title" and self.stack[i] is self._title_node:
-                    self.title = self._title_node.text()
-                del self.stack[i:]
+        counts = self.open
+        if not counts.get(tag):
+            return  # an end tag nothing opened
+        stack = self.stack
+        top = stack[-1]
+        if top.tag == tag and tag != "title":  # the usual case: the element just opened closes
+            counts[tag] -= 1
+            stack.pop()
+            self.live.pop()
+            return
+        for i in range(len(stack) - 1, 0, -1):
+            node = stack[i]
+            if node.tag == tag:
+                if tag == "title" and self.title is None:
+                    self.title = node.text()
+                self._pop_to(i)
                 return
-            if tag == "p" and self.stack[i].tag in _P_SCOPE:
+            if tag == "p" and node.tag in _P_SCOPE:
                 return  # a stray </p> does not close through a table cell
 
-    def handle_data(self, data: str) -> None:
-        self.stack[-1].children.append(data.replace(_BREAK, "\ufffd"))
-
     def _close_implied(self, tag: str) -> None:
-        closes, boundary = _IMPLIED.get(tag, (None, None))
-        if closes is None and (tag in _CLOSES_P or tag in _HEADINGS):
-            closes, boundary = frozenset({"p"}), _P_SCOPE
-            if tag in _HEADINGS and self.stack[-1].tag in _HEADINGS:
-                del self.stack[-1]  # <h2>...<h3> without </h2>: headings do not nest
-        if closes is None or boundary is None:
-            return
-        for i in range(len(self.stack) - 1, 0, -1):
-            name = self.stack[i].tag
+        stack = self.stack
+        closes, boundary = _IMPLIED.get(tag, (_JUST_P, _P_SCOPE))
+        if tag in _HEADINGS and stack[-1].tag in _HEADINGS:
+            self._pop_to(len(stack) - 1)  # <h2>...<h3> without </h2>: headings do not nest
+        counts = self.open
+        if closes is _JUST_P:
+            if not counts.get("p"):
+                return
+        else:
+            for name in closes:
+                if counts.get(name):
+                    break
+            else:
+                return  # none of them open: nothing to close (no walk up the stack)
+        for i in range(len(stack) - 1, 0, -1):
+            name = stack[i].tag
             if name in closes:
-                del self.stack[i:]
+                self._pop_to(i)
                 return
             if name in boundary:
                 return
 
 
-def parse_html(html: str) -> tuple[Node, str]:
-    """The document's content tree (its root) and its <title>."""
-    builder = _TreeBuilder()
-    builder.feed(html)
-    builder.close()
-    if not builder.title and builder._title_node is not None:  # an unclosed <title>
-        builder.title = builder._title_node.text()
-    return builder.root, builder.title
+_JUST_P = frozenset({"p"})
+_IMPLIED_ANY = frozenset(_IMPLIED) | _CLOSES_P | frozenset(_HEADINGS)
+_NO_ATTRS: dict[str, str] = {}  # shared by every element without attributes: never written to
+
+
+def _dropped_by_attrs(attrs: dict[str, str]) -> bool:
+    """Hidden (hidden, aria-hidden, display:none) or page furniture by its ARIA role."""
+    if "hidden" in attrs or attrs.get("aria-hidden", "").lower() == "true":
+        return True
+    if attrs.get("role", "").strip().lower() in _DROP_ROLES:
+        return True
+    style = attrs.get("style")
+    return bool(style and _HIDDEN_STYLE.search(style))
+
+
+def parse_html(html: str) -> Document:
+    """The document's content tree, its <title>, and the elements the content choice looks at."""
+    return _Builder().build(html)
 
 
 # -- choosing the main content ------------------------------------------------------------
 
 
-def _measure(root: Node) -> None:
+def _measure(doc: Document) -> None:
     """Fill text_len and link_len bottom-up (children before parents: the reversed document order)."""
-    for node in reversed(list(root.iter())):
+    for node in (*reversed(doc.nodes), doc.root):
         text = link = 0
         for child in node.children:
             if isinstance(child, str):
@@ -513,16 +663,18 @@ def _measure(root: Node) -> None:
         node.link_len = text if node.tag == "a" else link
 
 
-def _drop_small_forms(root: Node) -> None:
+def _drop_small_forms(doc: Document) -> None:
     """A form is a search box or a login unless it holds the page (some sites wrap everything in one)."""
-    for node in list(root.iter()):
-        if node.tag == "form" and node.parent is not None and node.text_len < 500:
+    for node in doc.forms:
+        if node.parent is not None and node.text_len < 500:
             node.parent.children = [c for c in node.parent.children if c is not node]
+            node.parent = None  # out of the tree: neither <main> nor <article> is looked for in it
 
 
-def _first(root: Node, wanted: Iterable[str], role: str | None = None) -> list[Node]:
-    names = frozenset(wanted)
-    return [n for n in root.iter() if n.tag in names or (role and n.attrs.get("role", "").lower() == role)]
+def _in_tree(node: Node, root: Node) -> bool:
+    while node.parent is not None:
+        node = node.parent
+    return node is root
 
 
 _SCORED = frozenset({"p", "pre", "blockquote", "li", "td", "dd", "h2", "h3", "h4"})
@@ -591,14 +743,15 @@ def _common_ancestor(nodes: list[Node]) -> Node:
     return shared
 
 
-def main_content(root: Node) -> list[Node]:
+def main_content(doc: Document) -> list[Node]:
     """The elements that hold the page's content, in document order."""
-    _measure(root)
-    _drop_small_forms(root)
-    mains = [n for n in _first(root, ("main",), role="main") if n.text_len]
+    root = doc.root
+    _measure(doc)
+    _drop_small_forms(doc)
+    mains = [n for n in doc.mains if n.text_len and _in_tree(n, root)]
     if mains:
         return [max(mains, key=lambda n: n.text_len)]
-    articles = [n for n in _first(root, ("article",)) if n.text_len]
+    articles = [n for n in doc.articles if n.text_len and _in_tree(n, root)]
     if articles:
         biggest = max(articles, key=lambda n: n.text_len)
         total = sum(n.text_len for n in articles)
@@ -622,9 +775,19 @@ def _collapse(text: str) -> str:
 
 
 class _Renderer:
-    def __init__(self, fmt: Format, base_url: str) -> None:
+    def __init__(self, fmt: Format, base_url: str, grid_less: set[int], budget: int | None = None) -> None:
         self.markdown = fmt == "markdown"
         self.base_url = base_url
+        self.grid_less = grid_less  # tables holding tables
+        # Rendering stops once this many characters of text are out (the caller shows no more);
+        # `used` counts paragraphs, headings and code, not the markup around them, so it is short
+        # of the real length: stopping when it passes the budget never stops too early.
+        self.budget = budget if budget is not None else sys.maxsize
+        self.used = 0
+
+    @property
+    def over(self) -> bool:
+        return self.used > self.budget
 
     # blocks: each a list of finished paragraphs (strings without blank lines at the ends)
     def blocks(self, node: Node) -> list[str]:
@@ -633,6 +796,7 @@ class _Renderer:
             text = self.inline_text(node).replace("\n", " ")
             if not text:
                 return []
+            self.used += len(text)
             return [f"{'#' * _HEADINGS[tag]} {text}" if self.markdown else text]
         if tag == "pre":
             return self.code_block(node)
@@ -656,22 +820,23 @@ class _Renderer:
         """Children in order: runs of inline content become paragraphs, block children their own blocks."""
         out: list[str] = []
         run: list[str] = []
-
-        def flush() -> None:
-            text = _collapse("".join(run))
-            if text:
-                out.append(text)
-            run.clear()
-
         for child in node.children:
-            if isinstance(child, str):
-                run.append(child)
-            elif child.tag in _BLOCK:
-                flush()
-                out.extend(self.blocks(child))
+            if self.used > self.budget:
+                break
+            if child.__class__ is str:
+                run.append(child)  # type: ignore[arg-type]
+            elif child.tag in _BLOCK:  # type: ignore[union-attr]
+                if run:
+                    if text := _collapse("".join(run)):
+                        out.append(text)
+                        self.used += len(text)
+                    run = []
+                out.extend(self.blocks(child))  # type: ignore[arg-type]
             else:
-                run.append(self.inline(child))
-        flush()
+                run.append(self.inline(child))  # type: ignore[arg-type]
+        if run and (text := _collapse("".join(run))):
+            out.append(text)
+            self.used += len(text)
         return out
 
     def inline_text(self, node: Node) -> str:
@@ -687,7 +852,7 @@ class _Renderer:
                 return ""
             src = self.url(node.attrs.get("src", ""))
             return f"![{alt}]({src})" if self.markdown and src else f"[{alt}]"
-        inner = "".join(self.inline(c) if isinstance(c, Node) else c for c in node.children)
+        inner = "".join([c if c.__class__ is str else self.inline(c) for c in node.children])  # type: ignore
         if tag in _BLOCK:  # a block inside inline content (<a><div>..</div></a>): its text, spaced
             return f" {inner} "
         if tag == "a":
@@ -740,6 +905,7 @@ class _Renderer:
         code = raw.rstrip()
         if not code.strip():
             return []
+        self.used += len(code)
         if not self.markdown:
             return [code]
         lang = ""
@@ -764,6 +930,8 @@ class _Renderer:
             number = 1
         lines: list[str] = []
         for child in node.children:
+            if self.over:
+                break
             if isinstance(child, str):
                 if child.strip():  # text straight inside a list: an item of its own
                     lines.append(f"- {_collapse(child)}")
@@ -806,14 +974,12 @@ class _Renderer:
     def table(self, node: Node) -> list[str]:
         rows: list[tuple[list[str], bool]] = []  # cells, is a header row
         caption = ""
-        layout = node.attrs.get("role", "").lower() in ("presentation", "none")
-        for element in node.iter():
-            if element is not node and element.tag == "table":
-                layout = True  # tables in tables: a page laid out with tables, not data
-                break
-        if layout:
+        # Tables in tables, or a table marked so: a page laid out with tables, not data.
+        if id(node) in self.grid_less or node.attrs.get("role", "").lower() in ("presentation", "none"):
             return self.container(node)
         for element in _table_parts(node):
+            if self.over:
+                break
             if element.tag == "caption":
                 caption = self.inline_text(element)
                 continue
@@ -883,16 +1049,26 @@ class Extracted:
     title: str
     text: str
     engine: str  # "builtin" | "trafilatura"
+    complete: bool = True  # False: rendering stopped past max_chars, the page has more
 
 
-def html_to_readable(html: str, base_url: str = "", fmt: Format = "markdown") -> Extracted:
-    """The standard-library extractor: the page's main content as markdown or plain text."""
-    root, title = parse_html(html)
-    renderer = _Renderer(fmt, base_url)
+def html_to_readable(
+    html: str, base_url: str = "", fmt: Format = "markdown", max_chars: int | None = None
+) -> Extracted:
+    """The standard-library extractor: the page's main content as markdown or plain text.
+
+    With `max_chars`, rendering stops once the text is past it (parsing still reads the whole
+    page: the main content can be anywhere); `complete` says whether it stopped.
+    """
+    doc = parse_html(html)
+    renderer = _Renderer(fmt, base_url, doc.grid_less, max_chars)
     blocks: list[str] = []
-    for node in main_content(root):
+    for node in main_content(doc):
+        if renderer.over:
+            break
         blocks.extend(renderer.blocks(node) if node.tag in _BLOCK else renderer.container(node))
-    return Extracted(" ".join(title.split()), "\n\n".join(b for b in blocks if b.strip()), "builtin")
+    text = "\n\n".join(b for b in blocks if b.strip())
+    return Extracted(doc.title, text, "builtin", complete=not renderer.over)
 
 
 def _trafilatura(html: str, base_url: str, fmt: Format) -> Extracted | None:
@@ -931,7 +1107,11 @@ def trafilatura_available() -> bool:
 
 
 def extract_html(
-    html: str, base_url: str = "", fmt: Format = "markdown", engine: Engine = "auto"
+    html: str,
+    base_url: str = "",
+    fmt: Format = "markdown",
+    engine: Engine = "auto",
+    max_chars: int | None = None,
 ) -> Extracted:
     """The page's content: trafilatura's when asked or installed (engine 'auto') and it finds some,
     else the standard-library extractor's."""
@@ -941,4 +1121,4 @@ def extract_html(
         found = _trafilatura(html, base_url, fmt)
         if found is not None:
             return found
-    return html_to_readable(html, base_url, fmt)
+    return html_to_readable(html, base_url, fmt, max_chars)

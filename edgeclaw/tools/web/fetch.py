@@ -126,7 +126,7 @@ class WebFetchTool(Tool):
             raise ToolRefused(f"{url}: {e}") from None
         except WebError as e:
             raise ToolError(f"{url}: {e}") from None
-        page = await _readable(response, fmt, self.settings.extractor)
+        page = await _readable(response, fmt, self.settings.extractor, max_chars)
         return render(url, response, page, max_chars, self.settings.max_bytes)
 
 
@@ -149,18 +149,19 @@ class Readable:
     title: str = ""
     extractor: str = ""
     note: str = ""  # how the text differs from what a reader expects (JSON shown raw, say)
+    complete: bool = True  # False: the extractor stopped past max_chars; the total is not known
 
 
-async def _readable(response: WebResponse, fmt: Format, engine: Engine) -> Readable:
+async def _readable(response: WebResponse, fmt: Format, engine: Engine, max_chars: int) -> Readable:
     content_type = response.headers.get("content-type", "")
     kind = classify(content_type, response.body)
     if kind == "binary":
         raise ToolError(_binary_note(response))
     if kind == "html" and len(response.body) > INLINE_EXTRACT_BYTES:
         # Parsing a big page takes tens of milliseconds: in a thread, so the daemon's other work goes on.
-        return await asyncio.to_thread(_read_html, response, content_type, fmt, engine)
+        return await asyncio.to_thread(_read_html, response, content_type, fmt, engine, max_chars)
     if kind == "html":
-        return _read_html(response, content_type, fmt, engine)
+        return _read_html(response, content_type, fmt, engine, max_chars)
     text, charset = decode_body(
         response.body, content_type, sniff_meta=media_type(content_type).endswith("xml")
     )
@@ -173,10 +174,12 @@ async def _readable(response: WebResponse, fmt: Format, engine: Engine) -> Reada
     return Readable(text, "text", charset)
 
 
-def _read_html(response: WebResponse, content_type: str, fmt: Format, engine: Engine) -> Readable:
+def _read_html(
+    response: WebResponse, content_type: str, fmt: Format, engine: Engine, max_chars: int
+) -> Readable:
     html, charset = decode_body(response.body, content_type)
-    page = extract_html(html, response.url, fmt, engine)
-    return Readable(page.text, "html", charset, page.title, page.engine)
+    page = extract_html(html, response.url, fmt, engine, max_chars)
+    return Readable(page.text, "html", charset, page.title, page.engine, complete=page.complete)
 
 
 def _binary_note(response: WebResponse) -> str:
@@ -211,7 +214,8 @@ def render(asked: str, response: WebResponse, page: Readable, max_chars: int, ma
     if page.note:
         tail.append(f"[{page.note}]")
     if cut:
-        tail.append(f"[cut at {max_chars} of {total_chars} characters; ask for more with a larger max_chars]")
+        of = f" of {total_chars}" if page.complete else ""  # a stopped extraction knows no total
+        tail.append(f"[cut at {max_chars}{of} characters; ask for more with a larger max_chars]")
     if response.truncated:
         tail.append(
             f"[the page is longer than the {format_size(max_bytes)} download cap: only that much was read]"
@@ -229,7 +233,7 @@ def render(asked: str, response: WebResponse, page: Readable, max_chars: int, ma
         "extractor": page.extractor or None,
         "bytes": len(response.body),
         "download_cut": response.truncated,
-        "chars": total_chars,
+        "chars": total_chars if page.complete else None,
         "chars_cut": cut,
         "redirects": list(response.redirects),
     }

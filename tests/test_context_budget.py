@@ -305,3 +305,23 @@ async def test_an_ollama_provider_without_base_url_is_asked_at_ollamas_address(l
         assert llm.info_paths == ["/api/show"]  # kind "ollama": no llama.cpp /props first
     finally:
         await client.aclose()
+
+
+def test_a_newest_turn_of_many_results_is_cut_result_by_result_and_the_fit_ends():
+    limits = context_budget.Limits(2048, 512)
+    calls = [ToolCall(f"c{i}", "read_file", f'{{"path": "f{i}"}}') for i in range(12)]
+    messages = [Message("user", "read them all"), Message("assistant", "", calls)]
+    messages += [
+        Message("tool", f"{i}:" + "y" * 3000, tool_call_id=f"c{i}", name="read_file") for i in range(12)
+    ]
+    fitted = context_budget.fit(limits, "system", messages, [])
+    assert fitted.estimated_tokens <= limits.prompt_tokens
+    assert [m.tool_call_id for m in fitted.messages[2:]] == [f"c{i}" for i in range(12)]  # none lost
+    assert all(m.content.startswith(f"{i}:") for i, m in enumerate(fitted.messages[2:]))
+    # More results than even their first 200 characters fit: cut as far as that goes, and done.
+    more_calls = [ToolCall(f"c{i}", "read_file", f'{{"path": "f{i}"}}') for i in range(120)]
+    many = [Message("user", "more"), Message("assistant", "", more_calls)]
+    many += [Message("tool", "z" * 400, tool_call_id=f"c{i}", name="read_file") for i in range(120)]
+    crowded = context_budget.fit(limits, "system", many, [])
+    assert len(crowded.messages) == len(many)
+    assert all(len(m.content) < 400 for m in crowded.messages[2:])

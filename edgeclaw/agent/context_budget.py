@@ -188,10 +188,12 @@ def _fit_newest(turn: list[Message], room: int, fitted: Fitted) -> tuple[list[Me
     """The newest turn, its longest texts shortened until it fits `room` (or none is long any more)."""
     cost = sum(message_tokens(m) for m in turn)
     turn = list(turn)
+    uncut = set(range(len(turn)))  # each text is cut once, to what the whole turn must lose
     while cost > room:
-        longest = max(range(len(turn)), key=lambda i: len(turn[i].content), default=None)
+        longest = max(uncut, key=lambda i: len(turn[i].content), default=None)
         if longest is None or len(turn[longest].content) <= MIN_TEXT_CHARS:
             break
+        uncut.discard(longest)
         m = turn[longest]
         over_chars = int((cost - room) * CHARS_PER_TOKEN) + 100
         keep = max(MIN_TEXT_CHARS, len(m.content) - over_chars)

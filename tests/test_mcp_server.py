@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import os
+import ssl
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -38,7 +39,7 @@ from edgeclaw.daemon.mcp_server import mcp_http_service  # noqa: E402
 from edgeclaw.daemon.mqtt import mqtt_service  # noqa: E402
 from edgeclaw.errors import ToolRefused  # noqa: E402
 from edgeclaw.tools.base import Tool, ToolContext, ToolResult  # noqa: E402
-from tests.mqtt_support import Mosquitto, free_port, needs_mosquitto  # noqa: E402
+from tests.mqtt_support import OPENSSL, Mosquitto, free_port, make_certificates, needs_mosquitto  # noqa: E402
 
 httpx2 = pytest.importorskip("httpx2")
 
@@ -719,3 +720,28 @@ async def test_an_approval_answered_by_the_client_lets_the_call_run() -> None:
         "content": [{"type": "text", "text": "pulsed"}],
         "isError": False,
     }
+
+
+@pytest.mark.skipif(OPENSSL is None, reason="openssl is not installed")
+async def test_http_over_tls(tmp_path: Path) -> None:
+    certs = make_certificates(tmp_path / "certs")
+    tls = {"tls_cert_file": str(certs["server.crt"]), "tls_key_file": str(certs["server.key"])}
+    async with http_daemon(tmp_path, **tls) as served:
+        assert served.url.startswith("https://127.0.0.1:")
+        client = httpx2.AsyncClient(
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            verify=ssl.create_default_context(cafile=str(certs["ca.crt"])),
+            timeout=30,
+        )
+        async with (
+            client,
+            streamable_http_client(served.url, http_client=client) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            result = await session.call_tool("i2c", TMP102_READ)
+            assert _celsius(result) == pytest.approx(21.5)
+        # Plain HTTP on the TLS port gets no MCP answer.
+        async with httpx.AsyncClient(timeout=5) as plain:
+            with pytest.raises(httpx.HTTPError):
+                await plain.post(served.url.replace("https://", "http://"), json={})

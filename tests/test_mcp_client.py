@@ -11,8 +11,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +150,8 @@ async def test_time_server_in_the_sandbox(tmp_path):
     assert "mcp_time_get_current_time" not in runtime.registry.names()
 
 
-async def test_a_sandboxed_server_sees_neither_the_state_nor_its_secret_files(tmp_path):
+async def test_a_sandboxed_server_sees_neither_the_state_nor_its_secret_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("DAEMON_ONLY_SETTING", "visible")
     secret_file = tmp_path / "token"
     secret_file.write_text("s3cret-token-value-123\n")
     # The server's script in its own directory: the one place of the state directory it sees.
@@ -180,15 +183,35 @@ async def test_a_sandboxed_server_sees_neither_the_state_nor_its_secret_files(tm
         # The secret reaches the program as configured, and is scrubbed from what it answers.
         echoed = await runtime.registry.execute("mcp_boxed_env", {"name": "TOKEN"}, CTX)
         assert echoed.ok and "s3cret" not in echoed.for_llm and "REDACTED" in echoed.for_llm
-        # Nothing of the daemon's own environment is passed on.
-        os.environ["EDGECLAW_TEST_LEAK"] = "visible"
-        try:
-            plain = await runtime.registry.execute("mcp_host_env", {"name": "EDGECLAW_TEST_LEAK"}, CTX)
-        finally:
-            del os.environ["EDGECLAW_TEST_LEAK"]
-        assert plain.for_llm == "(unset)"
+        # Nothing of the daemon's own environment is passed on, in the sandbox or not.
+        for name in ("boxed", "host"):
+            plain = await runtime.registry.execute(f"mcp_{name}_env", {"name": "DAEMON_ONLY_SETTING"}, CTX)
+            assert plain.for_llm == "(unset)"
     finally:
         await runtime.aclose()
+
+
+async def test_network_in_the_sandbox_only_when_configured(tmp_path):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    servers = {}
+    for name, network in (("closed", False), ("open", True)):
+        own = tmp_path / "state" / "mcp" / name
+        own.mkdir(parents=True)
+        shutil.copy(DEMO, own / "demo_server.py")
+        servers[name] = {"command": sys.executable, "args": [str(own / "demo_server.py")], "network": network}
+    runtime = runtime_with(tmp_path, servers)
+    try:
+        await runtime.mcp.start()
+        closed = await runtime.registry.execute("mcp_closed_connect", {"port": port}, CTX)
+        opened = await runtime.registry.execute("mcp_open_connect", {"port": port}, CTX)
+        assert closed.for_llm.startswith("no connection"), closed.for_llm
+        assert opened.for_llm == "connected", opened.for_llm
+    finally:
+        await runtime.aclose()
+        listener.close()
 
 
 async def test_results_map_images_and_progress_and_timeouts_cancel(tmp_path, caplog):
@@ -326,6 +349,42 @@ async def test_a_restarted_http_server_is_reconnected_and_its_tools_return(tmp_p
         assert again.ok and again.for_llm == "back"
     finally:
         await runtime.aclose()
+
+
+class _OtherOriginSse(BaseHTTPRequestHandler):
+    """A legacy SSE server that names a message endpoint on another host."""
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.end_headers()
+        self.wfile.write(b"event: endpoint\ndata: http://127.0.0.2:9/messages?session=1\n\n")
+        self.wfile.flush()
+        time.sleep(2)
+
+    def do_POST(self) -> None:  # never reached: nothing may be sent to the other origin
+        self.send_response(500)
+        self.end_headers()
+
+
+async def test_an_sse_endpoint_on_another_origin_is_refused(tmp_path):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _OtherOriginSse)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/sse"
+    secret = {"Authorization": "Bearer not-for-other-hosts"}
+    runtime = runtime_with(tmp_path, {"sse": {"transport": "sse", "url": url, "headers": secret}})
+    try:
+        await runtime.mcp.start(wait_s=10)
+        status = runtime.mcp.status()["sse"]
+        assert status["state"] != "connected"
+        assert "another origin: http://127.0.0.2:9/messages" in status["error"]
+    finally:
+        await runtime.aclose()
+        server.shutdown()
 
 
 async def test_backoff_gives_up_then_an_admin_request_retries(tmp_path):

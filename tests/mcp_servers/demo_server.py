@@ -4,8 +4,8 @@ python demo_server.py [--transport stdio|sse|streamable-http] [--port N] [--brok
 
 Tools: `echo`, `add`, `slow` (sleeps, reporting progress; for timeouts and
 kills), `picture` (an image), `pid` (the server process's pid, to tell a
-restarted server from the old one), `env` and `read` (what the server can
-see: its environment, a file). `--broken` gives `add` an input schema
+restarted server from the old one), `env`, `read` and `connect` (what the
+server can see and reach: its environment, a file, a loopback port). `--broken` gives `add` an input schema
 that is not valid JSON Schema (a type that does not exist).
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import socket
 from pathlib import Path
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -52,6 +53,14 @@ def build(broken: bool) -> MCPServer:
     @server.tool(description="A variable of the server's environment.")
     def env(name: str) -> str:
         return os.environ.get(name, "(unset)")
+
+    @server.tool(description="Open a TCP connection to 127.0.0.1:port, and say whether it worked.")
+    def connect(port: int) -> str:
+        try:
+            socket.create_connection(("127.0.0.1", port), 2).close()
+        except OSError as e:
+            return f"no connection: {e.strerror or e}"
+        return "connected"
 
     @server.tool(description="Read a file, or say why not.")
     def read(path: str) -> str:

@@ -397,6 +397,7 @@ class McpOverMqttClient:
         self.inbox: asyncio.Queue[tuple[str, bytes, dict[str, str]]] = asyncio.Queue()
         self._reader: asyncio.Task[None] | None = None
         self._ids = 0
+        self.answered: list[Any] = []  # the ids of every response seen on the RPC topic
 
     async def __aenter__(self) -> McpOverMqttClient:
         await self.mqtt.__aenter__()
@@ -433,6 +434,7 @@ class McpOverMqttClient:
             _, payload, props = await self.next_on("$mcp-rpc/")
             assert props.get("MCP-COMPONENT-TYPE") == "mcp-server"
             answer = json.loads(payload)
+            self.answered.append(answer.get("id"))
             if answer.get("id") == self._ids:
                 return answer
 
@@ -496,6 +498,17 @@ async def test_mcp_over_mqtt_discovery_initialize_list_and_call(tmp_path: Path) 
                 rpc, "tools/call", {"name": "i2c", "arguments": {**TMP102_READ, "bus": 9}}
             )
             assert refused["result"]["isError"] is True and "bus 9" in refused["result"]["content"][0]["text"]
+
+            # A message on our RPC topic that claims to come from another client is dropped.
+            spoof = Properties(PacketTypes.PUBLISH)
+            spoof.UserProperty = [
+                ("MCP-COMPONENT-TYPE", "mcp-client"),
+                ("MCP-MQTT-CLIENT-ID", "someone-else"),
+            ]
+            spoofed = {"jsonrpc": "2.0", "id": 990, "method": "tools/list", "params": {}}
+            await client.mqtt.publish(rpc, json.dumps(spoofed), qos=1, properties=spoof)
+            await client.request(rpc, "ping", {})  # answered; the spoofed request before it never is
+            assert 990 not in client.answered
 
             # A tool added while the client is connected: announced on the capability topic.
             captured["runtime"].registry.register(Echo())

@@ -36,7 +36,7 @@ from edgeclaw.daemon.lifecycle import Daemon
 from edgeclaw.daemon.runtime import Runtime
 from edgeclaw.tools.approval import ApprovalBroker
 from edgeclaw.tools.base import Tool, ToolContext, ToolResult
-from tests.llm_server import Scripted, ScriptedLLM, openai_text, openai_tools
+from tests.llm_server import Scripted, ScriptedLLM, openai_text, openai_tools, without_note
 
 PIN = "2468"
 PIN_HASH = hash_pin(PIN)
@@ -272,7 +272,7 @@ def test_banner_login_and_a_chat_turn(console, llm):
     out = run(term, "how are the sensors?")
     assert "All sensors nominal." in out
     sent = llm.requests[0]["messages"]
-    assert sent[-1] == {"role": "user", "content": "how are the sensors?"}
+    assert sent[-1]["role"] == "user" and without_note(sent[-1]["content"]) == "how are the sensors?"
     # Ctrl-D on an empty line ends the login; the gate is back.
     term.send("\x04")
     term.expect(r"Logged out \(Ctrl-D\)\.")

@@ -314,6 +314,17 @@ async def test_http_refuses_a_bad_token_and_a_foreign_origin(tmp_path: Path) -> 
         assert stale.status_code == 404
         ok = await client.post(served.url, json=listed, headers={**good, "Mcp-Session-Id": sid})
         assert ok.status_code == 200 and any(t["name"] == "i2c" for t in ok.json()["result"]["tools"])
+        # A client that takes only JSON gets its call's answer as JSON.
+        read = {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "i2c", "arguments": TMP102_READ},
+        }
+        json_only = {**good, "Mcp-Session-Id": sid, "Accept": "application/json"}
+        called = await client.post(served.url, json=read, headers=json_only)
+        assert called.headers["content-type"] == "application/json"
+        assert called.json()["result"]["isError"] is False
         ended = await client.delete(served.url, headers={**good, "Mcp-Session-Id": sid})
         assert ended.status_code == 200
         after = await client.post(served.url, json=listed, headers={**good, "Mcp-Session-Id": sid})

@@ -149,7 +149,11 @@ class McpHttpEndpoint:
             else:
                 await exchange.respond(202)
             return
-        if all(m.get("method") != "tools/call" for m in requests):
+        accept = request.header("accept")
+        takes_events = EVENTS in accept or "*/*" in accept
+        # An event stream only where something may come before the answer (an approval question)
+        # and the client takes one; else plain JSON.
+        if not takes_events or all(m.get("method") != "tools/call" for m in requests):
             answers = [a for a in await asyncio.gather(*(session.receive(m) for m in requests)) if a]
             await _json(exchange, 200, answers[0] if len(messages) == 1 and answers else answers)
             return

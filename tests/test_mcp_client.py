@@ -424,14 +424,14 @@ async def test_doctor_and_telemetry_show_each_server(tmp_path):
     try:
         findings = {(f.check, f.level): f.detail for f in await mcp_findings(runtime)}
         ok = findings[("mcp server demo", "ok")]
-        assert "(host): edgeclaw-demo" in ok and "6 tools" in ok
+        assert "(host): edgeclaw-demo" in ok and "7 tools" in ok
         assert "tool 'add' left out" in findings[("mcp server demo", "warn")]
         assert findings[("mcp server gone", "FAIL")].startswith("failed: cannot reach")
         assert findings[("mcp server off", "ok")] == "disabled (enabled = false)"
         collector = TelemetryCollector("sim", "0", runtime.registry.stats)
         collector.extra_sources["mcp"] = runtime.mcp.telemetry
         snap = collector.snapshot()["mcp"]
-        assert snap["demo"] == {"state": "connected", "tools": 6, "attempts": 0}
+        assert snap["demo"] == {"state": "connected", "tools": 7, "attempts": 0}
         assert snap["gone"]["state"] == "failed" and snap["off"]["state"] == "disabled"
     finally:
         await runtime.aclose()
@@ -461,6 +461,38 @@ def test_config_problems_are_named():
     assert "mcp.servers.sse.url: expected an http:// or https:// URL" in text
     assert "mcp.servers.cmd.command: a stdio server needs the program" in text
     assert "mcp.servers.cmd.env: T is set more than once" in text
+
+
+def test_policy_names_of_servers_that_are_not_configured_are_errors():
+    with pytest.raises(ConfigErrors) as e:
+        config_from_dict(
+            {"tools": {"deny": ["group:mcp:tme"]}, "mcp": {"servers": {"time": {"command": "x"}}}}, "t.toml"
+        )
+    assert "tools.deny[0]: unknown group 'group:mcp:tme': no [mcp.servers.tme] (configured: time)" in str(
+        e.value
+    )
+    with pytest.raises(ConfigErrors) as e:
+        config_from_dict({"tools": {"deny": ["mcp_time_convert_time"]}}, "t.toml")
+    assert "unknown tool 'mcp_time_convert_time'" in str(e.value)
+
+
+async def test_one_tool_of_a_server_denied_by_name(tmp_path):
+    config = config_from_dict(
+        {
+            "board": "sim",
+            "state_dir": str(tmp_path / "state"),
+            "tools": {"deny": ["mcp_demo_add"]},
+            "mcp": {"servers": {"demo": demo_stdio()}},
+        },
+        "test.toml",
+    )
+    runtime = build_runtime(config, require_secrets=False)
+    try:
+        await runtime.mcp.start()
+        assert (await runtime.registry.execute("mcp_demo_add", {"a": 1, "b": 2}, CTX)).refused
+        assert (await runtime.registry.execute("mcp_demo_echo", {"text": "x"}, CTX)).ok
+    finally:
+        await runtime.aclose()
 
 
 # -- the command line --------------------------------------------------------------------------------

@@ -513,6 +513,44 @@ def test_tools_list_shows_the_time_servers_tools(run_cli, state_env):
     assert all(r[1] == "mcp:time" for r in rows)
 
 
+def _processes_in(directory: Path) -> list[int]:
+    """Processes whose working directory is `directory` (an MCP server's own directory)."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if proc.name.isdigit() and Path(os.readlink(proc / "cwd")) == directory:
+                out.append(int(proc.name))
+    return out
+
+
+def test_the_daemon_connects_shows_and_stops_its_servers(run_cli, state_env):
+    _time_config(state_env)
+    own = Path(state_env["EDGECLAW_STATE_DIR"]).resolve() / "mcp" / "time"
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "edgeclaw", "run"],
+        env=state_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            out = run_cli("status")
+            if "mcp server time: connected, 2 tools" in out.stdout:
+                break
+            assert time.monotonic() < deadline, (out.stdout, out.stderr)
+            time.sleep(0.3)
+        assert _processes_in(own)  # the server runs, in its own directory
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(30) == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            daemon.kill()
+        daemon.communicate()
+    assert _processes_in(own) == []  # and is gone with the daemon
+
+
 def test_status_in_chat_names_each_server(run_cli, state_env):
     _time_config(state_env)
     out = run_cli("chat", "--message", "/status", timeout=60)

@@ -309,6 +309,9 @@ class MqttConfig:
     discovery: bool = True  # Home Assistant device discovery
     discovery_prefix: str = "homeassistant"
     admin_unsigned: bool = False  # accept admin/tools without a signature when no HMAC secret is set
+    # Fleet commands: {prefix}/_all/tool/call always, {prefix}/_group/GROUP/tool/call for each group.
+    groups: list[str] = field(default_factory=list)
+    broadcast_admin: bool = False  # admin commands (admin/*) by broadcast or group; off = refused
 
 
 @dataclass

@@ -573,9 +573,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from edgeclaw.daemon.gateway import (
         EXIT_RESTART,
         ConfigTrial,
+        hang_guard,
         install_log_ring,
         restart_in_place,
-        under_systemd,
+        supervised,
     )
     from edgeclaw.daemon.lifecycle import run_daemon
     from edgeclaw.errors import ConfigErrors
@@ -586,11 +587,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     rolled_back = trial.before_start() if trial is not None else None
     ready = False
 
+    decided = False
+
     def passed() -> None:
-        nonlocal ready
-        ready = True
+        nonlocal ready, decided
+        ready = decided = True
         if trial is not None:
             _report_trial(trial.confirm())
+
+    def failed(why: str) -> None:
+        nonlocal decided
+        decided = True
+        if trial is not None and trial.trying:
+            trial.roll_back(why)
 
     try:
         config = _load(args)
@@ -598,14 +607,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         install_log_ring()
         if rolled_back:
             logging.getLogger("edgeclaw.gateway").error("the applied config was rolled back: %s", rolled_back)
-        code = run_daemon(config, board=args.board, on_ready=passed)
+        # On trial, the daemon must be healthy by the deadline; a start that hangs is caught too.
+        deadline = config.gateway.health_deadline_s if trial is not None and trial.trying else None
+        if deadline is not None:
+            hang_guard(deadline, lambda: decided, failed)
+        code = run_daemon(
+            config, board=args.board, on_ready=passed, health_deadline_s=deadline, on_unhealthy=failed
+        )
     except (ConfigErrors, Exception) as e:
         if trial is None or not trial.trying or ready:
             raise
         _setup_logging(None, "info")
         trial.roll_back(f"{type(e).__name__}: {e}".splitlines()[0])
         code = EXIT_RESTART
-    if code == EXIT_RESTART and not under_systemd():
+    if code == EXIT_RESTART and not supervised():
         restart_in_place()
     return code
 

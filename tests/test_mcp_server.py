@@ -769,18 +769,3 @@ async def test_http_over_tls(tmp_path: Path) -> None:
         async with httpx.AsyncClient(timeout=5) as plain:
             with pytest.raises(httpx.HTTPError):
                 await plain.post(served.url.replace("https://", "http://"), json={})
-
-
-def test_doctor_reports_the_mcp_endpoint_and_what_clients_get(run_cli, tmp_path: Path) -> None:
-    token = tmp_path / "ops.token"
-    token.write_text(TOKEN)
-    (tmp_path / "edgeclaw.toml").write_text(
-        f'board = "sim"\n[tools.channels.mcp]\nprofile = "full"\n'
-        f'[mcp.server]\nlisten = "0.0.0.0:8765"\ntoken_file = "{token}"\n'
-    )
-    out = run_cli("doctor", timeout=120).stdout
-    assert "warn  mcp endpoint: http://0.0.0.0:8765/mcp without TLS" in out
-    assert "warn  mcp tools:" in out and "the shell among them (exec, process)" in out
-    token.write_text("short")
-    out = run_cli("doctor", timeout=120).stdout
-    assert "FAIL  mcp endpoint:" in out and "at least 16 characters" in out

@@ -122,6 +122,10 @@ RANGES: tuple[Range, ...] = (
     Range("memory.prompt_chars", 0),
     Range("memory.prompt_memory_chars", 0),
     Range("skills.prompt_max", 0),
+    Range("gateway.health_deadline_s", 5),
+    Range("gateway.update_max_bytes", 1024),
+    Range("gateway.update_chunk_bytes", 1024),
+    Range("gateway.update_slots", 2),
 )
 # The same for each [providers.NAME] table.
 PROVIDER_RANGES = (
@@ -321,6 +325,13 @@ def config_problems(config: Config) -> list[ConfigError]:
     if not config.mqtt.topic_prefix or any(c in config.mqtt.topic_prefix for c in "#+"):
         fail("mqtt.topic_prefix", "expected a non-empty topic without MQTT wildcards (# +)")
     _check_mqtt(config, fail)
+    for i, entry in enumerate(config.gateway.update_allow_networks):
+        import ipaddress
+
+        try:
+            ipaddress.ip_network(entry.strip(), strict=True)
+        except ValueError as e:
+            fail(f"gateway.update_allow_networks[{i}]", f"expected a network such as 10.0.0.0/8 ({e})")
     if any(c in config.device_id for c in "/#+"):
         fail("device_id", "expected a name without '/', '#' or '+' (it becomes part of MQTT topics)")
     t = config.tools
@@ -353,8 +364,7 @@ def config_problems(config: Config) -> list[ConfigError]:
             errors.extend(e.errors)
 
     # Custom tools named in the same file are known names too (they are registered later, at start-up).
-    custom = [c.name for c in config.tools.custom]
-    for key, problem in rule_problems(rules_from_config(config), custom, mcp_servers=config.mcp.servers):
+    for key, problem in rule_problems(rules_from_config(config), [c.name for c in config.tools.custom]):
         fail(key, problem)
     return errors
 
@@ -385,7 +395,11 @@ def _check_mqtt(config: Config, fail: Fail) -> None:
         fail("mqtt.telemetry_interval_s", "expected 0 (off) or at least 0.1 s")
     if m.approver_secret_env and m.approver_secret_file:
         fail("mqtt", "set approver_secret_env or approver_secret_file, not both")
-    for key in ("hmac_key_name", "approver_key_name"):
+    if m.admin_secret_env and m.admin_secret_file:
+        fail("mqtt", "set admin_secret_env or admin_secret_file, not both")
+    if m.admin_key_name in (m.hmac_key_name, m.approver_key_name):
+        fail("mqtt.admin_key_name", "expected a name other than hmac_key_name and approver_key_name")
+    for key in ("hmac_key_name", "approver_key_name", "admin_key_name"):
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", getattr(m, key)):
             fail(f"mqtt.{key}", "expected 1-64 letters, digits, '_', '.' or '-' (it names the key in events)")
     if m.hmac_key_name == m.approver_key_name:

@@ -305,13 +305,15 @@ class MqttConfig:
     approver_secret_env: str = ""
     approver_secret_file: str = ""
     approver_key_name: str = "approver"  # decisions are on record as by "mqtt:key:NAME"
+    # The admin key: when set, the admin topics (admin/tools, admin/cron, admin/gateway) take commands
+    # signed with it only (the command key is refused there). Unset = the command key signs them too.
+    admin_secret_env: str = ""
+    admin_secret_file: str = ""
+    admin_key_name: str = "admin"  # admin callers are "mqtt:key:NAME"
     events: bool = True  # one audit event per tool call on {prefix}/{dev}/events
     discovery: bool = True  # Home Assistant device discovery
     discovery_prefix: str = "homeassistant"
     admin_unsigned: bool = False  # accept admin/tools without a signature when no HMAC secret is set
-    # Fleet commands: {prefix}/_all/tool/call always, {prefix}/_group/GROUP/tool/call for each group.
-    groups: list[str] = field(default_factory=list)
-    broadcast_admin: bool = False  # admin commands (admin/*) by broadcast or group; off = refused
 
 
 @dataclass
@@ -448,6 +450,21 @@ class AutomationConfig:
     max_running: int = 4  # job runs at once; the rest wait (and count as running for overlaps)
 
 
+@dataclass
+class GatewayConfig:
+    """[gateway]: administering the daemon (the gateway tool, MQTT admin/gateway): trials, updates."""
+
+    # A newly applied config or version must be healthy (READY, and connected to the broker when
+    # MQTT is on) within this long, else the previous one is put back and the daemon restarted.
+    health_deadline_s: float = 120.0
+    update_max_bytes: int = 64 * 1024 * 1024  # a wheel, downloaded or sent in chunks
+    update_chunk_bytes: int = 48 * 1024  # at most this much (decoded) per chunk
+    # Update URLs pass the web guard: loopback and private ranges only where allowed here.
+    update_allow_hosts: list[str] = field(default_factory=list)
+    update_allow_networks: list[str] = field(default_factory=list)
+    update_slots: int = 3  # versions kept under STATE/venvs (the running one and the previous among them)
+
+
 McpTransport = Literal["stdio", "sse", "http"]
 
 
@@ -524,6 +541,7 @@ class Config:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     skills: SkillsConfig = field(default_factory=SkillsConfig)
     automation: AutomationConfig = field(default_factory=AutomationConfig)
+    gateway: GatewayConfig = field(default_factory=GatewayConfig)
     notify: NotifyConfig = field(default_factory=NotifyConfig)
     mcp: McpConfig = field(default_factory=McpConfig)
     # Where it came from, for messages; not a TOML key.

@@ -69,6 +69,10 @@ def secret_refs(config: Config) -> dict[str, SecretRef]:
         refs["mqtt.approver"] = SecretRef("mqtt.approver_secret_env", env=m.approver_secret_env)
     elif m.approver_secret_file:
         refs["mqtt.approver"] = SecretRef("mqtt.approver_secret_file", file=m.approver_secret_file)
+    if m.admin_secret_env:
+        refs["mqtt.admin"] = SecretRef("mqtt.admin_secret_env", env=m.admin_secret_env)
+    elif m.admin_secret_file:
+        refs["mqtt.admin"] = SecretRef("mqtt.admin_secret_file", file=m.admin_secret_file)
     notify = config.notify
     for what, table, names in (
         ("pushover", notify.pushover, ("token", "user")),

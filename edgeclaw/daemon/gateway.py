@@ -11,13 +11,17 @@ Applying a config, step by step:
    level), it is reloaded in place. Anything else restarts the daemon, with
    `FILE.apply` saying a new file is on trial.
 4. At the next start `ConfigTrial.before_start` marks the trial as running.
-   READY confirms it (the marker goes). A start that fails (the file is
-   refused, a channel cannot start) restores `FILE.previous` and starts
-   again; so does a start that finds the trial still running, which means
-   the last one died before READY (killed, out of memory, a crash).
+   Being healthy confirms it (the marker goes): READY, and connected to the
+   broker when MQTT is on, within `gateway.health_deadline_s`. A start that
+   fails (the file is refused, a channel cannot start), one that is not
+   healthy by the deadline (the broker named cannot be reached, a start that
+   hangs) restores `FILE.previous` and starts again; so does a start that
+   finds the trial still running, which means the last one died before it
+   was healthy (killed, out of memory, a crash).
 
-Restarting: under systemd (`INVOCATION_ID` is set) the daemon exits with
-status 75 and the unit's `Restart=on-failure` starts it again; otherwise it
+Restarting: under a supervisor (systemd: `INVOCATION_ID` is set; or
+`EDGECLAW_SUPERVISED=1`) the daemon exits with status 75 and the
+supervisor (the unit's `Restart=on-failure`) starts it again; otherwise it
 runs itself again in place (`execv` of the same command line).
 """
 
@@ -30,10 +34,13 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import shutil
 import sys
+import threading
 import time
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +63,12 @@ LOG_RING_LINES = 2000
 def under_systemd(environ: dict[str, str] | os._Environ[str] | None = None) -> bool:
     env = os.environ if environ is None else environ
     return bool(env.get("INVOCATION_ID"))
+
+
+def supervised(environ: dict[str, str] | os._Environ[str] | None = None) -> bool:
+    """Something restarts the daemon when it exits non-zero: systemd, or what set EDGECLAW_SUPERVISED."""
+    env = os.environ if environ is None else environ
+    return under_systemd(env) or env.get("EDGECLAW_SUPERVISED") == "1"
 
 
 # -- checking and rendering ------------------------------------------------------------------------
@@ -197,13 +210,49 @@ def _replace_keeping_previous(trial: ConfigTrial, text: str) -> None:
 
 
 def restart_in_place() -> None:
-    """Run this daemon's command line again in this process (not under systemd)."""
+    """Run this daemon's command line again in this process (not under a supervisor).
+
+    A daemon running from an update slot restarts through the installation that launched it, so
+    that the slot can be checked (and rolled back) again."""
+    base = os.environ.get("EDGECLAW_BASE_PYTHON")
+    if base and os.environ.get("EDGECLAW_SLOT"):
+        os.environ.pop("EDGECLAW_SLOT")
+        argv = [base, "-m", "edgeclaw", *sys.argv[1:]]
+        log.warning("restarting through %s: %s", base, " ".join(argv))
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(base, argv)
     argv = [sys.executable, *sys.orig_argv[1:]]
     log.warning("restarting: %s", " ".join(argv))
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, argv)
+
+
+# A start on trial that gives no verdict (hangs before the health check can speak) gets this long past
+# the deadline before the trial is rolled back from a thread and the process restarted.
+HANG_GRACE_S = 30.0
+
+
+def hang_guard(deadline_s: float, decided: Callable[[], bool], roll_back: Callable[[str], None]) -> None:
+    """Past `deadline_s` and a grace with no verdict: roll back and restart, whatever the event loop
+    is doing (a start stuck in a blocking call never reaches the health check)."""
+
+    def fire() -> None:
+        if decided():
+            return
+        why = f"no verdict within {deadline_s + HANG_GRACE_S:g} s: the start hung"
+        log.error("%s; rolling back", why)
+        roll_back(why)
+        if supervised():
+            os._exit(EXIT_RESTART)
+        restart_in_place()
+
+    timer = threading.Timer(deadline_s + HANG_GRACE_S, fire)
+    timer.daemon = True
+    timer.start()
 
 
 # -- logs --------------------------------------------------------------------------------------------
@@ -240,8 +289,41 @@ def _systemd_unit() -> str | None:
     return None
 
 
-async def read_logs(n: int) -> tuple[str, list[str]]:
-    """The last `n` lines: the journal under systemd, else stderr's file, else the in-process buffer."""
+LEVELS = ("debug", "info", "warning", "error", "critical")
+_LEVEL_WORD = re.compile(r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL)\b")
+# With a level filter, this many lines are read back to find `n` that pass it.
+LOG_SCAN_LINES = 20000
+
+
+def at_level(lines: list[str], level: str) -> list[str]:
+    """The lines of records at `level` or above. A line without a level word (a traceback's, a
+    message's second line) belongs to the record above it."""
+    floor = LEVELS.index(level)
+    kept: list[str] = []
+    keep = False
+    for line in lines:
+        word = _LEVEL_WORD.search(line)
+        if word is not None:
+            keep = LEVELS.index(word.group(1).lower()) >= floor
+        if keep:
+            kept.append(line)
+    return kept
+
+
+async def read_logs(n: int, level: str | None = None) -> tuple[str, list[str]]:
+    """The last `n` lines (of records at `level` or above): the journal under systemd, else stderr's
+    file, else the in-process buffer."""
+    if level is not None and level not in LEVELS:
+        from edgeclaw.errors import ToolError
+
+        raise ToolError(f"logs: unknown level {level!r} (expected one of: {', '.join(LEVELS)})")
+    source, lines = await _read_lines(LOG_SCAN_LINES if level else n)
+    if level is not None:
+        lines = at_level(lines, level)
+    return source, lines[-n:]
+
+
+async def _read_lines(n: int) -> tuple[str, list[str]]:
     journalctl = shutil.which("journalctl")
     if under_systemd() and journalctl:
         unit = _systemd_unit()

@@ -76,7 +76,11 @@ class Daemon:
         self._started = time.time()
         # Set by the gateway tool's restart: run() then returns EXIT_RESTART instead of 0.
         self.restart_reason: str | None = None
-        self.on_ready: Callable[[], object] | None = None  # after READY=1 (a config on trial passed)
+        # Once healthy (READY, every channel connected): a config or version on trial passed.
+        self.on_ready: Callable[[], object] | None = None
+        # With a deadline, not healthy by then calls on_unhealthy(why) and restarts the daemon.
+        self.health_deadline_s: float | None = None
+        self.on_unhealthy: Callable[[str], object] | None = None
 
     def request_restart(self, reason: str) -> None:
         log.warning("restart requested: %s", reason)
@@ -85,6 +89,32 @@ class Daemon:
 
     def request_stop(self) -> None:
         self._stop.set()
+
+    def health_problem(self) -> str | None:
+        """None when healthy: READY, and every channel that keeps a connection has it."""
+        if not self.ready.is_set():
+            return "not ready"
+        for service in self._entered:
+            check = getattr(service, "health_problem", None)
+            problem = check() if callable(check) else None
+            if problem:
+                return f"{getattr(service, 'name', type(service).__name__)}: {problem}"
+        return None
+
+    async def _confirm_health(self) -> None:
+        """on_ready once healthy; past the deadline (when there is one), on_unhealthy and a restart."""
+        deadline = None if self.health_deadline_s is None else time.monotonic() + self.health_deadline_s
+        while (problem := self.health_problem()) is not None:
+            if deadline is not None and time.monotonic() > deadline:
+                why = f"not healthy within {self.health_deadline_s:g} s ({problem})"
+                log.error("%s", why)
+                if self.on_unhealthy is not None:
+                    self.on_unhealthy(why)
+                self.request_restart(why)
+                return
+            await asyncio.sleep(0.2)
+        if self.on_ready is not None:
+            self.on_ready()
 
     def status(self) -> dict[str, Any]:
         """What `edgeclaw status` shows: the daemon, its tools, its state and each channel."""
@@ -170,9 +200,9 @@ class Daemon:
                     notifier.ready(f"serving: board {runtime.board.name}, {len(self.services)} channel(s)")
                     self.ready.set()
                     log.info("ready")
-                    if self.on_ready is not None:
-                        self.on_ready()
+                    health = asyncio.create_task(self._confirm_health(), name="health-confirm")
                     await self._stop.wait()
+                    health.cancel()
                     notifier.stopping("stopping: finishing in-flight tool calls")
                     log.info(
                         "stopping: %d tool call(s) in flight, %.1f s grace",
@@ -198,11 +228,18 @@ class Daemon:
 
 
 def run_daemon(
-    config: Config, *, board: str | None = None, on_ready: Callable[[], object] | None = None
+    config: Config,
+    *,
+    board: str | None = None,
+    on_ready: Callable[[], object] | None = None,
+    health_deadline_s: float | None = None,
+    on_unhealthy: Callable[[str], object] | None = None,
 ) -> int:
     """Run the daemon until a signal stops it; uvloop when it is installed."""
     daemon = Daemon(config, board=board)
     daemon.on_ready = on_ready
+    daemon.health_deadline_s = health_deadline_s
+    daemon.on_unhealthy = on_unhealthy
     try:
         import uvloop
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from edgeclaw.channels.mqtt import MqttChannel
 from edgeclaw.daemon.agent import shared_agent
-from edgeclaw.daemon.fleet import install_fleet
 from edgeclaw.daemon.runtime import Runtime
 from edgeclaw.tools.custom import custom_tools_for
 
@@ -23,12 +22,11 @@ def mqtt_service(runtime: Runtime) -> MqttChannel:
         password=runtime.secrets.get("mqtt", ""),
         hmac_secret=runtime.secrets.get("mqtt.hmac", ""),
         approver_secret=runtime.secrets.get("mqtt.approver", ""),
+        admin_secret=runtime.secrets.get("mqtt.admin", ""),
         audit=runtime.audit,
         outlets=runtime.outlets,
         source=runtime.config._source,
         custom_tools=custom_tools_for(runtime.registry),
-        # The retained status: config hash, firmware, sandbox, providers, MCP servers.
-        status_facts=install_fleet(runtime),
     )
     if runtime.config.mcp.server.mqtt:
         from edgeclaw.daemon.mcp_server import mcp_over_mqtt  # MCP sessions on this connection

@@ -74,8 +74,7 @@ async def post_json(
 
     try:
         async with asyncio.timeout(timeout_s):  # httpx's own timeout is per read, not per answer
-            request = client.build_request("POST", url, json=body, headers=headers, timeout=timeout_s)
-            response = await send(client, request)
+            response = await client.post(url, json=body, headers=headers, timeout=timeout_s)
     except (httpx.TimeoutException, TimeoutError):
         raise ProviderError(f"{provider}: no answer within {timeout_s:g} s", retryable=True) from None
     except httpx.RequestError as e:
@@ -83,23 +82,6 @@ async def post_json(
     if response.status_code != 200:
         raise http_error(provider, response.status_code, response.text, response.headers.get("retry-after"))
     return json_object(provider, response.content)
-
-
-async def send(client: httpx.AsyncClient, request: httpx.Request, *, stream: bool = False) -> httpx.Response:
-    """Send, once more on a fresh connection when a kept-alive one turns out closed.
-
-    llama-server closes the connection after a streamed answer without saying so; the next request
-    on it meets "Server disconnected without sending a response" at once. Nothing was answered, so
-    sending again is safe, and is not a try of the retry policy (the server did nothing wrong).
-    """
-    import httpx
-
-    try:
-        return await client.send(request, stream=stream)
-    except httpx.RemoteProtocolError as e:
-        if "without sending a response" not in str(e):
-            raise
-    return await client.send(request, stream=stream)
 
 
 def json_object(provider: str, raw: bytes) -> dict[str, Any]:
@@ -170,7 +152,7 @@ async def open_stream(
 
     request = client.build_request("POST", url, json=body, headers=headers, timeout=httpx.Timeout(idle_s))
     try:
-        response = await send(client, request, stream=True)
+        response = await client.send(request, stream=True)
     except httpx.TimeoutException:
         raise ProviderError(f"{provider}: nothing received for {idle_s:g} s", retryable=True) from None
     except httpx.RequestError as e:

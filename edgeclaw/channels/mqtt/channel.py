@@ -92,9 +92,8 @@ from edgeclaw.channels.mqtt.protocol import (
 )
 from edgeclaw.channels.mqtt.sender import Outgoing, Sender
 from edgeclaw.channels.mqtt.signing import Verifier
-from edgeclaw.channels.mqtt.status import machine_status
 from edgeclaw.channels.mqtt.telemetry import HealthSources, TelemetryCollector
-from edgeclaw.channels.mqtt.topics import DeviceTopics, FleetTopics, group_problem
+from edgeclaw.channels.mqtt.topics import DeviceTopics
 from edgeclaw.config.schema import MqttConfig
 from edgeclaw.errors import ConfigError, ConfigErrors
 from edgeclaw.store.db import Database, StorageFull
@@ -135,9 +134,6 @@ ErrorAnswer = Callable[[str, str], bytes]
 Kind_ = Literal["tool", "chat", "admin", "cancel"]
 WHAT = {"tool": "tool/call", "cancel": "tool/cancel", "chat": "chat/in", "admin": "admin/tools"}
 ANONYMOUS = "mqtt:anonymous"
-# Commands refused for a bad signature are reported on `events` at most this often (with a count):
-# one line per attempt would let whoever floods the broker flood the event stream too.
-BAD_SIGNATURE_REPORT_S = 60.0
 
 
 class MqttExtension(Protocol):
@@ -211,9 +207,9 @@ class MqttChannel:
         source: str = "<config>",
         custom_tools: CustomTools | None = None,
         approver_secret: str = "",
+        admin_secret: str = "",
         audit: AuditTrail | None = None,
         outlets: Outlets | None = None,
-        status_facts: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.config = config
         self.source = source  # the config file, for error messages
@@ -227,13 +223,6 @@ class MqttChannel:
         self.outlets = outlets
         self.version = version
         self.topics = DeviceTopics(config.topic_prefix, device_id, config.discovery_prefix)
-        problems = [group_problem(g) for g in config.groups]
-        if any(problems):
-            raise ConfigErrors([ConfigError(source, "mqtt.groups", p) for p in problems if p])
-        self.fleet = FleetTopics(config.topic_prefix, tuple(dict.fromkeys(config.groups)))
-        # What the daemon adds to the retained status (config hash, firmware, sandbox, providers,
-        # MCP servers): asked at every status publish, so it must be cheap and never wait.
-        self.status_facts = status_facts
         self.audit = audit
         self.verifier = Verifier(hmac_secret, config.hmac_key_name) if hmac_secret else None
         # Approval responses are signed with their own key: a command key cannot approve.
@@ -253,6 +242,18 @@ class MqttChannel:
                     )
                 ]
             )
+        # The admin key, when there is one, is the only key the admin topics take.
+        self.admin_verifier = Verifier(admin_secret, config.admin_key_name) if admin_secret else None
+        if self.admin_verifier is not None:
+            for other, what in ((self.verifier, "command key (hmac_secret_*)"),
+                                (self.approver_verifier, "approver key (approver_secret_*)")):  # fmt: skip
+                if other is not None and other.same_secret(self.admin_verifier):
+                    raise ConfigErrors([ConfigError(
+                        source,
+                        "mqtt.admin_secret_env" if config.admin_secret_env else "mqtt.admin_secret_file",
+                        f"the admin key must differ from the {what}: otherwise whoever holds that "
+                        "key could administer the device",
+                    )])  # fmt: skip
         t = self.topics
         self._kinds: dict[str, Kind_] = {
             t.tool_call: "tool",
@@ -264,16 +265,6 @@ class MqttChannel:
         }
         # The admin topics that are calls of a tool (the rest of `admin` is admin/tools).
         self._admin_calls = {t.admin_cron: "cron", t.admin_gateway: "gateway"}
-        # Commands to the whole fleet or a group: the same handling, answered with our device id.
-        self._fleet_topics: set[str] = set()
-        for topic in self.fleet.tool_calls():
-            self._kinds[topic] = "tool"
-            self._fleet_topics.add(topic)
-        for topic, what in self.fleet.admin().items():
-            self._kinds[topic] = "admin"
-            self._fleet_topics.add(topic)
-            if what != "tools":
-                self._admin_calls[topic] = what
         # Where answers go when the request named no (usable) Response Topic.
         self._fallbacks = {
             "tool": t.tool_result,
@@ -296,10 +287,7 @@ class MqttChannel:
             session_expiry_s=config.session_expiry_s,
             tls=tls,
             # admin/tools is always subscribed, so that even a refused admin command is answered.
-            subscriptions=(
-                *self.topics.subscriptions(admin=True, discovery=config.discovery),
-                *self.fleet.subscriptions(),
-            ),
+            subscriptions=tuple(self.topics.subscriptions(admin=True, discovery=config.discovery)),
             will_topic=self.topics.status,
             will_payload=lambda: self._status_payload("offline"),
         )
@@ -326,10 +314,6 @@ class MqttChannel:
         self._flush_handle: asyncio.TimerHandle | None = None
         self._closing = False
         self._extensions: list[MqttExtension] = []
-        self._online_since: float | None = None  # when the current connection came up
-        self._status_sent: dict[str, Any] | None = None  # the online status last published (no ts)
-        self._bad_signatures = 0  # refused since the last report on `events`
-        self._bad_signature_reported = float("-inf")
 
     def extend(self, extension: MqttExtension) -> None:
         """Carry another protocol on this connection (MCP over MQTT): its topics are subscribed with
@@ -467,36 +451,9 @@ class MqttChannel:
 
     # -- status, discovery, telemetry ----------------------------------------
     def _status_payload(self, state: str) -> bytes:
-        """The Last Will and the clean stop's status: what was known at connect time, `ts` then."""
         return encode(
             {"state": state, "version": self.version, "board": self.board, "ts": round(time.time(), 3)}
         )
-
-    def _online_status(self) -> dict[str, Any]:
-        """The retained `online` status without its `ts`: the device, the machine, the software and
-        what the daemon has attached and can reach (see docs/mqtt.md for what each field means)."""
-        status: dict[str, Any] = {
-            "state": "online",
-            "version": self.version,
-            "board": self.board,
-            "device": self.device_id,
-            "since": self._online_since,
-            "groups": list(self.fleet.groups),
-        }
-        try:
-            status.update(machine_status())
-        except Exception:  # a machine that cannot tell must still be listed
-            log.exception("reading the machine's facts for the status failed")
-        if self.status_facts is not None:
-            try:
-                status.update(self.status_facts())
-            except Exception:
-                log.exception("reading the daemon's facts for the status failed")
-        return status
-
-    def _encode_status(self, status: dict[str, Any]) -> bytes:
-        text = json.dumps({**status, "ts": round(time.time(), 3)}, ensure_ascii=False, separators=(",", ":"))
-        return self.registry.scrubber.scrub(text).encode("utf-8", "surrogatepass")
 
     def _discovery_payload(self) -> bytes:
         return encode(
@@ -526,11 +483,8 @@ class MqttChannel:
 
     async def _announce(self) -> None:
         """After each connect: status online, discovery, a first telemetry, then the outbox backlog."""
-        self._online_since = round(time.time(), 3)
-        status = self._online_status()
         try:
-            await self.connection.publish(self.topics.status, self._encode_status(status), retain=True)
-            self._status_sent = status
+            await self.connection.publish(self.topics.status, self._status_payload("online"), retain=True)
             if self.config.discovery:
                 await self.connection.publish(self.topics.discovery, self._discovery_payload(), retain=True)
         except PublishFailed as e:
@@ -541,24 +495,7 @@ class MqttChannel:
             self._send_telemetry()
 
     def _send_telemetry(self) -> None:
-        snapshot = self.telemetry_snapshot()
-        self.sender.send(Kind.TELEMETRY, self.topics.telemetry, encode(snapshot))
-        if self.connection.connected:
-            # Retained beside it: the last figures with their time (= last seen), for whoever
-            # subscribes later. Not stored while offline: the next connect sends fresh ones.
-            health = encode({**snapshot, "device": self.device_id})
-            self._spawn(self._publish_retained(self.topics.health, health))
-            status = self._online_status()
-            if self._status_sent is not None and status != self._status_sent:
-                # A provider became reachable, an MCP server went down, an address changed.
-                self._status_sent = status
-                self._spawn(self._publish_retained(self.topics.status, self._encode_status(status)))
-
-    async def _publish_retained(self, topic: str, payload: bytes) -> None:
-        try:
-            await self.connection.publish(topic, payload, retain=True)
-        except PublishFailed as e:
-            log.debug("could not publish %s: %s", topic, e)
+        self.sender.send(Kind.TELEMETRY, self.topics.telemetry, encode(self.telemetry_snapshot()))
 
     async def _telemetry_loop(self) -> None:
         interval = self.config.telemetry_interval_s
@@ -657,11 +594,10 @@ class MqttChannel:
         self.counters["requests"] += 1
         route_problem = self._route_problem(msg)
         bad_route = route_problem is not None
-        device = self.device_id if msg.topic in self._fleet_topics else None
         if msg.response_topic is None or bad_route:
-            route = Route(self._fallbacks[kind], msg.correlation, device)
+            route = Route(self._fallbacks[kind], msg.correlation)
         else:
-            route = Route(msg.response_topic, msg.correlation, device)
+            route = Route(msg.response_topic, msg.correlation)
 
         def refusal(code: str, message: str, request_id: str | None) -> bytes:
             """The error answer for a request refused before it was understood."""
@@ -701,17 +637,12 @@ class MqttChannel:
         elif msg.retained:
             # A retained command would run again on every reconnect.
             problem = WireError("retained", "commands must not be published with the retain flag")
-        elif kind == "admin" and msg.topic in self._fleet_topics and not self.config.broadcast_admin:
-            problem = WireError(
-                "broadcast_refused",
-                "admin commands are not taken by broadcast or group here: send them to the device's own "
-                "admin topics (or set mqtt.broadcast_admin = true)",
-            )
-        elif kind == "admin" and self.verifier is None and not self.config.admin_unsigned:
+        elif kind == "admin" and self._admin_key() is None and not self.config.admin_unsigned:
             problem = WireError(
                 "admin_disabled",
-                "admin/tools needs signed commands: set mqtt.hmac_secret_env or mqtt.hmac_secret_file "
-                "(or mqtt.admin_unsigned = true where the broker's ACLs protect this topic)",
+                "the admin topics need signed commands: set mqtt.admin_secret_env or "
+                "mqtt.admin_secret_file (or the command key; or mqtt.admin_unsigned = true where the "
+                "broker's ACLs protect these topics)",
             )
         elif len(msg.payload) > self.config.max_payload_bytes:
             problem = WireError(
@@ -722,9 +653,10 @@ class MqttChannel:
             self.counters["rejected"] += 1
             self._answer(route, refusal(problem.code, problem.message, peek_id(msg.payload)))
             return
-        signed = self.verifier is not None
+        key = self._admin_key() if kind == "admin" else self.verifier
+        signed = key is not None
         try:
-            body = self._authenticate(msg)
+            body = self._authenticate(msg, key)
             if kind == "chat":
                 chat = parse_chat(body)
                 if signed:
@@ -745,38 +677,32 @@ class MqttChannel:
             elif msg.topic in self._admin_calls:
                 sender = obj.get("sender") if isinstance(obj.get("sender"), str) else ""
                 call = parse_admin_call(obj, self._admin_calls[msg.topic])
-                self._submit_admin_call(call, route, self._caller(sender))
+                self._submit_admin_call(call, route, self._caller(sender, key))
             else:
                 sender = obj.get("sender") if isinstance(obj.get("sender"), str) else ""
-                self._submit_admin(parse_admin(obj), route, self._caller(sender))
+                self._submit_admin(parse_admin(obj), route, self._caller(sender, key))
         except WireError as e:
             self.counters["rejected"] += 1
             request_id = e.request_id or (peek_id(msg.payload) if e.code == "bad_signature" else None)
-            if e.code == "bad_signature":
-                self._bad_signature(msg.topic)
             self._answer(route, refusal(e.code, e.message, request_id))
 
-    def _bad_signature(self, topic: str) -> None:
-        """Count a command refused for its signature; on `events` at most once a minute, with how
-        many were refused since the last report (someone probing for a key, or a backend with the
-        wrong one)."""
-        self._bad_signatures += 1
-        now = time.monotonic()
-        if now - self._bad_signature_reported < BAD_SIGNATURE_REPORT_S:
-            return
-        count, self._bad_signatures = self._bad_signatures, 0
-        self._bad_signature_reported = now
-        if self.audit is not None:
-            self.audit.emit(
-                "auth_failure", level=logging.WARNING, what="bad_signature", count=count, topic=topic,
-                channel=CHANNEL, within_s=BAD_SIGNATURE_REPORT_S,
-            )  # fmt: skip
+    def health_problem(self) -> str | None:
+        """What keeps this channel from serving (the daemon's health check), or None."""
+        if self.connection.connected:
+            return None
+        return f"not connected to the broker {self.config.host}:{self.config.port}"
 
-    def _caller(self, sender: str) -> str:
+    def _admin_key(self) -> Verifier | None:
+        """The key admin commands must be signed with: the admin key, else the command key."""
+        return self.admin_verifier if self.admin_verifier is not None else self.verifier
+
+    def _caller(self, sender: str, key: Verifier | None = None) -> str:
         """The caller's identity: the signing key when there is one (a proof), else the declared sender
-        (a label), else anonymous."""
-        if self.verifier is not None:  # every command was checked against it
-            return self.verifier.identity
+        (a label), else anonymous. `key`: the one the command was checked against (the command
+        key unless said otherwise)."""
+        key = self.verifier if key is None else key
+        if key is not None:  # every command was checked against it
+            return key.identity
         if sender:
             return f"mqtt:sender:{sender}"
         return ANONYMOUS
@@ -879,13 +805,20 @@ class MqttChannel:
             about=("chat", chat.id, message.session_key),
         )
 
-    def _authenticate(self, msg: Incoming) -> bytes:
-        """The request bytes, once the signature checks out (when signing is on)."""
-        if self.verifier is None:
+    def _authenticate(self, msg: Incoming, key: Verifier | None) -> bytes:
+        """The request bytes, once the signature checks out against `key` (when signing is on)."""
+        if key is None:
             return msg.payload
-        return self.verifier.verify(
-            msg.topic, msg.payload, msg.user_properties, msg.response_topic, msg.correlation
-        )
+        try:
+            return key.verify(
+                msg.topic, msg.payload, msg.user_properties, msg.response_topic, msg.correlation
+            )
+        except WireError as e:
+            if key is self.admin_verifier:
+                raise WireError(
+                    e.code, f"admin commands must be signed with the admin key: {e.message}"
+                ) from None
+            raise
 
     def _submit(
         self,
@@ -1067,7 +1000,6 @@ class MqttChannel:
         """Store the answer in the outbox and conclude the request in the ledger, in one transaction
         (so a crash leaves the request either unfinished or with its answer on the way, never both),
         then answer the copies that waited on it. Returns what to publish now (see Sender.store)."""
-        answer = self._naming_device(route, answer)
         if key is None:
             return self.sender.store(Kind.ANSWER, route.topic, answer, correlation=route.correlation)
         # One that never ran is forgotten: it may be sent again, and the copies get the same refusal.
@@ -1283,22 +1215,7 @@ class MqttChannel:
     # -- outbound --------------------------------------------------------------
     def _answer(self, route: Route, payload: bytes) -> None:
         self.counters["answered"] += 1
-        payload = self._naming_device(route, payload)
         self.sender.send(Kind.ANSWER, route.topic, payload, correlation=route.correlation)
-
-    @staticmethod
-    def _naming_device(route: Route, payload: bytes) -> bytes:
-        """The answer to a fleet or group command with `"device"`: whose answer it is."""
-        if route.device is None:
-            return payload
-        try:
-            answer = json.loads(payload)
-        except ValueError:
-            return payload
-        if not isinstance(answer, dict) or answer.get("device") == route.device:
-            return payload
-        answer["device"] = route.device
-        return encode(answer)
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)

@@ -20,8 +20,9 @@ actions that need one say so.
   file is restored and the daemon starts on it again.
 - `restart`: through systemd when the daemon runs under it (the service's
   Restart= brings it back), else the daemon starts itself again in place.
-- `logs`: the last `lines` lines, from the journal under systemd, else from
-  the log file, else the daemon's own recent-lines buffer.
+- `logs`: the last `lines` lines (of records at `level` or above, when
+  given), from the journal under systemd, else from the log file, else the
+  daemon's own recent-lines buffer.
 - `reload_tools`: runtime custom tools taken again from the database, and
   every MCP server that is not connected tried again (a `failed` one too).
 """
@@ -49,7 +50,8 @@ class GatewayHooks:
     config_validate: Callable[[str], list[str]] | None = None  # text -> problems
     config_apply: Callable[[str, str], Awaitable[dict[str, Any]]] | None = None  # (text, by) -> report
     restart: Callable[[str], None] | None = None  # reason
-    logs: Callable[[int], Awaitable[tuple[str, list[str]]]] | None = None  # n -> (source, lines)
+    # (n, level or None) -> (source, lines)
+    logs: Callable[[int, str | None], Awaitable[tuple[str, list[str]]]] | None = None
     reload_tools: Callable[[], dict[str, Any]] | None = None
 
 
@@ -98,6 +100,10 @@ class GatewayTool(Tool):
                 "minimum": 1,
                 "maximum": MAX_LOG_LINES,
                 "description": "logs: how many",
+            },
+            "level": {
+                "enum": ["debug", "info", "warning", "error", "critical"],
+                "description": "logs: only records at this level or above",
             },
             "reason": {"type": "string", "maxLength": 200, "description": "restart: why (for the log)"},
         },
@@ -155,9 +161,11 @@ class GatewayTool(Tool):
         if action == "logs":
             if h.logs is None:
                 raise _needs_daemon("logs")
-            source, lines = await h.logs(args.get("lines", 50))
+            level = args.get("level")
+            source, lines = await h.logs(args.get("lines", 50), level)
             return ToolResult(
-                "\n".join(lines) or "(no log lines)", data={"source": source, "lines": len(lines)}
+                "\n".join(lines) or "(no log lines)",
+                data={"source": source, "lines": len(lines), "level": level or "debug"},
             )
         if h.reload_tools is None:
             raise _needs_daemon("reload_tools")

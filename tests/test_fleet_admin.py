@@ -1,0 +1,274 @@
+"""Administering a device over MQTT: a real mosquitto, a real daemon process on the sim board.
+
+The daemon runs under a small supervisor that does what the systemd unit does (`Restart=on-failure`):
+it starts `python -m edgeclaw run` again whenever it exits non-zero, and `EDGECLAW_SUPERVISED=1` tells
+the daemon so (it then exits 75 to restart, as under systemd, instead of running itself again in place).
+Every admin command is signed with the admin key and answered exactly once on its Response Topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edgeclaw.channels.mqtt.signing import envelope
+from tests.mqtt_support import Caller, Mosquitto, free_port, needs_mosquitto
+
+pytestmark = needs_mosquitto
+
+DEV = "fleet-adm-01"
+BASE = f"edgeclaw/{DEV}"
+GATEWAY = f"{BASE}/admin/gateway"
+ANSWERS = "test/fleet-admin/answers"
+ADMIN_KEY = "admin-key-5b1c9e0f7a"
+COMMAND_KEY = "command-key-2d8f4a6b"
+SETTLE_S = 1.5  # after an answer, how long a second one would have to show up
+
+
+class SupervisedDaemon:
+    """`python -m edgeclaw run`, started again when it exits non-zero (like Restart=on-failure)."""
+
+    def __init__(self, tmp_path: Path, config: str, env: dict[str, str] | None = None) -> None:
+        self.config_path = tmp_path / "edgeclaw.toml"
+        self.config_path.write_text(config)
+        self.state = tmp_path / "state"
+        self.log = tmp_path / "daemon.log"
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("EDGECLAW_", "NOTIFY_SOCKET", "INVOCATION_ID"))
+        }
+        self.env.update(
+            EDGECLAW_STATE_DIR=str(self.state),
+            EDGECLAW_CONFIG=str(self.config_path),
+            EDGECLAW_SUPERVISED="1",
+            EC_ADMIN=ADMIN_KEY,
+            EC_HMAC=COMMAND_KEY,
+            **(env or {}),
+        )
+        self.starts = 0
+        self.exits: list[int] = []
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._stopping = False
+        self._thread = threading.Thread(target=self._supervise, daemon=True)
+
+    def start(self) -> SupervisedDaemon:
+        self._thread.start()
+        return self
+
+    def _supervise(self) -> None:
+        while not self._stopping:
+            self.starts += 1
+            with self.log.open("ab") as log:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "edgeclaw", "run"],
+                    env=self.env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                )
+            code = self.proc.wait()
+            self.exits.append(code)
+            if code == 0 or self._stopping:
+                return
+            time.sleep(0.3)
+
+    def stop(self) -> None:
+        self._stopping = True
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self._thread.join(10)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def device_config(port: int, extra: str = "", mqtt: str = "") -> str:
+    return (
+        f'board = "sim"\ndevice_id = "{DEV}"\n'
+        f"[mqtt]\nenabled = true\nport = {port}\ntelemetry_interval_s = 0\ndiscovery = false\n"
+        'hmac_secret_env = "EC_HMAC"\nadmin_secret_env = "EC_ADMIN"\n'
+        f"{mqtt}"
+        '[automation]\nclock_sync = "off"\n'
+        "[gateway]\nhealth_deadline_s = 6\n" + extra
+    )
+
+
+@pytest.fixture
+def broker(tmp_path: Path):
+    b = Mosquitto(tmp_path / "broker").start()
+    yield b
+    b.kill()
+
+
+@pytest.fixture
+def supervised():
+    made: list[SupervisedDaemon] = []
+
+    def make(tmp_path: Path, config: str, env: dict[str, str] | None = None) -> SupervisedDaemon:
+        d = SupervisedDaemon(tmp_path, config, env)
+        made.append(d)
+        return d.start()
+
+    yield make
+    for d in made:
+        d.stop()
+
+
+class Admin:
+    """A fleet backend's side: signed admin/gateway requests, answers collected by request id."""
+
+    def __init__(self, caller: Caller) -> None:
+        self.c = caller
+
+    async def send(self, action: str, sign: str | None = ADMIN_KEY, **args: Any) -> str:
+        request_id = f"{action}-{uuid.uuid4().hex[:8]}"
+        request = {"id": request_id, "action": action, **args}
+        correlation = request_id.encode()
+        if sign is None:
+            payload: bytes | dict[str, Any] = {**request, "ts": time.time()}
+        else:
+            payload = envelope(
+                sign.encode(), GATEWAY, request, response_topic=ANSWERS, correlation=correlation
+            )
+        await self.c.publish(GATEWAY, payload, response_topic=ANSWERS, correlation=correlation)
+        return request_id
+
+    def answers(self, request_id: str) -> list[dict[str, Any]]:
+        return [r.json for r in self.c.on(ANSWERS) if r.correlation == request_id.encode()]
+
+    async def once(self, request_id: str, within: float = 30.0) -> dict[str, Any]:
+        """The request's answer, after checking that no second one follows."""
+        await self.c.wait_for(lambda: self.answers(request_id), within, f"the answer to {request_id}")
+        await asyncio.sleep(SETTLE_S)
+        got = self.answers(request_id)
+        assert len(got) == 1, got
+        assert got[0]["id"] == request_id
+        return got[0]
+
+    async def call(self, action: str, within: float = 30.0, **args: Any) -> dict[str, Any]:
+        return await self.once(await self.send(action, **args), within)
+
+
+def online_since(c: Caller, after: float) -> list[dict[str, Any]]:
+    """`online` status messages published after `after` (time.time())."""
+    out = []
+    for r in c.on(f"{BASE}/status"):
+        body = r.json
+        if body.get("state") == "online" and body.get("ts", 0) > after:
+            out.append(body)
+    return out
+
+
+async def wait_online(c: Caller, after: float, within: float = 60.0) -> dict[str, Any]:
+    got = await c.wait_for(lambda: online_since(c, after), within, "the device online again")
+    return got[-1]
+
+
+async def test_admin_actions_are_answered_once_and_only_the_admin_key_administers(
+    tmp_path, broker, supervised
+):
+    d = supervised(tmp_path, device_config(broker.port))
+    async with Caller(broker.port, [ANSWERS, f"{BASE}/status"]) as c:
+        admin = Admin(c)
+        await wait_online(c, 0)
+        # Unsigned, or signed with the command key: refused, each with one answer that says why.
+        unsigned = await admin.once(await admin.send("version", sign=None))
+        assert unsigned["ok"] is False and unsigned["code"] == "bad_signature"
+        command = await admin.once(await admin.send("version", sign=COMMAND_KEY))
+        assert command["ok"] is False and command["code"] == "bad_signature"
+        assert "admin key" in command["error"]
+        # The command key still signs ordinary tool calls.
+        call = {"id": "t1", "tool": "hardware_info", "args": {}}
+        tool = f"{BASE}/tool/call"
+        await c.publish(tool, envelope(COMMAND_KEY.encode(), tool, call, response_topic=ANSWERS),
+                        response_topic=ANSWERS)  # fmt: skip
+        await c.wait_for(lambda: [r for r in c.on(ANSWERS) if r.json.get("id") == "t1" and r.json["ok"]])
+
+        version = await admin.call("version")
+        assert version["ok"] is True and version["action"] == "version"
+        from edgeclaw import __version__
+
+        assert version["data"]["edgeclaw"] == __version__
+
+        # config_get: the effective file with secrets as the names that hold them, never values.
+        got = await admin.call("config_get")
+        assert got["ok"] and "EC_ADMIN" in got["for_llm"] and ADMIN_KEY not in json.dumps(got)
+        port = await admin.call("config_get", key="mqtt.port")
+        assert port["data"]["value"] == broker.port
+
+        # logs: the last N lines, and with a level only records at it or above.
+        logs = await admin.call("logs", lines=5)
+        assert logs["ok"] and 1 <= logs["data"]["lines"] <= 5
+        warned = await admin.call("logs", lines=200, level="warning")
+        assert warned["ok"]
+        lines = warned["for_llm"].splitlines() if warned["data"]["lines"] else []
+        assert not [line for line in lines if " INFO " in line or " DEBUG " in line], lines
+        bad = await admin.call("logs", level="loud")
+        assert bad["ok"] is False
+
+        # restart: one answer, then the device goes away and comes back (a new process).
+        pid = d.proc.pid
+        before = time.time()
+        restart_id = await admin.send("restart", reason="test")
+        answer = await admin.once(restart_id)
+        assert answer["ok"] is True and answer["data"]["restarting"] is True
+        await wait_online(c, before)
+        await c.wait_for(lambda: d.proc.pid != pid, 30, "a new daemon process")
+        await asyncio.sleep(SETTLE_S)
+        assert len(admin.answers(restart_id)) == 1  # not answered again by the new process
+        # And it answers again.
+        assert (await admin.call("version"))["ok"] is True
+    assert 75 in d.exits  # the restart was an exit for the supervisor, not a crash
+
+
+async def test_config_apply_over_mqtt_good_then_unreachable_broker_rolled_back(tmp_path, broker, supervised):
+    good = device_config(broker.port)
+    d = supervised(tmp_path, good)
+    async with Caller(broker.port, [ANSWERS, f"{BASE}/status"]) as c:
+        admin = Admin(c)
+        await wait_online(c, 0)
+        # Refused before anything is written: not TOML, an unknown key.
+        for broken in ('board = "sim\n', good + "bogus_key = 1\n"):
+            refused = await admin.call("config_apply", content=broken)
+            assert refused["ok"] is False and "nothing was written" in refused["for_llm"]
+            assert d.config_path.read_text() == good
+
+        # A good file that needs a restart: applied, the device back on it.
+        newer = good.replace("telemetry_interval_s = 0", "telemetry_interval_s = 3600")
+        before = time.time()
+        applied = await admin.call("config_apply", content=newer)
+        assert applied["ok"] is True and applied["data"]["how"] == "restart", applied
+        await wait_online(c, before)
+        marker = d.config_path.with_name("edgeclaw.toml.apply")
+        await c.wait_for(lambda: not marker.exists(), 30, "the trial confirmed")
+        value = await admin.call("config_get", key="mqtt.telemetry_interval_s")
+        assert value["data"]["value"] == 3600
+
+        # A file every check passes, but the daemon cannot reach a broker on it: not healthy by the
+        # deadline, so the previous file is put back and the device is online again on it.
+        nowhere = newer.replace(f"port = {broker.port}", f"port = {free_port()}")
+        before = time.time()
+        applied = await admin.call("config_apply", content=nowhere)
+        assert applied["ok"] is True and applied["data"]["how"] == "restart"
+        back = await wait_online(c, before + 1, within=90)
+        assert back["state"] == "online"
+        await c.wait_for(lambda: d.config_path.read_text() == newer, 30, "the previous file back")
+        await c.wait_for(lambda: not marker.exists(), 30, "the rollback reported")
+        value = await admin.call("config_get", key="mqtt.port")
+        assert value["data"]["value"] == broker.port
+    log = d.text()
+    assert "not healthy within 6 s" in log and "rolled back" in log, log[-3000:]

@@ -769,3 +769,40 @@ async def test_http_over_tls(tmp_path: Path) -> None:
         async with httpx.AsyncClient(timeout=5) as plain:
             with pytest.raises(httpx.HTTPError):
                 await plain.post(served.url.replace("https://", "http://"), json={})
+
+
+def test_doctor_reports_the_mcp_endpoint_and_what_clients_get(run_cli, tmp_path: Path) -> None:
+    token = tmp_path / "ops.token"
+    token.write_text(TOKEN)
+    (tmp_path / "edgeclaw.toml").write_text(
+        f'board = "sim"\n[tools.channels.mcp]\nprofile = "full"\n'
+        f'[mcp.server]\nlisten = "0.0.0.0:8765"\ntoken_file = "{token}"\n'
+    )
+    out = run_cli("doctor", timeout=120).stdout
+    assert "warn  mcp endpoint: http://0.0.0.0:8765/mcp without TLS" in out
+    assert "warn  mcp tools:" in out and "the shell among them (exec, process)" in out
+    token.write_text("short")
+    out = run_cli("doctor", timeout=120).stdout
+    assert "FAIL  mcp endpoint:" in out and "at least 16 characters" in out
+
+
+async def test_a_session_answers_a_bounded_number_of_requests_at_once() -> None:
+    from edgeclaw.channels.mcp.server import MAX_IN_FLIGHT
+
+    server, _registry, sent = _in_process()
+    async with server:
+        session = await _ready_session(server, sent, {})
+        calls = [
+            asyncio.ensure_future(
+                session.receive(
+                    {"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {"name": "hw_slow"}}
+                )
+            )
+            for n in range(MAX_IN_FLIGHT)
+        ]
+        await asyncio.sleep(0.1)
+        extra = {"jsonrpc": "2.0", "id": "one-more", "method": "ping"}
+        refused = await session.receive(extra)
+        assert refused is not None and "still being answered" in refused["error"]["message"]
+        session.close("test over")
+        await asyncio.wait(calls)

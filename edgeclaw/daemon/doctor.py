@@ -441,6 +441,7 @@ async def diagnose(runtime: Runtime) -> list[Finding]:
             findings.append(finding)
     findings += console_login_findings(runtime)
     findings += await mcp_findings(runtime)
+    findings += mcp_serve_findings(runtime)
     return findings
 
 
@@ -463,4 +464,46 @@ async def mcp_findings(runtime: Runtime) -> list[Finding]:
             out.append(Finding("ok", check, detail))
             for tool, why in sorted(st["broken"].items()):
                 out.append(Finding("warn", check, f"tool {tool!r} left out: {why}"))
+    return out
+
+
+def mcp_serve_findings(runtime: Runtime) -> list[Finding]:
+    """edgeclaw's tools served over MCP ([mcp.server]): the endpoint's token and TLS, what MCP clients
+    get, and MCP over MQTT, which commands' signatures do not cover."""
+    from edgeclaw.daemon.mcp_server import parse_listen, read_token, tls_context
+    from edgeclaw.errors import ConfigErrors
+
+    config = runtime.config
+    srv = config.mcp.server
+    out: list[Finding] = []
+    if srv.listen:
+        check = "mcp endpoint"
+        try:
+            host, _port = parse_listen(srv.listen, config._source)
+            _token, name = read_token(srv, config._source)
+            tls = tls_context(srv, config._source)
+        except ConfigErrors as e:
+            out.append(Finding("FAIL", check, str(e).replace("\n", "; ")))
+        else:
+            url = f"{'https' if tls else 'http'}://{srv.listen}{srv.path}"
+            loopback = host in ("127.0.0.1", "::1", "localhost")
+            if tls is None and not loopback:
+                detail = f"{url} without TLS: the bearer token crosses the network in clear (tls_cert_file)"
+                out.append(Finding("warn", check, detail))
+            else:
+                out.append(Finding("ok", check, f"{url}, bearer token {name!r}"))
+    if srv.mqtt and config.mqtt.enabled:
+        signed = bool(config.mqtt.hmac_secret_env or config.mqtt.hmac_secret_file)
+        detail = "on the broker connection; MCP messages are unsigned: the broker's ACL decides who may call"
+        if signed:
+            detail += " (the edgeclaw topics' HMAC does not cover $mcp-rpc/...)"
+        out.append(Finding("warn" if signed else "ok", "mcp over mqtt", detail))
+    if out:
+        allowed = runtime.registry.policy.allowed(ToolContext(channel="mcp", session_key="mcp:doctor"))
+        shell = sorted(allowed & {"exec", "process"})
+        tools = f"MCP clients may use {len(allowed)} tools"
+        if shell:
+            out.append(Finding("warn", "mcp tools", f"{tools}, the shell among them ({', '.join(shell)})"))
+        else:
+            out.append(Finding("ok", "mcp tools", f"{tools} (no shell)"))
     return out

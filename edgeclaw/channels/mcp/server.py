@@ -63,6 +63,8 @@ SERVER_NAME = "edgeclaw"
 ELICITATION_VERSIONS = frozenset({"2025-06-18", "2025-11-25"})
 ELICITATION_MODE_VERSIONS = frozenset({"2025-11-25"})
 MAX_CLIENT_NAME_CHARS = 64
+# Requests of one session answered at once; more are refused (a flood costs an error answer each).
+MAX_IN_FLIGHT = 32
 # The approval question's form: one choice. No allow-always: a client that answers by itself
 # must not be able to leave a standing rule behind.
 APPROVAL_SCHEMA: dict[str, Any] = {
@@ -207,6 +209,9 @@ class McpSession:
             return error(id_, INVALID_REQUEST, "the MCP session has ended")
         if key in self._calls:
             return error(id_, INVALID_REQUEST, f"request id {id_!r} is already in use")
+        if len(self._calls) >= MAX_IN_FLIGHT:
+            why = f"{MAX_IN_FLIGHT} requests of this session are still being answered: wait for one"
+            return error(id_, INVALID_REQUEST, why)
         call = _Call(asyncio.current_task(), send or self.send)
         self._calls[key] = call
         try:

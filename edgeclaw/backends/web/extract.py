@@ -1,15 +1,16 @@
 """Fetched bodies made readable: bytes to text (charset), HTML to markdown or plain text, JSON pretty-printed.
 
-Pure functions over bytes and str, no I/O. The HTML extractor is the standard library's
-`html.parser` feeding a small tree builder that already leaves out what is never content
-(scripts, styles, navigation, site headers and footers, sidebars, form controls, hidden
+Pure functions over bytes and str, no I/O, standard library only. HTML is read in one pass of
+the regular-expression engine (`_TOKEN`) into a small tree that already leaves out what is never
+content (scripts, styles, navigation, site headers and footers, sidebars, form controls, hidden
 elements); the main content is then chosen (`<main>`/`role=main`, else the article, else the
-block densest in text that is not link text) and rendered with its headings, paragraphs,
-links, lists, code blocks and tables. `trafilatura`, when installed (the `web-extract`
-extra), is asked first for HTML: it knows more page layouts; its answer is used when it has one.
+block densest in text that is not link text) and rendered with its headings, paragraphs, links,
+lists, code blocks and tables, stopping once past what the caller will show. `trafilatura`, when
+installed (the `web-extract` extra), is asked first for HTML under the engine "auto".
 
-Bounded on hostile input: the tree is never deeper than `MAX_DEPTH` (deeper elements are
-flattened into the deepest one), so rendering recursion stays bounded too.
+Bounded on hostile input: one linear pass (nothing past the last '>' is retried as a tag, a quoted
+'>' is repaired within `QUOTE_WINDOW`), and the tree is never deeper than `MAX_DEPTH` (deeper
+elements are flattened into the deepest one), so rendering recursion stays bounded too.
 """
 
 from __future__ import annotations
@@ -364,14 +365,14 @@ _TOKEN_SPLIT = re.compile(r"[\s_\-]+")
 class Node:
     """One element: its tag, the attributes kept, children (elements and text runs)."""
 
-    __slots__ = ("_attrs", "children", "link_len", "parent", "raw_attrs", "tag", "text_len")
+    __slots__ = ("_attrs", "children", "link_len", "parent", "tag", "text_len")
 
     def __init__(
         self, tag: str, attrs: dict[str, str] | None, parent: Node | None, raw_attrs: str = ""
     ) -> None:
         self.tag = tag
-        self._attrs = attrs  # None: not parsed yet (most never are: they are never rendered)
-        self.raw_attrs = raw_attrs
+        # Parsed, or the attribute text not parsed yet (most never are: they are never rendered).
+        self._attrs: dict[str, str] | str = attrs if attrs is not None else raw_attrs
         self.parent = parent
         self.children: list[Node | str] = []
         self.text_len = 0  # characters of text below (whitespace runs counted once)
@@ -379,9 +380,10 @@ class Node:
 
     @property
     def attrs(self) -> dict[str, str]:
-        if self._attrs is None:
-            self._attrs = _attrs(self.raw_attrs) if self.raw_attrs else _NO_ATTRS
-        return self._attrs
+        found = self._attrs
+        if isinstance(found, str):
+            found = self._attrs = _attrs(found) if found else _NO_ATTRS
+        return found
 
     def iter(self) -> Iterator[Node]:
         """This element and every element below it, in document order (no recursion)."""
@@ -484,6 +486,7 @@ class _Builder:
         start_tag = self.start
         end_tag = self.end
         add_text = self.text
+        names: dict[str, str] = {}  # tag names as written -> lower case, one string per name
         for m in _TOKEN.finditer(html, 0, end):
             begin = m.start()
             if begin < skip_to:
@@ -499,9 +502,9 @@ class _Builder:
                     if rest is not None:
                         attrs = html[at : rest.end() - 1]
                         pos = skip_to = rest.end()
-                start_tag(name.lower(), attrs)
+                start_tag(names.get(name) or _tag_name(names, name), attrs)
             elif closing is not None:
-                end_tag(closing.lower())
+                end_tag(names.get(closing) or _tag_name(names, closing))
             elif raw is not None:
                 tag = raw.lower()
                 start_tag(tag, raw_attrs or "")
@@ -517,7 +520,9 @@ class _Builder:
         return self.doc
 
     def text(self, data: str) -> None:
-        if "&" in data:
+        if data.isspace() and not self.open.get("pre"):
+            data = " "  # the runs of indentation between tags: one shared string, not thousands
+        elif "&" in data:
             data = unescape(data)
         if _BREAK in data:
             data = data.replace(_BREAK, "\ufffd")
@@ -624,6 +629,11 @@ class _Builder:
                 return
             if name in boundary:
                 return
+
+
+def _tag_name(names: dict[str, str], written: str) -> str:
+    name = names[written] = sys.intern(written.lower())
+    return name
 
 
 _JUST_P = frozenset({"p"})

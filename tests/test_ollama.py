@@ -194,3 +194,27 @@ async def test_keep_alive_minus_one_is_sent_as_a_number(llm, agent_for):
     agent = agent_for(keep_alive="-1")
     await agent.handle(msg("hi"))
     assert llm.requests[0]["keep_alive"] == -1  # Ollama reads "never unload" only as a number
+
+
+async def test_an_ollama_provider_embeds_memory_through_api_embed(tmp_path, llm):
+    from edgeclaw.daemon.memory import build_embedder
+    from tests.llm_server import embed_text
+
+    def with_memory(api: str):
+        raw = {
+            "board": "sim",
+            "state_dir": str(tmp_path / "state"),
+            "providers": {"local": {"kind": "ollama", "model": "qwen2.5:1.5b", "base_url": llm.url}},
+            "memory": {"embedder": "local", "embedding_model": "nomic-embed-text", "embedding_api": api},
+        }
+        return config_from_dict(raw, "test.toml")
+
+    with pytest.raises(ConfigErrors, match='embedding_api = "ollama"'):
+        with_memory("openai")  # Ollama's root has no /embeddings: the native endpoint is named
+    runtime = build_runtime(with_memory("ollama"), environ={})
+    try:
+        embedder = build_embedder(runtime)
+        assert embedder is not None and await embedder.embed(["fan speed"]) == [embed_text("fan speed")]
+    finally:
+        await runtime.aclose()
+    assert llm.embed_paths == ["/api/embed"] and llm.embed_requests[0]["model"] == "nomic-embed-text"

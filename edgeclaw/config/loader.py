@@ -724,12 +724,15 @@ def _memory_problems(config: Config) -> list[tuple[str, str]]:
         if provider is None:
             known = ", ".join(sorted(config.providers)) or "none defined"
             problems.append(("memory.embedder", f"no [providers.{m.embedder}] table (defined: {known})"))
-        elif provider.kind != "openai":
+        elif provider.kind == "ollama" and m.embedding_api != "ollama":
+            why = f'[providers.{m.embedder}] is kind "ollama": set embedding_api = "ollama"'
+            problems.append(("memory.embedding_api", why))
+        elif provider.kind not in ("openai", "ollama"):
             problems.append(
                 (
                     "memory.embedder",
                     f'[providers.{m.embedder}] is kind "{provider.kind}", which has no embeddings endpoint; '
-                    'name a kind "openai" provider (llama.cpp, Ollama and the hosted APIs serve one)',
+                    'name a kind "openai" or "ollama" provider (llama.cpp, Ollama, the hosted APIs)',
                 )
             )
         if not m.embedding_model.strip():

@@ -806,3 +806,12 @@ async def test_a_session_answers_a_bounded_number_of_requests_at_once() -> None:
         assert refused is not None and "still being answered" in refused["error"]["message"]
         session.close("test over")
         await asyncio.wait(calls)
+
+
+async def test_stdio_calls_are_rate_limited_per_caller(state_env: dict[str, str], tmp_path: Path) -> None:
+    (tmp_path / "edgeclaw.toml").write_text('board = "sim"\n[tools]\nrate_limit = 2\nrate_per_minute = 1\n')
+    async with stdio_client(_serve(state_env)) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        first, second, third = [await session.call_tool("i2c", TMP102_READ) for _ in range(3)]
+        assert not first.is_error and not second.is_error
+        assert third.is_error and "rate limit" in _text(third).lower()

@@ -815,3 +815,13 @@ async def test_stdio_calls_are_rate_limited_per_caller(state_env: dict[str, str]
         first, second, third = [await session.call_tool("i2c", TMP102_READ) for _ in range(3)]
         assert not first.is_error and not second.is_error
         assert third.is_error and "rate limit" in _text(third).lower()
+
+
+def test_the_daemon_serves_mcp_over_http_only_when_listen_is_set(tmp_path: Path) -> None:
+    from edgeclaw.daemon.lifecycle import configured_services
+
+    token = tmp_path / "t.token"
+    token.write_text(TOKEN)
+    on = {"board": "sim", "mcp": {"server": {"listen": "127.0.0.1:8765", "token_file": str(token)}}}
+    assert mcp_http_service in configured_services(config_from_dict(on, "on.toml"))
+    assert mcp_http_service not in configured_services(config_from_dict({"board": "sim"}, "off.toml"))

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from html import unescape
+from itertools import chain
 from typing import Literal
 from urllib.parse import urljoin
 
@@ -487,6 +488,9 @@ class _Builder:
         end_tag = self.end
         add_text = self.text
         names: dict[str, str] = {}  # tag names as written -> lower case, one string per name
+        counts = self.open
+        live = self.live
+        overflow = self.overflow
         for m in _TOKEN.finditer(html, 0, end):
             begin = m.start()
             if begin < skip_to:
@@ -504,7 +508,14 @@ class _Builder:
                         pos = skip_to = rest.end()
                 start_tag(names.get(name) or _tag_name(names, name), attrs)
             elif closing is not None:
-                end_tag(names.get(closing) or _tag_name(names, closing))
+                tag = names.get(closing) or _tag_name(names, closing)
+                top = stack[-1]
+                if top.tag == tag and tag != "title" and not overflow:  # the usual case, inline
+                    counts[tag] -= 1
+                    stack.pop()
+                    live.pop()
+                else:
+                    end_tag(tag)
             elif raw is not None:
                 tag = raw.lower()
                 start_tag(tag, raw_attrs or "")
@@ -539,7 +550,9 @@ class _Builder:
                 else None
             )
         stack = self.stack
-        if tag in _IMPLIED_ANY:
+        counts = self.open
+        # Most block tags could close an open <p>: only worth a look when one is open.
+        if tag in _IMPLIED or tag in _HEADINGS or (tag in _CLOSES_P and counts.get("p")):
             self._close_implied(tag)
         parent = stack[-1]
         if len(stack) > MAX_DEPTH:
@@ -558,20 +571,25 @@ class _Builder:
             parent.children.append(node)
             doc = self.doc
             doc.nodes.append(node)
-            if tag == "main" or (attrs and attrs.get("role", "").lower() == "main"):
-                doc.mains.append(node)
-            elif tag == "article":
-                doc.articles.append(node)
-            elif tag == "form":
-                doc.forms.append(node)
-            elif tag == "table" and self.open.get("table"):
-                for open_node in stack:
-                    if open_node.tag == "table":
-                        doc.grid_less.add(id(open_node))
+            if tag in _NOTED or attrs:
+                self._note(doc, node, tag, attrs)
         if tag not in _VOID:
             stack.append(node)
             self.live.append(live)
-            self.open[tag] = self.open.get(tag, 0) + 1
+            counts[tag] = counts.get(tag, 0) + 1
+
+    def _note(self, doc: Document, node: Node, tag: str, attrs: dict[str, str] | None) -> None:
+        """Record the elements the content choice and the tables look for."""
+        if tag == "main" or (attrs and attrs.get("role", "").lower() == "main"):
+            doc.mains.append(node)
+        elif tag == "article":
+            doc.articles.append(node)
+        elif tag == "form":
+            doc.forms.append(node)
+        elif tag == "table" and self.open.get("table"):
+            for open_node in self.stack:
+                if open_node.tag == "table":
+                    doc.grid_less.add(id(open_node))
 
     def _pop_to(self, i: int) -> None:
         """Close the elements from stack position i up."""
@@ -637,7 +655,7 @@ def _tag_name(names: dict[str, str], written: str) -> str:
 
 
 _JUST_P = frozenset({"p"})
-_IMPLIED_ANY = frozenset(_IMPLIED) | _CLOSES_P | frozenset(_HEADINGS)
+_NOTED = frozenset({"main", "article", "form", "table"})
 _NO_ATTRS: dict[str, str] = {}  # shared by every element without attributes: never written to
 
 
@@ -660,15 +678,19 @@ def parse_html(html: str) -> Document:
 
 
 def _measure(doc: Document) -> None:
-    """Fill text_len and link_len bottom-up (children before parents: the reversed document order)."""
-    for node in (*reversed(doc.nodes), doc.root):
+    """Fill text_len and link_len bottom-up (children before parents: the reversed document order).
+
+    Whitespace between tags is one shared " " by now (see `_Builder.text`), so a text's length is
+    what a reader sees, near enough.
+    """
+    for node in chain(reversed(doc.nodes), (doc.root,)):
         text = link = 0
         for child in node.children:
-            if isinstance(child, str):
-                text += len(child) if not child.isspace() else 1
+            if child.__class__ is str:
+                text += len(child)  # type: ignore[arg-type]
             else:
-                text += child.text_len
-                link += child.link_len
+                text += child.text_len  # type: ignore[union-attr]
+                link += child.link_len  # type: ignore[union-attr]
         node.text_len = text
         node.link_len = text if node.tag == "a" else link
 

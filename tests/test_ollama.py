@@ -72,13 +72,15 @@ async def test_a_tool_round_trip_over_api_chat(llm, agent_for):
         ollama_tools(("read_file", json.dumps({"path": "t.txt"}))),  # a JSON string, as some models write
         ollama_text("It is 21.5 C."),
     )
-    agent = agent_for(keep_alive="10m", max_tokens=300, stream=False)
+    agent = agent_for(keep_alive="10m", max_tokens=300, stream=False, context_tokens=8192)
     reply = await agent.handle(msg("temperature?"))
     assert reply.ok and reply.text == "It is 21.5 C."
     assert llm.paths == ["/api/chat"] * 3
     first, _, last = llm.requests
     assert first["model"] == "qwen2.5:1.5b" and first["stream"] is False
     assert first["keep_alive"] == "10m" and first["options"]["num_predict"] == 300
+    # The configured context is the one Ollama runs with (else its default, and a longer prompt is cut).
+    assert first["options"]["num_ctx"] == 8192
     assert first["tools"][0]["type"] == "function" and "parameters" in first["tools"][0]["function"]
     calls = [m for m in last["messages"] if m.get("tool_calls")]
     # Arguments go back as objects (what /api/chat takes), results named by their tool.

@@ -234,6 +234,17 @@ async def test_a_4xx_is_not_retried_and_its_message_is_kept(llm, agent_for):
     assert "exceeds the available context size" in reply.text and len(llm.requests) == 1
 
 
+async def test_a_server_that_refuses_tools_for_the_model_is_asked_again_without_them(llm, agent_for):
+    vllm = {"object": "error", "message": '"auto" tool choice requires --enable-auto-tool-choice and '
+            "--tool-call-parser to be set", "type": "BadRequestError", "code": 400}  # fmt: skip
+    llm.reply(Scripted(400, vllm), openai_text("plain"), openai_text("plain again"))
+    agent = agent_for({"local": openai_cfg(llm)})
+    assert (await agent.handle(msg("hi"))).text == "plain"
+    assert "tools" in llm.requests[0] and "tools" not in llm.requests[1]
+    assert (await agent.handle(msg("hi again"))).text == "plain again" and "tools" not in llm.requests[2]
+    assert "takes no tools" in (await agent.handle(msg("/status"))).text
+
+
 # -- streaming ----------------------------------------------------------------------------------
 
 
@@ -378,3 +389,37 @@ async def test_definitions_sent_to_models_bound_nothing_beyond_256_and_calls_kee
     too_long = "x" * (real["maxLength"] + 1)
     outcome = await agent.registry.execute("memory_search", {"query": too_long}, ctx, dry_run=True)
     assert not outcome.ok and "query" in (outcome.error or "")
+
+
+async def test_a_kept_alive_connection_the_server_closed_is_not_a_failure(client):
+    # llama-server closes the connection after a streamed answer without saying so: the next request
+    # on it meets "Server disconnected without sending a response". It is sent again, on a new one.
+    answer = json.dumps(openai_text("fine").body).encode()
+    served: list[int] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connection = len(served)
+        served.append(0)
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(
+                int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")
+            )
+            await reader.readexactly(length)
+            served[connection] += 1
+            if connection == 0 and served[0] == 2:  # the second request on the first connection
+                writer.close()
+                return
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n")
+            writer.write(b"content-length: %d\r\n\r\n%s" % (len(answer), answer))
+            await writer.drain()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    provider = OpenAIProvider("o", client, model="m", base_url=f"http://127.0.0.1:{port}", stream=False)
+    try:
+        for _ in range(3):
+            assert (await provider.complete("", [Message("user", "hi")], [])).text == "fine"
+    finally:
+        server.close()
+    assert served[0] == 2 and len(served) == 2

@@ -180,7 +180,8 @@ def _provider(name: str, runtime: Runtime, client: SharedClient) -> Provider:
     if cfg.kind == "ollama":
         from edgeclaw.agent.providers.ollama import OllamaProvider
 
-        return OllamaProvider(name, client, keep_alive=cfg.keep_alive, **kwargs)  # type: ignore[arg-type]
+        ollama = {"keep_alive": cfg.keep_alive, "num_ctx": cfg.context_tokens}
+        return OllamaProvider(name, client, **kwargs, **ollama)  # type: ignore[arg-type]
     if cfg.kind == "anthropic":
         from edgeclaw.agent.providers.anthropic import AnthropicProvider
 

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -23,8 +24,15 @@ from edgeclaw.agent.messages import Completion, Message
 from edgeclaw.agent.providers.base import ProviderError, TextSink, http_error
 from edgeclaw.tools.scrub import Scrubber
 
+log = logging.getLogger("edgeclaw.providers")
+
 DEFAULT_TIMEOUT_S = 600.0  # the whole answer: a long answer on a slow board, streamed
 DEFAULT_IDLE_TIMEOUT_S = 120.0  # no byte for this long: a first turn with tools on a Pi's CPU fits
+# How servers refuse a request for carrying tools the model (or the server's setup) cannot take, HTTP 400.
+NO_TOOLS_WORDS = (
+    "does not support tools",  # Ollama, a model whose template has no tools
+    "--enable-auto-tool-choice",  # vLLM started without a tool-call parser
+)
 
 
 class SharedClient:
@@ -74,7 +82,8 @@ async def post_json(
 
     try:
         async with asyncio.timeout(timeout_s):  # httpx's own timeout is per read, not per answer
-            response = await client.post(url, json=body, headers=headers, timeout=timeout_s)
+            request = client.build_request("POST", url, json=body, headers=headers, timeout=timeout_s)
+            response = await send(client, request)
     except (httpx.TimeoutException, TimeoutError):
         raise ProviderError(f"{provider}: no answer within {timeout_s:g} s", retryable=True) from None
     except httpx.RequestError as e:
@@ -82,6 +91,23 @@ async def post_json(
     if response.status_code != 200:
         raise http_error(provider, response.status_code, response.text, response.headers.get("retry-after"))
     return json_object(provider, response.content)
+
+
+async def send(client: httpx.AsyncClient, request: httpx.Request, *, stream: bool = False) -> httpx.Response:
+    """Send, once more on a fresh connection when a kept-alive one turns out closed.
+
+    llama-server closes the connection after a streamed answer without saying so; the next request
+    on it meets "Server disconnected without sending a response" at once. Nothing was answered, so
+    sending again is safe, and is not a try of the retry policy (the server did nothing wrong).
+    """
+    import httpx
+
+    try:
+        return await client.send(request, stream=stream)
+    except httpx.RemoteProtocolError as e:
+        if "without sending a response" not in str(e):
+            raise
+    return await client.send(request, stream=stream)
 
 
 def json_object(provider: str, raw: bytes) -> dict[str, Any]:
@@ -152,7 +178,7 @@ async def open_stream(
 
     request = client.build_request("POST", url, json=body, headers=headers, timeout=httpx.Timeout(idle_s))
     try:
-        response = await client.send(request, stream=True)
+        response = await send(client, request, stream=True)
     except httpx.TimeoutException:
         raise ProviderError(f"{provider}: nothing received for {idle_s:g} s", retryable=True) from None
     except httpx.RequestError as e:
@@ -284,6 +310,22 @@ class HttpProvider:
         """
         scrub = self._scrub
         system, messages = scrub(system), [scrub_message(m, scrub) for m in messages]
+        try:
+            return await self._complete(system, messages, tools, on_text)
+        except ProviderError as e:
+            # A server that refuses tools for this model: remember it, and ask again without them (the
+            # model then answers in plain chat; the banner and /status say so).
+            if not (tools and e.status == 400 and any(w in e.body for w in NO_TOOLS_WORDS)):
+                raise
+            self.tools_supported = False
+            log.warning(
+                "%s: model %s takes no tools: plain chat and slash commands only", self.name, self.model
+            )
+            return await self._complete(system, messages, [], on_text)
+
+    async def _complete(
+        self, system: str, messages: Sequence[Message], tools: list[dict[str, Any]], on_text: TextSink | None
+    ) -> Completion:
         body = self._body(system, messages, tools)
         try:
             async with asyncio.timeout(self._timeout_s):

@@ -5,9 +5,10 @@ says more: `POST /api/show` tells whether the model takes tools at all (`capabil
 servers older than that field, whether its template renders them), and `keep_alive` keeps the model
 loaded between a board's sparse requests instead of reloading it (seconds to minutes on a Pi).
 
-A model without tool support is sent no tools (Ollama would refuse the request with HTTP 400): it
-answers in plain text, and slash commands still work. Tool-call arguments arrive as a JSON object,
-or from some models as a JSON string: both are taken (agent.tool_args).
+A model without tool support is sent no tools (Ollama would refuse the request with HTTP 400 "does
+not support tools"; a server that could not say so in /api/show is asked again without them, see
+HttpProvider): it answers in plain text, and slash commands still work. Tool-call arguments arrive
+as a JSON object, or from some models as a JSON string: both are taken (agent.tool_args).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgeclaw.agent.messages import Completion, Message, ToolCall, Usage
-from edgeclaw.agent.providers.base import ProviderError, TextSink
+from edgeclaw.agent.providers.base import ProviderError
 from edgeclaw.agent.providers.endpoints import OLLAMA_BASE_URL
 from edgeclaw.agent.providers.http import HttpProvider, StreamReader, malformed, post_json, usage_int
 from edgeclaw.agent.tool_args import for_wire, tool_call
@@ -29,7 +30,6 @@ log = logging.getLogger("edgeclaw.providers")
 
 SHOW_TIMEOUT_S = 10.0
 SHOW_RETRY_S = 60.0  # an unanswered /api/show is asked again after this long, not on every request
-NO_TOOLS = "does not support tools"  # what Ollama answers (HTTP 400) to tools sent to such a model
 
 
 class OllamaProvider(HttpProvider):
@@ -37,9 +37,12 @@ class OllamaProvider(HttpProvider):
     tool_format = "openai"  # Ollama takes OpenAI-style function definitions
     default_base_url = OLLAMA_BASE_URL
 
-    def __init__(self, *args: Any, keep_alive: str = "", **kwargs: Any) -> None:
+    def __init__(self, *args: Any, keep_alive: str = "", num_ctx: int = 0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._keep_alive = keep_alive
+        # The configured context (context_tokens): Ollama runs a model with its own default otherwise,
+        # and cuts a longer prompt from the front without saying so.
+        self._num_ctx = num_ctx
         self._shown_at = -SHOW_RETRY_S  # when /api/show was last asked (monotonic); never yet
         self.show: dict[str, Any] | None = None  # the last /api/show answer (model details)
 
@@ -82,27 +85,6 @@ class OllamaProvider(HttpProvider):
             )
         return self.tools_supported
 
-    async def complete(
-        self,
-        system: str,
-        messages: Sequence[Message],
-        tools: list[dict[str, Any]],
-        on_text: TextSink | None = None,
-    ) -> Completion:
-        try:
-            return await super().complete(system, messages, tools, on_text)
-        except ProviderError as e:
-            # A server that could not say so in /api/show says it now: remember, and ask without tools.
-            if not (tools and e.status == 400 and NO_TOOLS in e.body):
-                raise
-            self.tools_supported = False
-            log.warning(
-                "%s: model %s does not support tools: plain chat and slash commands only",
-                self.name,
-                self.model,
-            )
-            return await super().complete(system, messages, [], on_text)
-
     def _body(self, system: str, messages: Sequence[Message], tools: list[dict[str, Any]]) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
@@ -110,6 +92,8 @@ class OllamaProvider(HttpProvider):
             "stream": False,
             "options": {"num_predict": self._max_tokens},
         }
+        if self._num_ctx:
+            body["options"]["num_ctx"] = self._num_ctx
         if tools:
             body["tools"] = tools
         if self._keep_alive:

@@ -328,6 +328,14 @@ def test_trafilatura_answers_first_when_installed() -> None:
     assert extract_html(page("article.html"), engine="builtin").engine == "builtin"
 
 
+@pytest.mark.skipif(not trafilatura_available(), reason="the web-extract extra is not installed")
+def test_trafilatura_paragraphs_lose_their_source_indentation() -> None:
+    text = extract_html(page("article.html"), "https://notes.example/posts/bme280/").text
+    assert "temperature reads" in text
+    assert "\n      temperature" not in text  # four spaces or more would make it a code block
+    assert "  - The breakout's regulator" in text  # a nested list item keeps its nesting
+
+
 def test_builtin_answers_when_trafilatura_finds_nothing() -> None:
     got = extract_html("<main><p>x</p></main>")
     assert got.text == "x"  # trafilatura (if installed) finds too little here: the builtin one answers

@@ -1129,7 +1129,34 @@ def _trafilatura(html: str, base_url: str, fmt: Format) -> Extracted | None:
         return None
     if not text or not text.strip():
         return None
-    return Extracted(" ".join(title.split()), text.strip(), "trafilatura")
+    return Extracted(" ".join(title.split()), _dedent_paragraphs(text.strip()), "trafilatura")
+
+
+_LIST_ITEM = re.compile(r"(?:[-*+]|\d+[.)])\s")
+
+
+def _dedent_paragraphs(text: str) -> str:
+    """trafilatura keeps a paragraph's source indentation on its continuation lines; in markdown
+    four spaces make a code block of them. Outside code fences, such lines lose it (list items,
+    whose indentation is their nesting, keep theirs)."""
+    out: list[str] = []
+    fence = ""
+    for line in text.split("\n"):
+        stripped = line.lstrip()
+        if fence:
+            if stripped.startswith(fence):
+                fence = ""
+            out.append(line)
+            continue
+        if stripped.startswith(("```", "~~~")):
+            fence = stripped[:3]
+            out.append(line)
+            continue
+        if line[:1] in (" ", "\t") and not _LIST_ITEM.match(stripped):
+            out.append(stripped)
+        else:
+            out.append(line)
+    return "\n".join(out)
 
 
 def trafilatura_available() -> bool:

@@ -272,3 +272,206 @@ async def test_config_apply_over_mqtt_good_then_unreachable_broker_rolled_back(t
         assert value["data"]["value"] == broker.port
     log = d.text()
     assert "not healthy within 6 s" in log and "rolled back" in log, log[-3000:]
+
+
+# -- updates ---------------------------------------------------------------------------------------
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _build_wheel(source: Path, out: Path) -> Path:
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--disable-pip-version-check",
+         "-w", str(out), str(source)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    [wheel] = out.glob("edgeclaw-*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="session")
+def wheels(tmp_path_factory):
+    """A wheel of this checkout, and one of a patched copy whose daemon fails at start-up."""
+    root = tmp_path_factory.mktemp("wheels")
+    good = _build_wheel(REPO, root / "good")
+    copy = root / "src"
+    copy.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        (copy / name).write_bytes((REPO / name).read_bytes())
+    import shutil
+
+    shutil.copytree(REPO / "board_profiles", copy / "board_profiles")
+    shutil.copytree(REPO / "edgeclaw", copy / "edgeclaw", ignore=shutil.ignore_patterns("__pycache__"))
+    init = copy / "edgeclaw" / "__init__.py"
+    init.write_text(init.read_text().replace('__version__ = "', '__version__ = "9.9.9+broken.'))
+    main = copy / "edgeclaw" / "__main__.py"
+    main.write_text('raise SystemExit("this build of edgeclaw fails at start-up")\n' + main.read_text())
+    broken = _build_wheel(copy, root / "broken")
+    return {"good": good, "broken": broken}
+
+
+def sha256_of(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def file_server(tmp_path: Path):
+    """Plain HTTP on loopback serving a directory (the fleet's file server)."""
+    import functools
+    import http.server
+
+    served = tmp_path / "served"
+    served.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+
+    class Quiet(http.server.ThreadingHTTPServer):
+        def handle_error(self, request, client_address):  # a client gone mid-answer is not news
+            pass
+
+    server = Quiet(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield served, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+UPDATE_CONFIG = '[gateway]\nupdate_allow_networks = ["127.0.0.0/8"]\nhealth_deadline_s = 20\n'
+
+
+def update_device_config(port: int) -> str:
+    return device_config(port).replace("[gateway]\nhealth_deadline_s = 6\n", UPDATE_CONFIG)
+
+
+async def test_update_by_url_switches_slots_and_a_corrupt_wheel_is_refused(
+    tmp_path, broker, supervised, wheels, file_server
+):
+    served, base_url = file_server
+    good = wheels["good"]
+    (served / good.name).write_bytes(good.read_bytes())
+    d = supervised(tmp_path, update_device_config(broker.port))
+    async with Caller(broker.port, [ANSWERS, f"{BASE}/status"]) as c:
+        admin = Admin(c)
+        await wait_online(c, 0)
+        before = await admin.call("version")
+        assert before["data"]["slot"] == "base" and before["data"]["current"] == "base"
+
+        # A wheel whose bytes are not the ones the request names: refused, nothing installed.
+        corrupt = served / "edgeclaw-0.0.1-py3-none-any.whl"
+        data = bytearray(good.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        corrupt.write_bytes(bytes(data))
+        refused = await admin.call("update", url=f"{base_url}/{corrupt.name}", sha256=sha256_of(good))
+        assert refused["ok"] is False and "SHA-256 mismatch" in refused["error"], refused
+        # Not reachable without the allowance either way: a host the guard blocks stays blocked.
+        assert not (d.state / "venvs").exists() or not list((d.state / "venvs").glob("*/.installed"))
+        # A signature cannot be checked yet: refused rather than trusted unchecked.
+        signed = await admin.call(
+            "update", url=f"{base_url}/{good.name}", sha256=sha256_of(good), signature="ab"
+        )
+        assert signed["ok"] is False and "not implemented" in signed["error"]
+
+        # The real one: installed beside the running version, switched to, healthy, kept.
+        t0 = time.time()
+        done = await admin.call("update", url=f"{base_url}/{good.name}", sha256=sha256_of(good), within=300)
+        assert done["ok"] is True, done
+        slot = done["data"]["slot"]
+        assert slot.startswith("0.") and done["data"]["previous"] == "base"
+        await wait_online(c, t0, within=120)
+        await c.wait_for(lambda: not (d.state / "venvs" / "update.json").exists(), 60, "the update confirmed")
+        after = await admin.call("version")
+        assert after["data"]["slot"] == slot and after["data"]["current"] == slot
+        assert after["data"]["executable"].startswith(str(d.state / "venvs" / slot))
+        assert os.readlink(d.state / "venvs" / "current") == slot
+    assert "in force (healthy)" in d.text()
+
+
+async def test_update_in_chunks_of_a_version_that_fails_to_start_is_rolled_back(
+    tmp_path, broker, supervised, wheels
+):
+    broken = wheels["broken"]
+    d = supervised(tmp_path, update_device_config(broker.port))
+    async with Caller(broker.port, [ANSWERS, f"{BASE}/status"]) as c:
+        admin = Admin(c)
+        await wait_online(c, 0)
+        import base64
+
+        data = broken.read_bytes()
+        size = 32 * 1024
+        parts = [data[i : i + size] for i in range(0, len(data), size)]
+        # Out of order, and one part sent twice: each answered once, the repeat harmless.
+        order = [*range(1, len(parts)), 0, 1]
+        for index in order:
+            got = await admin.call(
+                "update_chunk", upload="broken1", index=index, total=len(parts),
+                data=base64.b64encode(parts[index]).decode(),
+            )  # fmt: skip
+            assert got["ok"] is True, got
+        assert got["data"]["received"] == len(parts)
+        too_big = await admin.call(
+            "update_chunk",
+            upload="broken2",
+            index=0,
+            total=1,
+            data=base64.b64encode(b"x" * (size + 1)).decode(),
+        )
+        assert too_big["ok"] is False and "update_chunk_bytes" in too_big["error"]
+        missing = await admin.call("update", upload="nothing-here", sha256="0" * 64)
+        assert missing["ok"] is False and "no upload" in missing["error"]
+
+        t0 = time.time()
+        done = await admin.call("update", upload="broken1", sha256=sha256_of(broken), within=300)
+        assert done["ok"] is True, done
+        slot = done["data"]["slot"]
+        assert slot.startswith("9.9.9+broken.")
+        # It dies at start-up; the next start (by the supervisor, as systemd would) puts the base back.
+        back = await wait_online(c, t0, within=120)
+        assert back["state"] == "online"
+        await c.wait_for(
+            lambda: not (d.state / "venvs" / "update.json").exists(), 60, "the rollback reported"
+        )
+        after = await admin.call("version")
+        assert after["data"]["slot"] == "base" and after["data"]["current"] == "base"
+        assert slot in after["data"]["slots"]  # kept installed, not run
+    log = d.text()
+    assert "fails at start-up" in log and "rolled back" in log, log[-3000:]
+
+
+def test_old_slots_are_pruned_but_never_the_current_or_the_previous(tmp_path, monkeypatch):
+    from edgeclaw.daemon.update import Slots, prune
+
+    monkeypatch.delenv("EDGECLAW_SLOT", raising=False)
+    slots = Slots(tmp_path)
+    for i, name in enumerate(["0.1-a", "0.2-b", "0.3-c", "0.4-d", "0.5-e"]):
+        (slots.root / name).mkdir(parents=True)
+        (slots.root / name / ".installed").write_text("{}")
+        os.utime(slots.root / name, (1000 + i, 1000 + i))
+    slots.switch("0.5-e")
+    slots.write_trial({"state": "pending", "slot": "0.5-e", "previous": "0.1-a"})
+    removed = prune(slots, 3)
+    # Kept: the current, the one to go back to (the oldest), and the newest other one.
+    assert sorted(removed) == ["0.2-b", "0.3-c"]
+    assert slots.installed() == ["0.1-a", "0.4-d", "0.5-e"]
+
+
+def test_a_zip_that_is_not_an_edgeclaw_wheel_is_refused(tmp_path):
+    import hashlib
+    import io
+    import zipfile
+
+    from edgeclaw.config.schema import GatewayConfig
+    from edgeclaw.daemon.update import check_wheel
+    from edgeclaw.errors import ToolError
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("other/__init__.py", "")
+        z.writestr("other-1.0.dist-info/METADATA", "Name: other\nVersion: 1.0\n")
+    data = buf.getvalue()
+    with pytest.raises(ToolError, match="not an edgeclaw wheel"):
+        check_wheel(data, hashlib.sha256(data).hexdigest(), None, GatewayConfig())
+    with pytest.raises(ToolError, match="update_max_bytes"):
+        check_wheel(data, hashlib.sha256(data).hexdigest(), None, GatewayConfig(update_max_bytes=10))
+    with pytest.raises(ToolError, match="64 hex digits"):
+        check_wheel(data, "abc", None, GatewayConfig())

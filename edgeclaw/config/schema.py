@@ -458,7 +458,7 @@ class GatewayConfig:
     # MQTT is on) within this long, else the previous one is put back and the daemon restarted.
     health_deadline_s: float = 120.0
     update_max_bytes: int = 64 * 1024 * 1024  # a wheel, downloaded or sent in chunks
-    update_chunk_bytes: int = 48 * 1024  # at most this much (decoded) per chunk
+    update_chunk_bytes: int = 32 * 1024  # decoded, per chunk: its base64 fits mqtt.max_payload_bytes
     # Update URLs pass the web guard: loopback and private ranges only where allowed here.
     update_allow_hosts: list[str] = field(default_factory=list)
     update_allow_networks: list[str] = field(default_factory=list)

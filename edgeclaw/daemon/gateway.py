@@ -367,9 +367,12 @@ def _tail(path: Path, n: int, block: int = 65536) -> list[str]:
 # -- the hooks -----------------------------------------------------------------------------------------
 def offline_hooks(runtime: Runtime) -> GatewayHooks:
     """What the gateway tool can do in any process: read and check the config."""
+    from edgeclaw.daemon.update import versions
+
     return GatewayHooks(
         config_get=lambda key: effective(runtime.config, key),
         config_validate=lambda text: validate_text(text, runtime.config._source)[1],
+        slots=lambda: versions(runtime.state_dir),
     )
 
 
@@ -384,6 +387,61 @@ def attach_daemon(runtime: Runtime, hooks: GatewayHooks, status: Any, restart: A
         return await apply_config(runtime, text, by, restart)
 
     hooks.config_apply = apply
+
+    async def update(args: dict[str, Any], by: str) -> dict[str, Any]:
+        return await apply_update(runtime, args, by, restart)
+
+    def chunk(args: dict[str, Any]) -> dict[str, Any]:
+        from edgeclaw.daemon.update import store_chunk
+
+        return store_chunk(
+            runtime.state_dir,
+            runtime.config.gateway,
+            args["upload"],
+            args["index"],
+            args["total"],
+            args["data"],
+        )
+
+    hooks.update = update
+    hooks.update_chunk = chunk
+
+
+async def apply_update(runtime: Runtime, args: dict[str, Any], by: str, restart: Any) -> dict[str, Any]:
+    """A wheel by URL or from an upload: checked, installed in its slot, switched to, restarted onto."""
+    from edgeclaw.daemon import update as updates
+    from edgeclaw.errors import ToolError
+
+    config = runtime.config.gateway
+    if args.get("signature"):
+        raise ToolError(
+            "update: wheel signatures are not implemented: this version cannot check one, so it "
+            "refuses an update that carries one rather than trust it unchecked (the SHA-256 is checked)"
+        )
+    url, upload, sha256 = args.get("url"), args.get("upload"), args.get("sha256")
+    if not sha256:
+        raise ToolError("update: give the wheel's sha256")
+    if bool(url) == bool(upload):
+        raise ToolError(
+            "update: give either url (a wheel to download) or upload (one sent with update_chunk)"
+        )
+    if url:
+        data, name = await updates.download(url, config)
+    else:
+        data, name = updates.assemble(runtime.state_dir, upload), None
+    wheel = updates.check_wheel(data, sha256, name, config)
+    staged = await asyncio.to_thread(updates.stage, runtime.state_dir, wheel, by, config.update_slots)
+    if upload:
+        shutil.rmtree(runtime.state_dir / "updates" / upload, ignore_errors=True)
+    runtime.audit.emit("update", by=by, version=wheel.version, slot=wheel.slot, previous=staged["previous"])
+    asyncio.get_running_loop().call_later(0.2, restart, f"update to {wheel.slot} by {by}")
+    return {
+        "ok": True,
+        "text": f"edgeclaw {wheel.version} installed in slot {wheel.slot}; restarting onto it. It is "
+        f"rolled back to {staged['previous']} unless it is healthy within {config.health_deadline_s:g} s",
+        "how": "restart",
+        **staged,
+    }
 
 
 def reload_custom_tools(runtime: Runtime) -> dict[str, Any]:

@@ -273,9 +273,7 @@ class McpManager:
             closed = asyncio.ensure_future(session.closed.wait())
             changed = asyncio.ensure_future(relist.wait())
             try:
-                await asyncio.wait(
-                    {closed, changed}, timeout=self.health_interval_s, return_when=asyncio.FIRST_COMPLETED
-                )
+                await asyncio.wait({closed, changed}, timeout=self.health_interval_s)
             finally:
                 closed.cancel()
                 changed.cancel()

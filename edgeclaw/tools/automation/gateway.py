@@ -25,6 +25,11 @@ actions that need one say so.
   daemon's own recent-lines buffer.
 - `reload_tools`: runtime custom tools taken again from the database, and
   every MCP server that is not connected tried again (a `failed` one too).
+- `update`: a new version from a wheel (`url`, or the parts of an `upload`
+  sent with `update_chunk`), its `sha256` checked, installed in a slot of its
+  own beside the running version, switched to, and rolled back when it does
+  not come up healthy (edgeclaw.daemon.update).
+- `update_chunk`: one base64 part (`index` of `total`) of an `upload`.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
 
 MAX_CONFIG_BYTES = 256 * 1024
 MAX_LOG_LINES = 1000
+MAX_CHUNK_CHARS = 1_400_000  # base64 of 1 MiB; gateway.update_chunk_bytes is the limit in force
 
 
 @dataclass
@@ -53,6 +59,9 @@ class GatewayHooks:
     # (n, level or None) -> (source, lines)
     logs: Callable[[int, str | None], Awaitable[tuple[str, list[str]]]] | None = None
     reload_tools: Callable[[], dict[str, Any]] | None = None
+    update: Callable[[dict[str, Any], str], Awaitable[dict[str, Any]]] | None = None  # (args, by)
+    update_chunk: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    slots: Callable[[], dict[str, Any]] | None = None  # the installed versions, for `version`
 
 
 def _needs_daemon(what: str) -> ToolError:
@@ -66,10 +75,11 @@ class GatewayTool(Tool):
         "Administer this daemon: status, version, config_get (secrets never shown), config_validate "
         "and config_apply (a whole new config file; rolled back when the daemon does not come back "
         "healthy), restart, logs (last N lines), reload_tools (runtime custom tools; MCP servers "
-        "not connected are tried again)."
+        "not connected are tried again), update (a new version from a wheel, rolled back unless "
+        "healthy) and update_chunk."
     )
     observing_actions = frozenset({"status", "version", "config_get", "config_validate", "logs"})
-    timeout_s = 60.0
+    timeout_s = 900.0  # an update downloads and installs a wheel; the other actions take moments
     parameters = {
         "type": "object",
         "properties": {
@@ -83,6 +93,8 @@ class GatewayTool(Tool):
                     "restart",
                     "logs",
                     "reload_tools",
+                    "update",
+                    "update_chunk",
                 ]
             },
             "key": {
@@ -106,6 +118,25 @@ class GatewayTool(Tool):
                 "description": "logs: only records at this level or above",
             },
             "reason": {"type": "string", "maxLength": 200, "description": "restart: why (for the log)"},
+            "url": {"type": "string", "maxLength": 2000, "description": "update: where the wheel is"},
+            "upload": {
+                "type": "string",
+                "pattern": "^[A-Za-z0-9_-]{1,64}$",
+                "description": "update / update_chunk: the name of a wheel sent in parts",
+            },
+            "sha256": {
+                "type": "string",
+                "pattern": "^[0-9a-fA-F]{64}$",
+                "description": "update: the wheel's SHA-256",
+            },
+            "signature": {"type": "string", "maxLength": 512, "description": "update: not checked yet"},
+            "index": {"type": "integer", "minimum": 0, "maximum": 100000, "description": "update_chunk"},
+            "total": {"type": "integer", "minimum": 1, "maximum": 100000, "description": "update_chunk"},
+            "data": {
+                "type": "string",
+                "maxLength": MAX_CHUNK_CHARS,
+                "description": "update_chunk: the part, base64",
+            },
         },
         "required": ["action"],
         "additionalProperties": False,
@@ -125,6 +156,8 @@ class GatewayTool(Tool):
                 "machine": platform.machine(),
                 "executable": sys.executable,
             }
+            if h.slots is not None:
+                data.update(h.slots())
             return ToolResult("\n".join(f"{k}: {v}" for k, v in data.items()), data=data)
         if action == "status":
             if h.status is None:
@@ -167,6 +200,19 @@ class GatewayTool(Tool):
                 "\n".join(lines) or "(no log lines)",
                 data={"source": source, "lines": len(lines), "level": level or "debug"},
             )
+        if action == "update":
+            if h.update is None:
+                raise _needs_daemon("update")
+            report = await h.update(dict(args), ctx.identity)
+            return ToolResult(report["text"], is_error=not report.get("ok", False), data=report)
+        if action == "update_chunk":
+            if h.update_chunk is None:
+                raise _needs_daemon("update_chunk")
+            for field in ("upload", "index", "total", "data"):
+                if field not in args:
+                    raise ToolError(f"update_chunk: give {field!r}")
+            report = h.update_chunk(dict(args))
+            return ToolResult(report["text"], data=report)
         if h.reload_tools is None:
             raise _needs_daemon("reload_tools")
         report = h.reload_tools()

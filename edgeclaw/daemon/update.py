@@ -1,0 +1,424 @@
+"""Updates: a wheel installed beside the running version (A/B slots), switched to, kept only if healthy.
+
+Under the state directory::
+
+    venvs/<version>-<sha12>/   one virtualenv per installed wheel: its own site-packages hold the
+                               wheel (pip --no-deps); a .pth line adds the base installation's
+                               site-packages after it, for the dependencies
+    venvs/current -> <slot>    the slot `edgeclaw run` starts (absent: the base installation itself)
+    venvs/update.json          the update on trial: pending → trying → (confirmed: removed) or
+                               rolled_back (reported at the next healthy start, then removed)
+    updates/<upload>/<i>.part  the chunks of a wheel sent over MQTT, until `update` takes them
+
+The base installation (the `edgeclaw` systemd's ExecStart names) is never replaced by an update,
+so it is what decides at each start which slot runs (`launch`): a trial still `trying` when the
+daemon starts again means the new version died before it was healthy, and the previous slot is put
+back before anything of the new one runs. The new version confirms its own health (READY, and the
+broker connected when MQTT is on, within `gateway.health_deadline_s`) and rolls itself back when it
+is not healthy by then; a start that hangs is caught by the same deadline from a thread, and under
+systemd by TimeoutStartSec=.
+
+Checked before anything is installed: the size (`gateway.update_max_bytes`), the SHA-256 the
+request names, that the file is a wheel of edgeclaw (its name, its metadata, the package inside).
+Wheel signatures are not checked: a request that carries one is refused, not silently trusted.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import hashlib
+import io
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgeclaw.config.schema import GatewayConfig
+from edgeclaw.errors import ToolError
+
+log = logging.getLogger("edgeclaw.update")
+
+BASE = "base"  # the `previous` of a first update: the base installation, no slot
+_WHEEL_NAME = re.compile(r"edgeclaw-(?P<version>[0-9][A-Za-z0-9.+!_-]*?)-py3-none-any\.whl")
+_UPLOAD = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+UPLOAD_MAX_AGE_S = 3600.0  # chunks left this long without an `update` are removed
+PIP_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class Wheel:
+    version: str
+    sha256: str
+    data: bytes
+
+    @property
+    def slot(self) -> str:
+        return f"{self.version}-{self.sha256[:12]}"
+
+
+class Slots:
+    """The slots under STATE/venvs, the `current` link and the trial marker."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.root = state_dir / "venvs"
+        self.current_link = self.root / "current"
+        self.marker = self.root / "update.json"
+        self.uploads = state_dir / "updates"
+
+    def current(self) -> str | None:
+        """The slot `current` names (None: the base installation)."""
+        try:
+            return os.readlink(self.current_link)
+        except OSError:
+            return None
+
+    def python(self, slot: str) -> Path:
+        return self.root / slot / "bin" / "python"
+
+    def switch(self, slot: str | None) -> None:
+        """Point `current` at `slot` (None: back to the base installation), atomically."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        if slot is None:
+            with contextlib.suppress(FileNotFoundError):
+                self.current_link.unlink()
+            return
+        tmp = self.root / "current.new"
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        os.symlink(slot, tmp)
+        os.replace(tmp, self.current_link)
+        _fsync_dir(self.root)
+
+    def trial(self) -> dict[str, Any] | None:
+        try:
+            value = json.loads(self.marker.read_text())
+        except (OSError, ValueError):
+            return None
+        return value if isinstance(value, dict) else None
+
+    def write_trial(self, state: dict[str, Any]) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.marker.with_name("update.json.new")
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, self.marker)
+        _fsync_dir(self.root)
+
+    def roll_back(self, reason: str) -> str:
+        """Put the previous slot back; the trial marker says why until a healthy start reports it."""
+        state = self.trial() or {}
+        previous = state.get("previous")
+        self.switch(None if previous in (None, BASE) else str(previous))
+        self.write_trial({**state, "state": "rolled_back", "reason": reason, "at": time.time()})
+        log.error("update to %s rolled back (%s): back on %s", state.get("slot"), reason, previous or BASE)
+        return reason
+
+    def installed(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(
+            p.name for p in self.root.iterdir() if not p.is_symlink() and (p / ".installed").exists()
+        )
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -- at start-up: which slot runs ------------------------------------------------------------------
+def launch(state_dir: Path, argv: list[str]) -> str | None:
+    """In the base installation's `edgeclaw run`: settle the trial, then run the current slot
+    (os.execv, does not return) or return None to run this installation. Returns what was rolled
+    back, if anything (then this installation or the previous slot runs)."""
+    if os.environ.get("EDGECLAW_SLOT"):
+        return None  # already in a slot: it was launched
+    slots = Slots(state_dir)
+    state = slots.trial()
+    rolled_back = None
+    if state is not None and state.get("state") == "trying":
+        rolled_back = slots.roll_back("the new version did not come up healthy (it stopped before that)")
+    elif state is not None and state.get("state") == "pending":
+        slots.write_trial({**state, "state": "trying", "started": time.time()})
+    slot = slots.current()
+    if slot is None:
+        return rolled_back
+    python = slots.python(slot)
+    if not python.exists():
+        log.error("the current slot %s has no interpreter: running the base installation", slot)
+        slots.switch(None)
+        return rolled_back
+    os.environ["EDGECLAW_SLOT"] = slot
+    os.environ["EDGECLAW_BASE_PYTHON"] = sys.executable
+    # -P: the working directory is not put on sys.path, so a checkout there cannot shadow the slot.
+    os.execv(str(python), [str(python), "-P", "-m", "edgeclaw", *argv])
+    return None  # not reached
+
+
+class UpdateTrial:
+    """In the running daemon: confirm (healthy) or roll back the slot it was started from."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.slots = Slots(state_dir)
+        self.slot = os.environ.get("EDGECLAW_SLOT")
+
+    @property
+    def trying(self) -> bool:
+        state = self.slots.trial()
+        return state is not None and state.get("state") == "trying" and state.get("slot") == self.slot
+
+    def confirm(self) -> dict[str, Any] | None:
+        state = self.slots.trial()
+        if state is None:
+            return None
+        if state.get("state") == "trying" and state.get("slot") == self.slot:
+            state["state"] = "applied"
+        elif state.get("state") != "rolled_back":
+            return None
+        with contextlib.suppress(FileNotFoundError):
+            self.slots.marker.unlink()
+        return state
+
+    def roll_back(self, why: str) -> None:
+        if self.trying:
+            self.slots.roll_back(why)
+
+
+# -- receiving a wheel ---------------------------------------------------------------------------------
+def _check_sha(sha256: str) -> str:
+    sha = sha256.strip().lower()
+    if not _SHA256.fullmatch(sha):
+        raise ToolError("update: sha256 must be the wheel's SHA-256 as 64 hex digits")
+    return sha
+
+
+def check_wheel(data: bytes, sha256: str, name: str | None, config: GatewayConfig) -> Wheel:
+    """The wheel, once its size, digest and contents are what an edgeclaw wheel's must be."""
+    if len(data) > config.update_max_bytes:
+        raise ToolError(
+            f"update: the wheel is {len(data)} bytes; gateway.update_max_bytes is {config.update_max_bytes}"
+        )
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != _check_sha(sha256):
+        raise ToolError(
+            f"update: SHA-256 mismatch: the wheel received has {digest}, the request named "
+            f"{sha256}; nothing installed"
+        )
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+        names = set(archive.namelist())
+    except zipfile.BadZipFile as e:
+        raise ToolError(f"update: not a wheel (not a zip archive: {e})") from None
+    metadata = [n for n in names if re.fullmatch(r"edgeclaw-[^/]+\.dist-info/METADATA", n)]
+    if len(metadata) != 1 or "edgeclaw/__init__.py" not in names:
+        raise ToolError("update: not an edgeclaw wheel (no edgeclaw package or no edgeclaw metadata in it)")
+    version = ""
+    for line in archive.read(metadata[0]).decode("utf-8", "replace").splitlines():
+        if line.startswith("Version:"):
+            version = line.split(":", 1)[1].strip()
+            break
+    if not re.fullmatch(r"[0-9][A-Za-z0-9.+!_-]{0,63}", version):
+        raise ToolError(f"update: the wheel's metadata has no usable version ({version!r})")
+    if name is not None:
+        m = _WHEEL_NAME.fullmatch(name)
+        if m is None or m.group("version") != version:
+            raise ToolError(f"update: {name!r} is not the name of an edgeclaw {version} wheel")
+    return Wheel(version, digest, data)
+
+
+async def download(url: str, config: GatewayConfig) -> tuple[bytes, str]:
+    """The wheel at `url` through the guarded web client; (bytes, file name)."""
+    from urllib.parse import urlsplit
+
+    from edgeclaw.backends.web.client import WebRequest, fetch
+    from edgeclaw.backends.web.guard import DEFAULT_PORTS, NetworkPolicy, WebError, parse_networks
+
+    try:
+        port = urlsplit(url).port
+    except ValueError as e:
+        raise ToolError(f"update: {url!r} is not a usable URL ({e})") from None
+    # The port the admin named is allowed (the addresses are still checked: private and loopback
+    # ranges need gateway.update_allow_networks or update_allow_hosts).
+    policy = NetworkPolicy(
+        allow_networks=parse_networks(config.update_allow_networks, "gateway.update_allow_networks"),
+        allow_hosts=tuple(config.update_allow_hosts),
+        ports=DEFAULT_PORTS | ({port} if port else frozenset()),
+    )
+    try:
+        response = await fetch(
+            WebRequest(url, timeout_s=300.0, max_bytes=config.update_max_bytes + 1), policy
+        )
+    except WebError as e:
+        raise ToolError(f"update: cannot download {url}: {e}") from None
+    if response.status != 200:
+        raise ToolError(f"update: {url} answered HTTP {response.status}")
+    if response.truncated or len(response.body) > config.update_max_bytes:
+        raise ToolError(f"update: {url} is larger than gateway.update_max_bytes ({config.update_max_bytes})")
+    return response.body, response.url.rsplit("/", 1)[-1].split("?", 1)[0]
+
+
+def store_chunk(
+    state_dir: Path, config: GatewayConfig, upload: str, index: int, total: int, data: str
+) -> dict[str, Any]:
+    """One base64 part of a wheel: kept until `update` assembles them."""
+    if not _UPLOAD.fullmatch(upload):
+        raise ToolError("update_chunk: upload must be 1-64 letters, digits, '_' or '-'")
+    if total < 1 or total * config.update_chunk_bytes > config.update_max_bytes + config.update_chunk_bytes:
+        raise ToolError(f"update_chunk: total {total} parts of at most {config.update_chunk_bytes} bytes "
+                        f"would exceed gateway.update_max_bytes ({config.update_max_bytes})")  # fmt: skip
+    if not 0 <= index < total:
+        raise ToolError(f"update_chunk: index {index} is outside 0..{total - 1}")
+    try:
+        part = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise ToolError(f"update_chunk: data is not base64 ({e})") from None
+    if len(part) > config.update_chunk_bytes:
+        raise ToolError(
+            f"update_chunk: {len(part)} bytes; gateway.update_chunk_bytes is {config.update_chunk_bytes}"
+        )
+    uploads = state_dir / "updates"
+    _forget_old_uploads(uploads)
+    where = uploads / upload
+    where.mkdir(parents=True, exist_ok=True)
+    meta = where / "total"
+    if meta.exists() and meta.read_text() != str(total):
+        raise ToolError(
+            f"update_chunk: upload {upload!r} was started with total {meta.read_text()}, not {total}"
+        )
+    meta.write_text(str(total))
+    tmp = where / f"{index}.part.new"
+    tmp.write_bytes(part)
+    os.replace(tmp, where / f"{index}.part")
+    received = len(list(where.glob("*.part")))
+    return {"text": f"part {index + 1} of {total} of upload {upload!r} received ({received}/{total})",
+            "upload": upload, "received": received, "total": total}  # fmt: skip
+
+
+def _forget_old_uploads(uploads: Path) -> None:
+    if not uploads.is_dir():
+        return
+    for where in uploads.iterdir():
+        with contextlib.suppress(OSError):
+            if time.time() - where.stat().st_mtime > UPLOAD_MAX_AGE_S:
+                shutil.rmtree(where)
+
+
+def assemble(state_dir: Path, upload: str) -> bytes:
+    if not _UPLOAD.fullmatch(upload):
+        raise ToolError("update: upload must be 1-64 letters, digits, '_' or '-'")
+    where = state_dir / "updates" / upload
+    try:
+        total = int((where / "total").read_text())
+    except (OSError, ValueError):
+        raise ToolError(f"update: no upload {upload!r} (send its parts with update_chunk first)") from None
+    missing = [i for i in range(total) if not (where / f"{i}.part").exists()]
+    if missing:
+        raise ToolError(f"update: upload {upload!r} lacks part(s) {missing[:10]} of {total}")
+    return b"".join((where / f"{i}.part").read_bytes() for i in range(total))
+
+
+# -- installing into a slot -------------------------------------------------------------------------
+def install(slots: Slots, wheel: Wheel) -> Path:
+    """A virtualenv for the wheel under venvs/SLOT (made again when an earlier try was cut short)."""
+    target = slots.root / wheel.slot
+    if (target / ".installed").exists():
+        return target
+    with contextlib.suppress(FileNotFoundError):
+        shutil.rmtree(target)
+    slots.root.mkdir(parents=True, exist_ok=True)
+    work = slots.root / f".{wheel.slot}.wheel"
+    work.mkdir(exist_ok=True)
+    wheel_file = work / f"edgeclaw-{wheel.version}-py3-none-any.whl"
+    wheel_file.write_bytes(wheel.data)
+    try:
+        _run([sys.executable, "-m", "venv", "--without-pip", str(target)], "making the virtualenv")
+        python = target / "bin" / "python"
+        site_dir = _run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                        "asking the new virtualenv for its site-packages").strip()  # fmt: skip
+        # The base installation's packages after the slot's own: the dependencies come from there.
+        base_dirs = [
+            p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and Path(p).is_dir()
+        ]
+        Path(site_dir, "edgeclaw-base.pth").write_text("".join(f"{p}\n" for p in base_dirs))
+        _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
+              "--no-cache-dir", "--disable-pip-version-check", "--quiet", str(wheel_file)],
+             "installing the wheel")  # fmt: skip
+        found = _run([str(python), "-P", "-c", "import edgeclaw; print(edgeclaw.__version__)"],
+                     "importing the new version").strip()  # fmt: skip
+        if found != wheel.version:
+            raise ToolError(f"update: the new slot imports edgeclaw {found}, not {wheel.version}")
+    except ToolError:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    (target / ".installed").write_text(
+        json.dumps({"version": wheel.version, "sha256": wheel.sha256, "at": time.time()})
+    )
+    return target
+
+
+def _run(argv: list[str], what: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PIP_", "VIRTUAL_ENV"))}
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, env=env, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ToolError(f"update: {what} failed: {e}") from None
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
+        raise ToolError(f"update: {what} failed (exit {done.returncode}): {' | '.join(tail)}")
+    return done.stdout
+
+
+def prune(slots: Slots, keep: int) -> list[str]:
+    """Old slots beyond `keep`, never the current one or the one a trial would go back to."""
+    installed = set(slots.installed())
+    protect = {slots.current(), (slots.trial() or {}).get("previous"), os.environ.get("EDGECLAW_SLOT")}
+    protect &= installed  # the base installation is no slot
+    candidates = sorted((slots.root / name for name in installed - protect), key=lambda p: p.stat().st_mtime)
+    removed = []
+    for p in candidates[: max(0, len(candidates) - max(0, keep - len(protect)))]:
+        shutil.rmtree(p, ignore_errors=True)
+        removed.append(p.name)
+    return removed
+
+
+def stage(state_dir: Path, wheel: Wheel, by: str, keep: int) -> dict[str, Any]:
+    """Install the wheel in its slot and make it the one the next start runs, on trial."""
+    slots = Slots(state_dir)
+    state = slots.trial()
+    if state is not None and state.get("state") in ("pending", "trying"):
+        raise ToolError(f"update: the update to {state.get('slot')} is still on trial; wait for its verdict")
+    install(slots, wheel)
+    previous = os.environ.get("EDGECLAW_SLOT") or slots.current() or BASE
+    slots.write_trial({"state": "pending", "slot": wheel.slot, "previous": previous, "version": wheel.version,
+                       "sha256": wheel.sha256, "by": by, "at": time.time()})  # fmt: skip
+    slots.switch(wheel.slot)
+    removed = prune(slots, keep)
+    return {"slot": wheel.slot, "previous": previous, "version": wheel.version, "removed": removed}
+
+
+def versions(state_dir: Path) -> dict[str, Any]:
+    """For `version`: the slot running, the one `current` names, the installed ones, the trial."""
+    slots = Slots(state_dir)
+    return {
+        "slot": os.environ.get("EDGECLAW_SLOT") or BASE,
+        "current": slots.current() or BASE,
+        "slots": slots.installed(),
+        "trial": slots.trial(),
+    }

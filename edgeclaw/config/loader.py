@@ -353,6 +353,8 @@ def config_problems(config: Config) -> list[ConfigError]:
         fail(key, problem)
     for key, problem in _mcp_problems(config):
         fail(key, problem)
+    for key, problem in _nodes_problems(config):
+        fail(key, problem)
     for key, problem in _web_problems(config):
         fail(key, problem)
     if config.board != "auto":
@@ -505,6 +507,27 @@ def _notify_problems(config: Config) -> list[tuple[str, str]]:
                 problems.append((f"notify.ntfy.topics[{i}]", "expected 1-64 letters, digits, '_' or '-'"))
         if ntfy.timeout_s <= 0:
             problems.append(("notify.ntfy.timeout_s", "expected a number > 0"))
+    return problems
+
+
+# [tools.nodes] patterns: device ids / tool names with shell-style wildcards, never MQTT's (+ #) or '/'.
+_NODES_PATTERN = re.compile(r"[A-Za-z0-9_.*?\[\]!-]{1,64}")
+
+
+def _nodes_problems(config: Config) -> list[tuple[str, str]]:
+    """[tools.nodes]: which peers and tools the `nodes` tool may call, and its timeout."""
+    n = config.tools.nodes
+    problems: list[tuple[str, str]] = []
+    for key, entries in (("peers", n.peers), ("tools", n.tools)):
+        for i, entry in enumerate(entries):
+            if not isinstance(entry, str) or not _NODES_PATTERN.fullmatch(entry):
+                problems.append((
+                    f"tools.nodes.{key}[{i}]",
+                    f"{entry!r}: expected a name or a pattern such as \"greenhouse-*\" (1-64 letters, "
+                    "digits, '_', '.', '-' and the wildcards * ? [ ]; no '/', '+' or '#')",
+                ))  # fmt: skip
+    if not 0 < n.timeout_s <= 300:
+        problems.append(("tools.nodes.timeout_s", f"expected a number > 0 and <= 300, got {n.timeout_s}"))
     return problems
 
 

@@ -44,6 +44,8 @@ BUILTIN_GROUPS: dict[str, tuple[str, ...]] = {
     "automation": ("cron", "gateway", "schedule"),
     "messaging": ("message",),
     "hardware": ("hardware_info", "hardware_memory", "i2c", "spi", "gpio", "probe", "esp32"),
+    # Peers on the broker: listing them and calling their tools ([tools.nodes] says which).
+    "nodes": ("nodes",),
     "media": ("image", "tts"),
     "skills": ("skill_search",),
     "mcp": (),

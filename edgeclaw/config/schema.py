@@ -226,6 +226,16 @@ class SessionsToolConfig:
 
 
 @dataclass
+class NodesToolConfig:
+    """[tools.nodes]: which peers on the broker the `nodes` tool may call, and which of their tools.
+    Empty lists = list only, no calls (fail closed)."""
+
+    peers: list[str] = field(default_factory=list)  # device ids or shell-style patterns ("greenhouse-*")
+    tools: list[str] = field(default_factory=list)  # the peers' tool names (or patterns) that may be called
+    timeout_s: float = 10.0  # how long a call waits for the peer's answer
+
+
+@dataclass
 class ToolsConfig:
     profile: str = "full"
     allow: list[str] = field(default_factory=list)
@@ -250,6 +260,7 @@ class ToolsConfig:
     exec: ExecConfig = field(default_factory=ExecConfig)
     custom: list[CustomToolConfig] = field(default_factory=list)
     web: WebConfig = field(default_factory=WebConfig)
+    nodes: NodesToolConfig = field(default_factory=NodesToolConfig)
 
 
 @dataclass

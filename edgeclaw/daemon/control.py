@@ -33,7 +33,8 @@ MAX_REQUEST_BYTES = 1 << 20  # a whole config file for gateway config_apply fits
 REQUEST_TIMEOUT_S = 5.0
 CALL_TIMEOUT_S = 300.0  # what a client waits for a call's answer (cron run waits for the run)
 # The tools that act on the running daemon, which the local CLI may call through this socket.
-CONTROL_TOOLS = frozenset({"cron", "schedule", "gateway"})
+# `nodes` reaches peers through the daemon's MQTT connection: a shell's `tool call nodes` runs there.
+CONTROL_TOOLS = frozenset({"cron", "schedule", "gateway", "nodes"})
 # struct ucred: pid, uid, gid (three C ints).
 _UCRED = struct.Struct("3i")
 

@@ -9,6 +9,26 @@ from edgeclaw.daemon.runtime import Runtime
 from edgeclaw.tools.custom import custom_tools_for
 
 
+def attach_peers(runtime: Runtime, channel: MqttChannel) -> None:
+    """The `nodes` tool's way to the other devices: a peer directory on the channel's connection,
+    signing calls with this device's command key."""
+    from edgeclaw.channels.mqtt.peers import PeerDirectory
+    from edgeclaw.tools.nodes import NodesTool
+
+    tool = runtime.registry.get("nodes")
+    if not isinstance(tool, NodesTool):
+        return
+    directory = PeerDirectory(
+        channel.connection,
+        channel.topics,
+        command_secret=runtime.secrets.get("mqtt.hmac", ""),
+        v5=runtime.config.mqtt.protocol == "5",
+    )
+    channel.extend(directory)
+    tool.attach(directory)
+    runtime.on_close(lambda: tool.attach(None, "the MQTT channel has stopped"))
+
+
 def mqtt_service(runtime: Runtime) -> MqttChannel:
     """The MQTT channel as a daemon service (an async context manager)."""
     channel = MqttChannel(
@@ -28,6 +48,7 @@ def mqtt_service(runtime: Runtime) -> MqttChannel:
         source=runtime.config._source,
         custom_tools=custom_tools_for(runtime.registry),
     )
+    attach_peers(runtime, channel)
     if runtime.config.mcp.server.mqtt:
         from edgeclaw.daemon.mcp_server import mcp_over_mqtt  # MCP sessions on this connection
 

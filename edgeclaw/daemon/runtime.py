@@ -246,6 +246,9 @@ def build_runtime(
     hardware = BoardBackends(profile, config.hardware, state)  # opens devices on first use only
     registry.register_all(hardware_tools(profile, config.hardware, hardware, ws))
     runtime.on_close(hardware.aclose)
+    from edgeclaw.tools.nodes import nodes_tool  # peers on the broker; the MQTT channel attaches it
+
+    registry.register(nodes_tool(config.tools.nodes))
     from edgeclaw.daemon.memory import build_memory  # memory tools, skill_search, the fs tools' VFS
 
     runtime.memory = build_memory(runtime, ws)

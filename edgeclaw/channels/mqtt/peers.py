@@ -1,0 +1,207 @@
+"""The other devices on the broker, for the `nodes` tool: their retained status and health, and
+calls of their tools.
+
+Carried on the MQTT channel's connection (`MqttChannel.extend`). It subscribes
+to `{prefix}/+/status` and `{prefix}/+/health` (both retained, so the broker
+hands over every device's last word at each connect) and to this device's reply
+topic `{prefix}/{dev}/nodes/reply`.
+
+A call is an ordinary `tool/call` to the peer, with a fresh random id, the
+reply topic as its MQTT 5 Response Topic and the id as its Correlation Data,
+signed with this device's command key (the peer's channel sees the caller as
+"mqtt:key:NAME" and applies its own policy to it). The peer answers exactly
+once; the answer is matched by the id it echoes. Without a command key the call
+goes unsigned (a peer that requires signatures answers `bad_signature`, which
+comes back as the call's error). Answers need a Response Topic, so calls need
+MQTT 5; listing works under 3.1.1 too.
+
+Whoever may publish on the reply topic could pose as a peer's answer, if they
+guessed a call's id (128 random bits) while it is waiting: the broker's ACLs
+decide who may publish under a device's topics, as for every other topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from edgeclaw.channels.mqtt.connection import Connection, PublishFailed
+from edgeclaw.channels.mqtt.signing import USER_PROPERTY, mac
+from edgeclaw.channels.mqtt.topics import DeviceTopics
+from edgeclaw.tools.nodes import Peer, PeerUnavailable
+
+log = logging.getLogger("edgeclaw.mqtt.peers")
+
+MAX_PEERS = 4096  # devices remembered; beyond that new ones are ignored (and logged once)
+MAX_REPORT_BYTES = 64 * 1024  # a status or health message larger than this is not kept
+MAX_WAITING = 64  # calls waiting for an answer at once
+
+
+class PeerDirectory:
+    """The peers seen on the broker and the calls waiting for their answers (a `PeerLink`)."""
+
+    def __init__(
+        self,
+        connection: Connection,
+        topics: DeviceTopics,
+        *,
+        command_secret: str = "",
+        v5: bool = True,
+    ) -> None:
+        self.connection = connection
+        self.topics = topics
+        self._secret = command_secret.encode("utf-8") if command_secret else b""
+        self._v5 = v5
+        self._head = topics.prefix.split("/")
+        self.reply_topic = f"{topics.base}/nodes/reply"
+        self._status: dict[str, dict[str, Any]] = {}
+        self._health: dict[str, dict[str, Any]] = {}
+        self._waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._full_logged = False
+
+    # -- PeerLink ------------------------------------------------------------
+    @property
+    def device(self) -> str:
+        return self.topics.device
+
+    def peers(self) -> Sequence[Peer]:
+        names = sorted(set(self._status) | set(self._health))
+        return [Peer(n, self._status.get(n), self._health.get(n)) for n in names]
+
+    async def call(self, peer: str, tool: str, args: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
+        if peer == self.device:
+            raise PeerUnavailable(f"{peer!r} is this device: call the tool directly, not through nodes")
+        if not self._v5:
+            raise PeerUnavailable(
+                'calling a peer needs MQTT 5 (mqtt.protocol = "5"): its answer comes back on a Response Topic'
+            )
+        if not self.connection.connected:
+            raise PeerUnavailable(f"cannot call {tool} on {peer}: not connected to the broker")
+        if len(self._waiting) >= MAX_WAITING:
+            raise PeerUnavailable(
+                f"cannot call {tool} on {peer}: {MAX_WAITING} peer calls are already waiting"
+            )
+        request_id = secrets.token_hex(16)
+        request = {
+            "id": request_id,
+            "tool": tool,
+            "args": args,
+            "sender": self.device,
+            "ts": round(time.time(), 3),
+        }
+        payload = json.dumps(request, separators=(",", ":")).encode("utf-8")
+        topic = DeviceTopics(self.topics.prefix, peer).tool_call
+        correlation = request_id.encode("ascii")
+        props = Properties(PacketTypes.PUBLISH)
+        props.ResponseTopic = self.reply_topic
+        props.CorrelationData = correlation
+        if self._secret:
+            props.UserProperty = (
+                USER_PROPERTY,
+                mac(self._secret, topic, payload, self.reply_topic, correlation),
+            )
+        # The request expires with the wait: a peer that comes back later must not run a call whose
+        # caller has given up on it.
+        props.MessageExpiryInterval = max(1, int(timeout_s + 0.999))
+        answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._waiting[request_id] = answer
+        try:
+            try:
+                await self.connection.publish(topic, payload, qos=1, properties=props)
+            except PublishFailed as e:
+                raise PeerUnavailable(f"cannot call {tool} on {peer}: {e}") from None
+            try:
+                async with asyncio.timeout(timeout_s):
+                    return await answer
+            except TimeoutError:
+                raise PeerUnavailable(
+                    f"peer {peer!r} did not answer {tool} within {timeout_s:g} s (offline, busy, or not "
+                    "listening on its tool/call)"
+                ) from None
+        finally:
+            self._waiting.pop(request_id, None)
+
+    # -- MqttExtension ---------------------------------------------------------
+    def subscriptions(self) -> list[str]:
+        prefix = self.topics.prefix
+        return [f"{prefix}/+/status", f"{prefix}/+/health", self.reply_topic]
+
+    def connect_properties(self) -> list[tuple[str, str]]:
+        return []
+
+    def _report(self, topic: str) -> tuple[str, str] | None:
+        """(device, "status" | "health") for a device's report topic, else None."""
+        levels = topic.split("/")
+        head = len(self._head)
+        if len(levels) != head + 2 or levels[:head] != self._head:
+            return None
+        device, what = levels[head], levels[head + 1]
+        if what not in ("status", "health") or device.startswith("_") or device == self.device:
+            return None
+        return device, what
+
+    def handles(self, topic: str) -> bool:
+        return topic == self.reply_topic or self._report(topic) is not None
+
+    def on_message(
+        self, topic: str, payload: bytes, user_properties: list[tuple[str, str]] | None, retained: bool
+    ) -> None:
+        if topic == self.reply_topic:
+            self._on_answer(payload)
+            return
+        report = self._report(topic)
+        if report is None:
+            return
+        device, what = report
+        table = self._status if what == "status" else self._health
+        if not payload:  # a retained message cleared: the device is gone from the broker
+            table.pop(device, None)
+            return
+        if len(payload) > MAX_REPORT_BYTES:
+            log.debug("ignoring a %d-byte %s of %s", len(payload), what, device)
+            return
+        try:
+            value = json.loads(payload)
+        except ValueError:
+            return
+        if not isinstance(value, dict):
+            return
+        if device not in table and len(self._status) + len(self._health) >= 2 * MAX_PEERS:
+            if not self._full_logged:
+                log.warning("more than %d devices on the broker: new ones are not listed", MAX_PEERS)
+                self._full_logged = True
+            return
+        table[device] = value
+
+    def _on_answer(self, payload: bytes) -> None:
+        try:
+            answer = json.loads(payload)
+        except ValueError:
+            return
+        if not isinstance(answer, dict):
+            return
+        request_id = answer.get("id")
+        waiting = self._waiting.get(request_id) if isinstance(request_id, str) else None
+        if waiting is None or waiting.done():
+            log.debug("an answer on %s for no waiting call", self.reply_topic)
+            return
+        waiting.set_result(answer)
+
+    def start(self) -> None:
+        pass
+
+    def on_connect(self) -> None:
+        pass
+
+    async def before_disconnect(self) -> None:
+        for waiting in self._waiting.values():
+            if not waiting.done():
+                waiting.set_exception(PeerUnavailable("the MQTT channel stopped before the peer answered"))

@@ -1,0 +1,273 @@
+"""The `nodes` tool: one device lists its peers on the broker and calls a peer's tools.
+
+Real mosquitto, two real `edgeclaw run` daemons on the sim board sharing a command key. The
+technician's side is `edgeclaw tool call nodes ...` on the bench device (it runs in that device's
+daemon, over the control socket); the other device is a greenhouse board whose TMP102 is read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edgeclaw.backends.sim.tmp102 import decode_temperature
+from edgeclaw.channels.mqtt.peers import PeerDirectory
+from edgeclaw.channels.mqtt.topics import DeviceTopics
+from edgeclaw.tools.nodes import NodesPolicy
+from tests.mqtt_support import Caller, Mosquitto, needs_mosquitto
+
+pytestmark = needs_mosquitto
+
+KEY = "nodes-test-command-key-0123456789"
+BENCH = "bench-1"
+GREENHOUSE = "greenhouse-1"
+GHOST = "greenhouse-ghost"  # online by its retained status, but nobody answers for it
+TEMPERATURE_C = 21.5  # the sim board's TMP102 at power-up
+
+
+class Daemon:
+    """`edgeclaw run --board sim` as `device`, MQTT to `port`, with the shared command key; `tools`:
+    more [tools] keys, `tables`: more tables."""
+
+    def __init__(
+        self, root: Path, device: str, port: int, *, tools: Sequence[str] = (), tables: Sequence[str] = ()
+    ) -> None:
+        self.device = device
+        workdir = root / device
+        workdir.mkdir(parents=True)
+        self.log = workdir / "daemon.log"
+        config = workdir / "edgeclaw.toml"
+        lines = ['board = "sim"', f'device_id = "{device}"', "[tools]", "rate_limit = 0", *tools, "[mqtt]",
+                 "enabled = true", f"port = {port}", "discovery = false", "telemetry_interval_s = 1.0",
+                 'hmac_secret_env = "NODES_KEY"', 'hmac_key_name = "fleet"', *tables]  # fmt: skip
+        config.write_text("\n".join(lines) + "\n")
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("EDGECLAW_", "NOTIFY_SOCKET"))}
+        self.env.update(EDGECLAW_STATE_DIR=str(workdir / "state"), EDGECLAW_CONFIG=str(config), NODES_KEY=KEY)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "edgeclaw", "run", "--board", "sim"],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=self.log.open("ab"),
+        )
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory):
+    b = Mosquitto(tmp_path_factory.mktemp("broker")).start()
+    yield b
+    b.kill()
+
+
+@pytest.fixture(scope="module")
+def devices(tmp_path_factory: pytest.TempPathFactory, broker: Mosquitto):
+    root = tmp_path_factory.mktemp("fleet")
+    bench = Daemon(
+        root,
+        BENCH,
+        broker.port,
+        tables=[
+            "[tools.nodes]",
+            'peers = ["greenhouse-*"]',
+            'tools = ["i2c", "hardware_info"]',
+            "timeout_s = 8",
+        ],
+    )
+    # The greenhouse board refuses hardware_info to everyone: its own policy, which a caller's
+    # [tools.nodes] cannot widen.
+    greenhouse = Daemon(root, GREENHOUSE, broker.port, tools=['deny = ["hardware_info"]'])
+
+    async def up() -> None:
+        async with Caller(broker.port, [f"edgeclaw/{GREENHOUSE}/events", "edgeclaw/+/status"]) as c:
+            bench.start()
+            greenhouse.start()
+
+            def online() -> bool:
+                seen = {m.topic.split("/")[1] for m in c.received if m.topic.endswith("/status")
+                        and m.json.get("state") == "online"}  # fmt: skip
+                return {BENCH, GREENHOUSE} <= seen
+
+            try:
+                await c.wait_for(online, 90, "both devices online")
+            except AssertionError:
+                raise AssertionError(logs(bench, greenhouse)) from None
+            # A device that is listed but never answers: its status alone, retained.
+            await c.publish(
+                f"edgeclaw/{GHOST}/status",
+                {"state": "online", "version": "0", "board": "sim", "ts": time.time()},
+                retain=True,
+            )
+
+    asyncio.run(up())
+    yield bench, greenhouse
+    bench.stop()
+    greenhouse.stop()
+
+
+def logs(*daemons: Daemon) -> str:
+    return "\n".join(
+        f"--- {d.device} ---\n{d.log.read_text(errors='replace')[-3000:] if d.log.exists() else ''}"
+        for d in daemons
+    )
+
+
+def nodes(bench: Daemon, args: dict[str, Any], timeout: float = 60) -> tuple[int, dict[str, Any]]:
+    """`edgeclaw tool call nodes ARGS --json` on the bench device, as its technician would type it."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "edgeclaw", "tool", "call", "nodes", json.dumps(args), "--json"],
+        env=bench.env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.stdout.strip(), proc.stderr
+    return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_bench_lists_its_peers_from_their_retained_status(devices):
+    bench, _ = devices
+    deadline = time.monotonic() + 20
+    while True:
+        code, out = nodes(bench, {"action": "list"})
+        assert out["ok"], out
+        peers = {p["device"]: p for p in out["data"]["peers"]}
+        if GREENHOUSE in peers and GHOST in peers and peers[GREENHOUSE].get("last_seen"):
+            break
+        assert time.monotonic() < deadline, out
+        time.sleep(0.5)
+    assert BENCH not in peers  # not its own peer
+    g = peers[GREENHOUSE]
+    assert g["state"] == "online" and g["board"] == "sim" and g["callable"] is True
+    assert GREENHOUSE in out["for_llm"] and "callable" in out["for_llm"]
+    code, out = nodes(bench, {"action": "status", "peer": GREENHOUSE})
+    assert code == 0 and out["ok"], out
+    assert out["data"]["status"]["state"] == "online"
+    assert out["data"]["last_seen"] is not None
+
+
+def test_the_bench_reads_the_greenhouse_tmp102_through_nodes(devices, broker: Mosquitto):
+    bench, greenhouse = devices
+
+    async def run() -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
+        async with Caller(broker.port, [f"edgeclaw/{GREENHOUSE}/events"]) as c:
+            code, out = await asyncio.to_thread(
+                nodes,
+                bench,
+                {
+                    "action": "call",
+                    "peer": GREENHOUSE,
+                    "tool": "i2c",
+                    "args": {"action": "read_word", "bus": 1, "address": "0x48", "register": 0},
+                },
+            )
+            assert code == 0 and out["ok"], (out, logs(bench, greenhouse))
+            await c.wait_for(
+                lambda: any(m.json.get("tool") == "i2c" for m in c.received), 10, "the i2c event"
+            )
+            return code, out, [m.json for m in c.received]
+
+    code, out, events = asyncio.run(run())
+    assert code == 0 and out["ok"], (out, logs(bench, greenhouse))
+    answer = out["data"]["answer"]
+    raw = int(answer["bytes"].replace(" ", ""), 16)  # MSB first, as on the wire
+    assert decode_temperature(raw) == TEMPERATURE_C
+    assert out["for_llm"].startswith(f"[{GREENHOUSE}]")
+    # The greenhouse ran it as the MQTT caller the bench signed as, under its own policy.
+    i2c = next(e for e in events if e.get("tool") == "i2c")
+    assert i2c["caller"] == "mqtt:key:fleet" and i2c["channel"] == "mqtt" and i2c["ok"] is True
+
+
+def test_calls_outside_the_nodes_policy_are_refused_and_nothing_is_published(devices, broker: Mosquitto):
+    bench, _ = devices
+
+    async def run() -> tuple[list[dict[str, Any]], list[Any]]:
+        async with Caller(broker.port, ["edgeclaw/+/tool/call"]) as c:
+            outs = []
+            for args in (
+                {"action": "call", "peer": "office-1", "tool": "i2c", "args": {"action": "scan", "bus": 1}},
+                {"action": "call", "peer": GREENHOUSE, "tool": "exec", "args": {"command": "id"}},
+            ):
+                outs.append(await asyncio.to_thread(nodes, bench, args))
+            await asyncio.sleep(1.0)
+            return outs, c.received
+
+    outs, published = asyncio.run(run())
+    (code1, peer_out), (code2, tool_out) = outs
+    assert not peer_out["ok"] and "'office-1' is not in [tools.nodes] peers" in peer_out["error"]
+    assert not tool_out["ok"] and "'exec' is not in [tools.nodes] tools" in tool_out["error"]
+    assert code1 == code2 == 2  # refused
+    assert published == []
+
+
+def test_a_peer_that_does_not_answer_times_out_naming_it(devices):
+    bench, _ = devices
+    started = time.monotonic()
+    code, out = nodes(
+        bench,
+        {"action": "call", "peer": GHOST, "tool": "hardware_info", "args": {}, "timeout_s": 2},
+    )
+    took = time.monotonic() - started
+    assert code != 0 and not out["ok"]
+    assert f"peer {GHOST!r} did not answer hardware_info within 2 s" in out["error"]
+    assert took < 15
+
+
+def test_a_peer_refusing_under_its_own_policy_passes_the_refusal_back(devices):
+    bench, _ = devices
+    code, out = nodes(bench, {"action": "call", "peer": GREENHOUSE, "tool": "hardware_info", "args": {}})
+    assert code != 0 and not out["ok"]
+    assert f"peer {GREENHOUSE} refused or failed hardware_info (policy)" in out["error"], out
+    assert "hardware_info" in out["error"]
+
+
+# -- the pieces, without daemons ---------------------------------------------------------------
+def test_the_policy_fails_closed():
+    assert NodesPolicy().refusal("greenhouse-1", "i2c") is not None  # nothing named: no calls
+    assert NodesPolicy(peers=("greenhouse-*",)).refusal("greenhouse-1", "i2c") is not None
+    allowed = NodesPolicy(peers=("greenhouse-*",), tools=("i2c",))
+    assert allowed.refusal("greenhouse-1", "i2c") is None
+    assert allowed.refusal("greenhouse-1", "i2cx") is not None
+    assert allowed.refusal("office-greenhouse-1", "i2c") is not None
+
+
+def test_only_other_devices_reports_are_taken():
+    directory = PeerDirectory(None, DeviceTopics("site/a", "me"))  # type: ignore[arg-type]
+    for topic in ("site/a/me/status", "site/a/_all/status", "site/b/x/status", "site/a/x/tool/status"):
+        assert not directory.handles(topic), topic
+    assert directory.handles("site/a/x/health") and directory.handles("site/a/me/nodes/reply")
+    directory.on_message("site/a/x/status", b'{"state": "online", "ts": 5}', None, True)
+    directory.on_message("site/a/x/health", b'{"ts": 9}', None, True)
+    assert [(p.device, p.state, p.last_seen) for p in directory.peers()] == [("x", "online", 9)]
+    directory.on_message("site/a/x/status", b"", None, True)  # cleared retained status
+    directory.on_message("site/a/x/health", b"", None, True)
+    assert directory.peers() == []
+
+
+def test_no_link_says_why():
+    from edgeclaw.config.schema import NodesToolConfig
+    from edgeclaw.tools.base import ToolContext
+    from edgeclaw.tools.nodes import PeerUnavailable, nodes_tool
+
+    tool = nodes_tool(NodesToolConfig())
+    with pytest.raises(PeerUnavailable, match=r"no MQTT connection"):
+        asyncio.run(tool.execute({"action": "list"}, ToolContext()))

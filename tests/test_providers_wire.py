@@ -324,6 +324,30 @@ async def test_a_stream_that_breaks_off_or_reports_an_error_is_a_provider_error(
         await provider.complete("", [], [])
 
 
+async def test_an_answer_that_breaks_off_mid_stream_starts_over_and_the_sink_is_told(llm, agent_for):
+    class Sink:
+        def __init__(self) -> None:
+            self.shown: list[str] = []
+            self.restarts = 0
+
+        def __call__(self, text: str) -> None:
+            self.shown.append(text)
+
+        def restart(self) -> None:
+            self.restarts += 1
+            self.shown.clear()
+
+    llm.reply(
+        openai_stream("The fan is", finish_reason=None),
+        openai_stream("The fan runs at 1200 rpm.", finish_reason="stop"),
+    )
+    agent = agent_for({"local": openai_cfg(llm)})
+    sink = Sink()
+    completion = await agent.chain.complete("", [Message("user", "fan?")], lambda *_: [], on_text=sink)
+    assert completion.text == "The fan runs at 1200 rpm." and len(llm.requests) == 2
+    assert sink.restarts == 1 and "".join(sink.shown) == completion.text
+
+
 @pytest.mark.parametrize("fmt", ["openai", "anthropic"])
 async def test_a_tool_round_trip_streamed_through_the_agent(llm, agent_for, fmt):
     llm.stream_replies = True  # every reply streamed in its wire's events

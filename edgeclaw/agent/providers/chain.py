@@ -96,9 +96,20 @@ class ProviderChain:
         fit: FitRequest | None = None,
         on_text: TextSink | None = None,
     ) -> Completion:
-        """The first answer any provider gives. `on_text` receives its text as it arrives; a retry
-        or a fallback after some text went out starts over (the final answer is the completion's)."""
+        """The first answer any provider gives. `on_text` receives its text as it arrives.
+
+        When an attempt that had sent text on fails, the next attempt (a retry or the next provider)
+        starts the answer over: a sink with a `restart()` method is told first, so what it showed
+        of the broken answer is not taken for the beginning of the new one.
+        """
         failures: list[str] = []
+        streamed = False
+
+        def deliver(text: str) -> None:
+            nonlocal streamed
+            streamed = True
+            on_text(text)  # type: ignore[misc]  # only handed on when on_text is set
+
         for provider in self.providers:
             health = self.health[provider.name]
             # A model that takes no tools (Ollama says so) is sent none: it answers in plain text.
@@ -110,8 +121,15 @@ class ProviderChain:
                 sent_system, sent, tools = await fit(provider, system, messages, tools)
             for attempt in range(self.retry.attempts):
                 health.requests += 1
+                if streamed:
+                    streamed = False
+                    restart = getattr(on_text, "restart", None)
+                    if callable(restart):
+                        restart()
                 try:
-                    completion = await provider.complete(sent_system, sent, tools, on_text)
+                    completion = await provider.complete(
+                        sent_system, sent, tools, deliver if on_text is not None else None
+                    )
                 except ProviderError as e:
                     health.ok, health.last_error = False, str(e)
                     health.failures += 1

@@ -232,6 +232,32 @@ def test_a_peer_that_does_not_answer_times_out_naming_it(devices):
     assert took < 15
 
 
+def test_only_the_called_peer_can_answer_the_call(devices, broker: Mosquitto):
+    """The answer counts only on the called peer's own reply level (reply/{peer}/..., which the broker
+    ACL gives that peer alone): one with the right id under another device's level is ignored."""
+    bench, _ = devices
+
+    async def run() -> tuple[int, dict[str, Any]]:
+        async with Caller(broker.port, [f"edgeclaw/{GHOST}/tool/call"]) as c:
+            call = asyncio.create_task(
+                asyncio.to_thread(
+                    nodes, bench, {"action": "call", "peer": GHOST, "tool": "hardware_info", "timeout_s": 6}
+                )
+            )
+            (request,) = await c.answers(f"edgeclaw/{GHOST}/tool/call", 1)
+            request_id = request.json["id"]
+            forged = {"id": request_id, "ok": True, "tool": "hardware_info", "for_llm": "forged"}
+            await c.publish(f"reply/{GREENHOUSE}/nodes/{BENCH}", forged, correlation=request_id.encode())
+            await asyncio.sleep(0.5)
+            genuine = {"id": request_id, "ok": True, "tool": "hardware_info", "for_llm": "ghost board"}
+            await c.publish(f"reply/{GHOST}/nodes/{BENCH}", genuine, correlation=request_id.encode())
+            return await call
+
+    code, out = asyncio.run(run())
+    assert code == 0 and out["ok"], out
+    assert out["for_llm"] == f"[{GHOST}] ghost board"
+
+
 def test_a_peer_refusing_under_its_own_policy_passes_the_refusal_back(devices):
     bench, _ = devices
     code, out = nodes(bench, {"action": "call", "peer": GREENHOUSE, "tool": "hardware_info", "args": {}})
@@ -254,7 +280,8 @@ def test_only_other_devices_reports_are_taken():
     directory = PeerDirectory(None, DeviceTopics("site/a", "me"))  # type: ignore[arg-type]
     for topic in ("site/a/me/status", "site/a/_all/status", "site/b/x/status", "site/a/x/tool/status"):
         assert not directory.handles(topic), topic
-    assert directory.handles("site/a/x/health") and directory.handles("site/a/me/nodes/reply")
+    assert directory.handles("site/a/x/health") and directory.handles("reply/x/nodes/me")
+    assert not directory.handles("reply/x/nodes/other") and not directory.handles("reply/x/y/nodes/me")
     directory.on_message("site/a/x/status", b'{"state": "online", "ts": 5}', None, True)
     directory.on_message("site/a/x/health", b'{"ts": 9}', None, True)
     assert [(p.device, p.state, p.last_seen) for p in directory.peers()] == [("x", "online", 9)]

@@ -3,11 +3,12 @@ calls of their tools.
 
 Carried on the MQTT channel's connection (`MqttChannel.extend`). It subscribes
 to `{prefix}/+/status` and `{prefix}/+/health` (both retained, so the broker
-hands over every device's last word at each connect) and to this device's reply
-topic `{prefix}/{dev}/nodes/reply`.
+hands over every device's last word at each connect) and to the answers meant
+for this device, `reply/+/nodes/{dev}`.
 
-A call is an ordinary `tool/call` to the peer, with a fresh random id, the
-reply topic as its MQTT 5 Response Topic and the id as its Correlation Data,
+A call is an ordinary `tool/call` to the peer, with a fresh random id,
+`reply/{peer}/nodes/{dev}` as its MQTT 5 Response Topic and the id as its
+Correlation Data,
 signed with this device's command key (the peer's channel sees the caller as
 "mqtt:key:NAME" and applies its own policy to it). The peer answers exactly
 once; the answer is matched by the id it echoes. Without a command key the call
@@ -15,9 +16,11 @@ goes unsigned (a peer that requires signatures answers `bad_signature`, which
 comes back as the call's error). Answers need a Response Topic, so calls need
 MQTT 5; listing works under 3.1.1 too.
 
-Whoever may publish on the reply topic could pose as a peer's answer, if they
-guessed a call's id (128 random bits) while it is waiting: the broker's ACLs
-decide who may publish under a device's topics, as for every other topic.
+The answer is taken only from the topic under the called peer's own level
+(`reply/{peer}/...`) and only with the id of a call waiting for that peer. With
+the broker ACL of docs/mqtt.md (a device may write only `reply/{its id}/#`),
+no other device can pose as the peer's answer; without ACLs, whoever can
+publish could, if they knew the call's id (128 random bits, sent to the peer).
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ log = logging.getLogger("edgeclaw.mqtt.peers")
 MAX_PEERS = 4096  # devices remembered; beyond that new ones are ignored (and logged once)
 MAX_REPORT_BYTES = 64 * 1024  # a status or health message larger than this is not kept
 MAX_WAITING = 64  # calls waiting for an answer at once
+# Answers to a device go under the answering device's level of this root (`reply/{peer}/...`), the
+# space docs/mqtt.md's broker ACL gives each device for its answers.
+REPLY_ROOT = "reply"
 
 
 class PeerDirectory:
@@ -61,10 +67,11 @@ class PeerDirectory:
         self._secret = command_secret.encode("utf-8") if command_secret else b""
         self._v5 = v5
         self._head = topics.prefix.split("/")
-        self.reply_topic = f"{topics.base}/nodes/reply"
+        self.reply_filter = f"{REPLY_ROOT}/+/nodes/{topics.device}"
         self._status: dict[str, dict[str, Any]] = {}
         self._health: dict[str, dict[str, Any]] = {}
-        self._waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        # Call id -> (the peer called, its answer to come).
+        self._waiting: dict[str, tuple[str, asyncio.Future[dict[str, Any]]]] = {}
         self._full_logged = False
 
     # -- PeerLink ------------------------------------------------------------
@@ -99,20 +106,21 @@ class PeerDirectory:
         }
         payload = json.dumps(request, separators=(",", ":")).encode("utf-8")
         topic = DeviceTopics(self.topics.prefix, peer).tool_call
+        reply_topic = self.reply_topic(peer)
         correlation = request_id.encode("ascii")
         props = Properties(PacketTypes.PUBLISH)
-        props.ResponseTopic = self.reply_topic
+        props.ResponseTopic = reply_topic
         props.CorrelationData = correlation
         if self._secret:
             props.UserProperty = (
                 USER_PROPERTY,
-                mac(self._secret, topic, payload, self.reply_topic, correlation),
+                mac(self._secret, topic, payload, reply_topic, correlation),
             )
         # The request expires with the wait: a peer that comes back later must not run a call whose
         # caller has given up on it.
         props.MessageExpiryInterval = max(1, int(timeout_s + 0.999))
         answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._waiting[request_id] = answer
+        self._waiting[request_id] = (peer, answer)
         try:
             try:
                 await self.connection.publish(topic, payload, qos=1, properties=props)
@@ -129,10 +137,21 @@ class PeerDirectory:
         finally:
             self._waiting.pop(request_id, None)
 
+    def reply_topic(self, peer: str) -> str:
+        """Where `peer` answers this device: under the peer's own level, which the broker's ACL lets
+        only the peer write."""
+        return f"{REPLY_ROOT}/{peer}/nodes/{self.device}"
+
+    def _answering_peer(self, topic: str) -> str | None:
+        levels = topic.split("/")
+        if len(levels) == 4 and levels[0] == REPLY_ROOT and levels[2:] == ["nodes", self.device]:
+            return levels[1]
+        return None
+
     # -- MqttExtension ---------------------------------------------------------
     def subscriptions(self) -> list[str]:
         prefix = self.topics.prefix
-        return [f"{prefix}/+/status", f"{prefix}/+/health", self.reply_topic]
+        return [f"{prefix}/+/status", f"{prefix}/+/health", self.reply_filter]
 
     def connect_properties(self) -> list[tuple[str, str]]:
         return []
@@ -149,13 +168,14 @@ class PeerDirectory:
         return device, what
 
     def handles(self, topic: str) -> bool:
-        return topic == self.reply_topic or self._report(topic) is not None
+        return self._answering_peer(topic) is not None or self._report(topic) is not None
 
     def on_message(
         self, topic: str, payload: bytes, user_properties: list[tuple[str, str]] | None, retained: bool
     ) -> None:
-        if topic == self.reply_topic:
-            self._on_answer(payload)
+        peer = self._answering_peer(topic)
+        if peer is not None:
+            self._on_answer(peer, payload)
             return
         report = self._report(topic)
         if report is None:
@@ -181,7 +201,7 @@ class PeerDirectory:
             return
         table[device] = value
 
-    def _on_answer(self, payload: bytes) -> None:
+    def _on_answer(self, peer: str, payload: bytes) -> None:
         try:
             answer = json.loads(payload)
         except ValueError:
@@ -189,11 +209,12 @@ class PeerDirectory:
         if not isinstance(answer, dict):
             return
         request_id = answer.get("id")
-        waiting = self._waiting.get(request_id) if isinstance(request_id, str) else None
-        if waiting is None or waiting.done():
-            log.debug("an answer on %s for no waiting call", self.reply_topic)
+        entry = self._waiting.get(request_id) if isinstance(request_id, str) else None
+        if entry is None or entry[0] != peer or entry[1].done():
+            # Late (the call timed out), repeated, or not from the peer that was called.
+            log.debug("an answer from %s for no call waiting for it", peer)
             return
-        waiting.set_result(answer)
+        entry[1].set_result(answer)
 
     def start(self) -> None:
         pass
@@ -202,6 +223,6 @@ class PeerDirectory:
         pass
 
     async def before_disconnect(self) -> None:
-        for waiting in self._waiting.values():
+        for _, waiting in self._waiting.values():
             if not waiting.done():
                 waiting.set_exception(PeerUnavailable("the MQTT channel stopped before the peer answered"))

@@ -234,6 +234,30 @@ async def test_results_map_images_and_progress_and_timeouts_cancel(tmp_path, cap
         await runtime.aclose()
 
 
+async def test_a_changed_tool_list_is_taken_in(tmp_path):
+    runtime = runtime_with(tmp_path, {"demo": demo_stdio()})
+    try:
+        await runtime.mcp.start()
+        out = await runtime.registry.execute("mcp_demo_grow", {"name": "sprout"}, CTX)
+        assert out.ok, out.for_llm
+        await wait_for(lambda: "mcp_demo_sprout" in runtime.registry.names())
+        said = await runtime.registry.execute("mcp_demo_sprout", {}, CTX)
+        assert said.ok and said.for_llm == "sprout"
+        assert "mcp_demo_echo" in runtime.registry.names()
+    finally:
+        await runtime.aclose()
+
+
+async def test_a_changed_tool_list_over_http_is_taken_in(tmp_path, http_demo):
+    runtime = runtime_with(tmp_path, {"demo": http_server(http_demo)})
+    try:
+        await runtime.mcp.start()
+        assert (await runtime.registry.execute("mcp_demo_grow", {"name": "sprout"}, CTX)).ok
+        await wait_for(lambda: "mcp_demo_sprout" in runtime.registry.names())
+    finally:
+        await runtime.aclose()
+
+
 async def test_tool_allow_and_deny_deny_wins(tmp_path):
     servers = {"demo": demo_stdio(tool_allow=["echo", "add", "pid"], tool_deny=["add"])}
     runtime = runtime_with(tmp_path, servers)
@@ -288,7 +312,8 @@ async def test_agents_see_the_servers_their_policy_grants(tmp_path):
 
 
 async def test_a_killed_stdio_server_fails_the_call_in_flight_and_comes_back(tmp_path):
-    runtime = runtime_with(tmp_path, {"demo": demo_stdio()}, reconnect_first_s=0.2, health_interval_s=0.5)
+    # The health check's 30 s do not matter: a program that exits is noticed at once.
+    runtime = runtime_with(tmp_path, {"demo": demo_stdio()}, reconnect_first_s=0.2)
     try:
         await runtime.mcp.start()
         first_pid = int((await runtime.registry.execute("mcp_demo_pid", {}, CTX)).for_llm)
@@ -299,7 +324,7 @@ async def test_a_killed_stdio_server_fails_the_call_in_flight_and_comes_back(tmp
         out = await call
         assert not out.ok and "ended" in out.for_llm and time.monotonic() - started < 5
         # Its tools leave the registry, and come back with a new server process.
-        await wait_for(lambda: "mcp_demo_pid" not in runtime.registry.names())
+        await wait_for(lambda: "mcp_demo_pid" not in runtime.registry.names(), within_s=5)
         await wait_for(lambda: runtime.mcp.status()["demo"]["state"] == "connected")
         second_pid = int((await runtime.registry.execute("mcp_demo_pid", {}, CTX)).for_llm)
         assert second_pid != first_pid
@@ -424,14 +449,14 @@ async def test_doctor_and_telemetry_show_each_server(tmp_path):
     try:
         findings = {(f.check, f.level): f.detail for f in await mcp_findings(runtime)}
         ok = findings[("mcp server demo", "ok")]
-        assert "(host): edgeclaw-demo" in ok and "6 tools" in ok
+        assert "(host): edgeclaw-demo" in ok and "8 tools" in ok
         assert "tool 'add' left out" in findings[("mcp server demo", "warn")]
         assert findings[("mcp server gone", "FAIL")].startswith("failed: cannot reach")
         assert findings[("mcp server off", "ok")] == "disabled (enabled = false)"
         collector = TelemetryCollector("sim", "0", runtime.registry.stats)
         collector.extra_sources["mcp"] = runtime.mcp.telemetry
         snap = collector.snapshot()["mcp"]
-        assert snap["demo"] == {"state": "connected", "tools": 6, "attempts": 0}
+        assert snap["demo"] == {"state": "connected", "tools": 8, "attempts": 0}
         assert snap["gone"]["state"] == "failed" and snap["off"]["state"] == "disabled"
     finally:
         await runtime.aclose()
@@ -463,6 +488,38 @@ def test_config_problems_are_named():
     assert "mcp.servers.cmd.env: T is set more than once" in text
 
 
+def test_policy_names_of_servers_that_are_not_configured_are_errors():
+    with pytest.raises(ConfigErrors) as e:
+        config_from_dict(
+            {"tools": {"deny": ["group:mcp:tme"]}, "mcp": {"servers": {"time": {"command": "x"}}}}, "t.toml"
+        )
+    assert "tools.deny[0]: unknown group 'group:mcp:tme': no [mcp.servers.tme] (configured: time)" in str(
+        e.value
+    )
+    with pytest.raises(ConfigErrors) as e:
+        config_from_dict({"tools": {"deny": ["mcp_time_convert_time"]}}, "t.toml")
+    assert "unknown tool 'mcp_time_convert_time'" in str(e.value)
+
+
+async def test_one_tool_of_a_server_denied_by_name(tmp_path):
+    config = config_from_dict(
+        {
+            "board": "sim",
+            "state_dir": str(tmp_path / "state"),
+            "tools": {"deny": ["mcp_demo_add"]},
+            "mcp": {"servers": {"demo": demo_stdio()}},
+        },
+        "test.toml",
+    )
+    runtime = build_runtime(config, require_secrets=False)
+    try:
+        await runtime.mcp.start()
+        assert (await runtime.registry.execute("mcp_demo_add", {"a": 1, "b": 2}, CTX)).refused
+        assert (await runtime.registry.execute("mcp_demo_echo", {"text": "x"}, CTX)).ok
+    finally:
+        await runtime.aclose()
+
+
 # -- the command line --------------------------------------------------------------------------------
 
 
@@ -479,6 +536,44 @@ def test_tools_list_shows_the_time_servers_tools(run_cli, state_env):
     rows = [line.split() for line in out.stdout.splitlines() if line.startswith("mcp_")]
     assert {r[0] for r in rows} == {"mcp_time_get_current_time", "mcp_time_convert_time"}
     assert all(r[1] == "mcp:time" for r in rows)
+
+
+def _processes_in(directory: Path) -> list[int]:
+    """Processes whose working directory is `directory` (an MCP server's own directory)."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if proc.name.isdigit() and Path(os.readlink(proc / "cwd")) == directory:
+                out.append(int(proc.name))
+    return out
+
+
+def test_the_daemon_connects_shows_and_stops_its_servers(run_cli, state_env):
+    _time_config(state_env)
+    own = Path(state_env["EDGECLAW_STATE_DIR"]).resolve() / "mcp" / "time"
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "edgeclaw", "run"],
+        env=state_env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            out = run_cli("status")
+            if "mcp server time: connected, 2 tools" in out.stdout:
+                break
+            assert time.monotonic() < deadline, (out.stdout, out.stderr)
+            time.sleep(0.3)
+        assert _processes_in(own)  # the server runs, in its own directory
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(30) == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            daemon.kill()
+        daemon.communicate()
+    assert _processes_in(own) == []  # and is gone with the daemon
 
 
 def test_status_in_chat_names_each_server(run_cli, state_env):

@@ -76,9 +76,28 @@ class StreamableHttpTransport(Transport):
         self._client: httpx.AsyncClient | None = None
         self._deliver: Deliver | None = None
         self._lost: Lost | None = None
+        self._listener: asyncio.Task[None] | None = None
 
     def describe(self) -> str:
         return f"http {self.url}"
+
+    async def _listen(self) -> None:
+        """The optional GET stream: what the server sends outside any request (a changed tool list).
+        A server without one (405) or a stream that ends costs nothing: requests still work, and the
+        health check notices a server that is gone."""
+        client = self._client
+        if client is None or self._deliver is None:
+            return
+        headers = {k: v for k, v in self._headers().items() if k != "content-type"}
+        headers["accept"] = "text/event-stream"
+        with contextlib.suppress(httpx.HTTPError, p.McpError):
+            async with client.stream("GET", self.url, headers=headers) as r:
+                if r.status_code != 200:
+                    return
+                async for event in events(_lines(r)):
+                    if event.event == "message" and event.data.strip() and self._deliver is not None:
+                        for m in p.decode(event.data):
+                            self._deliver(m)
 
     async def open(self, deliver: Deliver, lost: Lost) -> None:
         self._deliver, self._lost = deliver, lost
@@ -112,6 +131,10 @@ class StreamableHttpTransport(Transport):
                     body = (await r.aread())[:300].decode("utf-8", "replace")
                     raise p.McpError(f"HTTP {r.status_code} from {self.url}: {body.strip()}")
                 kind = r.headers.get("content-type", "").split(";")[0].strip().lower()
+                if message.get("method") == "notifications/initialized" and self._listener is None:
+                    self._listener = asyncio.get_running_loop().create_task(
+                        self._listen(), name=f"mcp {self.name} server stream"
+                    )
                 if r.status_code == 202 or "id" not in message or "method" not in message:
                     return  # a notification or our answer to the server: nothing comes back
                 if kind == "text/event-stream":
@@ -137,6 +160,11 @@ class StreamableHttpTransport(Transport):
     async def close(self) -> None:
         client, self._client = self._client, None
         self._lost = None
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listener
         if client is None:
             return
         if self.session_id:

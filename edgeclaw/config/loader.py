@@ -366,7 +366,8 @@ def config_problems(config: Config) -> list[ConfigError]:
             errors.extend(e.errors)
 
     # Custom tools named in the same file are known names too (they are registered later, at start-up).
-    for key, problem in rule_problems(rules_from_config(config), [c.name for c in config.tools.custom]):
+    custom = [c.name for c in config.tools.custom]
+    for key, problem in rule_problems(rules_from_config(config), custom, mcp_servers=config.mcp.servers):
         fail(key, problem)
     return errors
 

@@ -149,9 +149,27 @@ class PolicyRules:
                 object.__setattr__(self, name, {})
 
 
-def check_entry(entry: str, extra_tools: Iterable[str] = (), extra_groups: Iterable[str] = ()) -> None:
-    """Raise PolicyNameError unless `entry` names a known tool, group (`group:x`) or `*`."""
+def check_entry(
+    entry: str,
+    extra_tools: Iterable[str] = (),
+    extra_groups: Iterable[str] = (),
+    mcp_servers: Iterable[str] | None = None,
+) -> None:
+    """Raise PolicyNameError unless `entry` names a known tool, group (`group:x`) or `*`.
+
+    `mcp_servers`: the configured MCP servers; `group:mcp:NAME` and `mcp_NAME_TOOL` must name one
+    (their tools are only known once connected). None: any `mcp:` group is taken.
+    """
     if entry == "*":
+        return
+    servers = None if mcp_servers is None else set(mcp_servers)
+    if entry.startswith("group:mcp:") and servers is not None:
+        server = entry.removeprefix("group:mcp:")
+        if server in servers:
+            return
+        known = ", ".join(sorted(servers)) or "none"
+        raise PolicyNameError(f"unknown group {entry!r}: no [mcp.servers.{server}] (configured: {known})")
+    if servers is not None and any(entry.startswith(f"mcp_{s}_") for s in servers):
         return
     if entry.startswith("group:"):
         group = entry.removeprefix("group:")
@@ -170,17 +188,22 @@ def check_profile(name: str) -> None:
 
 
 def rule_problems(
-    rules: PolicyRules, tools: Iterable[str] = (), groups: Iterable[str] = ()
+    rules: PolicyRules,
+    tools: Iterable[str] = (),
+    groups: Iterable[str] = (),
+    mcp_servers: Iterable[str] | None = None,
 ) -> list[tuple[str, str]]:
-    """Every (key, problem) in the rules; `tools` and `groups`: names known besides the built-in ones."""
+    """Every (key, problem) in the rules; `tools` and `groups`: names known besides the built-in ones;
+    `mcp_servers`: see `check_entry`."""
     tools = set(tools)
     groups = set(groups)
+    servers = None if mcp_servers is None else list(mcp_servers)
     problems: list[tuple[str, str]] = []
 
     def entries(key: str, values: Iterable[str]) -> None:
         for i, entry in enumerate(values):
             try:
-                check_entry(entry, tools, groups)
+                check_entry(entry, tools, groups, servers)
             except PolicyNameError as e:
                 problems.append((f"{key}[{i}]", str(e)))
 

@@ -71,6 +71,8 @@ class PolicyEngine:
         self._runtime_groups: dict[str, set[str]] = {}
         self._scopes: dict[str, str] = {}  # tool name -> the only agent id that may see it
         self._cache: dict[tuple[str, str, str, int], frozenset[str]] = {}
+        # The configured MCP servers, for checking names of their tools and groups (None: any).
+        self.mcp_servers: frozenset[str] | None = None
 
     # -- what exists -------------------------------------------------------
     def set_tools(self, tool_groups: Mapping[str, str]) -> None:
@@ -99,7 +101,7 @@ class PolicyEngine:
     def validate(self) -> list[tuple[str, str]]:
         """Every (key, problem) in the rules, checked against the tools that exist now."""
         groups = set(self._runtime_groups) | set(self._tool_groups.values())
-        return rule_problems(self.rules, set(self._tool_groups), groups)
+        return rule_problems(self.rules, set(self._tool_groups), groups, self.mcp_servers)
 
     # -- evaluation --------------------------------------------------------
     def _expand(self, entries: Iterable[str]) -> set[str]:

@@ -5,7 +5,8 @@ python demo_server.py [--transport stdio|sse|streamable-http] [--port N] [--brok
 Tools: `echo`, `add`, `slow` (sleeps, reporting progress; for timeouts and
 kills), `picture` (an image), `pid` (the server process's pid, to tell a
 restarted server from the old one), `env`, `read` and `connect` (what the
-server can see and reach: its environment, a file, a loopback port). `--broken` gives `add` an input schema
+server can see and reach: its environment, a file, a loopback port), `grow`
+(adds a tool and announces the changed list). `--broken` gives `add` an input schema
 that is not valid JSON Schema (a type that does not exist).
 """
 
@@ -61,6 +62,14 @@ def build(broken: bool) -> MCPServer:
         except OSError as e:
             return f"no connection: {e.strerror or e}"
         return "connected"
+
+    @server.tool(
+        description="Add a tool named `name` (it says `name`), and tell the client the list changed."
+    )
+    async def grow(name: str, ctx: Context) -> str:
+        server.add_tool(lambda: name, name=name, description=f"Say {name}.")
+        await ctx.session.send_tool_list_changed()
+        return f"added {name}"
 
     @server.tool(description="Read a file, or say why not.")
     def read(path: str) -> str:

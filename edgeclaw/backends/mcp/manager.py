@@ -273,7 +273,9 @@ class McpManager:
             closed = asyncio.ensure_future(session.closed.wait())
             changed = asyncio.ensure_future(relist.wait())
             try:
-                await asyncio.wait({closed, changed}, timeout=self.health_interval_s)
+                await asyncio.wait(
+                    {closed, changed}, timeout=self.health_interval_s, return_when=asyncio.FIRST_COMPLETED
+                )
             finally:
                 closed.cancel()
                 changed.cancel()

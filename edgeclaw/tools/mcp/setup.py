@@ -276,6 +276,8 @@ class McpBridge:
 def install_mcp(runtime: Runtime) -> McpBridge | None:
     """The bridge for `[mcp.servers.*]`, started when the runtime is ready, stopped at its close."""
     config = runtime.config
+    # Policy lists may name these servers' groups and tools before they are connected.
+    runtime.registry.policy.mcp_servers = frozenset(config.mcp.servers)
     if not config.mcp.servers:
         return None
     from edgeclaw import __version__

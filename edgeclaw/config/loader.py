@@ -102,6 +102,7 @@ RANGES: tuple[Range, ...] = (
     Range("mqtt.telemetry_interval_s", 0),
     Range("mqtt.dedup_window_s", 0),
     Range("mqtt.hmac_max_age_s", 0),
+    Range("mqtt.homeassistant_poll_s", 0.1, 3600),
     Range("console.max_login_failures", 1),
     Range("console.lockout_s", 0),
     Range("console.login_delay_s", 0),

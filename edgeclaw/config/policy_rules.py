@@ -64,14 +64,20 @@ PROFILES: dict[str, tuple[str, ...] | None] = {
     # (which the board profile bounds: writes only where it grants them) and its own status. No
     # shell, no background processes, no file writes, no custom tools.
     "remote": ("read_file", "list_files", "search", "glob", "group:hardware", "session_status"),
+    # Home Assistant's commands (unsigned: whoever may write its topics): the board's switches only.
+    "homeassistant": ("gpio",),
 }
 
 # The channel step a channel gets when the config has no [tools.channels.NAME] rules for it. MQTT
 # callers are remote machines, often unsigned: they get the `remote` profile unless the config says
 # otherwise (`[tools.channels.mqtt] profile = "full"` gives them everything the global steps allow).
 # MCP clients (`edgeclaw mcp serve`, the daemon's MCP endpoints) get the `device` profile: the
-# hardware, files and messages, no shell.
-DEFAULT_CHANNEL_PROFILES: dict[str, str] = {"mqtt": "remote", "mcp": "device"}
+# hardware, files and messages, no shell. Home Assistant's entity commands get `gpio` alone.
+DEFAULT_CHANNEL_PROFILES: dict[str, str] = {
+    "mqtt": "remote",
+    "mcp": "device",
+    "homeassistant": "homeassistant",
+}
 
 # A subagent never gets these, at any depth: they administer the device or schedule work that
 # outlives the child (gateway, cron, schedule, process), reach people or other sessions directly

@@ -324,6 +324,11 @@ class MqttConfig:
     events: bool = True  # one audit event per tool call on {prefix}/{dev}/events
     discovery: bool = True  # Home Assistant device discovery
     discovery_prefix: str = "homeassistant"
+    # The board's own hardware as Home Assistant entities (switches, binary sensors, sensors), in
+    # the discovery message; their states are checked for a change this often.
+    homeassistant_entities: bool = True
+    homeassistant_poll_s: float = 1.0
+    homeassistant_restart_button: bool = False  # a restart button (runs `gateway`, which policy must admit)
     admin_unsigned: bool = False  # accept admin/tools without a signature when no HMAC secret is set
 
 

@@ -53,6 +53,27 @@ def mqtt_service(runtime: Runtime) -> MqttChannel:
         from edgeclaw.daemon.mcp_server import mcp_over_mqtt  # MCP sessions on this connection
 
         mcp_over_mqtt(runtime, channel)
+    mqtt = runtime.config.mqtt
+    if mqtt.discovery and mqtt.homeassistant_entities and runtime.hardware is not None:
+        from edgeclaw.channels.mqtt.homeassistant import HomeAssistantEntities
+
+        connection = channel.connection
+
+        async def publish_state(topic: str, payload: bytes) -> None:
+            await connection.publish(topic, payload, qos=1, retain=True)
+
+        entities = HomeAssistantEntities(
+            topics=channel.topics,
+            profile=runtime.board,
+            hardware=runtime.hardware,
+            registry=runtime.registry,
+            publish=publish_state,
+            poll_s=mqtt.homeassistant_poll_s,
+            refresh_s=mqtt.telemetry_interval_s,
+            restart_button=mqtt.homeassistant_restart_button,
+        )
+        channel.extend(entities)
+        channel.ha_components = entities.components
     if runtime.mcp is not None:
         channel.collector.extra_sources["mcp"] = runtime.mcp.telemetry  # each MCP server's state
     if runtime.automation is not None:

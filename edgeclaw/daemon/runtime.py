@@ -28,6 +28,7 @@ from edgeclaw.tools.registry import Registry
 if TYPE_CHECKING:
     from edgeclaw.agent.loop import AgentLoop
     from edgeclaw.agent.subagents import SubagentManager
+    from edgeclaw.backends.hub import BoardBackends
     from edgeclaw.channels.mcp.server import McpServer
     from edgeclaw.daemon.automation import Automation
     from edgeclaw.daemon.memory import MemoryRuntime
@@ -69,6 +70,8 @@ class Runtime:
     subagents: SubagentManager | None = None
     # The MCP servers' tools ([mcp.servers.*]), connected when the runtime is ready; None without.
     mcp: McpBridge | None = None
+    # The board's devices (opened on first use): what is attached, for the fleet's status.
+    hardware: BoardBackends | None = None
     _ready_hooks: list[Callable[[], Awaitable[None] | None]] = field(default_factory=list)
     _drain_hooks: list[Callable[[float], Awaitable[None]]] = field(default_factory=list)
 
@@ -246,6 +249,7 @@ def build_runtime(
     hardware = BoardBackends(profile, config.hardware, state)  # opens devices on first use only
     registry.register_all(hardware_tools(profile, config.hardware, hardware, ws))
     runtime.on_close(hardware.aclose)
+    runtime.hardware = hardware
     from edgeclaw.tools.nodes import nodes_tool  # peers on the broker; the MQTT channel attaches it
 
     registry.register(nodes_tool(config.tools.nodes))

@@ -314,6 +314,9 @@ class MqttChannel:
         self._flush_handle: asyncio.TimerHandle | None = None
         self._closing = False
         self._extensions: list[MqttExtension] = []
+        # The board's own Home Assistant entities (homeassistant.py), given a device id: set by the
+        # daemon when it carries them on this connection; they join the discovery message.
+        self.ha_components: Callable[[str], dict[str, dict[str, Any]]] | None = None
 
     def extend(self, extension: MqttExtension) -> None:
         """Carry another protocol on this connection (MCP over MQTT): its topics are subscribed with
@@ -462,6 +465,7 @@ class MqttChannel:
                 board=self.board,
                 version=self.version,
                 telemetry_interval_s=self.config.telemetry_interval_s,
+                hardware=self.ha_components,
             )
         )
 

@@ -3,13 +3,16 @@
 Home Assistant (2024.11 and later) accepts a device-based discovery payload
 on ``homeassistant/device/{dev}/config`` with a `dev` (device) block, an `o`
 (origin) block and `cmps` (components), plus shared options at the root:
-here the telemetry topic as every sensor's `state_topic`, and availability
-from our retained `status` (online/offline, the Last Will included). It is
+here availability from our retained `status` (online/offline, the Last Will
+included). Each component names its own `state_topic` (the telemetry topic
+for these sensors): a root one would be inherited by the board's buttons and
+switches too (homeassistant.py), and a button has no state topic. It is
 re-sent whenever Home Assistant announces itself on ``homeassistant/status``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +60,10 @@ def discovery_payload(
     board: str,
     version: str,
     telemetry_interval_s: float,
+    hardware: Callable[[str], dict[str, dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
+    """`hardware` gives the board's own entities (homeassistant.py) for a device id: components
+    with their own state and command topics, beside the telemetry sensors."""
     dev_id = _object_id(topics.device)
     components: dict[str, dict[str, Any]] = {}
     for sensor in SENSORS:
@@ -66,6 +72,7 @@ def discovery_payload(
             "p": "sensor",
             "name": sensor.name,
             "unique_id": uid,
+            "state_topic": topics.telemetry,
             "value_template": "{{ value_json.%s }}" % sensor.key,  # noqa: UP031 - Jinja braces
         }
         if sensor.unit is not None:
@@ -80,6 +87,8 @@ def discovery_payload(
             # A value not refreshed for three periods is shown as unavailable, not as current.
             component["expire_after"] = max(30, round(3 * telemetry_interval_s))
         components[uid] = component
+    if hardware is not None:
+        components.update(hardware(dev_id))
     return {
         "dev": {
             "ids": [f"edgeclaw_{dev_id}"],
@@ -90,7 +99,6 @@ def discovery_payload(
         },
         "o": {"name": "edgeclaw", "sw": version},
         "cmps": components,
-        "state_topic": topics.telemetry,
         "availability": [
             {
                 "topic": topics.status,

@@ -119,9 +119,10 @@ class DeviceTopics:
 
 # The first level under a device (`{prefix}/{dev}/LEVEL/...`) of every topic a device reads or writes,
 # now or later: status, health, telemetry and events are reports; tool, chat, approval and admin hold
-# both commands and answers; message holds what the agent sends (the `message` tool).
+# both commands and answers; message holds what the agent sends (the `message` tool); ha holds Home
+# Assistant's entity states and commands.
 DEVICE_LEVELS = frozenset(
-    {"status", "health", "telemetry", "events", "tool", "chat", "approval", "admin", "message"}
+    {"status", "health", "telemetry", "events", "tool", "chat", "approval", "admin", "message", "ha"}
 )
 # Pseudo-devices that address several devices at once: `{prefix}/_all/...`, `{prefix}/_group/{g}/...`.
 FLEET_LEVELS = {"_all": 1, "_group": 2}

@@ -219,6 +219,31 @@ def test_calls_outside_the_nodes_policy_are_refused_and_nothing_is_published(dev
     assert published == []
 
 
+def test_a_peer_whose_status_says_offline_is_not_called(devices, broker: Mosquitto):
+    bench, _ = devices
+    gone = "greenhouse-gone"
+
+    async def run() -> tuple[tuple[int, dict[str, Any]], list[Any]]:
+        async with Caller(broker.port, [f"edgeclaw/{gone}/tool/call"]) as c:
+            status = {"state": "offline", "version": "0", "board": "sim", "ts": time.time()}
+            await c.publish(f"edgeclaw/{gone}/status", status, retain=True)
+            deadline = time.monotonic() + 10
+            while True:  # until the bench has taken in the retained status
+                _, listed = await asyncio.to_thread(nodes, bench, {"action": "list"})
+                if any(p["device"] == gone for p in listed["data"]["peers"]):
+                    break
+                assert time.monotonic() < deadline, listed
+            out = await asyncio.to_thread(
+                nodes, bench, {"action": "call", "peer": gone, "tool": "hardware_info", "args": {}}
+            )
+            await asyncio.sleep(0.5)
+            return out, c.received
+
+    (code, out), published = asyncio.run(run())
+    assert code != 0 and f"peer {gone!r} is offline" in out["error"], out
+    assert published == []
+
+
 def test_a_peer_that_does_not_answer_times_out_naming_it(devices):
     bench, _ = devices
     started = time.monotonic()
@@ -298,3 +323,19 @@ def test_no_link_says_why():
     tool = nodes_tool(NodesToolConfig())
     with pytest.raises(PeerUnavailable, match=r"no MQTT connection"):
         asyncio.run(tool.execute({"action": "list"}, ToolContext()))
+
+
+def test_the_restricted_profiles_leave_the_nodes_tool_out():
+    from edgeclaw.config.policy_rules import PROFILES, PolicyRules
+    from edgeclaw.tools.base import ToolContext
+    from edgeclaw.tools.policy import PolicyEngine
+
+    for profile in PROFILES:
+        e = PolicyEngine(PolicyRules(profile=profile))
+        e.set_tools({"nodes": "nodes", "i2c": "hardware", "session_status": "sessions"})
+        assert ("nodes" in e.allowed(ToolContext())) == (profile == "full"), profile
+    # An MQTT caller gets the `remote` profile unless the config widens it: no calls of peers.
+    e = PolicyEngine(PolicyRules())
+    e.set_tools({"nodes": "nodes", "i2c": "hardware"})
+    assert "nodes" not in e.allowed(ToolContext(channel="mqtt"))
+    assert "nodes" in e.allowed(ToolContext(channel="cli"))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -143,14 +144,26 @@ def _peer_summary(peer: Peer, policy: NodesPolicy) -> dict[str, Any]:
     return out
 
 
+def _ago(ts: float, now: float | None = None) -> str:
+    """How long ago `ts` (Unix seconds) was, as a technician reads it ("12 s ago", "3 min ago")."""
+    seconds = max(0.0, (time.time() if now is None else now) - ts)
+    if seconds < 120:
+        return f"{seconds:.0f} s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min ago"
+    if seconds < 172800:
+        return f"{seconds / 3600:.0f} h ago"
+    return f"{seconds / 86400:.0f} days ago"
+
+
 def _peer_line(s: dict[str, Any]) -> str:
     parts = [s["device"], s["state"]]
     if s.get("board"):
         parts.append(f"board {s['board']}")
     if s.get("version"):
         parts.append(f"edgeclaw {s['version']}")
-    if s.get("last_seen") is not None:
-        parts.append(f"last seen {s['last_seen']}")
+    if isinstance(s.get("last_seen"), int | float):
+        parts.append(f"last seen {_ago(s['last_seen'])}")
     parts.append("callable" if s["callable"] else "list only")
     return " | ".join(str(p) for p in parts)
 

@@ -340,3 +340,13 @@ def test_the_restricted_profiles_leave_the_nodes_tool_out():
     e.set_tools({"nodes": "nodes", "i2c": "hardware"})
     assert "nodes" not in e.allowed(ToolContext(channel="mqtt"))
     assert "nodes" in e.allowed(ToolContext(channel="cli"))
+
+
+def test_calls_need_mqtt_5_and_another_device():
+    from edgeclaw.tools.nodes import PeerUnavailable
+
+    v311 = PeerDirectory(None, DeviceTopics("edgeclaw", "me"), v5=False)  # type: ignore[arg-type]
+    with pytest.raises(PeerUnavailable, match=r"needs MQTT 5"):
+        asyncio.run(v311.call("peer-1", "i2c", {}, timeout_s=1))
+    with pytest.raises(PeerUnavailable, match=r"'me' is this device"):
+        asyncio.run(v311.call("me", "i2c", {}, timeout_s=1))

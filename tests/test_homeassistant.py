@@ -356,6 +356,23 @@ async def test_commands_outside_the_profile_and_malformed_ones_do_nothing(broker
         assert not [e for e in events if e.get("tool") == "gpio" and e.get("channel") == "homeassistant"]
 
 
+@needs_mosquitto
+async def test_a_retained_command_left_on_the_broker_is_not_run(tmp_path: Path, broker):
+    """Home Assistant does not retain commands; one that is retained would run at every reconnect."""
+    async with Caller(broker.port, [f"{LED}/state"]) as ha:
+        await ha.publish(f"{LED}/set", "ON", retain=True)
+        d = Daemon(tmp_path / "dev", broker.port)
+        try:
+            await ha.wait_for(lambda: ha.on(f"{LED}/state"), within=60, what="the LED's first state")
+            await poll(
+                lambda: "it is a retained message" in daemon_log(d), what="the retained command logged"
+            )
+            await asyncio.sleep(0.5)
+            assert all(r.payload == b"OFF" for r in ha.on(f"{LED}/state"))
+        finally:
+            d.stop()
+
+
 # -- in process: the button pressed --------------------------------------------------------------
 
 
@@ -376,11 +393,13 @@ async def test_the_button_binary_sensor_follows_the_pin(tmp_path: Path):
         entities.start()
         topic = f"{BUTTON}/state"
         await poll(lambda: (topic, b"OFF") in published, within=10, what="the button released")
+        await asyncio.sleep(0.5)  # several polls: an unchanged state is not published again
         pin = runtime.hardware.gpio().driver.device(27).pin
         pin.drive_low()  # pressed: the pull-up pulled to ground
         await poll(lambda: published[-1:] == [(topic, b"ON")] or (topic, b"ON") in published, within=10)
         pin.drive_high()
         await poll(lambda: [p for t, p in published if t == topic][-1] == b"OFF", within=10)
+        await asyncio.sleep(0.5)
         # On change only: three states for the button, not one per poll.
         assert [p for t, p in published if t == topic] == [b"OFF", b"ON", b"OFF"]
     finally:

@@ -197,6 +197,30 @@ def test_tmp102_conversion_follows_the_datasheet():
     assert tmp102_celsius(0xF07F) == 127.9375  # 0x7FF counts, the top of the range
 
 
+def test_home_assistant_commands_get_the_gpio_tool_only(tmp_path: Path):
+    from edgeclaw.tools.base import ToolContext
+    from tests.hw_support import make_runtime
+
+    ctx = ToolContext(channel="homeassistant", caller="homeassistant")
+    runtime = make_runtime(tmp_path / "default")
+    assert runtime.registry.policy.allowed(ctx) == {"gpio"}
+    assert "gateway" in runtime.registry.policy.allowed(ToolContext(channel="cli"))
+    assert "homeassistant" in runtime.registry.policy.explain("gateway", ctx)
+    # A table of the operator's own replaces the default.
+    widened = make_runtime(tmp_path / "widened", tools={"rate_limit": 0, "channels": {"homeassistant": {
+        "allow": ["gpio", "gateway"]}}})  # fmt: skip
+    assert widened.registry.policy.allowed(ctx) == {"gpio", "gateway"}
+
+
+def test_no_answer_may_be_aimed_at_the_entity_topics():
+    """A caller's Response Topic under `ha/` would pose as an entity's state or command."""
+    from edgeclaw.channels.mqtt.topics import reserved_topic
+
+    for topic in (f"{LED}/set", f"{LED}/state", "edgeclaw/other-device/ha/restart/set"):
+        assert reserved_topic(topic, PREFIX, "homeassistant") is not None, topic
+    assert reserved_topic("reply/backend-1/ha", PREFIX, "homeassistant") is None
+
+
 # -- against a real daemon on the sim board ---------------------------------------------------------
 
 DEV = "ha-sim"

@@ -413,3 +413,22 @@ def test_calls_need_mqtt_5_and_another_device():
         asyncio.run(v311.call("peer-1", "i2c", {}, timeout_s=1))
     with pytest.raises(PeerUnavailable, match=r"'me' is this device"):
         asyncio.run(v311.call("me", "i2c", {}, timeout_s=1))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('[tools.nodes]\npeers = ["green/house"]\n', "tools.nodes.peers[0]"),
+        ('[tools.nodes]\ntools = ["i2c#"]\n', "tools.nodes.tools[0]"),
+        ("[tools.nodes]\ntimeout_s = 0\n", "tools.nodes.timeout_s"),
+        ('[tools.nodes]\npeers = ["a"]\ntools = ["i2c"]\n[mqtt]\nprotocol = "3.1.1"\n', "needs MQTT 5"),
+    ],
+)
+def test_a_bad_nodes_policy_is_a_config_error(tmp_path: Path, text: str, expected: str):
+    from edgeclaw.config import load_config
+    from edgeclaw.errors import ConfigErrors
+
+    path = tmp_path / "edgeclaw.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigErrors, match=expected.replace("[", r"\[").replace("]", r"\]")):
+        load_config(path)

@@ -530,6 +530,12 @@ def _nodes_problems(config: Config) -> list[tuple[str, str]]:
                 ))  # fmt: skip
     if not 0 < n.timeout_s <= 300:
         problems.append(("tools.nodes.timeout_s", f"expected a number > 0 and <= 300, got {n.timeout_s}"))
+    if n.peers and n.tools and config.mqtt.protocol != "5":
+        problems.append((
+            "tools.nodes.peers",
+            'calling peers needs MQTT 5 (mqtt.protocol = "5": the answer comes on a Response Topic); '
+            "leave peers empty to only list them",
+        ))  # fmt: skip
     return problems
 
 

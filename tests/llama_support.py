@@ -138,14 +138,14 @@ class Exchange:
     def events(self) -> list[dict[str, Any]]:
         """The answer as JSON objects: the whole body, or each `data:` event of a streamed answer."""
         text = self.answer.decode("utf-8", "replace")
-        if not text.lstrip().startswith("data:"):
+        if not self.streamed:
             try:
                 return [json.loads(text)]
             except ValueError:
                 return []
         out = []
-        for line in text.splitlines():
-            payload = line.removeprefix("data:").strip()
+        for line in text.split("\n"):  # not splitlines: U+2028 and the like may stand in a JSON string
+            payload = line.removeprefix("data:").strip(" \r")
             if line.startswith("data:") and payload and payload != "[DONE]":
                 with contextlib.suppress(ValueError):
                     out.append(json.loads(payload))
@@ -153,7 +153,8 @@ class Exchange:
 
     @property
     def streamed(self) -> bool:
-        return self.answer.lstrip().startswith(b"data:")
+        """Server-sent events (a comment or an event name may come before the first data line)."""
+        return b"\ndata:" in b"\n" + self.answer
 
     @property
     def timings(self) -> dict[str, Any]:
@@ -253,11 +254,18 @@ class RecordingProxy:
                         self.send_header(name, value)
                 self.send_header("Connection", "close")
                 self.end_headers()
-                # Passed on as it arrives: a streamed answer must reach the client token by token.
+                # Passed on as it arrives: a streamed answer must reach the client token by token. A
+                # client may hang up after the last token; the server's answer is still read to its
+                # end, since its closing event holds the timings.
+                listening = True
                 while chunk := response.read1(65536):
                     exchange.answer += chunk
-                    self.wfile.write(chunk)
-                    self.wfile.flush()
+                    if listening:
+                        try:
+                            self.wfile.write(chunk)
+                            self.wfile.flush()
+                        except OSError:
+                            listening = False
                 upstream.close()
 
             def _answer_canned(self, exchange: Exchange, canned: Canned) -> None:

@@ -197,6 +197,30 @@ def test_tmp102_conversion_follows_the_datasheet():
     assert tmp102_celsius(0xF07F) == 127.9375  # 0x7FF counts, the top of the range
 
 
+def test_home_assistant_commands_get_the_gpio_tool_only(tmp_path: Path):
+    from edgeclaw.tools.base import ToolContext
+    from tests.hw_support import make_runtime
+
+    ctx = ToolContext(channel="homeassistant", caller="homeassistant")
+    runtime = make_runtime(tmp_path / "default")
+    assert runtime.registry.policy.allowed(ctx) == {"gpio"}
+    assert "gateway" in runtime.registry.policy.allowed(ToolContext(channel="cli"))
+    assert "homeassistant" in runtime.registry.policy.explain("gateway", ctx)
+    # A table of the operator's own replaces the default.
+    widened = make_runtime(tmp_path / "widened", tools={"rate_limit": 0, "channels": {"homeassistant": {
+        "allow": ["gpio", "gateway"]}}})  # fmt: skip
+    assert widened.registry.policy.allowed(ctx) == {"gpio", "gateway"}
+
+
+def test_no_answer_may_be_aimed_at_the_entity_topics():
+    """A caller's Response Topic under `ha/` would pose as an entity's state or command."""
+    from edgeclaw.channels.mqtt.topics import reserved_topic
+
+    for topic in (f"{LED}/set", f"{LED}/state", "edgeclaw/other-device/ha/restart/set"):
+        assert reserved_topic(topic, PREFIX, "homeassistant") is not None, topic
+    assert reserved_topic("reply/backend-1/ha", PREFIX, "homeassistant") is None
+
+
 # -- against a real daemon on the sim board ---------------------------------------------------------
 
 DEV = "ha-sim"
@@ -217,14 +241,14 @@ def broker(tmp_path: Path):
 class Daemon:
     """`edgeclaw run --board sim` as device DEV, with the board's entities and a restart button."""
 
-    def __init__(self, workdir: Path, port: int) -> None:
+    def __init__(self, workdir: Path, port: int, extra: str = "") -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.log = workdir / "daemon.log"
         config = workdir / "edgeclaw.toml"
         config.write_text(
             f'board = "sim"\ndevice_id = "{DEV}"\n[tools]\nrate_limit = 0\n'
             f"[mqtt]\nenabled = true\nport = {port}\ntelemetry_interval_s = 2.0\n"
-            "homeassistant_poll_s = 0.2\nhomeassistant_restart_button = true\n"
+            "homeassistant_poll_s = 0.2\nhomeassistant_restart_button = true\n" + extra
         )
         env = {k: v for k, v in os.environ.items() if not k.startswith(("EDGECLAW_", "NOTIFY_SOCKET"))}
         env.update(EDGECLAW_STATE_DIR=str(workdir / "state"), EDGECLAW_CONFIG=str(config))
@@ -340,7 +364,7 @@ async def test_commands_outside_the_profile_and_malformed_ones_do_nothing(broker
         # The restart button calls `gateway`, which the homeassistant profile does not admit.
         await ha.publish(f"{BASE}/ha/restart/set", "PRESS")
         await poll(lambda: "ha/restart/set refused" in daemon_log(daemon), what="the refusal in the log")
-        assert "not allowed" in daemon_log(daemon) or "homeassistant" in daemon_log(daemon)
+        assert "the homeassistant channel's default profile 'homeassistant'" in daemon_log(daemon)
         # Malformed: each logged, none run.
         for payload in (b"on", b"TOGGLE", b"\xff\xfe", b"", b"ON " * 30):
             await ha.publish(f"{LED}/set", payload)
@@ -354,6 +378,47 @@ async def test_commands_outside_the_profile_and_malformed_ones_do_nothing(broker
         assert daemon.running  # no restart either
         events = [r.json for r in ha.on(f"{BASE}/events")]
         assert not [e for e in events if e.get("tool") == "gpio" and e.get("channel") == "homeassistant"]
+
+
+@needs_mosquitto
+async def test_a_retained_command_left_on_the_broker_is_not_run(tmp_path: Path, broker):
+    """Home Assistant does not retain commands; one that is retained would run at every reconnect."""
+    async with Caller(broker.port, [f"{LED}/state"]) as ha:
+        await ha.publish(f"{LED}/set", "ON", retain=True)
+        d = Daemon(tmp_path / "dev", broker.port)
+        try:
+            await ha.wait_for(lambda: ha.on(f"{LED}/state"), within=60, what="the LED's first state")
+            await poll(
+                lambda: "it is a retained message" in daemon_log(d), what="the retained command logged"
+            )
+            await asyncio.sleep(0.5)
+            assert all(r.payload == b"OFF" for r in ha.on(f"{LED}/state"))
+        finally:
+            d.stop()
+
+
+@needs_mosquitto
+async def test_the_restart_button_restarts_the_daemon_once_policy_admits_gateway(tmp_path: Path, broker):
+    extra = '[tools.channels.homeassistant]\nallow = ["gpio", "gateway"]\n'
+    async with Caller(broker.port, [f"{BASE}/status"]) as ha:
+        d = Daemon(tmp_path / "dev", broker.port, extra)
+        try:
+
+            def states() -> list[str]:
+                return [r.json["state"] for r in ha.on(f"{BASE}/status")]
+
+            await ha.wait_for(lambda: "online" in states(), within=60, what="the device online")
+            await ha.publish(f"{BASE}/ha/restart/set", "PRESS")
+
+            def back_online() -> bool:
+                seen = states()
+                first = seen.index("online")
+                return "offline" in seen[first:] and "online" in seen[seen.index("offline", first) :]
+
+            await ha.wait_for(back_online, within=60, what="the device offline, then online again")
+            assert "restart requested: Home Assistant restart button" in daemon_log(d)
+        finally:
+            d.stop()
 
 
 # -- in process: the button pressed --------------------------------------------------------------
@@ -376,11 +441,13 @@ async def test_the_button_binary_sensor_follows_the_pin(tmp_path: Path):
         entities.start()
         topic = f"{BUTTON}/state"
         await poll(lambda: (topic, b"OFF") in published, within=10, what="the button released")
+        await asyncio.sleep(0.5)  # several polls: an unchanged state is not published again
         pin = runtime.hardware.gpio().driver.device(27).pin
         pin.drive_low()  # pressed: the pull-up pulled to ground
         await poll(lambda: published[-1:] == [(topic, b"ON")] or (topic, b"ON") in published, within=10)
         pin.drive_high()
         await poll(lambda: [p for t, p in published if t == topic][-1] == b"OFF", within=10)
+        await asyncio.sleep(0.5)
         # On change only: three states for the button, not one per poll.
         assert [p for t, p in published if t == topic] == [b"OFF", b"ON", b"OFF"]
     finally:

@@ -21,8 +21,10 @@ import pytest
 
 from edgeclaw.backends.sim.tmp102 import decode_temperature
 from edgeclaw.channels.mqtt.peers import PeerDirectory
+from edgeclaw.channels.mqtt.signing import envelope
 from edgeclaw.channels.mqtt.topics import DeviceTopics
 from edgeclaw.tools.nodes import NodesPolicy
+from tests.llm_server import Scripted, ScriptedLLM, openai_text, openai_tools
 from tests.mqtt_support import Caller, Mosquitto, needs_mosquitto
 
 pytestmark = needs_mosquitto
@@ -39,14 +41,23 @@ class Daemon:
     more [tools] keys, `tables`: more tables."""
 
     def __init__(
-        self, root: Path, device: str, port: int, *, tools: Sequence[str] = (), tables: Sequence[str] = ()
+        self,
+        root: Path,
+        device: str,
+        port: int,
+        *,
+        tools: Sequence[str] = (),
+        tables: Sequence[str] = (),
+        top: Sequence[str] = (),
+        channel_mqtt: Sequence[str] = (),
     ) -> None:
         self.device = device
         workdir = root / device
         workdir.mkdir(parents=True)
         self.log = workdir / "daemon.log"
         config = workdir / "edgeclaw.toml"
-        lines = ['board = "sim"', f'device_id = "{device}"', "[tools]", "rate_limit = 0", *tools, "[mqtt]",
+        lines = ['board = "sim"', f'device_id = "{device}"', *top, "[tools]", "rate_limit = 0", *tools,
+                 *(["[tools.channels.mqtt]", *channel_mqtt] if channel_mqtt else []), "[mqtt]",
                  "enabled = true", f"port = {port}", "discovery = false", "telemetry_interval_s = 1.0",
                  'hmac_secret_env = "NODES_KEY"', 'hmac_key_name = "fleet"', *tables]  # fmt: skip
         config.write_text("\n".join(lines) + "\n")
@@ -80,12 +91,30 @@ def broker(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="module")
-def devices(tmp_path_factory: pytest.TempPathFactory, broker: Mosquitto):
+def llm():
+    with ScriptedLLM() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def devices(tmp_path_factory: pytest.TempPathFactory, broker: Mosquitto, llm: ScriptedLLM):
     root = tmp_path_factory.mktemp("fleet")
     bench = Daemon(
         root,
         BENCH,
         broker.port,
+        top=[
+            "[agent]",
+            'providers = ["local"]',
+            "provider_attempts = 1",
+            "[providers.local]",
+            'kind = "openai"',
+            'model = "m"',
+            f'base_url = "{llm.url}/v1"',
+            "timeout_s = 20",
+        ],
+        # Its MQTT callers may use every tool (the test's chat asks the agent to use nodes).
+        channel_mqtt=['profile = "full"'],
         tables=[
             "[tools.nodes]",
             'peers = ["greenhouse-*"]',
@@ -196,6 +225,40 @@ def test_the_bench_reads_the_greenhouse_tmp102_through_nodes(devices, broker: Mo
     # The greenhouse ran it as the MQTT caller the bench signed as, under its own policy.
     i2c = next(e for e in events if e.get("tool") == "i2c")
     assert i2c["caller"] == "mqtt:key:fleet" and i2c["channel"] == "mqtt" and i2c["ok"] is True
+
+
+def test_the_bench_agent_reads_the_greenhouse_sensor_when_asked(devices, broker: Mosquitto, llm):
+    """A person asks the bench device's agent (a signed MQTT chat); the model calls nodes; the answer
+    it writes is made from what the greenhouse's i2c returned."""
+    bench, greenhouse = devices
+    read = {"action": "read_word", "bus": 1, "address": "0x48", "register": 0}
+
+    def quote_the_tool_result(body: dict[str, Any]) -> Scripted:
+        results = [m["content"] for m in body["messages"] if m.get("role") == "tool"]
+        return openai_text(f"The greenhouse says: {results[-1] if results else 'nothing'}")
+
+    llm.reply(
+        openai_tools(("nodes", {"action": "call", "peer": GREENHOUSE, "tool": "i2c", "args": read})),
+        quote_the_tool_result,
+    )
+
+    async def run() -> dict[str, Any]:
+        reply = "reply/tech/chat"
+        async with Caller(broker.port, [reply]) as c:
+            topic = f"edgeclaw/{BENCH}/chat/in"
+            request = {"id": "chat-1", "text": "What does the greenhouse TMP102 read?", "session": "tech"}
+            await c.publish(
+                topic,
+                envelope(KEY.encode(), topic, request, response_topic=reply, correlation=b"chat-1"),
+                response_topic=reply,
+                correlation=b"chat-1",
+            )
+            (answer,) = await c.answers(reply, 1, within=60)
+            return answer.json
+
+    answer = asyncio.run(run())
+    assert answer.get("ok"), (answer, logs(bench, greenhouse))
+    assert f"The greenhouse says: [{GREENHOUSE}] 0x48 register 0x00 on bus 1: 0x8015" in answer["text"]
 
 
 def test_calls_outside_the_nodes_policy_are_refused_and_nothing_is_published(devices, broker: Mosquitto):
@@ -350,3 +413,22 @@ def test_calls_need_mqtt_5_and_another_device():
         asyncio.run(v311.call("peer-1", "i2c", {}, timeout_s=1))
     with pytest.raises(PeerUnavailable, match=r"'me' is this device"):
         asyncio.run(v311.call("me", "i2c", {}, timeout_s=1))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('[tools.nodes]\npeers = ["green/house"]\n', "tools.nodes.peers[0]"),
+        ('[tools.nodes]\ntools = ["i2c#"]\n', "tools.nodes.tools[0]"),
+        ("[tools.nodes]\ntimeout_s = 0\n", "tools.nodes.timeout_s"),
+        ('[tools.nodes]\npeers = ["a"]\ntools = ["i2c"]\n[mqtt]\nprotocol = "3.1.1"\n', "needs MQTT 5"),
+    ],
+)
+def test_a_bad_nodes_policy_is_a_config_error(tmp_path: Path, text: str, expected: str):
+    from edgeclaw.config import load_config
+    from edgeclaw.errors import ConfigErrors
+
+    path = tmp_path / "edgeclaw.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigErrors, match=expected.replace("[", r"\[").replace("]", r"\]")):
+        load_config(path)

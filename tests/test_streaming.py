@@ -6,6 +6,7 @@ the loop gives a channel (`agent.streaming`), `edgeclaw chat`, the console's row
 
 from __future__ import annotations
 
+import asyncio
 import io
 import time
 from pathlib import Path
@@ -14,12 +15,14 @@ import pytest
 
 from edgeclaw.agent.streaming import StreamedText, TurnStream
 from edgeclaw.channels.console.render import RowStream
+from edgeclaw.channels.terminal import TerminalChannel
 from edgeclaw.config.loader import config_from_dict
 from edgeclaw.daemon.agent import build_agent
 from edgeclaw.daemon.runtime import build_runtime
 from edgeclaw.tools.scrub import Scrubber
-from tests.llm_server import ScriptedLLM
+from tests.llm_server import ScriptedLLM, openai_stream, openai_text
 from tests.mqtt_support import Caller, Mosquitto, needs_mosquitto
+from tests.test_console import PIN, PROMPT, console, unwrapped  # noqa: F401 (console: a fixture)
 from tests.test_mqtt import BASE, daemon_config, running_daemon
 
 SECRET = "hunter2-Zq8vN3pLx7"
@@ -123,6 +126,34 @@ async def chat_agent(tmp_path: Path, llm: ScriptedLLM):
     return runtime, build_agent(runtime)
 
 
+async def test_edgeclaw_chat_prints_the_answer_as_it_comes_and_only_once(tmp_path, llm):
+    answer = "The greenhouse is at twenty-one degrees and the vents are closed."
+    item = openai_stream(answer, finish_reason="stop")
+    item.chunk_gap_s = 0.05
+    llm.reply(item)
+    runtime, agent = await chat_agent(tmp_path, llm)
+    try:
+        out = Writes()
+        reply = await TerminalChannel(agent, out=out, interactive=False).one_turn("how warm is it?")
+    finally:
+        await runtime.aclose()
+    assert reply.ok and reply.text == answer
+    assert out.getvalue() == answer + "\n"
+    pieces = [(t, s) for t, s in out.writes if s.strip()]
+    assert len(pieces) > 3 and pieces[-1][0] - pieces[0][0] > 0.1  # piece by piece, as it came
+
+
+async def test_edgeclaw_chat_prints_a_whole_answer_from_a_server_that_does_not_stream(tmp_path, llm):
+    llm.reply(openai_text("Plain, in one piece."))
+    runtime, agent = await chat_agent(tmp_path, llm)
+    try:
+        out = Writes()
+        await TerminalChannel(agent, out=out, interactive=False).one_turn("hi")
+    finally:
+        await runtime.aclose()
+    assert out.getvalue() == "Plain, in one piece.\n"
+
+
 # -- MQTT partials -----------------------------------------------------------------------------
 
 
@@ -134,9 +165,73 @@ def broker(tmp_path: Path):
 
 
 @needs_mosquitto
+async def test_mqtt_partials_in_order_then_exactly_one_final_answer(tmp_path, broker, llm):
+    answer = "Partial answers arrive first, and then the one final answer with all of the text."
+    item = openai_stream(answer, finish_reason="stop")
+    item.chunk_gap_s = 0.05
+    llm.reply(item, openai_text("Not streamed."))
+    config = daemon_config(
+        tmp_path,
+        broker.port,
+        top={
+            "agent": {"providers": ["local"]},
+            "providers": {"local": {"kind": "openai", "model": "m", "base_url": llm.url + "/v1"}},
+        },
+    )
+    topic = "test/stream"
+    async with running_daemon(config), Caller(broker.port, [topic]) as c:
+        await c.publish(
+            f"{BASE}/chat/in",
+            {"text": "stream it", "id": "s1", "stream": True},
+            response_topic=topic,
+            correlation=b"s1",
+        )
+        await c.wait_for(lambda: any(not m.json.get("partial") for m in c.on(topic)), 30, "the final answer")
+        await asyncio.sleep(0.5)  # nothing may follow it
+        got = [m.json for m in c.on(topic)]
+        assert all(m.correlation == b"s1" for m in c.on(topic))
+        partials, finals = got[:-1], got[-1:]
+        assert finals[0]["text"] == answer and finals[0]["ok"] and not finals[0].get("partial")
+        assert len(partials) >= 2 and all(p["partial"] and p["in_reply_to"] == "s1" for p in partials)
+        assert [p["seq"] for p in partials] == list(range(len(partials)))
+        assert finals[0]["seq"] == len(partials)
+        assert "".join(p["text"] for p in partials).strip() == answer
+
+        # Not asked for: one answer, no partials.
+        await c.publish(f"{BASE}/chat/in", {"text": "again", "id": "s2"}, response_topic=topic)
+        await c.wait_for(lambda: len(c.on(topic)) > len(got), 30, "the second answer")
+        await asyncio.sleep(0.3)
+        [second] = [m.json for m in c.on(topic)][len(got) :]
+        assert second["text"] == "Not streamed." and "seq" not in second and "partial" not in second
+
+
+@needs_mosquitto
 async def test_mqtt_stream_must_be_a_boolean(tmp_path, broker, llm):
     config = daemon_config(tmp_path, broker.port)
     async with running_daemon(config), Caller(broker.port, ["test/s"]) as c:
         await c.publish(f"{BASE}/chat/in", {"text": "x", "id": "b", "stream": "yes"}, response_topic="test/s")
         [answer] = await c.answers("test/s", 1)
         assert answer.json["code"] == "bad_field" and "stream" in answer.json["error"]
+
+
+# -- the console -------------------------------------------------------------------------------
+
+
+def test_the_console_shows_the_answer_as_it_streams_and_only_once(console, llm):  # noqa: F811
+    answer = " ".join(f"word{i}" for i in range(40))
+    item = openai_stream(answer, finish_reason="stop")
+    item.chunk_gap_s = 0.03
+    llm.reply(item)
+    _, (port,) = console()
+    term = port.terminal()
+    term.expect("PIN: ")
+    term.send(PIN + "\r")
+    term.expect_exact(PROMPT)
+    term.send("count for me\r")
+    term.expect_exact("word3 ")
+    first_words, head = time.monotonic(), term.before
+    term.expect_exact(PROMPT)
+    shown = unwrapped(head + "word3 " + term.before)
+    assert time.monotonic() - first_words > 0.5  # the first words came long before the last
+    assert shown.count("word39") == 1 and shown.count("word0 ") == 1  # shown once, not again at the end
+    assert "working; Ctrl-C" not in shown

@@ -23,6 +23,7 @@ import pytest
 
 from edgeclaw.backends.web.guard import NetworkPolicy
 from edgeclaw.config.policy_rules import PolicyRules
+from edgeclaw.errors import ToolRefused
 from edgeclaw.tools.base import ToolContext
 from edgeclaw.tools.policy import PolicyEngine
 from edgeclaw.tools.registry import Registry
@@ -262,15 +263,75 @@ async def test_max_chars_cuts_the_text_saying_so(server: PageServer) -> None:
     out = await fetch_page(server, {"url": server.url("/long"), "max_chars": 500})
     assert len(framed_body(out.for_llm).split("\n\n[cut at")[0]) == 500
     # The extractor stopped soon after 500 characters: how many more there were is not known.
-    assert "[cut at 500 characters; ask for more with a larger max_chars]" in out.for_llm
+    assert "[cut at 500 characters; read on with offset=500]" in out.for_llm
     assert out.data is not None and out.data["chars_cut"] is True and out.data["chars"] is None
+    assert out.data["next_offset"] == 500
 
 
 async def test_max_chars_cuts_plain_text_saying_how_much_there_was(server: PageServer) -> None:
     server.pages["/log.txt"] = Page(b"a log line\n" * 100, "text/plain")  # 11 characters a line
     out = await fetch_page(server, {"url": server.url("/log.txt"), "max_chars": 110})
     assert framed_body(out.for_llm) == "a log line\n" * 10
-    assert "[cut at 110 of 1100 characters; ask for more with a larger max_chars]" in out.for_llm
+    assert "[cut at 110 of 1100 characters; read on with offset=110]" in out.for_llm
+
+
+async def test_offset_reads_a_long_page_in_pieces(server: PageServer) -> None:
+    lines = "".join(f"line {i:03d} of the log\n" for i in range(100))  # 20 characters a line
+    server.pages["/log.txt"] = Page(lines.encode(), "text/plain")
+    url = server.url("/log.txt")
+    second = await fetch_page(server, {"url": url, "max_chars": 200, "offset": 200})
+    assert framed_body(second.for_llm) == lines[200:400]
+    assert "(from character 200)" in second.for_llm.split("\n\n", 1)[0]
+    assert "[cut at 200 of 2000 characters; read on with offset=400]" in second.for_llm
+    last = await fetch_page(server, {"url": url, "max_chars": 500, "offset": 1800})
+    assert framed_body(last.for_llm) == lines[1800:]
+    assert "[cut at" not in last.for_llm and last.data is not None and last.data["next_offset"] is None
+    past = await fetch_page(server, {"url": url, "offset": 5000})
+    assert "[offset 5000 is past the end: the content has 2000 characters]" in past.for_llm
+
+
+async def test_offset_reads_on_where_an_extraction_stopped(server: PageServer) -> None:
+    paragraphs = "".join(
+        f"<p>Paragraph {i:03d}. " + "Some words of the page. " * 8 + "</p>" for i in range(200)
+    )
+    server.pages["/long"] = Page(f"<main>{paragraphs}</main>".encode())
+    first = await fetch_page(server, {"url": server.url("/long"), "max_chars": 1000})
+    assert first.data is not None and first.data["next_offset"] == 1000
+    second = await fetch_page(server, {"url": server.url("/long"), "max_chars": 1000, "offset": 1000})
+    whole = await fetch_page(server, {"url": server.url("/long"), "max_chars": 1_000_000})
+    text = framed_body(whole.for_llm)
+    assert framed_body(second.for_llm).startswith(text[1000:2000])
+
+
+# -- the registry's output cap ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("word", ["reading ", "Größe ", "温度センサー "])
+async def test_a_long_page_fits_the_output_cap_with_its_closing_line(server: PageServer, word: str) -> None:
+    server.pages["/long"] = Page(("<main><p>" + word * 30_000 + "</p></main>").encode())
+    registry = Registry(PolicyEngine(PolicyRules()))  # the default cap: 32 KiB
+    registry.register(tool_for(server, max_output_bytes=registry.max_output_bytes))
+    out = await registry.execute("web_fetch", {"url": server.url("/long")}, ToolContext())  # max_chars 50 000
+    assert out.ok, out.for_llm
+    assert len(out.for_llm.encode()) <= registry.max_output_bytes
+    assert "[output truncated" not in out.for_llm
+    shown = len(framed_body(out.for_llm))  # the closing line is there
+    assert len(framed_body(out.for_llm).encode()) > 24 * 1024  # most of the room is used
+    cut = f"[cut at {shown} characters to fit the tool output limit; read on with offset={shown}]"
+    assert cut in out.for_llm
+    assert out.data is not None and out.data["chars_shown"] == shown
+
+
+def test_the_runtime_builds_web_fetch_with_the_registry_cap(tmp_path: Path) -> None:
+    from edgeclaw.config.loader import load_config
+    from edgeclaw.tools.web.setup import web_settings, web_tools
+
+    path = tmp_path / "edgeclaw.toml"
+    path.write_text("[tools]\nmax_output_bytes = 8192\n")
+    config = load_config(path)
+    tools = web_tools(web_settings(config, {}), max_output_bytes=config.tools.max_output_bytes)
+    fetch = next(t for t in tools if t.name == "web_fetch")
+    assert isinstance(fetch, WebFetchTool) and fetch.settings.max_output_bytes == 8192
 
 
 async def test_an_error_status_is_an_error_with_the_page(server: PageServer) -> None:
@@ -369,3 +430,96 @@ def test_the_extractor_is_chosen_in_config(tmp_path: Path) -> None:
     web = load_config(good).tools.web
     tool = fetch_tool(web, lambda ctx: NetworkPolicy())
     assert tool.settings == FetchSettings(max_bytes=4096, timeout_s=3.0, extractor="builtin")
+
+
+# -- one lookup per call ---------------------------------------------------------------------------
+
+
+def counting_resolver(answers: dict[str, list[str]]) -> tuple[list[str], Callable]:
+    asked: list[str] = []
+
+    async def resolve(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return answers[host]
+
+    return asked, resolve
+
+
+async def test_a_call_looks_its_host_up_once(server: PageServer) -> None:
+    server.pages["/"] = Page(b"<main><p>Served by name.</p></main>")
+    asked, resolve = counting_resolver({"pages.test": ["127.0.0.1"]})
+    policy = NetworkPolicy(allow_networks=(LOOPBACK,), ports=frozenset({server.port}), resolver=resolve)
+    registry = registry_with(WebFetchTool(lambda ctx: policy, FetchSettings(extractor="builtin")))
+    out = await registry.execute("web_fetch", {"url": f"http://pages.test:{server.port}/"}, ToolContext())
+    assert out.ok, out.for_llm
+    assert "Served by name." in framed_body(out.for_llm)
+    assert asked == ["pages.test"]  # the check's lookup is the one the connection used
+
+
+async def test_a_rebinding_answer_after_the_check_is_never_asked_for(server: PageServer) -> None:
+    # The check is answered with a public address, any later lookup with loopback: the one lookup
+    # is the check's, so the connection goes to the public address (which does not answer here).
+    answers = iter([["192.0.2.1"], ["127.0.0.1"]])
+
+    async def rebinding(host: str, port: int) -> list[str]:
+        return next(answers)
+
+    policy = NetworkPolicy(
+        allow_networks=(ipaddress.ip_network("192.0.2.0/24"),),
+        ports=frozenset({server.port}),
+        resolver=rebinding,
+    )
+    tool = WebFetchTool(lambda ctx: policy, FetchSettings(extractor="builtin", timeout_s=2.0))
+    server.pages["/"] = Page(b"<main><p>loopback secret</p></main>")
+    registry = registry_with(tool)
+    out = await registry.execute("web_fetch", {"url": f"http://rebind.test:{server.port}/"}, ToolContext())
+    assert not out.ok and "loopback secret" not in out.for_llm
+    assert "192.0.2.1" in out.for_llm or "no complete answer" in out.for_llm
+
+
+async def test_what_one_agent_checked_is_not_used_for_another(server: PageServer) -> None:
+    server.pages["/"] = Page(b"<main><p>only for the owner</p></main>")
+    policies = {"owner": granted(server), "guest": NetworkPolicy(ports=frozenset({server.port}))}
+    current = ["owner"]
+    tool = WebFetchTool(lambda ctx: policies[current[0]], FetchSettings(extractor="builtin"))
+    args = {"url": server.url("/")}
+    await tool.check(args, ToolContext())  # vetted under the owner's policy
+    current[0] = "guest"
+    with pytest.raises(ToolRefused, match="loopback"):
+        await tool.execute(args, ToolContext())  # vetted again under the guest's: refused
+
+
+# -- binary bodies refused before they are downloaded -----------------------------------------------
+
+
+def endless(first: bytes) -> Callable[[], Iterator[bytes]]:
+    def chunks() -> Iterator[bytes]:
+        yield first
+        for _ in range(128):  # 8 MiB
+            yield bytes(64 * 1024)
+
+    return chunks
+
+
+@pytest.mark.parametrize(
+    ("content_type", "first", "shown"),
+    [
+        ("image/png", b"\x89PNG\r\n\x1a\n", "image/png (size not known; not downloaded)"),
+        (
+            None,
+            b"\x7fELF\x02\x01\x01\x00",
+            "an unnamed type that is not text (size not known; not downloaded)",
+        ),
+        ("application/octet-stream", b"PK\x03\x04\x00\x00", "application/octet-stream (size not known"),
+    ],
+)
+async def test_a_binary_body_is_refused_before_it_is_downloaded(
+    server: PageServer, content_type: str | None, first: bytes, shown: str
+) -> None:
+    server.pages["/blob"] = Page(endless(first), content_type=content_type)
+    sent = server.sent["/blob"] = Sent()  # the server's thread may get there after the call ended
+    out = await fetch_page(server, {"url": server.url("/blob")}, max_bytes=4 * MiB)
+    assert sent.done.wait(10)
+    assert not out.ok and not out.refused, out.for_llm
+    assert shown in out.for_llm and "not a page" in out.for_llm
+    assert not sent.finished and sent.bytes < 1 * MiB  # the 4 MiB cap was never read up to

@@ -38,6 +38,7 @@ from edgeclaw.agent.prompt import PromptBuilder
 from edgeclaw.agent.providers.base import Provider, ProviderError
 from edgeclaw.agent.providers.chain import ProviderChain
 from edgeclaw.agent.providers.model_info import ModelInfo
+from edgeclaw.agent.streaming import TextSink, TurnStream
 from edgeclaw.errors import EdgeclawError
 from edgeclaw.store.sessions import SessionStore
 from edgeclaw.tools.base import ToolContext
@@ -310,6 +311,7 @@ class AgentLoop:
             system,
             spec.max_iterations,
             spec.prompt.volatile_note(),
+            on_text=msg.on_text,
         )
 
     async def _model_turn(
@@ -322,6 +324,7 @@ class AgentLoop:
         system: str,
         max_iterations: int,
         note: str = "",
+        on_text: TextSink | None = None,
     ) -> tuple[str, bool]:
         messages = self._load(key)
         user = Message("user", text)
@@ -335,13 +338,17 @@ class AgentLoop:
         def tools_for(provider: str, fmt: str) -> list[dict[str, Any]]:
             return self.registry.definitions(dataclasses.replace(base_ctx, provider=provider), fmt)
 
+        # The answer as it is written, scrubbed, to the channel that shows it (agent.streaming).
+        stream = TurnStream(on_text, self.registry.scrubber.scrub) if on_text is not None else None
         try:
             for _ in range(max_iterations):
                 trimmed = history.trim(messages, self.history_budget_tokens)
                 window = [sent_user if m is user else m for m in trimmed]
                 # Tools are ranked against people's words, not the note (the time would find `cron`).
                 fit = functools.partial(self._fit, query=tool_selection.query_text(trimmed))
-                completion = await chain.complete(system, window, tools_for, fit)
+                completion = await chain.complete(system, window, tools_for, fit, stream)
+                if stream is not None:
+                    stream.end_step()
                 reply = Message("assistant", completion.text, list(_unique_ids(completion.tool_calls)))
                 self._store(key, channel, reply, completion.provider)
                 messages.append(reply)

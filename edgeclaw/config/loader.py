@@ -24,7 +24,7 @@ from edgeclaw.config.typed import build_lenient
 from edgeclaw.errors import ConfigError, ConfigErrors
 
 SYSTEM_CONFIG = Path("/etc/edgeclaw/edgeclaw.toml")
-KNOWN_CHANNELS = ("cli", "mqtt", "mqtt-admin", "console", "agent", "mcp")
+KNOWN_CHANNELS = ("cli", "mqtt", "mqtt-admin", "console", "agent", "mcp", "homeassistant")
 
 Fail = Callable[[str, str], None]
 
@@ -326,9 +326,6 @@ def config_problems(config: Config) -> list[ConfigError]:
     if not config.mqtt.topic_prefix or any(c in config.mqtt.topic_prefix for c in "#+"):
         fail("mqtt.topic_prefix", "expected a non-empty topic without MQTT wildcards (# +)")
     _check_mqtt(config, fail)
-    update_key = config.gateway.update_public_key
-    if update_key and not re.fullmatch(r"[0-9a-fA-F]{64}", update_key):
-        fail("gateway.update_public_key", "expected an Ed25519 public key: 64 hex digits (the raw 32 bytes)")
     for i, entry in enumerate(config.gateway.update_allow_networks):
         import ipaddress
 
@@ -533,6 +530,12 @@ def _nodes_problems(config: Config) -> list[tuple[str, str]]:
                 ))  # fmt: skip
     if not 0 < n.timeout_s <= 300:
         problems.append(("tools.nodes.timeout_s", f"expected a number > 0 and <= 300, got {n.timeout_s}"))
+    if n.peers and n.tools and config.mqtt.protocol != "5":
+        problems.append((
+            "tools.nodes.peers",
+            'calling peers needs MQTT 5 (mqtt.protocol = "5": the answer comes on a Response Topic); '
+            "leave peers empty to only list them",
+        ))  # fmt: skip
     return problems
 
 

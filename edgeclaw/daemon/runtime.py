@@ -261,7 +261,9 @@ def build_runtime(
     runtime.automation = install_automation(runtime)
     from edgeclaw.tools.web.setup import web_settings, web_tools  # web_fetch, web_search, http_request
 
-    registry.register_all(web_tools(web_settings(config, secrets, environ=environ)))
+    registry.register_all(
+        web_tools(web_settings(config, secrets, environ=environ), max_output_bytes=registry.max_output_bytes)
+    )
     from edgeclaw.tools.mcp.setup import install_mcp  # [mcp.servers.*]: tools of MCP servers
 
     runtime.mcp = install_mcp(runtime)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -45,12 +45,19 @@ __all__ = [
     "fetch",
 ]
 
+# What a request's `accept` hook is asked: the response's headers (names lower-cased) and, when
+# the headers did not decide, the body's first bytes (at most SNIFF_BYTES, decoded); it answers
+# True (read the body), False (do not), or None (from the headers alone: undecided).
+BodyCheck = Callable[[Mapping[str, str], bytes | None], bool | None]
+SNIFF_BYTES: Final = 1024
+
 DEFAULT_MAX_BYTES: Final = 2 * 1024 * 1024
 DEFAULT_TIMEOUT_S: Final = 20.0
 _REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
 # Headers that may follow a redirect to another origin; the rest (Authorization, cookies, API keys
 # under any name) were meant for the first origin only.
 _CROSS_ORIGIN_HEADERS: Final = frozenset({"accept", "accept-language", "user-agent", "content-type"})
+_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 _ACCEPT_ENCODING: Final = "gzip, deflate"  # what the decoder below reads; never br or zstd
 
 
@@ -62,6 +69,11 @@ class WebRequest:
     body: bytes = b""
     timeout_s: float = DEFAULT_TIMEOUT_S
     max_bytes: int = DEFAULT_MAX_BYTES  # of the decoded body; the rest is not read
+    # The first hop as `guard.vet` answered for it under the same policy (web_fetch's check):
+    # connected to as is, not looked up again. Redirects are always vetted afresh.
+    vetted: Vetted | None = None
+    # Asked before the body of the final response is read (see BodyCheck); None: always read.
+    accept: BodyCheck | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +84,7 @@ class WebResponse:
     body: bytes  # decoded (gzip/deflate undone), at most max_bytes
     truncated: bool  # the server had more than max_bytes
     redirects: list[str]  # each URL a redirect led to, in order (the last is `url`)
+    unread: bool = False  # the request's accept hook refused the body: `body` holds its first bytes at most
 
     @property
     def content_type(self) -> str:
@@ -153,7 +166,7 @@ def _pinned_backend(pins: dict[tuple[str, int], tuple[str, ...]]) -> Any:
     return PinnedBackend()
 
 
-def _guarded_transport(policy: NetworkPolicy) -> httpx.AsyncBaseTransport:
+def _guarded_transport(policy: NetworkPolicy, first: Vetted | None = None) -> httpx.AsyncBaseTransport:
     import httpcore
     import httpx
 
@@ -175,10 +188,14 @@ def _guarded_transport(policy: NetworkPolicy) -> httpx.AsyncBaseTransport:
             )
             self._proxied: dict[str, httpx.AsyncHTTPTransport] = {}
             self.last: Vetted | None = None
+            self._first = first
 
         async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
             url = request.url
-            target = await vet(url.scheme, url.raw_host.decode("ascii"), url.port, policy)
+            host = url.raw_host.decode("ascii")
+            target, self._first = self._first, None  # the caller's vetted first hop: used once
+            if target is None or not _same_target(target, url.scheme, host, url.port):
+                target = await vet(url.scheme, host, url.port, policy)
             self.last = target
             if target.proxy is None:
                 self._pins[(target.host, target.port)] = (target.address, *target.alternatives)
@@ -195,6 +212,12 @@ def _guarded_transport(policy: NetworkPolicy) -> httpx.AsyncBaseTransport:
                 await transport.aclose()
 
     return GuardedTransport()
+
+
+def _same_target(target: Vetted, scheme: str, host: str, port: int | None) -> bool:
+    scheme = scheme.lower()
+    port = port if port is not None else _DEFAULT_PORTS.get(scheme)
+    return (target.scheme, target.host, target.port) == (scheme, normalize_host(host), port)
 
 
 # -- the exchange: redirects by hand -----------------------------------------------------------
@@ -222,7 +245,7 @@ async def _exchange(request: WebRequest, policy: NetworkPolicy) -> WebResponse:
 
         headers["User-Agent"] = f"edgeclaw/{__version__}"
     redirects: list[str] = []
-    transport = _guarded_transport(policy)
+    transport = _guarded_transport(policy, request.vetted)
     async with httpx.AsyncClient(
         transport=transport, follow_redirects=False, trust_env=False, timeout=None
     ) as client:
@@ -254,14 +277,18 @@ async def _exchange(request: WebRequest, policy: NetworkPolicy) -> WebResponse:
                         redirects.append(str(target))
                         url = target
                         continue
-                    content, truncated = await _read_body(response, request.max_bytes)
+                    header_dict = _header_dict(response.headers)
+                    content, truncated, unread = await _read_body(
+                        response, request.max_bytes, request.accept, header_dict
+                    )
                     return WebResponse(
                         url=str(url),
                         status=response.status_code,
-                        headers=_header_dict(response.headers),
+                        headers=header_dict,
                         body=content,
                         truncated=truncated,
                         redirects=redirects,
+                        unread=unread,
                     )
             except httpx.TimeoutException:
                 raise WebError(f"{url.host}: no answer within {request.timeout_s:g} s") from None
@@ -332,7 +359,16 @@ class _Decoder:
         return bool(self._pending)
 
 
-async def _read_body(response: httpx.Response, max_bytes: int) -> tuple[bytes, bool]:
+async def _read_body(
+    response: httpx.Response, max_bytes: int, accept: BodyCheck | None, headers: Mapping[str, str]
+) -> tuple[bytes, bool, bool]:
+    """(body, cut at max_bytes, refused by `accept`). With `accept`, the headers are asked first;
+    when they do not decide, the first SNIFF_BYTES are read and asked about. A refused body is
+    not read further (the connection is dropped with the rest unread); how long it was is not known."""
+    verdict = None if accept is None else accept(headers, None)
+    if verdict is False:
+        return b"", False, True
+    sniff = accept is not None and verdict is None
     decoder = _Decoder(response.headers.get("content-encoding", ""))
     parts: list[bytes] = []
     size = 0
@@ -343,9 +379,17 @@ async def _read_body(response: httpx.Response, max_bytes: int) -> tuple[bytes, b
             piece = decoder.take(room + 1)  # one byte more than fits tells us there is more
             if len(piece) > room:
                 parts.append(piece[:room])
-                return b"".join(parts), True
+                return b"".join(parts), True, False
             parts.append(piece)
             size += len(piece)
             if not piece or not decoder.has_pending():
                 break
-    return b"".join(parts), False
+        if sniff and size >= min(SNIFF_BYTES, max_bytes):
+            sniff = False
+            head = b"".join(parts)
+            if accept is not None and accept(headers, head[:SNIFF_BYTES]) is False:
+                return head[:SNIFF_BYTES], False, True
+    body = b"".join(parts)
+    if sniff and accept is not None and accept(headers, body) is False:  # all of it shorter than the window
+        return body, False, True
+    return body, False, False

@@ -148,8 +148,9 @@ def media_type(content_type: str | None) -> str:
     return (content_type or "").split(";", 1)[0].strip().lower()
 
 
-def classify(content_type: str | None, body: bytes) -> Kind:
-    """What a body is, from its media type, else from its first bytes (a server that names no type)."""
+def kind_of_type(content_type: str | None) -> Kind | None:
+    """What a body is by its media type alone; None when the type says nothing (none, or the
+    generic octet-stream): then only its first bytes tell (`classify`)."""
     mtype = media_type(content_type)
     if mtype in ("text/html", "application/xhtml+xml"):
         return "html"
@@ -159,6 +160,14 @@ def classify(content_type: str | None, body: bytes) -> Kind:
         return "text"
     if mtype and mtype not in ("application/octet-stream", "binary/octet-stream"):
         return "binary"
+    return None
+
+
+def classify(content_type: str | None, body: bytes) -> Kind:
+    """What a body is, from its media type, else from its first bytes (a server that names no type)."""
+    kind = kind_of_type(content_type)
+    if kind is not None:
+        return kind
     # No type (or the generic one): look at the bytes.
     head = body[:1024]
     if b"\x00" in head and not head.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):

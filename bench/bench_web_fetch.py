@@ -3,7 +3,8 @@
 Printed beside a baseline measured in the same run:
   * the raw download with httpx (one GET, the body read whole) — the floor under any fetch;
   * extraction time of the page (HTML to markdown) as web_fetch does it by default (max_chars
-    50 000: the whole page parsed, rendering stopped past what is shown), the fastest of several
+    50 000: parsing stopped once <main> holds twice that, rendering past what is shown; the
+    page has a <main>, as most do), the fastest of several
     runs and their median: the built-in extractor (target: <= 150 ms) and trafilatura when the
     web-extract extra is installed; beside it the same with the whole page rendered;
   * a whole web_fetch call through the registry (guard, streamed download, extraction, framing);

@@ -14,6 +14,7 @@ from edgeclaw.backends.web.extract import (
     decode_body,
     extract_html,
     html_to_readable,
+    parse_html,
     pretty_json,
     sniff_declared_charset,
     trafilatura_available,
@@ -215,6 +216,39 @@ def test_rendering_stops_past_max_chars() -> None:
     assert whole.text.startswith(cut.text)
     short = html_to_readable("<main><p>short</p></main>", max_chars=1000)
     assert short.complete and short.text == "short"
+
+
+def test_parsing_stops_once_main_holds_more_than_is_shown() -> None:
+    sections = "".join(
+        f"<section><h2>Part {i}</h2><p>{'text ' * 50}<b>bold</b> end.</p></section>" for i in range(400)
+    )
+    trailer = "<div>" + "<span>after the main</span>" * 20_000 + "</div>"
+    html = f"<html><head><title>Long</title></head><body><main>{sections}</main>{trailer}</body></html>"
+    whole = html_to_readable(html)
+    for fmt in ("markdown", "text"):
+        full = html_to_readable(html, fmt=fmt).text  # type: ignore[arg-type]
+        cut = html_to_readable(html, fmt=fmt, max_chars=3000)  # type: ignore[arg-type]
+        assert not cut.complete and cut.title == "Long"
+        assert full[:3000] == cut.text[:3000]  # what is shown is what the whole parse shows
+    assert parse_html(html, stop_after=10_000).stopped  # the trailer was never tokenized
+    assert not parse_html(html).stopped and "after the main" not in whole.text
+
+
+def test_a_stopped_parse_that_renders_short_reads_the_whole_page() -> None:
+    # Text that collapses to almost nothing: the parse stops on the count of characters, the
+    # rendering does not reach max_chars, so the whole page is read after all.
+    padded = "".join(f"<p>{i}" + " " * 3000 + "</p>" for i in range(100))
+    html = f"<main>{padded}<p>{'the real content ' * 100}</p></main>"
+    cut = html_to_readable(html, max_chars=1000)
+    assert "the real content" in cut.text
+    assert cut.text.startswith("0\n\n1\n\n2")
+
+
+def test_without_a_main_the_whole_page_is_read() -> None:
+    blocks = "".join(f"<div><p>{'words, ' * 40}</p></div>" for i in range(300))
+    html = f"<body>{blocks}<article><p>{'the article. ' * 3000}</p></article></body>"
+    assert not parse_html(html, stop_after=1000).stopped
+    assert html_to_readable(html, max_chars=1000).text.startswith("the article.")
 
 
 def test_javascript_links_keep_their_text_only() -> None:

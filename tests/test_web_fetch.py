@@ -322,16 +322,17 @@ async def test_a_long_page_fits_the_output_cap_with_its_closing_line(server: Pag
     assert out.data is not None and out.data["chars_shown"] == shown
 
 
-def test_the_runtime_builds_web_fetch_with_the_registry_cap(tmp_path: Path) -> None:
-    from edgeclaw.config.loader import load_config
-    from edgeclaw.tools.web.setup import web_settings, web_tools
+async def test_the_runtime_builds_web_fetch_with_the_registry_cap(tmp_path: Path) -> None:
+    from edgeclaw.config.loader import config_from_dict
+    from edgeclaw.daemon.runtime import build_runtime
 
-    path = tmp_path / "edgeclaw.toml"
-    path.write_text("[tools]\nmax_output_bytes = 8192\n")
-    config = load_config(path)
-    tools = web_tools(web_settings(config, {}), max_output_bytes=config.tools.max_output_bytes)
-    fetch = next(t for t in tools if t.name == "web_fetch")
-    assert isinstance(fetch, WebFetchTool) and fetch.settings.max_output_bytes == 8192
+    data = {"board": "sim", "state_dir": str(tmp_path / "state"), "tools": {"max_output_bytes": 8192}}
+    runtime = build_runtime(config_from_dict(data, "test.toml"), environ={})
+    try:
+        fetch = runtime.registry.get("web_fetch")
+        assert isinstance(fetch, WebFetchTool) and fetch.settings.max_output_bytes == 8192
+    finally:
+        await runtime.aclose()
 
 
 async def test_an_error_status_is_an_error_with_the_page(server: PageServer) -> None:

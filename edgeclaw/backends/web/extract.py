@@ -35,6 +35,8 @@ META_SNIFF_BYTES = 4096  # where a <meta charset> or XML declaration is looked f
 MIN_CONTENT_CHARS = 140
 MAX_TITLE_CHARS = 300  # a densest block with less text than this is no better than the whole body
 
+STOP_SLACK_CHARS = 4096  # a parse stops past 2 * max_chars + this in <main> (see html_to_readable)
+
 # A <br> in inline content, until whitespace is collapsed (a NUL in the page is made U+FFFD on parsing).
 _BREAK = "\x00"
 
@@ -468,6 +470,11 @@ class Document:
     articles: list[Node]
     forms: list[Node]
     grid_less: set[int]  # ids of the tables holding tables (laid out with tables, not data)
+    stopped: bool = False  # the parse stopped early: the main content had enough text (`_Enough`)
+
+
+class _Enough(Exception):
+    """Raised inside the parse once the page's <main> holds more text than will be shown."""
 
 
 class _Builder:
@@ -479,8 +486,14 @@ class _Builder:
     theirs is open), because it runs once per tag of the page.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, stop_after: int | None = None) -> None:
         self.root = Node("#root", _NO_ATTRS, None)
+        # Stop once the first <main> (or role=main) holds this many characters of visible text:
+        # it is the content then (a page has one main), and the rest of the page would not be shown.
+        self.stop_after = stop_after if stop_after is not None else sys.maxsize
+        self.main: Node | None = None
+        self.main_at = 0  # its position in the stack while it is open
+        self.main_chars = 0
         self.stack: list[Node] = [self.root]
         self.live: list[bool] = [True]  # per stack entry: attached to the tree
         self.open: dict[str, int] = {}  # open elements per tag
@@ -500,42 +513,45 @@ class _Builder:
         counts = self.open
         live = self.live
         overflow = self.overflow
-        for m in _TOKEN.finditer(html, 0, end):
-            begin = m.start()
-            if begin < skip_to:
-                continue  # inside a tag whose quoted attribute held a '>'
-            if begin > pos:
-                add_text(html[pos:begin])
-            pos = m.end()
-            raw, raw_attrs, raw_text, closing, name, attrs = m.groups()
-            if name is not None:
-                if attrs and ('"' in attrs or "'" in attrs) and _BALANCED.fullmatch(attrs) is None:
-                    at = m.start("attrs")
-                    rest = _TAG_REST.match(html, at, min(at + QUOTE_WINDOW, len(html)))
-                    if rest is not None:
-                        attrs = html[at : rest.end() - 1]
-                        pos = skip_to = rest.end()
-                start_tag(names.get(name) or _tag_name(names, name), attrs)
-            elif closing is not None:
-                tag = names.get(closing) or _tag_name(names, closing)
-                top = stack[-1]
-                if top.tag == tag and tag != "title" and not overflow:  # the usual case, inline
-                    counts[tag] -= 1
-                    stack.pop()
-                    live.pop()
-                else:
+        try:
+            for m in _TOKEN.finditer(html, 0, end):
+                begin = m.start()
+                if begin < skip_to:
+                    continue  # inside a tag whose quoted attribute held a '>'
+                if begin > pos:
+                    add_text(html[pos:begin])
+                pos = m.end()
+                raw, raw_attrs, raw_text, closing, name, attrs = m.groups()
+                if name is not None:
+                    if attrs and ('"' in attrs or "'" in attrs) and _BALANCED.fullmatch(attrs) is None:
+                        at = m.start("attrs")
+                        rest = _TAG_REST.match(html, at, min(at + QUOTE_WINDOW, len(html)))
+                        if rest is not None:
+                            attrs = html[at : rest.end() - 1]
+                            pos = skip_to = rest.end()
+                    start_tag(names.get(name) or _tag_name(names, name), attrs)
+                elif closing is not None:
+                    tag = names.get(closing) or _tag_name(names, closing)
+                    top = stack[-1]
+                    if top.tag == tag and tag != "title" and not overflow:  # the usual case, inline
+                        counts[tag] -= 1
+                        stack.pop()
+                        live.pop()
+                    else:
+                        end_tag(tag)
+                elif raw is not None:
+                    tag = raw.lower()
+                    start_tag(tag, raw_attrs or "")
+                    if raw_text and tag in ("title", "textarea", "xmp"):
+                        add_text(raw_text)
+                    elif raw_text:
+                        stack[-1].children.append(raw_text)  # script, style: never shown, kept as is
                     end_tag(tag)
-            elif raw is not None:
-                tag = raw.lower()
-                start_tag(tag, raw_attrs or "")
-                if raw_text and tag in ("title", "textarea", "xmp"):
-                    add_text(raw_text)
-                elif raw_text:
-                    stack[-1].children.append(raw_text)  # script, style: never shown, kept as is
-                end_tag(tag)
-            # comments, doctypes, processing instructions: nothing
-        if pos < len(html):
-            add_text(html[pos:])
+                # comments, doctypes, processing instructions: nothing
+            if pos < len(html):
+                add_text(html[pos:])
+        except _Enough:
+            self.doc.stopped = True
         self.doc.title = " ".join((self.title or "").split())[:MAX_TITLE_CHARS]
         return self.doc
 
@@ -546,7 +562,13 @@ class _Builder:
             data = unescape(data)
         if _BREAK in data:
             data = data.replace(_BREAK, "\ufffd")
-        self.stack[-1].children.append(data)
+        stack = self.stack
+        stack[-1].children.append(data)
+        main = self.main
+        if main is not None and self.live[-1] and len(stack) > self.main_at and stack[self.main_at] is main:
+            self.main_chars += len(data)
+            if self.main_chars > self.stop_after:
+                raise _Enough
 
     def start(self, tag: str, raw_attrs: str) -> None:
         # Attributes are parsed now only when they could drop the element or mark the main content
@@ -591,6 +613,8 @@ class _Builder:
         """Record the elements the content choice and the tables look for."""
         if tag == "main" or (attrs and attrs.get("role", "").lower() == "main"):
             doc.mains.append(node)
+            if self.main is None and tag not in _VOID:
+                self.main, self.main_at = node, len(self.stack)  # where start() is about to put it
         elif tag == "article":
             doc.articles.append(node)
         elif tag == "form":
@@ -678,9 +702,13 @@ def _dropped_by_attrs(attrs: dict[str, str]) -> bool:
     return bool(style and _HIDDEN_STYLE.search(style))
 
 
-def parse_html(html: str) -> Document:
-    """The document's content tree, its <title>, and the elements the content choice looks at."""
-    return _Builder().build(html)
+def parse_html(html: str, stop_after: int | None = None) -> Document:
+    """The document's content tree, its <title>, and the elements the content choice looks at.
+
+    With `stop_after`, the parse stops once the first <main> holds that many characters of text
+    (`Document.stopped`): the tree then ends there, its last elements cut short.
+    """
+    return _Builder(stop_after).build(html)
 
 
 # -- choosing the main content ------------------------------------------------------------
@@ -1098,18 +1126,28 @@ def html_to_readable(
 ) -> Extracted:
     """The standard-library extractor: the page's main content as markdown or plain text.
 
-    With `max_chars`, rendering stops once the text is past it (parsing still reads the whole
-    page: the main content can be anywhere); `complete` says whether it stopped.
+    With `max_chars`, rendering stops once the text is past it, and so does parsing once the
+    page's <main> holds twice that much text (without a <main> the whole page is read: the content
+    can be anywhere). When the rendering of a parse stopped so did not get past `max_chars` (text
+    that collapses a lot), the whole page is read after all. `complete` says whether it stopped.
     """
-    doc = parse_html(html)
+    stop_after = None if max_chars is None else 2 * max_chars + STOP_SLACK_CHARS
+    doc = parse_html(html, stop_after)
+    text, over = _render(doc, fmt, base_url, max_chars)
+    if doc.stopped and not over:
+        doc = parse_html(html)
+        text, over = _render(doc, fmt, base_url, max_chars)
+    return Extracted(doc.title, text, "builtin", complete=not over and not doc.stopped)
+
+
+def _render(doc: Document, fmt: Format, base_url: str, max_chars: int | None) -> tuple[str, bool]:
     renderer = _Renderer(fmt, base_url, doc.grid_less, max_chars)
     blocks: list[str] = []
     for node in main_content(doc):
         if renderer.over:
             break
         blocks.extend(renderer.blocks(node) if node.tag in _BLOCK else renderer.container(node))
-    text = "\n\n".join(b for b in blocks if b.strip())
-    return Extracted(doc.title, text, "builtin", complete=not renderer.over)
+    return "\n\n".join(b for b in blocks if b.strip()), renderer.over
 
 
 def _trafilatura(html: str, base_url: str, fmt: Format) -> Extracted | None:

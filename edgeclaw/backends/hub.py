@@ -163,6 +163,20 @@ class BoardBackends:
         self._esp32 = Esp32Bridge(port, grant.baud, timeout_s=self.config.op_timeout_s)
         return self._esp32
 
+    def firmware(self) -> dict[str, Any]:
+        """What is attached, as far as it is known without touching it (for the fleet's status): the
+        ESP32 bridge (its firmware version once it has shaken hands, else null) and the probe's
+        target. None for what the board profile does not name."""
+        spec = self.spec
+        esp32: dict[str, Any] | None = None
+        if spec.esp32 is not None:
+            peer = self._esp32.peer if self._esp32 is not None else {}
+            esp32 = {"port": spec.esp32.port, "firmware": peer.get("firmware")}
+        probe: dict[str, Any] | None = None
+        if spec.probe is not None:
+            probe = {"target": spec.probe.target, "transport": spec.probe.transport}
+        return {"esp32": esp32, "probe": probe}
+
     def live(self) -> list[str]:
         """Which backends are open right now, for hardware_info."""
         out = [f"i2c bus {n}" for n in sorted(self._i2c)]

@@ -330,6 +330,9 @@ class MqttConfig:
     homeassistant_poll_s: float = 1.0
     homeassistant_restart_button: bool = False  # a restart button (runs `gateway`, which policy must admit)
     admin_unsigned: bool = False  # accept admin/tools without a signature when no HMAC secret is set
+    # Fleet commands: {prefix}/_all/tool/call always, {prefix}/_group/GROUP/tool/call for each group.
+    groups: list[str] = field(default_factory=list)
+    broadcast_admin: bool = False  # admin commands (admin/*) by broadcast or group; off = refused
 
 
 @dataclass

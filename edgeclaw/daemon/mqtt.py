@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from edgeclaw.channels.mqtt import MqttChannel
 from edgeclaw.daemon.agent import shared_agent
+from edgeclaw.daemon.fleet import install_fleet
 from edgeclaw.daemon.runtime import Runtime
 from edgeclaw.tools.custom import custom_tools_for
 
@@ -47,6 +48,8 @@ def mqtt_service(runtime: Runtime) -> MqttChannel:
         outlets=runtime.outlets,
         source=runtime.config._source,
         custom_tools=custom_tools_for(runtime.registry),
+        # The retained status: config hash, firmware, sandbox, providers, MCP servers.
+        status_facts=install_fleet(runtime),
     )
     attach_peers(runtime, channel)
     if runtime.config.mcp.server.mqtt:

@@ -140,6 +140,12 @@ class Sandbox:
         self._cgroups: SandboxCgroups | None = None
         self._cgroups_checked = False
 
+    @property
+    def in_force(self) -> str | None:
+        """The backend commands run in ("firejail", "bubblewrap", "none" for the host), once probed;
+        None before the first command (probing runs a program, so nobody asks just to know)."""
+        return None if self._chosen is None else self._chosen.name
+
     async def backend(self) -> SandboxBackend:
         """The backend to use. Raises SandboxUnavailable when none works and one is required."""
         if self._chosen is not None:

@@ -92,8 +92,9 @@ from edgeclaw.channels.mqtt.protocol import (
 )
 from edgeclaw.channels.mqtt.sender import Outgoing, Sender
 from edgeclaw.channels.mqtt.signing import Verifier
+from edgeclaw.channels.mqtt.status import machine_status
 from edgeclaw.channels.mqtt.telemetry import HealthSources, TelemetryCollector
-from edgeclaw.channels.mqtt.topics import DeviceTopics
+from edgeclaw.channels.mqtt.topics import DeviceTopics, FleetTopics, group_problem
 from edgeclaw.config.schema import MqttConfig
 from edgeclaw.errors import ConfigError, ConfigErrors
 from edgeclaw.store.db import Database, StorageFull
@@ -134,6 +135,9 @@ ErrorAnswer = Callable[[str, str], bytes]
 Kind_ = Literal["tool", "chat", "admin", "cancel"]
 WHAT = {"tool": "tool/call", "cancel": "tool/cancel", "chat": "chat/in", "admin": "admin/tools"}
 ANONYMOUS = "mqtt:anonymous"
+# Commands refused for a bad signature are reported on `events` at most this often (with a count):
+# one line per attempt would let whoever floods the broker flood the event stream too.
+BAD_SIGNATURE_REPORT_S = 60.0
 
 
 class MqttExtension(Protocol):
@@ -210,6 +214,7 @@ class MqttChannel:
         admin_secret: str = "",
         audit: AuditTrail | None = None,
         outlets: Outlets | None = None,
+        status_facts: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.config = config
         self.source = source  # the config file, for error messages
@@ -223,6 +228,13 @@ class MqttChannel:
         self.outlets = outlets
         self.version = version
         self.topics = DeviceTopics(config.topic_prefix, device_id, config.discovery_prefix)
+        problems = [group_problem(g) for g in config.groups]
+        if any(problems):
+            raise ConfigErrors([ConfigError(source, "mqtt.groups", p) for p in problems if p])
+        self.fleet = FleetTopics(config.topic_prefix, tuple(dict.fromkeys(config.groups)))
+        # What the daemon adds to the retained status (config hash, firmware, sandbox, providers,
+        # MCP servers): asked at every status publish, so it must be cheap and never wait.
+        self.status_facts = status_facts
         self.audit = audit
         self.verifier = Verifier(hmac_secret, config.hmac_key_name) if hmac_secret else None
         # Approval responses are signed with their own key: a command key cannot approve.
@@ -265,6 +277,16 @@ class MqttChannel:
         }
         # The admin topics that are calls of a tool (the rest of `admin` is admin/tools).
         self._admin_calls = {t.admin_cron: "cron", t.admin_gateway: "gateway"}
+        # Commands to the whole fleet or a group: the same handling, answered with our device id.
+        self._fleet_topics: set[str] = set()
+        for topic in self.fleet.tool_calls():
+            self._kinds[topic] = "tool"
+            self._fleet_topics.add(topic)
+        for topic, what in self.fleet.admin().items():
+            self._kinds[topic] = "admin"
+            self._fleet_topics.add(topic)
+            if what != "tools":
+                self._admin_calls[topic] = what
         # Where answers go when the request named no (usable) Response Topic.
         self._fallbacks = {
             "tool": t.tool_result,
@@ -287,7 +309,10 @@ class MqttChannel:
             session_expiry_s=config.session_expiry_s,
             tls=tls,
             # admin/tools is always subscribed, so that even a refused admin command is answered.
-            subscriptions=tuple(self.topics.subscriptions(admin=True, discovery=config.discovery)),
+            subscriptions=(
+                *self.topics.subscriptions(admin=True, discovery=config.discovery),
+                *self.fleet.subscriptions(),
+            ),
             will_topic=self.topics.status,
             will_payload=lambda: self._status_payload("offline"),
         )
@@ -317,6 +342,10 @@ class MqttChannel:
         # The board's own Home Assistant entities (homeassistant.py), given a device id: set by the
         # daemon when it carries them on this connection; they join the discovery message.
         self.ha_components: Callable[[str], dict[str, dict[str, Any]]] | None = None
+        self._online_since: float | None = None  # when the current connection came up
+        self._status_sent: dict[str, Any] | None = None  # the online status last published (no ts)
+        self._bad_signatures = 0  # refused since the last report on `events`
+        self._bad_signature_reported = float("-inf")
 
     def extend(self, extension: MqttExtension) -> None:
         """Carry another protocol on this connection (MCP over MQTT): its topics are subscribed with
@@ -454,9 +483,36 @@ class MqttChannel:
 
     # -- status, discovery, telemetry ----------------------------------------
     def _status_payload(self, state: str) -> bytes:
+        """The Last Will and the clean stop's status: what was known at connect time, `ts` then."""
         return encode(
             {"state": state, "version": self.version, "board": self.board, "ts": round(time.time(), 3)}
         )
+
+    def _online_status(self) -> dict[str, Any]:
+        """The retained `online` status without its `ts`: the device, the machine, the software and
+        what the daemon has attached and can reach (see docs/mqtt.md for what each field means)."""
+        status: dict[str, Any] = {
+            "state": "online",
+            "version": self.version,
+            "board": self.board,
+            "device": self.device_id,
+            "since": self._online_since,
+            "groups": list(self.fleet.groups),
+        }
+        try:
+            status.update(machine_status())
+        except Exception:  # a machine that cannot tell must still be listed
+            log.exception("reading the machine's facts for the status failed")
+        if self.status_facts is not None:
+            try:
+                status.update(self.status_facts())
+            except Exception:
+                log.exception("reading the daemon's facts for the status failed")
+        return status
+
+    def _encode_status(self, status: dict[str, Any]) -> bytes:
+        text = json.dumps({**status, "ts": round(time.time(), 3)}, ensure_ascii=False, separators=(",", ":"))
+        return self.registry.scrubber.scrub(text).encode("utf-8", "surrogatepass")
 
     def _discovery_payload(self) -> bytes:
         return encode(
@@ -487,8 +543,11 @@ class MqttChannel:
 
     async def _announce(self) -> None:
         """After each connect: status online, discovery, a first telemetry, then the outbox backlog."""
+        self._online_since = round(time.time(), 3)
+        status = self._online_status()
         try:
-            await self.connection.publish(self.topics.status, self._status_payload("online"), retain=True)
+            await self.connection.publish(self.topics.status, self._encode_status(status), retain=True)
+            self._status_sent = status
             if self.config.discovery:
                 await self.connection.publish(self.topics.discovery, self._discovery_payload(), retain=True)
         except PublishFailed as e:
@@ -499,7 +558,24 @@ class MqttChannel:
             self._send_telemetry()
 
     def _send_telemetry(self) -> None:
-        self.sender.send(Kind.TELEMETRY, self.topics.telemetry, encode(self.telemetry_snapshot()))
+        snapshot = self.telemetry_snapshot()
+        self.sender.send(Kind.TELEMETRY, self.topics.telemetry, encode(snapshot))
+        if self.connection.connected:
+            # Retained beside it: the last figures with their time (= last seen), for whoever
+            # subscribes later. Not stored while offline: the next connect sends fresh ones.
+            health = encode({**snapshot, "device": self.device_id})
+            self._spawn(self._publish_retained(self.topics.health, health))
+            status = self._online_status()
+            if self._status_sent is not None and status != self._status_sent:
+                # A provider became reachable, an MCP server went down, an address changed.
+                self._status_sent = status
+                self._spawn(self._publish_retained(self.topics.status, self._encode_status(status)))
+
+    async def _publish_retained(self, topic: str, payload: bytes) -> None:
+        try:
+            await self.connection.publish(topic, payload, retain=True)
+        except PublishFailed as e:
+            log.debug("could not publish %s: %s", topic, e)
 
     async def _telemetry_loop(self) -> None:
         interval = self.config.telemetry_interval_s
@@ -598,10 +674,11 @@ class MqttChannel:
         self.counters["requests"] += 1
         route_problem = self._route_problem(msg)
         bad_route = route_problem is not None
+        device = self.device_id if msg.topic in self._fleet_topics else None
         if msg.response_topic is None or bad_route:
-            route = Route(self._fallbacks[kind], msg.correlation)
+            route = Route(self._fallbacks[kind], msg.correlation, device)
         else:
-            route = Route(msg.response_topic, msg.correlation)
+            route = Route(msg.response_topic, msg.correlation, device)
 
         def refusal(code: str, message: str, request_id: str | None) -> bytes:
             """The error answer for a request refused before it was understood."""
@@ -641,6 +718,12 @@ class MqttChannel:
         elif msg.retained:
             # A retained command would run again on every reconnect.
             problem = WireError("retained", "commands must not be published with the retain flag")
+        elif kind == "admin" and msg.topic in self._fleet_topics and not self.config.broadcast_admin:
+            problem = WireError(
+                "broadcast_refused",
+                "admin commands are not taken by broadcast or group here: send them to the device's own "
+                "admin topics (or set mqtt.broadcast_admin = true)",
+            )
         elif kind == "admin" and self._admin_key() is None and not self.config.admin_unsigned:
             problem = WireError(
                 "admin_disabled",
@@ -688,7 +771,25 @@ class MqttChannel:
         except WireError as e:
             self.counters["rejected"] += 1
             request_id = e.request_id or (peek_id(msg.payload) if e.code == "bad_signature" else None)
+            if e.code == "bad_signature":
+                self._bad_signature(msg.topic)
             self._answer(route, refusal(e.code, e.message, request_id))
+
+    def _bad_signature(self, topic: str) -> None:
+        """Count a command refused for its signature; on `events` at most once a minute, with how
+        many were refused since the last report (someone probing for a key, or a backend with the
+        wrong one)."""
+        self._bad_signatures += 1
+        now = time.monotonic()
+        if now - self._bad_signature_reported < BAD_SIGNATURE_REPORT_S:
+            return
+        count, self._bad_signatures = self._bad_signatures, 0
+        self._bad_signature_reported = now
+        if self.audit is not None:
+            self.audit.emit(
+                "auth_failure", level=logging.WARNING, what="bad_signature", count=count, topic=topic,
+                channel=CHANNEL, within_s=BAD_SIGNATURE_REPORT_S,
+            )  # fmt: skip
 
     def health_problem(self) -> str | None:
         """What keeps this channel from serving (the daemon's health check), or None."""
@@ -1004,6 +1105,7 @@ class MqttChannel:
         """Store the answer in the outbox and conclude the request in the ledger, in one transaction
         (so a crash leaves the request either unfinished or with its answer on the way, never both),
         then answer the copies that waited on it. Returns what to publish now (see Sender.store)."""
+        answer = self._naming_device(route, answer)
         if key is None:
             return self.sender.store(Kind.ANSWER, route.topic, answer, correlation=route.correlation)
         # One that never ran is forgotten: it may be sent again, and the copies get the same refusal.
@@ -1219,7 +1321,22 @@ class MqttChannel:
     # -- outbound --------------------------------------------------------------
     def _answer(self, route: Route, payload: bytes) -> None:
         self.counters["answered"] += 1
+        payload = self._naming_device(route, payload)
         self.sender.send(Kind.ANSWER, route.topic, payload, correlation=route.correlation)
+
+    @staticmethod
+    def _naming_device(route: Route, payload: bytes) -> bytes:
+        """The answer to a fleet or group command with `"device"`: whose answer it is."""
+        if route.device is None:
+            return payload
+        try:
+            answer = json.loads(payload)
+        except ValueError:
+            return payload
+        if not isinstance(answer, dict) or answer.get("device") == route.device:
+            return payload
+        answer["device"] = route.device
+        return encode(answer)
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)

@@ -57,6 +57,9 @@ class Route:
 
     topic: str
     correlation: bytes | None = None
+    # Set for a command to the fleet or a group: every answer names the device that gives it, so a
+    # backend collecting a hundred answers on one Response Topic can tell them apart.
+    device: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,11 @@ class DeviceTopics:
         return f"{self.base}/telemetry"
 
     @property
+    def health(self) -> str:
+        """Retained: the last telemetry, so a dashboard opened now sees every device's figures."""
+        return f"{self.base}/health"
+
+    @property
     def events(self) -> str:
         return f"{self.base}/events"
 
@@ -115,6 +120,41 @@ class DeviceTopics:
         if discovery:
             topics.append(self.ha_status)
         return topics
+
+
+# A fleet group's name: one topic level of these characters (no wildcards, nothing a shell reads twice).
+GROUP_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def group_problem(name: str) -> str | None:
+    """Why `name` cannot be a fleet group (`mqtt.groups`), or None."""
+    if not GROUP_NAME.fullmatch(name) or name in (".", ".."):
+        return f"group {name!r}: expected 1-64 letters, digits, '_', '.' or '-' (one topic level)"
+    return None
+
+
+@dataclass(frozen=True)
+class FleetTopics:
+    """The commands addressed to several devices at once: `{prefix}/_all/...` reaches every device,
+    `{prefix}/_group/{group}/...` the members of the group. The same suffixes as a device's own
+    command topics; each device answers for itself (Response Topic, else its own result topic)."""
+
+    prefix: str
+    groups: tuple[str, ...] = ()
+
+    @property
+    def bases(self) -> list[str]:
+        return [f"{self.prefix}/_all", *(f"{self.prefix}/_group/{g}" for g in self.groups)]
+
+    def tool_calls(self) -> list[str]:
+        return [f"{base}/tool/call" for base in self.bases]
+
+    def admin(self) -> dict[str, str]:
+        """Admin topic -> which admin command it is ("tools", "cron", "gateway")."""
+        return {f"{base}/admin/{what}": what for base in self.bases for what in ("tools", "cron", "gateway")}
+
+    def subscriptions(self) -> list[str]:
+        return [*self.tool_calls(), *self.admin()]
 
 
 # The first level under a device (`{prefix}/{dev}/LEVEL/...`) of every topic a device reads or writes,

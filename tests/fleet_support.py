@@ -1,0 +1,144 @@
+"""A fleet on this machine: a real mosquitto and several real `edgeclaw run` daemons on the sim board.
+
+Each daemon has its own device id, config, state directory and log; all share one broker. Used by
+tests/test_fleet.py and bench/bench_fleet.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+PREFIX = "edgeclaw"
+
+
+def toml_value(value: Any) -> str:
+    return json.dumps(value)
+
+
+class FleetDaemon:
+    """`edgeclaw run --board sim` as device `device`, MQTT to `port`."""
+
+    def __init__(self, workdir: Path, device: str, port: int, *, extra: str = "", **mqtt: Any) -> None:
+        self.device = device
+        self.workdir = workdir
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.state = workdir / "state"
+        self.log = workdir / "daemon.log"
+        self.config = workdir / "edgeclaw.toml"
+        settings = {"telemetry_interval_s": 1.0, **mqtt}
+        lines = [
+            'board = "sim"',
+            f'device_id = "{device}"',
+            "[tools]",
+            "rate_limit = 0",
+            "[mqtt]",
+            "enabled = true",
+            f"port = {port}",
+            "discovery = false",
+            *(f"{k} = {toml_value(v)}" for k, v in settings.items()),
+        ]
+        self.config.write_text("\n".join(lines) + "\n" + extra)  # `extra`: more tables
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("EDGECLAW_", "NOTIFY_SOCKET", "WATCHDOG_"))
+        }
+        self.env["EDGECLAW_STATE_DIR"] = str(self.state)
+        self.env["EDGECLAW_CONFIG"] = str(self.config)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> FleetDaemon:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "edgeclaw", "run", "--board", "sim"],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=self.log.open("ab"),
+        )
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.running:
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def terminate(self) -> None:
+        if self.running:
+            assert self.proc is not None
+            self.proc.terminate()
+
+    def wait(self, timeout: float = 20.0) -> None:
+        if self.proc is None:
+            return
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+    def stop(self) -> None:
+        self.terminate()
+        self.wait()
+
+
+class Fleet:
+    """N daemons named `{name}-00` ... on one broker; `groups` maps a device index to its groups."""
+
+    def __init__(
+        self,
+        root: Path,
+        port: int,
+        count: int,
+        *,
+        name: str = "dev",
+        groups: dict[int, list[str]] | None = None,
+        **mqtt: Any,
+    ) -> None:
+        groups = groups or {}
+        self.daemons = [
+            FleetDaemon(root / f"{name}-{i:02d}", f"{name}-{i:02d}", port, groups=groups.get(i, []), **mqtt)
+            for i in range(count)
+        ]
+
+    @property
+    def devices(self) -> list[str]:
+        return [d.device for d in self.daemons]
+
+    def start(self) -> Fleet:
+        for d in self.daemons:
+            d.start()
+        return self
+
+    def stop(self) -> None:
+        for d in self.daemons:  # all at once: each takes its own time to stop
+            d.terminate()
+        for d in self.daemons:
+            d.wait()
+
+    def logs(self) -> str:
+        out = []
+        for d in self.daemons:
+            text = d.log.read_text(errors="replace") if d.log.exists() else ""
+            out.append(f"--- {d.device} ---\n{text[-3000:]}")
+        return "\n".join(out)
+
+
+def fleet_size(default: int) -> int:
+    """How many daemons the big fleet tests start: EDGECLAW_FLEET_SIZE, else `default`."""
+    value = os.environ.get("EDGECLAW_FLEET_SIZE", "")
+    return int(value) if value.isdigit() and int(value) > 0 else default
+
+
+def monotonic_ms(start: float) -> float:
+    return round((time.monotonic() - start) * 1000, 1)

@@ -54,8 +54,8 @@ class SupervisedDaemon:
             EDGECLAW_SUPERVISED="1",
             EC_ADMIN=ADMIN_KEY,
             EC_HMAC=COMMAND_KEY,
-            **(env or {}),
         )
+        self.env.update(env or {})
         self.starts = 0
         self.exits: list[int] = []
         self.proc: subprocess.Popen[bytes] | None = None
@@ -289,25 +289,43 @@ def _build_wheel(source: Path, out: Path) -> Path:
     return wheel
 
 
-@pytest.fixture(scope="session")
-def wheels(tmp_path_factory):
-    """A wheel of this checkout, and one of a patched copy whose daemon fails at start-up."""
-    root = tmp_path_factory.mktemp("wheels")
-    good = _build_wheel(REPO, root / "good")
-    copy = root / "src"
+def _patched_copy(root: Path, version_tag: str, path: str, old: str, new: str) -> Path:
+    """This checkout copied, with a version of its own and one patch."""
+    import shutil
+
+    copy = root / f"src-{version_tag}"
     copy.mkdir()
     for name in ("pyproject.toml", "README.md"):
         (copy / name).write_bytes((REPO / name).read_bytes())
-    import shutil
-
     shutil.copytree(REPO / "board_profiles", copy / "board_profiles")
     shutil.copytree(REPO / "edgeclaw", copy / "edgeclaw", ignore=shutil.ignore_patterns("__pycache__"))
     init = copy / "edgeclaw" / "__init__.py"
-    init.write_text(init.read_text().replace('__version__ = "', '__version__ = "9.9.9+broken.'))
-    main = copy / "edgeclaw" / "__main__.py"
-    main.write_text('raise SystemExit("this build of edgeclaw fails at start-up")\n' + main.read_text())
-    broken = _build_wheel(copy, root / "broken")
-    return {"good": good, "broken": broken}
+    init.write_text(init.read_text().replace('__version__ = "', f'__version__ = "9.9.9+{version_tag}.'))
+    target = copy / path
+    text = target.read_text()
+    assert text.count(old) == 1, (path, old)
+    target.write_text(text.replace(old, new))
+    return _build_wheel(copy, root / version_tag)
+
+
+@pytest.fixture(scope="session")
+def wheels(tmp_path_factory):
+    """A wheel of this checkout; one of a patched copy whose daemon fails at start-up; one whose
+    daemon starts but never reports healthy."""
+    root = tmp_path_factory.mktemp("wheels")
+    main = (REPO / "edgeclaw" / "__main__.py").read_text()
+    return {
+        "good": _build_wheel(REPO, root / "good"),
+        "broken": _patched_copy(
+            root, "broken", "edgeclaw/__main__.py", main,
+            'raise SystemExit("this build of edgeclaw fails at start-up")\n' + main,
+        ),
+        "unhealthy": _patched_copy(
+            root, "unhealthy", "edgeclaw/channels/mqtt/channel.py",
+            "        if self.connection.connected:\n            return None\n",
+            '        if self.connection.connected:\n            return "this build never reports healthy"\n',
+        ),
+    }  # fmt: skip
 
 
 def sha256_of(path: Path) -> str:
@@ -337,20 +355,34 @@ def file_server(tmp_path: Path):
     server.shutdown()
 
 
-UPDATE_CONFIG = '[gateway]\nupdate_allow_networks = ["127.0.0.0/8"]\nhealth_deadline_s = 20\n'
+UPDATE_CONFIG = '[gateway]\nupdate_allow_networks = ["127.0.0.0/8"]\nhealth_deadline_s = {deadline}\n{more}'
 
 
-def update_device_config(port: int) -> str:
-    return device_config(port).replace("[gateway]\nhealth_deadline_s = 6\n", UPDATE_CONFIG)
+def update_device_config(port: int, deadline: float = 20, more: str = "") -> str:
+    return device_config(port).replace(
+        "[gateway]\nhealth_deadline_s = 6\n", UPDATE_CONFIG.format(deadline=deadline, more=more)
+    )
 
 
-async def test_update_by_url_switches_slots_and_a_corrupt_wheel_is_refused(
-    tmp_path, broker, supervised, wheels, file_server
+def signing_key() -> tuple[Any, str]:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    key = Ed25519PrivateKey.generate()
+    return key, key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw).hex()
+
+
+@pytest.mark.parametrize("restart", ["supervised", "in_place"])
+async def test_update_by_url_switches_slots_and_a_corrupt_or_unsigned_wheel_is_refused(
+    tmp_path, broker, supervised, wheels, file_server, restart
 ):
     served, base_url = file_server
     good = wheels["good"]
     (served / good.name).write_bytes(good.read_bytes())
-    d = supervised(tmp_path, update_device_config(broker.port))
+    key, public = signing_key()
+    config = update_device_config(broker.port, more=f'update_public_key = "{public}"\n')
+    # in_place: no supervisor is declared, so the daemon restarts by running itself again (execv).
+    d = supervised(tmp_path, config, {"EDGECLAW_SUPERVISED": "1" if restart == "supervised" else "0"})
     async with Caller(broker.port, [ANSWERS, f"{BASE}/status"]) as c:
         admin = Admin(c)
         await wait_online(c, 0)
@@ -364,18 +396,22 @@ async def test_update_by_url_switches_slots_and_a_corrupt_wheel_is_refused(
         corrupt.write_bytes(bytes(data))
         refused = await admin.call("update", url=f"{base_url}/{corrupt.name}", sha256=sha256_of(good))
         assert refused["ok"] is False and "SHA-256 mismatch" in refused["error"], refused
-        # Not reachable without the allowance either way: a host the guard blocks stays blocked.
-        assert not (d.state / "venvs").exists() or not list((d.state / "venvs").glob("*/.installed"))
-        # A signature cannot be checked yet: refused rather than trusted unchecked.
-        signed = await admin.call(
-            "update", url=f"{base_url}/{good.name}", sha256=sha256_of(good), signature="ab"
-        )
-        assert signed["ok"] is False and "not implemented" in signed["error"]
+        assert not list((d.state / "venvs").glob("*/.installed"))
+        # With a public key configured: unsigned, or signed over other bytes, refused.
+        url = f"{base_url}/{good.name}"
+        unsigned = await admin.call("update", url=url, sha256=sha256_of(good))
+        assert unsigned["ok"] is False and "must carry its signature" in unsigned["error"]
+        wrong = key.sign(bytes(data)).hex()
+        forged = await admin.call("update", url=url, sha256=sha256_of(good), signature=wrong)
+        assert forged["ok"] is False and "signature does not match" in forged["error"]
+        assert not list((d.state / "venvs").glob("*/.installed"))
 
         # The real one: installed beside the running version, switched to, healthy, kept.
+        pid = d.proc.pid
         t0 = time.time()
-        done = await admin.call("update", url=f"{base_url}/{good.name}", sha256=sha256_of(good), within=300)
-        assert done["ok"] is True, done
+        signature = key.sign(good.read_bytes()).hex()
+        done = await admin.call("update", url=url, sha256=sha256_of(good), signature=signature, within=300)
+        assert done["ok"] is True and done["data"]["signed"] is True, done
         slot = done["data"]["slot"]
         assert slot.startswith("0.") and done["data"]["previous"] == "base"
         await wait_online(c, t0, within=120)
@@ -384,6 +420,8 @@ async def test_update_by_url_switches_slots_and_a_corrupt_wheel_is_refused(
         assert after["data"]["slot"] == slot and after["data"]["current"] == slot
         assert after["data"]["executable"].startswith(str(d.state / "venvs" / slot))
         assert os.readlink(d.state / "venvs" / "current") == slot
+        # In place: the same process all along; supervised: a new one started by the supervisor.
+        assert (d.proc.pid == pid) is (restart == "in_place")
     assert "in force (healthy)" in d.text()
 
 
@@ -475,3 +513,32 @@ def test_a_zip_that_is_not_an_edgeclaw_wheel_is_refused(tmp_path):
         check_wheel(data, hashlib.sha256(data).hexdigest(), None, GatewayConfig(update_max_bytes=10))
     with pytest.raises(ToolError, match="64 hex digits"):
         check_wheel(data, "abc", None, GatewayConfig())
+
+
+async def test_update_to_a_version_that_never_reports_healthy_is_rolled_back_by_itself(
+    tmp_path, broker, supervised, wheels, file_server
+):
+    served, base_url = file_server
+    unhealthy = wheels["unhealthy"]
+    (served / unhealthy.name).write_bytes(unhealthy.read_bytes())
+    d = supervised(tmp_path, update_device_config(broker.port, deadline=6))
+    async with Caller(broker.port, [ANSWERS, f"{BASE}/status"]) as c:
+        admin = Admin(c)
+        await wait_online(c, 0)
+        done = await admin.call(
+            "update", url=f"{base_url}/{unhealthy.name}", sha256=sha256_of(unhealthy), within=300
+        )
+        assert done["ok"] is True, done
+        slot = done["data"]["slot"]
+        # It runs (and even connects), but its health check never passes: past the deadline it puts
+        # the base installation back itself and restarts through it.
+        marker = d.state / "venvs" / "update.json"
+        current = d.state / "venvs" / "current"
+        await c.wait_for(lambda: d.text().count("not healthy within 6 s"), 120, "the deadline passed")
+        await c.wait_for(lambda: not os.path.lexists(current) and not marker.exists(), 60, "the rollback")
+        after = await admin.call("version")
+        assert after["data"]["slot"] == "base" and slot in after["data"]["slots"]
+    log = d.text()
+    assert "this build never reports healthy" in log
+    # The reason on record is the new version's own verdict, not a guess made at the next start.
+    assert f"the update to {slot} was rolled back (not healthy within 6 s" in log, log[-3000:]

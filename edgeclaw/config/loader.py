@@ -326,6 +326,9 @@ def config_problems(config: Config) -> list[ConfigError]:
     if not config.mqtt.topic_prefix or any(c in config.mqtt.topic_prefix for c in "#+"):
         fail("mqtt.topic_prefix", "expected a non-empty topic without MQTT wildcards (# +)")
     _check_mqtt(config, fail)
+    update_key = config.gateway.update_public_key
+    if update_key and not re.fullmatch(r"[0-9a-fA-F]{64}", update_key):
+        fail("gateway.update_public_key", "expected an Ed25519 public key: 64 hex digits (the raw 32 bytes)")
     for i, entry in enumerate(config.gateway.update_allow_networks):
         import ipaddress
 

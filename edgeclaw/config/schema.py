@@ -482,6 +482,9 @@ class GatewayConfig:
     update_allow_hosts: list[str] = field(default_factory=list)
     update_allow_networks: list[str] = field(default_factory=list)
     update_slots: int = 3  # versions kept under STATE/venvs (the running one and the previous among them)
+    # An Ed25519 public key (64 hex digits, the raw 32 bytes): when set, every update must carry a
+    # signature of the wheel made with its private key (the crypto extra checks it).
+    update_public_key: str = ""
 
 
 McpTransport = Literal["stdio", "sse", "http"]

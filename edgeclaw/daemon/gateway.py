@@ -413,11 +413,6 @@ async def apply_update(runtime: Runtime, args: dict[str, Any], by: str, restart:
     from edgeclaw.errors import ToolError
 
     config = runtime.config.gateway
-    if args.get("signature"):
-        raise ToolError(
-            "update: wheel signatures are not implemented: this version cannot check one, so it "
-            "refuses an update that carries one rather than trust it unchecked (the SHA-256 is checked)"
-        )
     url, upload, sha256 = args.get("url"), args.get("upload"), args.get("sha256")
     if not sha256:
         raise ToolError("update: give the wheel's sha256")
@@ -430,16 +425,20 @@ async def apply_update(runtime: Runtime, args: dict[str, Any], by: str, restart:
     else:
         data, name = updates.assemble(runtime.state_dir, upload), None
     wheel = updates.check_wheel(data, sha256, name, config)
+    signed = updates.check_signature(data, args.get("signature"), config)
     staged = await asyncio.to_thread(updates.stage, runtime.state_dir, wheel, by, config.update_slots)
     if upload:
         shutil.rmtree(runtime.state_dir / "updates" / upload, ignore_errors=True)
-    runtime.audit.emit("update", by=by, version=wheel.version, slot=wheel.slot, previous=staged["previous"])
+    runtime.audit.emit(
+        "update", by=by, version=wheel.version, slot=wheel.slot, previous=staged["previous"], signed=signed
+    )
     asyncio.get_running_loop().call_later(0.2, restart, f"update to {wheel.slot} by {by}")
     return {
         "ok": True,
         "text": f"edgeclaw {wheel.version} installed in slot {wheel.slot}; restarting onto it. It is "
         f"rolled back to {staged['previous']} unless it is healthy within {config.health_deadline_s:g} s",
         "how": "restart",
+        "signed": signed,
         **staged,
     }
 

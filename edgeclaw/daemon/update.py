@@ -19,8 +19,10 @@ is not healthy by then; a start that hangs is caught by the same deadline from a
 systemd by TimeoutStartSec=.
 
 Checked before anything is installed: the size (`gateway.update_max_bytes`), the SHA-256 the
-request names, that the file is a wheel of edgeclaw (its name, its metadata, the package inside).
-Wheel signatures are not checked: a request that carries one is refused, not silently trusted.
+request names, with `gateway.update_public_key` set an Ed25519 signature of the wheel's bytes (the
+`crypto` extra), and that the file is a wheel of edgeclaw (its name, its metadata, the package
+inside). Without a public key a request carrying a signature is refused: it could not be checked,
+and a signature that is not checked must not look as if it had been.
 """
 
 from __future__ import annotations
@@ -237,6 +239,38 @@ def check_wheel(data: bytes, sha256: str, name: str | None, config: GatewayConfi
         if m is None or m.group("version") != version:
             raise ToolError(f"update: {name!r} is not the name of an edgeclaw {version} wheel")
     return Wheel(version, digest, data)
+
+
+def check_signature(data: bytes, signature: str | None, config: GatewayConfig) -> bool:
+    """True when the wheel carries a good signature; False when none is configured nor given."""
+    if not config.update_public_key:
+        if signature:
+            raise ToolError(
+                "update: the request carries a signature, but no gateway.update_public_key is configured "
+                "to check it with: refused rather than taken unchecked"
+            )
+        return False
+    if not signature:
+        raise ToolError("update: gateway.update_public_key is set: the update must carry its signature")
+    try:
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+    except ImportError:
+        raise ToolError(
+            "update: checking signatures needs the 'cryptography' package (pip install 'edgeclaw[crypto]')"
+        ) from None
+    try:
+        raw = bytes.fromhex(signature.strip())
+    except ValueError:
+        raise ToolError("update: signature must be hex (the 64 bytes of an Ed25519 signature)") from None
+    key = Ed25519PublicKey.from_public_bytes(bytes.fromhex(config.update_public_key))
+    try:
+        key.verify(raw, data)
+    except InvalidSignature:
+        raise ToolError(
+            "update: the signature does not match the wheel and gateway.update_public_key; nothing installed"
+        ) from None
+    return True
 
 
 async def download(url: str, config: GatewayConfig) -> tuple[bytes, str]:

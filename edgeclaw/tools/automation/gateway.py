@@ -129,7 +129,11 @@ class GatewayTool(Tool):
                 "pattern": "^[0-9a-fA-F]{64}$",
                 "description": "update: the wheel's SHA-256",
             },
-            "signature": {"type": "string", "maxLength": 512, "description": "update: not checked yet"},
+            "signature": {
+                "type": "string",
+                "maxLength": 256,
+                "description": "update: Ed25519 signature of the wheel, hex (with gateway.update_public_key)",
+            },
             "index": {"type": "integer", "minimum": 0, "maximum": 100000, "description": "update_chunk"},
             "total": {"type": "integer", "minimum": 1, "maximum": 100000, "description": "update_chunk"},
             "data": {

@@ -582,8 +582,15 @@ class _Builder:
             )
         stack = self.stack
         counts = self.open
-        # Most block tags could close an open <p>: only worth a look when one is open.
-        if tag in _IMPLIED or tag in _HEADINGS or (tag in _CLOSES_P and counts.get("p")):
+        # An implied end tag is only looked for when an element it could close is open (a <td>
+        # after a closed </td>, the usual case, costs two lookups here, no call).
+        implied = _IMPLIED.get(tag)
+        if implied is not None:
+            for name in implied[0]:
+                if counts.get(name):
+                    self._close_implied(tag)
+                    break
+        elif tag in _HEADINGS or (tag in _CLOSES_P and counts.get("p")):
             self._close_implied(tag)
         parent = stack[-1]
         if len(stack) > MAX_DEPTH:

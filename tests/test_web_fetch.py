@@ -409,6 +409,12 @@ async def test_a_redirect_to_a_blocked_address_is_refused(server: PageServer) ->
     assert out.refused and "169.254.169.254" in out.for_llm and "link-local" in out.for_llm
 
 
+@pytest.mark.parametrize("port", ["99999", "abc", "-1"])
+async def test_a_url_with_a_bad_port_is_refused_naming_it(server: PageServer, port: str) -> None:
+    out = await fetch_page(server, {"url": f"http://example.com:{port}/"})
+    assert out.refused and "not a valid port" in out.for_llm, out.for_llm
+
+
 @pytest.mark.parametrize("url", ["file:///etc/passwd", "ftp://example.com/x", "gopher://x", "example.com"])
 async def test_other_schemes_are_refused(server: PageServer, url: str) -> None:
     out = await fetch_page(server, {"url": url})

@@ -209,8 +209,8 @@ def readable_body(headers: Mapping[str, str], head: bytes | None) -> bool | None
 def _port(parts: SplitResult) -> int | None:
     try:
         return parts.port
-    except ValueError:  # "host:99999", "host:abc": the client names it
-        return None
+    except ValueError:  # "host:99999", "host:abc"
+        raise ToolRefused(f"{parts.geturl()[:200]}: not a valid port (1 to 65535)") from None
 
 
 def _url(raw: object) -> str:

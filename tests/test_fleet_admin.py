@@ -191,6 +191,30 @@ async def test_admin_actions_are_answered_once_and_only_the_admin_key_administer
         command = await admin.once(await admin.send("version", sign=COMMAND_KEY))
         assert command["ok"] is False and command["code"] == "bad_signature"
         assert "admin key" in command["error"]
+        # The same on the other admin topics; the admin key is taken there, and is who the caller is.
+        for topic, request in ((f"{BASE}/admin/cron", {"action": "list"}),
+                               (f"{BASE}/admin/tools", {"action": "list"})):  # fmt: skip
+            for sign, request_id in ((COMMAND_KEY, f"cmd-{topic[-4:]}"), (ADMIN_KEY, f"adm-{topic[-4:]}")):
+                body = {"id": request_id, **request}
+                await c.publish(topic, envelope(sign.encode(), topic, body, response_topic=ANSWERS),
+                                response_topic=ANSWERS)  # fmt: skip
+                [got] = await c.wait_for(
+                    lambda rid=request_id: [r.json for r in c.on(ANSWERS) if r.json.get("id") == rid]
+                )
+                assert got["ok"] is (sign == ADMIN_KEY), got
+        cron_job = {
+            "id": "job1",
+            "action": "add",
+            "every": "1h",
+            "tool": "hardware_info",
+            "args": {},
+            "to": "none",
+        }
+        topic = f"{BASE}/admin/cron"
+        await c.publish(topic, envelope(ADMIN_KEY.encode(), topic, cron_job, response_topic=ANSWERS),
+                        response_topic=ANSWERS)  # fmt: skip
+        [added] = await c.wait_for(lambda: [r.json for r in c.on(ANSWERS) if r.json.get("id") == "job1"])
+        assert added["ok"] and added["data"]["job"]["owner"] == "mqtt:key:admin", added
         # The command key still signs ordinary tool calls.
         call = {"id": "t1", "tool": "hardware_info", "args": {}}
         tool = f"{BASE}/tool/call"

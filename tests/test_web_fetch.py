@@ -322,6 +322,20 @@ async def test_a_long_page_fits_the_output_cap_with_its_closing_line(server: Pag
     assert out.data is not None and out.data["chars_shown"] == shown
 
 
+async def test_no_more_is_extracted_than_the_output_cap_can_show(server: PageServer) -> None:
+    words = "Some words of the page. " * 8
+    paragraphs = "".join(f"<p>Paragraph {i:04d}. {words}</p>" for i in range(2000))
+    server.pages["/long"] = Page(f"<main>{paragraphs}</main>".encode())  # about 420 000 characters
+    registry = Registry(PolicyEngine(PolicyRules()), max_output_bytes=16 * 1024)
+    registry.register(tool_for(server, max_output_bytes=registry.max_output_bytes))
+    args = {"url": server.url("/long"), "max_chars": 1_000_000}
+    out = await registry.execute("web_fetch", args, ToolContext())
+    assert out.ok and out.data is not None
+    assert out.data["chars"] is None  # the extraction stopped: the whole page was not rendered
+    assert out.data["next_offset"] == out.data["chars_shown"]
+    assert "to fit the tool output limit" in out.for_llm
+
+
 async def test_the_runtime_builds_web_fetch_with_the_registry_cap(tmp_path: Path) -> None:
     from edgeclaw.config.loader import config_from_dict
     from edgeclaw.daemon.runtime import build_runtime

@@ -183,7 +183,9 @@ class WebFetchTool(Tool):
             raise ToolError(f"{url}: {e}") from None
         if response.unread:
             raise ToolError(_binary_note(response))
-        page = await _readable(response, fmt, self.settings.extractor, offset + max_chars)
+        # No more is extracted than can be shown: a character takes at least a byte of the output cap.
+        shown_at_most = min(max_chars, max(output_room(self.settings.max_output_bytes), 100))
+        page = await _readable(response, fmt, self.settings.extractor, offset + shown_at_most)
         return render(
             url,
             response,

@@ -245,6 +245,40 @@ async def test_admin_commands_by_broadcast_are_refused_by_each_device(broker, fl
     assert len(status) == SIZE
 
 
+async def test_admin_by_broadcast_where_the_config_allows_it(tmp_path, broker):
+    fleet = Fleet(
+        tmp_path / "admin", broker.port, 2, name="adm", groups={1: ["ops"]}, broadcast_admin=True,
+        admin_unsigned=True,
+    )  # fmt: skip
+    fleet.start()
+    try:
+        await all_online(broker, fleet)
+        async with Caller(broker.port, ["reply/adm/#"]) as c:
+            for topic, reply, expect in (
+                ("edgeclaw/_all/admin/gateway", "reply/adm/all", ["adm-00", "adm-01"]),
+                ("edgeclaw/_group/ops/admin/gateway", "reply/adm/ops", ["adm-01"]),
+            ):
+                await c.publish(topic, {"id": reply, "action": "version"}, response_topic=reply)
+                await c.answers(reply, len(expect))
+            await asyncio.sleep(SETTLE_S)
+            for reply, expect in (("reply/adm/all", ["adm-00", "adm-01"]), ("reply/adm/ops", ["adm-01"])):
+                got = by_device(c.on(reply))
+                assert sorted(got) == expect
+                assert all(len(v) == 1 and v[0]["ok"] is True for v in got.values()), got
+    finally:
+        fleet.stop()
+
+
+def test_a_group_name_that_is_no_topic_level_is_refused_at_start(tmp_path):
+    d = FleetDaemon(tmp_path / "bad", "bad-groups", 1, groups=["green/house", "ok"])
+    run = subprocess.run(
+        [sys.executable, "-m", "edgeclaw", "run", "--board", "sim"], env=d.env, capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+    assert run.returncode != 0
+    assert "mqtt.groups" in run.stderr and "'green/house'" in run.stderr
+
+
 def sign(secret: bytes, topic: str, body: str, reply: str) -> str:
     return hmac.new(secret, f"{topic}\n{reply}\n\n{body}".encode(), hashlib.sha256).hexdigest()
 

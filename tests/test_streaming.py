@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeclaw.agent.streaming import StreamedText, TurnStream
+from edgeclaw.agent.streaming import RESTARTED, StreamedText, TurnStream
 from edgeclaw.channels.console.render import RowStream
 from edgeclaw.channels.terminal import TerminalChannel
 from edgeclaw.config.loader import config_from_dict
@@ -67,6 +67,26 @@ def test_a_redaction_reaching_back_stops_the_step_and_the_answer_is_shown_whole(
     for piece in got:
         shown(piece)
     assert shown.remainder("x [REDACTED] c") is None  # so the channel shows the answer whole
+
+
+def test_an_answer_started_over_is_closed_with_a_note_and_the_new_one_shown_once():
+    got: list[str] = []
+    stream = TurnStream(got.append, Scrubber().scrub)
+    stream("It is 2")
+    stream("1 and ")
+    stream.restart()  # the connection broke: the chain asks again
+    feed(stream, ["It is 21 °C."])
+    assert "".join(got) == f"It is 21 and \n{RESTARTED}\nIt is 21 °C.\n"
+    shown = StreamedText(lambda _: None)
+    for piece in got:
+        shown(piece)
+    assert shown.remainder("It is 21 °C.") == ""  # the new answer is not shown twice
+    quiet: list[str] = []
+    untouched = TurnStream(quiet.append, Scrubber().scrub)
+    untouched("Nothin")  # a word still being written: held back, never shown
+    untouched.restart()  # nothing was shown of the broken answer: nothing to close
+    feed(untouched, ["Fine."])
+    assert "".join(quiet) == "Fine.\n"
 
 
 def test_the_remainder_is_what_the_stream_did_not_show():

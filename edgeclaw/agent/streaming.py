@@ -10,6 +10,9 @@ on its `InboundMessage` (`on_text`). The loop wraps it in a `TurnStream` for the
   channel shows the final answer, scrubbed whole, instead: nothing scrubbed is ever shown unscrubbed.
 - the model's steps are separated: text written before a tool call ends its line before the next
   step's text starts.
+- an answer broken off mid-stream (the connection lost, so the provider chain tries again or asks
+  the next provider) cannot be taken back from a screen: `restart` closes what was shown of it with
+  a note, and the new answer starts on a line of its own.
 
 `StreamedText` is the channel's side: it forwards what it is given and remembers it, so that after
 the turn the channel can tell how much of the final answer was already shown (`remainder`): it is never shown
@@ -21,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 TextSink = Callable[[str], None]
+RESTARTED = "[the answer broke off; it starts again]"
 
 
 class TurnStream:
@@ -50,6 +54,13 @@ class TurnStream:
         self._raw, self._released, self._stalled = "", "", False
         if self._line_open:
             self._emit("\n")
+
+    def restart(self) -> None:
+        """The provider chain starts this step's answer over (see the module doc)."""
+        shown = bool(self._released)
+        self._raw, self._released, self._stalled = "", "", False
+        if shown:
+            self._emit(("\n" if self._line_open else "") + RESTARTED + "\n")
 
     def _release(self, text: str) -> None:
         if self._stalled:

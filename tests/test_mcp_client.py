@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
@@ -28,6 +29,7 @@ from edgeclaw.daemon.runtime import Runtime, build_runtime
 from edgeclaw.errors import ConfigErrors
 from edgeclaw.tools.base import ToolContext
 from edgeclaw.tools.mcp.names import MAX_NAME_CHARS, tool_name
+from edgeclaw.tools.progress import MIN_INTERVAL_S as PACE_S
 from tests.llm_server import ScriptedLLM, openai_text, openai_tools
 from tests.mcp_servers.demo_server import PNG
 
@@ -214,22 +216,50 @@ async def test_network_in_the_sandbox_only_when_configured(tmp_path):
         listener.close()
 
 
-async def test_results_map_images_and_progress_and_timeouts_cancel(tmp_path, caplog):
+async def test_results_map_images_and_timeouts_cancel(tmp_path):
     marker = tmp_path / "cancelled"
     runtime = runtime_with(tmp_path, {"demo": demo_stdio(timeout_s=1.5)})
     try:
         await runtime.mcp.start()
         picture = await runtime.registry.execute("mcp_demo_picture", {}, CTX)
         assert picture.ok and picture.for_llm.startswith(f"[image: image/png, {len(PNG)} bytes")
-        caplog.set_level("INFO", logger="edgeclaw.mcp")
         slow = await runtime.registry.execute("mcp_demo_slow", {"seconds": 10, "marker": str(marker)}, CTX)
         assert not slow.ok and "did not answer within 1.5 s" in slow.for_llm and "cancelled" in slow.for_llm
-        assert any("progress 1/10" in r.getMessage() for r in caplog.records)
         # notifications/cancelled reached the server: it stopped the work.
         await wait_for(marker.exists, 5)
         # The session is still good after a cancelled call.
         again = await runtime.registry.execute("mcp_demo_echo", {"text": "still here"}, CTX)
         assert again.ok and again.for_llm == "still here"
+    finally:
+        await runtime.aclose()
+
+
+async def test_a_servers_progress_reaches_the_calls_sink_in_order_and_at_a_pace(tmp_path):
+    runtime = runtime_with(tmp_path, {"demo": demo_stdio()})
+    try:
+        await runtime.mcp.start()
+        seen: list[tuple[float, float | None, str]] = []
+        ctx = dataclasses.replace(CTX, progress=lambda *update: seen.append(update))
+        # One step each 0.5 s: slower than the pace, so every figure gets through, in order.
+        steady = await runtime.registry.execute("mcp_demo_slow", {"seconds": 5}, ctx)
+        assert steady.ok and steady.for_llm == "done", steady.for_llm
+        assert seen == [(float(i), 10.0, f"step {i}") for i in range(10)]
+
+        # One step each 0.05 s: the sink gets at most ~4 a second, still in order, the first at once.
+        seen.clear()
+        started = time.monotonic()
+        chatty = await runtime.registry.execute("mcp_demo_slow", {"seconds": 0.5}, ctx)
+        took = time.monotonic() - started
+        assert chatty.ok, chatty.for_llm
+        assert seen[0] == (0.0, 10.0, "step 0")
+        figures = [done for done, _, _ in seen]
+        assert figures == sorted(set(figures)), seen
+        assert 2 <= len(seen) <= 2 + took / PACE_S, (seen, took)
+
+        # A call without a sink asks for no progress: the server sends none, nothing fails.
+        seen.clear()
+        quiet = await runtime.registry.execute("mcp_demo_slow", {"seconds": 0.3}, CTX)
+        assert quiet.ok and seen == []
     finally:
         await runtime.aclose()
 

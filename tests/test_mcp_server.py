@@ -43,6 +43,7 @@ from tests.mqtt_support import OPENSSL, Mosquitto, free_port, make_certificates,
 
 httpx2 = pytest.importorskip("httpx2")
 
+DEMO = str(Path(__file__).resolve().parent / "mcp_servers" / "demo_server.py")
 TMP102_READ = {"action": "read_word", "bus": 1, "address": 0x48, "register": 0}
 # A shell the approval tests may ask about: exec in the mcp channel, asking every time.
 APPROVING_CONFIG = 'board = "sim"\n[tools.channels.mcp]\nprofile = "full"\n[tools.exec]\nask = "always"\n'
@@ -815,6 +816,32 @@ async def test_stdio_calls_are_rate_limited_per_caller(state_env: dict[str, str]
         first, second, third = [await session.call_tool("i2c", TMP102_READ) for _ in range(3)]
         assert not first.is_error and not second.is_error
         assert third.is_error and "rate limit" in _text(third).lower()
+
+
+async def test_stdio_passes_an_mcp_servers_progress_on_to_the_client(
+    state_env: dict[str, str], tmp_path: Path
+) -> None:
+    # MCP server (the SDK's demo) → edgeclaw → MCP client (the SDK's), as notifications/progress.
+    (tmp_path / "edgeclaw.toml").write_text(
+        'board = "sim"\n[tools.channels.mcp]\nprofile = "full"\n'
+        f"[mcp.servers.demo]\ncommand = {json.dumps(sys.executable)}\nargs = [{json.dumps(DEMO)}]\n"
+        "sandbox = false\n"
+    )
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    async with stdio_client(_serve(state_env)) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        # One step each 0.5 s: slower than the pace at which edgeclaw passes progress on.
+        result = await session.call_tool("mcp_demo_slow", {"seconds": 5}, progress_callback=on_progress)
+        assert not result.is_error and _text(result) == "done", _text(result)
+        assert seen == [(float(i), 10.0, f"step {i}") for i in range(10)]
+        # A call without a callback sends no token, and gets no progress.
+        seen.clear()
+        quiet = await session.call_tool("mcp_demo_slow", {"seconds": 0.3})
+        assert not quiet.is_error and seen == []
 
 
 def test_the_daemon_serves_mcp_over_http_only_when_listen_is_set(tmp_path: Path) -> None:

@@ -7,10 +7,13 @@ call travels in `ToolContext`, never in fields of the tool.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 Args = dict[str, Any]
+# Where a long call's progress goes: (progress, total or None when unknown, message).
+ProgressSink = Callable[[float, float | None, str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +38,9 @@ class ToolContext:
     # parent's, at the spawn, narrowed by the spawn's own list): a child can only narrow.
     parent_session: str = ""
     tool_ceiling: frozenset[str] | None = None
+    # Where this call's progress goes, when the caller can show it (an MCP client that sent a
+    # progress token); None = nobody is listening, and a tool need not report any.
+    progress: ProgressSink | None = field(default=None, compare=False, repr=False)
 
     @property
     def identity(self) -> str:

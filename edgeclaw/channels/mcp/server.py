@@ -21,6 +21,9 @@ the call that asked, for HTTP) when the client declared the capability;
 otherwise it is refused, saying so. Tool list changes (custom tools defined
 or removed, MCP servers' tools coming and going) are announced with
 `notifications/tools/list_changed` to every session whose view changed.
+A call whose request carries a `progressToken` gets a progress sink in its
+context: what the tool reports (an MCP server's progress, passed on at a
+pace by the bridge) goes back to the client as `notifications/progress`.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from edgeclaw.backends.mcp.protocol import (
     result,
 )
 from edgeclaw.tools.approval import ApprovalBroker, ApprovalRequest, ApprovalUnavailable, Decision
-from edgeclaw.tools.base import ToolContext, ToolInfo
+from edgeclaw.tools.base import ProgressSink, ToolContext, ToolInfo
 from edgeclaw.tools.registry import Registry
 
 log = logging.getLogger("edgeclaw.mcp.server")
@@ -62,6 +65,8 @@ SERVER_NAME = "edgeclaw"
 # Elicitation came with this revision; `mode` ("form" or "url") with the one after.
 ELICITATION_VERSIONS = frozenset({"2025-06-18", "2025-11-25"})
 ELICITATION_MODE_VERSIONS = frozenset({"2025-11-25"})
+# A progress notification's `message` came with 2025-03-26.
+NO_PROGRESS_MESSAGE_VERSIONS = frozenset({"2024-11-05"})
 MAX_CLIENT_NAME_CHARS = 64
 # Requests of one session answered at once; more are refused (a flood costs an error answer each).
 MAX_IN_FLIGHT = 32
@@ -165,7 +170,7 @@ class McpSession:
                 log.exception("closing MCP session %s", self.label)
         log.info("MCP session %s (%s) ended: %s", self.label, self.identity, why)
 
-    def context(self, request_id: str = "") -> ToolContext:
+    def context(self, request_id: str = "", progress: ProgressSink | None = None) -> ToolContext:
         """The per-call context of this session's calls: channel `mcp`, the session's identity."""
         return ToolContext(
             channel=CHANNEL,
@@ -176,6 +181,7 @@ class McpSession:
             sender=self.client_name,
             caller=self.identity,
             request_id=request_id,
+            progress=progress,
         )
 
     # -- messages from the client -------------------------------------------------------
@@ -239,7 +245,7 @@ class McpSession:
             if call is not None and call.task is not None and not call.cancelled:
                 call.cancelled = True
                 call.task.cancel()
-        else:  # roots/list_changed, progress: nothing we use
+        else:  # roots/list_changed, a client's progress: nothing we use
             log.debug("MCP notification %s ignored", method)
 
     def _resolve(self, message: dict[str, Any]) -> None:
@@ -319,9 +325,18 @@ class McpSession:
         if not isinstance(name, str) or not name:
             raise McpError("tools/call: 'name' (a string) is required", INVALID_PARAMS)
         arguments = params.get("arguments")
-        outcome = await self.server.registry.execute(
-            name, {} if arguments is None else arguments, self.context(request_id)
-        )
+        meta = params.get("_meta")
+        token = meta.get("progressToken") if isinstance(meta, dict) else None
+        # The client asked for progress (a token): the call's progress goes back to it, on the
+        # call's own stream, until the call is answered.
+        progress = _ProgressToClient(self, token, request_id) if _valid_id(token) else None
+        try:
+            outcome = await self.server.registry.execute(
+                name, {} if arguments is None else arguments, self.context(request_id, progress)
+            )
+        finally:
+            if progress is not None:
+                progress.close()
         if outcome.stage == "unknown_tool":
             raise McpError(outcome.error or f"unknown tool {name!r}", INVALID_PARAMS)
         answer: dict[str, Any] = {
@@ -411,6 +426,31 @@ class McpSession:
             self.server.spawn(self.on_list_changed())
         elif self.send is not None:
             self.server.spawn(self.send(notification("notifications/tools/list_changed")))
+
+
+class _ProgressToClient:
+    """A call's progress as `notifications/progress` with the client's token (a `ProgressSink`)."""
+
+    def __init__(self, session: McpSession, token: str | int, request_id: str) -> None:
+        self.session = session
+        self.token = token
+        call = session._calls.get(request_id)
+        self.send = call.send if call is not None else session.send
+        self.open = True
+
+    def __call__(self, progress: float, total: float | None, message: str) -> None:
+        session = self.session
+        if not self.open or self.send is None or session.state == "closed":
+            return
+        params: dict[str, Any] = {"progressToken": self.token, "progress": progress}
+        if total is not None:
+            params["total"] = total
+        if message and session.protocol_version not in NO_PROGRESS_MESSAGE_VERSIONS:
+            params["message"] = session.server.registry.scrubber.scrub(message)
+        session.server.spawn(self.send(notification("notifications/progress", params)))
+
+    def close(self) -> None:
+        self.open = False
 
 
 class McpServer:

@@ -18,7 +18,8 @@ from typing import Any
 from edgeclaw.backends.mcp.manager import McpManager
 from edgeclaw.backends.mcp.protocol import McpClosed, McpError, McpTimeout
 from edgeclaw.errors import ToolError
-from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
+from edgeclaw.tools.base import Args, ProgressSink, Tool, ToolContext, ToolResult
+from edgeclaw.tools.progress import PacedProgress
 
 log = logging.getLogger("edgeclaw.mcp")
 
@@ -55,13 +56,12 @@ class McpTool(Tool):
         self.timeout_s = timeout_s + DEADLINE_MARGIN_S  # type: ignore[misc]
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
-        def progress(done: float, total: float | None, message: str) -> None:
-            of = f"/{total:g}" if total is not None else ""
-            log.info("%s for %s: progress %g%s %s", self.name, ctx.identity, done, of, message[:200])
-
+        # The server is asked for progress only when the caller can take it (ctx.progress): the
+        # token goes with the call then, and what the server reports is passed on at a pace.
+        paced = PacedProgress(self._logged(ctx.progress, ctx)) if ctx.progress is not None else None
         try:
             answer = await self.manager.call(
-                self.server, self.remote_name, args, timeout_s=self.call_timeout_s, on_progress=progress
+                self.server, self.remote_name, args, timeout_s=self.call_timeout_s, on_progress=paced
             )
         except McpTimeout:
             raise ToolError(
@@ -72,7 +72,18 @@ class McpTool(Tool):
             raise ToolError(str(e)) from None
         except McpError as e:
             raise ToolError(f"MCP server {self.server!r}: {e}") from None
+        finally:
+            if paced is not None:
+                paced.close()
         return to_result(answer)
+
+    def _logged(self, sink: ProgressSink, ctx: ToolContext) -> ProgressSink:
+        def forward(done: float, total: float | None, message: str) -> None:
+            of = f"/{total:g}" if total is not None else ""
+            log.debug("%s for %s: progress %g%s %s", self.name, ctx.identity, done, of, message)
+            sink(done, total, message)
+
+        return forward
 
 
 def _size_of_base64(data: object) -> int:

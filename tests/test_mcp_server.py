@@ -365,6 +365,34 @@ async def test_http_approval_is_asked_on_the_calls_event_stream(tmp_path: Path) 
     assert len(_accept.asked) == 1  # type: ignore[attr-defined]
 
 
+class Stepper(Echo):
+    """A tool that reports its steps (as a bridged MCP tool passes on its server's)."""
+
+    name = "hw_stepper"
+    group = "hardware"
+
+    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        for step in range(3):
+            if ctx.progress is not None:
+                ctx.progress(float(step + 1), 3.0, f"step {step + 1} sk-{'a' * 40}")
+            await asyncio.sleep(0.05)
+        return ToolResult(for_llm="stepped")
+
+
+async def test_http_progress_comes_on_the_calls_event_stream_scrubbed(tmp_path: Path) -> None:
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    async with http_daemon(tmp_path) as served, http_session(served.url) as session:
+        served.runtime.registry.register(Stepper())
+        result = await session.call_tool("hw_stepper", {}, progress_callback=on_progress)
+        assert not result.is_error and _text(result) == "stepped", _text(result)
+    assert [(done, total) for done, total, _ in seen] == [(1.0, 3.0), (2.0, 3.0), (3.0, 3.0)]
+    assert all(m is not None and m.startswith("step ") and "a" * 40 not in m for _, _, m in seen), seen
+
+
 async def test_http_clients_are_told_when_the_tools_change(tmp_path: Path) -> None:
     changed = asyncio.Event()
 

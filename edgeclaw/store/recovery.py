@@ -104,7 +104,13 @@ def _examine(conn: sqlite3.Connection, path: Path) -> Problem | None:
             f"reads format {FORMAT_VERSION} at most. Run the newer edgeclaw, or move the file away "
             "to start afresh"
         )
-    findings = [r[0] for r in conn.execute("PRAGMA quick_check(5)")]
+    try:
+        findings = [r[0] for r in conn.execute("PRAGMA quick_check(5)")]
+    except sqlite3.Error as e:
+        # Some damage stops the check itself rather than being listed by it: the same finding.
+        if getattr(e, "sqlite_errorcode", None) not in _DAMAGE_CODES:
+            raise
+        findings = [str(e)]
     if findings != ["ok"]:
         said = "; ".join(" ".join(str(f).split()) for f in findings)  # one line: SQLite's have newlines
         return Problem("damaged", f"damaged (quick_check: {said})")

@@ -32,7 +32,7 @@ MAX_TOPIC_CHARS = 200
 # a job's output may not pose as one of them. tests/test_automation.py keeps this in step with the
 # MQTT channel's list.
 RESERVED_LEVELS = frozenset(
-    {"status", "health", "telemetry", "events", "tool", "chat", "approval", "admin", "message"}
+    {"status", "health", "telemetry", "events", "tool", "chat", "approval", "admin", "message", "ha"}
 )
 
 

@@ -166,8 +166,20 @@ def _json(body: bytes) -> dict[str, Any]:
 # --- the providers: request and answer ----------------------------------------------------------
 
 
-def _json_body(value: dict[str, Any]) -> bytes:
-    return json.dumps(value, ensure_ascii=False).encode("utf-8")
+def _get(url: str, headers: dict[str, str], s: ProviderSettings) -> WebRequest:
+    return WebRequest(url, headers=headers, timeout_s=s.timeout_s, max_bytes=MAX_RESPONSE_BYTES)
+
+
+def _post_json(body: dict[str, Any], headers: dict[str, str], s: ProviderSettings) -> WebRequest:
+    """A POST of a JSON body to the provider's endpoint; `headers` carry its Content-Type and key."""
+    return WebRequest(
+        s.endpoint,
+        method="POST",
+        headers=headers,
+        body=json.dumps(body, ensure_ascii=False).encode("utf-8"),
+        timeout_s=s.timeout_s,
+        max_bytes=MAX_RESPONSE_BYTES,
+    )
 
 
 def _bearer(key: str) -> dict[str, str]:
@@ -182,9 +194,7 @@ def searxng_request(query: str, n: int, s: ProviderSettings) -> WebRequest:
     params = urlencode({"q": query, "format": "json", "pageno": 1})
     # An instance behind a reverse proxy that wants a token gets it as a bearer header.
     headers = {"Accept": "application/json", **_bearer(s.api_key)}
-    return WebRequest(
-        f"{base}?{params}", headers=headers, timeout_s=s.timeout_s, max_bytes=MAX_RESPONSE_BYTES
-    )
+    return _get(f"{base}?{params}", headers, s)
 
 
 def searxng_parse(body: bytes, n: int) -> SearchAnswer:
@@ -207,9 +217,7 @@ def searxng_parse(body: bytes, n: int) -> SearchAnswer:
 def brave_request(query: str, n: int, s: ProviderSettings) -> WebRequest:
     params = urlencode({"q": query, "count": min(n, MAX_RESULTS)})
     headers = {"Accept": "application/json", "X-Subscription-Token": s.api_key}
-    return WebRequest(
-        f"{s.endpoint}?{params}", headers=headers, timeout_s=s.timeout_s, max_bytes=MAX_RESPONSE_BYTES
-    )
+    return _get(f"{s.endpoint}?{params}", headers, s)
 
 
 def brave_parse(body: bytes, n: int) -> SearchAnswer:
@@ -224,14 +232,7 @@ def brave_parse(body: bytes, n: int) -> SearchAnswer:
 def tavily_request(query: str, n: int, s: ProviderSettings) -> WebRequest:
     body = {"query": query, "max_results": min(n, MAX_RESULTS), "search_depth": "basic"}
     headers = {"Content-Type": "application/json", **_bearer(s.api_key)}
-    return WebRequest(
-        s.endpoint,
-        method="POST",
-        headers=headers,
-        body=_json_body(body),
-        timeout_s=s.timeout_s,
-        max_bytes=MAX_RESPONSE_BYTES,
-    )
+    return _post_json(body, headers, s)
 
 
 def tavily_parse(body: bytes, n: int) -> SearchAnswer:
@@ -248,12 +249,7 @@ def jina_request(query: str, n: int, s: ProviderSettings) -> WebRequest:
         "X-Respond-With": "no-content",
         **_bearer(s.api_key),
     }
-    return WebRequest(
-        f"{base}?{urlencode({'q': query})}",
-        headers=headers,
-        timeout_s=s.timeout_s,
-        max_bytes=MAX_RESPONSE_BYTES,
-    )
+    return _get(f"{base}?{urlencode({'q': query})}", headers, s)
 
 
 def jina_parse(body: bytes, n: int) -> SearchAnswer:
@@ -271,14 +267,7 @@ def exa_request(query: str, n: int, s: ProviderSettings) -> WebRequest:
     # Highlights: a few sentences of each page that match the query, which is what a snippet is.
     body = {"query": query, "numResults": min(n, MAX_RESULTS), "contents": {"highlights": True}}
     headers = {"Content-Type": "application/json", "x-api-key": s.api_key}
-    return WebRequest(
-        s.endpoint,
-        method="POST",
-        headers=headers,
-        body=_json_body(body),
-        timeout_s=s.timeout_s,
-        max_bytes=MAX_RESPONSE_BYTES,
-    )
+    return _post_json(body, headers, s)
 
 
 def _exa_hit(row: dict[str, Any]) -> SearchHit | None:
@@ -302,14 +291,7 @@ def perplexity_request(query: str, n: int, s: ProviderSettings) -> WebRequest:
         "max_tokens": 800,  # an answer to read on a board, not an essay to pay for
     }
     headers = {"Content-Type": "application/json", "Accept": "application/json", **_bearer(s.api_key)}
-    return WebRequest(
-        s.endpoint,
-        method="POST",
-        headers=headers,
-        body=_json_body(body),
-        timeout_s=s.timeout_s,
-        max_bytes=MAX_RESPONSE_BYTES,
-    )
+    return _post_json(body, headers, s)
 
 
 def perplexity_parse(body: bytes, n: int) -> SearchAnswer:

@@ -345,22 +345,9 @@ def config_problems(config: Config) -> list[ConfigError]:
     for name in t.providers:
         if name not in config.providers:
             fail(f"tools.providers.{name}", f"no [providers.{name}] table")
-    for key, problem in _console_problems(config):
-        fail(key, problem)
-    for key, problem in _agent_problems(config):
-        fail(key, problem)
-    for key, problem in _notify_problems(config):
-        fail(key, problem)
-    for key, problem in _search_problems(config):
-        fail(key, problem)
-    for key, problem in _memory_problems(config):
-        fail(key, problem)
-    for key, problem in _mcp_problems(config):
-        fail(key, problem)
-    for key, problem in _nodes_problems(config):
-        fail(key, problem)
-    for key, problem in _web_problems(config):
-        fail(key, problem)
+    for problems in _SECTION_CHECKS:
+        for key, problem in problems(config):
+            fail(key, problem)
     if config.board != "auto":
         from edgeclaw.board import load_profile
 
@@ -816,3 +803,16 @@ def _console_problems(config: Config) -> list[tuple[str, str]]:
     if c.reconnect_max_s < c.reconnect_min_s:
         problems.append(("console.reconnect_max_s", "expected a number >= reconnect_min_s"))
     return problems
+
+
+# The sections whose checks list their problems as (key, why) pairs, in the order they are reported.
+_SECTION_CHECKS: tuple[Callable[[Config], list[tuple[str, str]]], ...] = (
+    _console_problems,
+    _agent_problems,
+    _notify_problems,
+    _search_problems,
+    _memory_problems,
+    _mcp_problems,
+    _nodes_problems,
+    _web_problems,
+)

@@ -204,9 +204,7 @@ class Registry:
                     }
                 )
             elif fmt == "anthropic":
-                out.append(
-                    {"name": info.name, "description": info.description, "input_schema": parameters}
-                )
+                out.append({"name": info.name, "description": info.description, "input_schema": parameters})
             else:
                 raise ValueError(f"unknown definition format {fmt!r} (expected 'openai' or 'anthropic')")
         self._definitions[key] = out

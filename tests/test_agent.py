@@ -11,11 +11,11 @@ import pytest
 from edgeclaw.agent.channel import InboundMessage
 from edgeclaw.agent.history import trim
 from edgeclaw.agent.messages import Message, ToolCall
-from edgeclaw.config.loader import config_from_dict
 from edgeclaw.daemon.agent import build_agent
 from edgeclaw.daemon.runtime import build_runtime
 from edgeclaw.errors import BackendError
 from edgeclaw.tools.base import Tool
+from tests.agent_support import TEST_KEY, Agents, provider_config
 from tests.llm_server import (
     Scripted,
     ScriptedLLM,
@@ -40,35 +40,23 @@ def second_llm():
         yield server
 
 
+def agent_config(tmp_path: Path, providers: dict, order: list[str], **agent):
+    return provider_config(tmp_path, providers, providers=order, provider_attempts=2, **agent)
+
+
 def make_runtime(tmp_path: Path, providers: dict, order: list[str], **agent):
-    config = config_from_dict(
-        {
-            "board": "sim",
-            "state_dir": str(tmp_path / "state"),
-            "agent": {"providers": order, "provider_attempts": 2, **agent},
-            "providers": providers,
-        },
-        "test.toml",
-    )
-    return build_runtime(config, environ={"LLM_KEY": "sk-test-key-0123456789abcdefghij"})
+    return build_runtime(agent_config(tmp_path, providers, order, **agent), environ={"LLM_KEY": TEST_KEY})
 
 
 @pytest.fixture
 async def agent_for(tmp_path):
-    runtimes = []
+    agents = Agents(environ={"LLM_KEY": TEST_KEY})
 
     def make(providers: dict, order: list[str], **agent):
-        runtime = make_runtime(tmp_path, providers, order, **agent)
-        runtimes.append(runtime)
-        loop = build_agent(runtime)
-        # Backoff is not what these tests measure: keep waits short.
-        loop.chain.retry.base_delay_s = 0.01
-        loop.chain.retry.max_delay_s = 0.02
-        return loop
+        return agents.loop(agent_config(tmp_path, providers, order, **agent))
 
     yield make
-    for runtime in runtimes:
-        await runtime.aclose()
+    await agents.aclose()
 
 
 def openai_cfg(server: ScriptedLLM, **extra):

@@ -19,6 +19,7 @@ from edgeclaw.config.loader import config_from_dict
 from edgeclaw.daemon.agent import build_agent
 from edgeclaw.daemon.runtime import build_runtime
 from edgeclaw.errors import ConfigErrors
+from tests.agent_support import Agents, provider_config
 from tests.llm_server import Scripted, ScriptedLLM, openai_text, openai_tools, prompt_tokens
 
 MAX_TOKENS = 512
@@ -32,33 +33,15 @@ def llm():
 
 @pytest.fixture
 async def agent_for(tmp_path):
-    runtimes = []
+    agents = Agents()
 
     def make(llm: ScriptedLLM, **provider):
-        config = config_from_dict(
-            {
-                "board": "sim",
-                "state_dir": str(tmp_path / "state"),
-                "agent": {"providers": ["local"], "provider_attempts": 1},
-                "providers": {
-                    "local": {
-                        "kind": "openai",
-                        "model": "smol",
-                        "base_url": llm.url + "/v1",
-                        "max_tokens": MAX_TOKENS,
-                        **provider,
-                    }
-                },
-            },
-            "test.toml",
-        )
-        runtime = build_runtime(config, environ={})
-        runtimes.append(runtime)
-        return build_agent(runtime)
+        local = {"kind": "openai", "model": "smol", "base_url": llm.url + "/v1", "max_tokens": MAX_TOKENS}
+        config = provider_config(tmp_path, {"local": {**local, **provider}}, provider_attempts=1)
+        return agents.loop(config, fast_retry=False)
 
     yield make
-    for runtime in runtimes:
-        await runtime.aclose()
+    await agents.aclose()
 
 
 def msg(text: str) -> InboundMessage:

@@ -11,9 +11,9 @@ import pytest
 from edgeclaw.agent.channel import InboundMessage
 from edgeclaw.channels.console.channel import Endpoint, LlmProbe
 from edgeclaw.config.loader import config_from_dict
-from edgeclaw.daemon.agent import build_agent
 from edgeclaw.daemon.runtime import build_runtime
 from edgeclaw.errors import ConfigErrors
+from tests.agent_support import Agents, provider_config
 from tests.llm_server import Scripted, ScriptedLLM, ollama_stream, ollama_text, ollama_tools
 
 WITH_TOOLS = {"capabilities": ["completion", "tools"], "model_info": {"general.architecture": "qwen2"}}
@@ -28,34 +28,19 @@ def llm():
 
 
 def config(tmp_path: Path, llm: ScriptedLLM, **provider):
-    return config_from_dict(
-        {
-            "board": "sim",
-            "state_dir": str(tmp_path / "state"),
-            "agent": {"providers": ["local"], "provider_attempts": 2},
-            "providers": {
-                "local": {"kind": "ollama", "model": "qwen2.5:1.5b", "base_url": llm.url, **provider}
-            },
-        },
-        "test.toml",
-    )
+    local = {"kind": "ollama", "model": "qwen2.5:1.5b", "base_url": llm.url, **provider}
+    return provider_config(tmp_path, {"local": local}, provider_attempts=2)
 
 
 @pytest.fixture
 async def agent_for(tmp_path, llm):
-    runtimes = []
+    agents = Agents()
 
     def make(**provider):
-        runtime = build_runtime(config(tmp_path, llm, **provider), environ={})
-        runtimes.append(runtime)
-        loop = build_agent(runtime)
-        loop.chain.retry.base_delay_s = 0.01
-        loop.chain.retry.max_delay_s = 0.02
-        return loop
+        return agents.loop(config(tmp_path, llm, **provider))
 
     yield make
-    for runtime in runtimes:
-        await runtime.aclose()
+    await agents.aclose()
 
 
 def msg(text: str) -> InboundMessage:

@@ -14,9 +14,7 @@ import time
 import pytest
 
 from edgeclaw.agent.channel import InboundMessage
-from edgeclaw.config.loader import config_from_dict
-from edgeclaw.daemon.agent import build_agent
-from edgeclaw.daemon.runtime import build_runtime
+from tests.agent_support import TEST_KEY, Agents, provider_config
 from tests.llm_server import ScriptedLLM, anthropic_text, anthropic_tools, openai_text, openai_tools
 
 T1 = time.mktime((2026, 3, 1, 9, 15, 7, 0, 0, -1))
@@ -31,28 +29,16 @@ def llm():
 
 @pytest.fixture
 async def agent_for(tmp_path):
-    runtimes = []
+    agents = Agents(environ={"LLM_KEY": TEST_KEY})
 
     def make(provider: dict):
-        config = config_from_dict(
-            {
-                "board": "sim",
-                "state_dir": str(tmp_path / "state"),
-                "agent": {"providers": ["m"]},
-                "providers": {"m": provider},
-            },
-            "test.toml",
-        )
-        runtime = build_runtime(config, environ={"LLM_KEY": "sk-test-key-0123456789abcdefghij"})
-        runtimes.append(runtime)
-        loop = build_agent(runtime)
+        loop = agents.loop(provider_config(tmp_path, {"m": provider}), fast_retry=False)
         clock = iter([T1, T2, T2 + 60, T2 + 120])
         loop.prompt.clock = lambda: next(clock)
         return loop
 
     yield make
-    for runtime in runtimes:
-        await runtime.aclose()
+    await agents.aclose()
 
 
 def msg(text: str) -> InboundMessage:

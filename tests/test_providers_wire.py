@@ -17,11 +17,9 @@ from edgeclaw.agent.providers.base import ProviderError
 from edgeclaw.agent.providers.http import SharedClient
 from edgeclaw.agent.providers.openai import OpenAIProvider
 from edgeclaw.agent.tool_args import normalize
-from edgeclaw.config.loader import config_from_dict
-from edgeclaw.daemon.agent import build_agent
-from edgeclaw.daemon.runtime import build_runtime
 from edgeclaw.tools.base import ToolContext
 from edgeclaw.tools.model_schema import MAX_BOUND
+from tests.agent_support import Agents, provider_config
 from tests.llm_server import (
     Scripted,
     ScriptedLLM,
@@ -42,28 +40,13 @@ def llm():
 
 @pytest.fixture
 async def agent_for(tmp_path):
-    runtimes = []
+    agents = Agents()
 
     def make(providers: dict, attempts: int = 2):
-        config = config_from_dict(
-            {
-                "board": "sim",
-                "state_dir": str(tmp_path / "state"),
-                "agent": {"providers": list(providers), "provider_attempts": attempts},
-                "providers": providers,
-            },
-            "test.toml",
-        )
-        runtime = build_runtime(config, environ={})
-        runtimes.append(runtime)
-        loop = build_agent(runtime)
-        loop.chain.retry.base_delay_s = 0.01
-        loop.chain.retry.max_delay_s = 0.02
-        return loop
+        return agents.loop(provider_config(tmp_path, providers, provider_attempts=attempts))
 
     yield make
-    for runtime in runtimes:
-        await runtime.aclose()
+    await agents.aclose()
 
 
 @pytest.fixture

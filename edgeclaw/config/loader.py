@@ -24,7 +24,7 @@ from edgeclaw.config.typed import build_lenient
 from edgeclaw.errors import ConfigError, ConfigErrors
 
 SYSTEM_CONFIG = Path("/etc/edgeclaw/edgeclaw.toml")
-KNOWN_CHANNELS = ("cli", "mqtt", "mqtt-admin", "console", "agent", "mcp", "homeassistant")
+KNOWN_CHANNELS = ("cli", "mqtt", "mqtt-admin", "console", "agent", "mcp", "homeassistant", "sparkplug")
 
 Fail = Callable[[str, str], None]
 
@@ -103,6 +103,8 @@ RANGES: tuple[Range, ...] = (
     Range("mqtt.dedup_window_s", 0),
     Range("mqtt.hmac_max_age_s", 0),
     Range("mqtt.homeassistant_poll_s", 0.1, 3600),
+    Range("sparkplug.data_interval_s", 0.01, 86400),
+    Range("sparkplug.poll_s", 0.01, 3600),
     Range("console.max_login_failures", 1),
     Range("console.lockout_s", 0),
     Range("console.login_delay_s", 0),
@@ -326,6 +328,7 @@ def config_problems(config: Config) -> list[ConfigError]:
     if not config.mqtt.topic_prefix or any(c in config.mqtt.topic_prefix for c in "#+"):
         fail("mqtt.topic_prefix", "expected a non-empty topic without MQTT wildcards (# +)")
     _check_mqtt(config, fail)
+    _check_sparkplug(config, fail)
     update_key = config.gateway.update_public_key
     if update_key and not re.fullmatch(r"[0-9a-fA-F]{64}", update_key):
         fail("gateway.update_public_key", "expected an Ed25519 public key: 64 hex digits (the raw 32 bytes)")
@@ -415,6 +418,19 @@ def _check_mqtt(config: Config, fail: Fail) -> None:
         )
     if m.tls is not None and bool(m.tls.cert_file) != bool(m.tls.key_file):
         fail("mqtt.tls", "set cert_file and key_file together (a client certificate needs its key)")
+
+
+def _check_sparkplug(config: Config, fail: Fail) -> None:
+    """[sparkplug]: its ids are topic levels, and it needs the [mqtt] broker."""
+    sp = config.sparkplug
+    for key in ("group_id", "edge_node_id"):
+        value = getattr(sp, key)
+        if key == "edge_node_id" and not value:
+            continue  # the device id, checked above
+        if not value or not value.isprintable() or any(c in value for c in "/+#"):
+            fail(f"sparkplug.{key}", f"expected one MQTT topic level (no '/', '+' or '#'), got {value!r}")
+    if sp.enabled and not config.mqtt.enabled:
+        fail("sparkplug.enabled", "Sparkplug B needs the broker of [mqtt]: set mqtt.enabled = true too")
 
 
 def policy_rules(config: Config) -> PolicyRules:

@@ -66,6 +66,8 @@ PROFILES: dict[str, tuple[str, ...] | None] = {
     "remote": ("read_file", "list_files", "search", "glob", "group:hardware", "session_status"),
     # Home Assistant's commands (unsigned: whoever may write its topics): the board's switches only.
     "homeassistant": ("gpio",),
+    # Sparkplug B NCMDs (unsigned as well): metric writes to the board's outputs only.
+    "sparkplug": ("gpio",),
 }
 
 # The channel step a channel gets when the config has no [tools.channels.NAME] rules for it. MQTT
@@ -77,6 +79,7 @@ DEFAULT_CHANNEL_PROFILES: dict[str, str] = {
     "mqtt": "remote",
     "mcp": "device",
     "homeassistant": "homeassistant",
+    "sparkplug": "sparkplug",
 }
 
 # A subagent never gets these, at any depth: they administer the device or schedule work that

@@ -544,6 +544,17 @@ class McpConfig:
 
 
 @dataclass
+class SparkplugConfig:
+    """[sparkplug]: the board as a Sparkplug B edge node, on the [mqtt] broker (own connection)."""
+
+    enabled: bool = False
+    group_id: str = "edgeclaw"
+    edge_node_id: str = ""  # empty = the device id
+    data_interval_s: float = 60.0  # every metric in an NDATA this often (changes go at once)
+    poll_s: float = 1.0  # GPIO, sensors and tool statistics are checked for a change this often
+
+
+@dataclass
 class Config:
     device_id: str = ""  # empty = the hostname
     board: str = "auto"  # a profile name, a path to a profile file, or "auto"
@@ -566,5 +577,6 @@ class Config:
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
     notify: NotifyConfig = field(default_factory=NotifyConfig)
     mcp: McpConfig = field(default_factory=McpConfig)
+    sparkplug: SparkplugConfig = field(default_factory=SparkplugConfig)
     # Where it came from, for messages; not a TOML key.
     _source: str = "<defaults>"

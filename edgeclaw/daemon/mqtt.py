@@ -30,6 +30,43 @@ def attach_peers(runtime: Runtime, channel: MqttChannel) -> None:
     runtime.on_close(lambda: tool.attach(None, "the MQTT channel has stopped"))
 
 
+def attach_sparkplug(runtime: Runtime, channel: MqttChannel) -> None:
+    """The board as a Sparkplug B edge node: started and stopped with the channel, on a connection
+    of its own (its NDEATH must be that connection's Will; the channel's Will is the status)."""
+    from edgeclaw import __version__
+    from edgeclaw.channels.mqtt.sparkplug import SparkplugNode
+
+    try:
+        from edgeclaw.channels.mqtt import sparkplug_payload  # noqa: F401  (protobuf, the extra)
+    except ImportError as e:
+        from edgeclaw.errors import ConfigError, ConfigErrors
+
+        raise ConfigErrors(
+            [
+                ConfigError(
+                    runtime.config._source,
+                    "sparkplug.enabled",
+                    f"Sparkplug B needs protobuf: pip install 'edgeclaw[sparkplug]' ({e})",
+                )
+            ]
+        ) from None
+    sp = runtime.config.sparkplug
+    node = SparkplugNode(
+        settings=channel.settings,
+        group_id=sp.group_id,
+        edge_node_id=sp.edge_node_id or runtime.device_id,
+        state_dir=runtime.state_dir,
+        profile=runtime.board,
+        hardware=runtime.hardware,
+        registry=runtime.registry,
+        telemetry=channel.telemetry_snapshot,
+        properties={"Board": runtime.board.name, "Version": __version__, "Device": runtime.device_id},
+        data_interval_s=sp.data_interval_s,
+        poll_s=sp.poll_s,
+    )
+    channel.extend(node)
+
+
 def mqtt_service(runtime: Runtime) -> MqttChannel:
     """The MQTT channel as a daemon service (an async context manager)."""
     channel = MqttChannel(
@@ -77,6 +114,8 @@ def mqtt_service(runtime: Runtime) -> MqttChannel:
         )
         channel.extend(entities)
         channel.ha_components = entities.components
+    if runtime.config.sparkplug.enabled:
+        attach_sparkplug(runtime, channel)
     if runtime.mcp is not None:
         channel.collector.extra_sources["mcp"] = runtime.mcp.telemetry  # each MCP server's state
     if runtime.automation is not None:

@@ -173,6 +173,9 @@ class ConnectionSettings:
     tls: TlsSettings | None = None
     subscriptions: tuple[str, ...] = ()
     will_topic: str = ""
+    will_retain: bool = True  # the status Will is retained; Sparkplug's NDEATH is not
+    # A session that ends with the connection (Sparkplug edge nodes); off = the persistent one.
+    clean_start: bool = False
     # CONNECT's user properties (MCP over MQTT names the connection an MCP server with them).
     connect_user_properties: tuple[tuple[str, str], ...] = ()
     # Called before every connection attempt, so the Last Will carries a fresh timestamp.
@@ -312,7 +315,7 @@ class Connection:
         will = None
         if s.will_topic and s.will_payload is not None:
             # Evaluated now, once per connection: the Last Will carries this connection's timestamp.
-            will = aiomqtt.Will(s.will_topic, s.will_payload(), qos=1, retain=True)
+            will = aiomqtt.Will(s.will_topic, s.will_payload(), qos=1, retain=s.will_retain)
         acknowledge: list[Callable[[int, int], object]] = []
 
         def dispatch(message: aiomqtt.Message) -> None:
@@ -334,10 +337,10 @@ class Connection:
             username=s.username or None,
             password=s.password or None,
             protocol=aiomqtt.ProtocolVersion.V5 if s.v5 else aiomqtt.ProtocolVersion.V311,
-            # A persistent session either way: MQTT 5 says so with clean start off (paho refuses
-            # that flag for 3.1.1, where clean session off says the same).
-            clean_session=None if s.v5 else False,
-            **({"clean_start": False} if s.v5 else {}),
+            # A persistent session unless asked for a clean one: MQTT 5 says so with clean start
+            # off (paho refuses that flag for 3.1.1, where clean session off says the same).
+            clean_session=None if s.v5 else s.clean_start,
+            **({"clean_start": s.clean_start} if s.v5 else {}),
             keepalive=s.keepalive_s,
             timeout=s.connect_timeout_s,
             properties=properties,

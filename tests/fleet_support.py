@@ -10,10 +10,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from tests.mqtt_support import daemon_env, run_daemon
 
 PREFIX = "edgeclaw"
 
@@ -45,22 +46,11 @@ class FleetDaemon:
             *(f"{k} = {toml_value(v)}" for k, v in settings.items()),
         ]
         self.config.write_text("\n".join(lines) + "\n" + extra)  # `extra`: more tables
-        self.env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("EDGECLAW_", "NOTIFY_SOCKET", "WATCHDOG_"))
-        }
-        self.env["EDGECLAW_STATE_DIR"] = str(self.state)
-        self.env["EDGECLAW_CONFIG"] = str(self.config)
+        self.env = daemon_env(self.state, self.config)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> FleetDaemon:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "edgeclaw", "run", "--board", "sim"],
-            env=self.env,
-            stdout=subprocess.DEVNULL,
-            stderr=self.log.open("ab"),
-        )
+        self.proc = run_daemon(self.env, self.log, "--board", "sim")
         return self
 
     @property

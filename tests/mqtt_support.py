@@ -18,6 +18,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -36,6 +37,39 @@ MOSQUITTO = shutil.which("mosquitto") or (
 needs_mosquitto = pytest.mark.skipif(
     MOSQUITTO is None, reason="mosquitto is not installed (scripts/bootstrap --system installs it)"
 )
+
+
+# What a daemon a test starts must not inherit from whoever runs the tests: their config and state,
+# and a service manager's socket, watchdog and unit it would answer to.
+NOT_INHERITED = ("EDGECLAW_", "NOTIFY_SOCKET", "WATCHDOG_", "INVOCATION_ID")
+
+
+def daemon_env(state: Path, config: Path, **extra: str) -> dict[str, str]:
+    """The environment of an `edgeclaw run` that keeps its state in `state` and reads `config`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(NOT_INHERITED)}
+    env.update(EDGECLAW_STATE_DIR=str(state), EDGECLAW_CONFIG=str(config), **extra)
+    return env
+
+
+def run_daemon(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen[bytes]:
+    """`edgeclaw run ARGS` in the background, its log appended to `log`."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "edgeclaw", "run", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("ab"),
+    )
+
+
+def stop_daemon(proc: subprocess.Popen[bytes] | None, within_s: float = 20.0) -> None:
+    """SIGTERM, and SIGKILL when it has not exited within `within_s`."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(within_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
 
 def free_port() -> int:

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from edgeclaw.channels.mqtt.signing import envelope
-from tests.mqtt_support import Caller, Mosquitto, free_port, needs_mosquitto
+from tests.mqtt_support import Caller, Mosquitto, daemon_env, free_port, needs_mosquitto
 
 pytestmark = needs_mosquitto
 
@@ -43,14 +43,9 @@ class SupervisedDaemon:
         self.config_path.write_text(config)
         self.state = tmp_path / "state"
         self.log = tmp_path / "daemon.log"
-        self.env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("EDGECLAW_", "NOTIFY_SOCKET", "INVOCATION_ID"))
-        }
-        self.env.update(
-            EDGECLAW_STATE_DIR=str(self.state),
-            EDGECLAW_CONFIG=str(self.config_path),
+        self.env = daemon_env(
+            self.state,
+            self.config_path,
             EDGECLAW_SUPERVISED="1",
             EC_ADMIN=ADMIN_KEY,
             EC_HMAC=COMMAND_KEY,

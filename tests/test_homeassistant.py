@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +18,7 @@ import pytest
 
 from edgeclaw.channels.mqtt.homeassistant import HomeAssistantEntities, tmp102_celsius
 from edgeclaw.channels.mqtt.topics import DeviceTopics
-from tests.mqtt_support import Caller, Mosquitto, needs_mosquitto, poll
+from tests.mqtt_support import Caller, Mosquitto, daemon_env, needs_mosquitto, poll, run_daemon, stop_daemon
 
 # -- Home Assistant's schema, from its documentation ------------------------------------------------
 
@@ -250,27 +247,14 @@ class Daemon:
             f"[mqtt]\nenabled = true\nport = {port}\ntelemetry_interval_s = 2.0\n"
             "homeassistant_poll_s = 0.2\nhomeassistant_restart_button = true\n" + extra
         )
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("EDGECLAW_", "NOTIFY_SOCKET"))}
-        env.update(EDGECLAW_STATE_DIR=str(workdir / "state"), EDGECLAW_CONFIG=str(config))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "edgeclaw", "run", "--board", "sim"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=self.log.open("ab"),
-        )
+        self.proc = run_daemon(daemon_env(workdir / "state", config), self.log, "--board", "sim")
 
     @property
     def running(self) -> bool:
         return self.proc.poll() is None
 
     def stop(self) -> None:
-        if self.running:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_daemon(self.proc)
 
 
 @pytest.fixture

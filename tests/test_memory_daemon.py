@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.llm_server import ScriptedLLM, openai_text, openai_tools
-from tests.mqtt_support import Caller, Mosquitto, needs_mosquitto
+from tests.mqtt_support import Caller, Mosquitto, daemon_env, needs_mosquitto, run_daemon
 
 pytestmark = needs_mosquitto
 
@@ -45,18 +43,11 @@ def write_config(tmp_path: Path, port: int, llm: ScriptedLLM) -> dict[str, str]:
         '[tools]\nrate_limit = 0\n[tools.channels.mqtt]\nprofile = "full"\n'
         f"[mqtt]\nenabled = true\nport = {port}\ntelemetry_interval_s = 0\ndiscovery = false\n"
     )
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("EDGECLAW_", "NOTIFY_SOCKET", "WATCHDOG_"))
-    }
-    env["EDGECLAW_STATE_DIR"] = str(tmp_path / "state")
-    env["EDGECLAW_CONFIG"] = str(tmp_path / "edgeclaw.toml")
-    return env
+    return daemon_env(tmp_path / "state", tmp_path / "edgeclaw.toml")
 
 
 def start(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "edgeclaw", "run"], env=env, stdout=subprocess.DEVNULL, stderr=log.open("ab")
-    )
+    return run_daemon(env, log)
 
 
 async def online(c: Caller) -> None:

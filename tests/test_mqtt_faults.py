@@ -21,11 +21,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import sqlite3
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -34,7 +32,16 @@ from typing import Any
 
 import pytest
 
-from tests.mqtt_support import Caller, Mosquitto, Received, needs_mosquitto, poll
+from tests.mqtt_support import (
+    Caller,
+    Mosquitto,
+    Received,
+    daemon_env,
+    needs_mosquitto,
+    poll,
+    run_daemon,
+    stop_daemon,
+)
 
 pytestmark = needs_mosquitto
 
@@ -71,22 +78,11 @@ class DaemonProcess:
             )
             + "\n"
         )
-        self.env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith(("EDGECLAW_", "NOTIFY_SOCKET", "WATCHDOG_"))
-        }
-        self.env["EDGECLAW_STATE_DIR"] = str(self.state)
-        self.env["EDGECLAW_CONFIG"] = str(workdir / "edgeclaw.toml")
+        self.env = daemon_env(self.state, workdir / "edgeclaw.toml")
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> DaemonProcess:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "edgeclaw", "run", "--board", "sim"],
-            env=self.env,
-            stdout=subprocess.DEVNULL,
-            stderr=self.log.open("ab"),
-        )
+        self.proc = run_daemon(self.env, self.log, "--board", "sim")
         return self
 
     def kill(self) -> None:
@@ -95,13 +91,7 @@ class DaemonProcess:
         self.proc.wait(10)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_daemon(self.proc)
 
     def executions(self) -> Counter[str]:
         """How often each request's side effect happened (one line per run)."""

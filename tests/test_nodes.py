@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ from edgeclaw.channels.mqtt.signing import envelope
 from edgeclaw.channels.mqtt.topics import DeviceTopics
 from edgeclaw.tools.nodes import NodesPolicy
 from tests.llm_server import Scripted, ScriptedLLM, openai_text, openai_tools
-from tests.mqtt_support import Caller, Mosquitto, needs_mosquitto
+from tests.mqtt_support import Caller, Mosquitto, daemon_env, needs_mosquitto, run_daemon, stop_daemon
 
 pytestmark = needs_mosquitto
 
@@ -61,26 +60,14 @@ class Daemon:
                  "enabled = true", f"port = {port}", "discovery = false", "telemetry_interval_s = 1.0",
                  'hmac_secret_env = "NODES_KEY"', 'hmac_key_name = "fleet"', *tables]  # fmt: skip
         config.write_text("\n".join(lines) + "\n")
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("EDGECLAW_", "NOTIFY_SOCKET"))}
-        self.env.update(EDGECLAW_STATE_DIR=str(workdir / "state"), EDGECLAW_CONFIG=str(config), NODES_KEY=KEY)
+        self.env = daemon_env(workdir / "state", config, NODES_KEY=KEY)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "edgeclaw", "run", "--board", "sim"],
-            env=self.env,
-            stdout=subprocess.DEVNULL,
-            stderr=self.log.open("ab"),
-        )
+        self.proc = run_daemon(self.env, self.log, "--board", "sim")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_daemon(self.proc)
 
 
 @pytest.fixture(scope="module")

@@ -87,13 +87,13 @@ async def test_a_secret_by_name_is_sent_and_never_shown(site: Site, runtime_for)
 
 
 async def test_secrets_are_refused_where_they_do_not_belong(site: Site, runtime_for) -> None:
-    runtime = runtime_for(web_for(site), agents={"helper": {"web": {"secrets": []}}})
+    runtime = runtime_for(web_for(site), agents={"poller": {"web": {"secrets": []}}})
     in_url = await call(runtime, {"url": site.url("/echo?k={{secret:api}}")})
     assert in_url.refused and "never the URL" in in_url.error
     unknown = await call(runtime, {"url": site.url("/echo"), "headers": {"X-Key": "{{secret:nope}}"}})
     assert unknown.refused and "'nope'" in unknown.error and "(api)" in unknown.error
     narrowed = await call(
-        runtime, {"url": site.url("/echo"), "headers": {"X-Key": "{{secret:api}}"}}, agent="helper"
+        runtime, {"url": site.url("/echo"), "headers": {"X-Key": "{{secret:api}}"}}, agent="poller"
     )
     assert narrowed.refused and "none configured" in narrowed.error
     assert site.seen == []
@@ -103,13 +103,13 @@ async def test_allowed_domains_per_agent_and_after_redirects(site: Site, runtime
     site.routes["/away"] = lambda seen: Page(302, headers={"Location": site.url("/echo", host="localhost")})
     runtime = runtime_for(
         web_for(site, allowed_domains=[]),
-        agents={"helper": {"web": {"allowed_domains": ["127.0.0.1"]}}},
+        agents={"poller": {"web": {"allowed_domains": ["127.0.0.1"]}}},
     )
     main = await call(runtime, {"url": site.url("/echo")})
     assert main.refused and "127.0.0.1 is not in allowed_domains (none)" in main.error
-    helper = await call(runtime, {"url": site.url("/echo")}, agent="helper")
-    assert helper.ok
-    redirected = await call(runtime, {"url": site.url("/away")}, agent="helper")
+    poller = await call(runtime, {"url": site.url("/echo")}, agent="poller")
+    assert poller.ok
+    redirected = await call(runtime, {"url": site.url("/away")}, agent="poller")
     assert redirected.refused and "localhost is not in allowed_domains" in redirected.error
     assert [s.path for s in site.seen] == ["/echo", "/away"]
 

@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.loopback import LoopbackServer
+
 
 @dataclass
 class Scripted:
@@ -313,7 +315,7 @@ class _Server(ThreadingHTTPServer):
 Reply = Callable[[dict[str, Any]], Scripted]
 
 
-class ScriptedLLM:
+class ScriptedLLM(LoopbackServer):
     def __init__(self) -> None:
         self.queue: deque[Scripted | Reply] = deque()
         self.requests: list[dict[str, Any]] = []
@@ -333,14 +335,7 @@ class ScriptedLLM:
         self.routes: list[tuple[Callable[[dict[str, Any]], bool], deque[Scripted | Reply]]] = []
         self._lock = threading.Lock()
         self._closed = threading.Event()
-        self._server = _Server(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        self._listen(self._handler(), _Server)
 
     def reply(self, *items: Scripted | Reply) -> ScriptedLLM:
         self.queue.extend(items)
@@ -362,14 +357,9 @@ class ScriptedLLM:
                 item = self.queue.popleft() if self.queue else Scripted(500, {"error": "script exhausted"})
         return item if isinstance(item, Scripted) else item(body)
 
-    def __enter__(self) -> ScriptedLLM:
-        self._thread.start()
-        return self
-
     def __exit__(self, *exc: object) -> None:
-        self._closed.set()
-        self._server.shutdown()
-        self._server.server_close()
+        self._closed.set()  # a reply stalled on purpose ends now
+        super().__exit__(*exc)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         llm = self

@@ -12,13 +12,14 @@ fields that matter plus a few that do not (which the client must ignore).
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.loopback import LoopbackServer
 
 
 @dataclass
@@ -44,31 +45,16 @@ class Seen:
 
 
 @dataclass
-class SearchServer:
+class SearchServer(LoopbackServer):
     replies: dict[str, deque[Reply]] = field(default_factory=lambda: defaultdict(deque))
     seen: list[Seen] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        self._listen(self._handler())
 
     def reply(self, path: str, *items: Reply) -> SearchServer:
         self.replies[path].extend(items)
         return self
-
-    def __enter__(self) -> SearchServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self

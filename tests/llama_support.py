@@ -16,14 +16,15 @@ import json
 import os
 import socket
 import subprocess
-import threading
 import time
 import urllib.request
 from collections import deque
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
+
+from tests.loopback import LoopbackServer
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "llama-server"
@@ -211,7 +212,7 @@ def tool_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-class RecordingProxy:
+class RecordingProxy(LoopbackServer):
     """Forwards loopback HTTP to `upstream`, recording each exchange (see the module docstring)."""
 
     def __init__(self, upstream: str) -> None:
@@ -278,21 +279,7 @@ class RecordingProxy:
                 self.end_headers()
                 self.wfile.write(exchange.answer)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._listen(Handler)
 
     def chats(self) -> list[Exchange]:
         return [e for e in self.exchanges if e.path.endswith("/chat/completions")]
-
-    def __enter__(self) -> RecordingProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()

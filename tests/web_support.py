@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from tests.loopback import LoopbackServer
+
 
 @dataclass
 class Page:
@@ -123,7 +125,7 @@ class Site:
         self.server.server_close()
 
 
-class Proxy:
+class Proxy(LoopbackServer):
     """A forward proxy that answers every request itself ("via proxy") and records it."""
 
     def __init__(self) -> None:
@@ -146,18 +148,7 @@ class Proxy:
 
             do_GET = do_POST = do_CONNECT = _any
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self) -> Proxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self._listen(Handler)
 
 
 def make_cert(directory: Path, name: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:

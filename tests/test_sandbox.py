@@ -651,3 +651,52 @@ def test_the_environment_never_carries_daemon_channels_or_secrets(layout: Layout
     env = runner.env()
     assert set(env) == {"PATH", "SHORT", "LANG", "HOME"}, env
     assert env["SHORT"] == "ok" and env["HOME"] == str(layout.workspace)
+
+
+# -- a program's own installation, wherever it lies ---------------------------------------------------
+INSTALLED = (
+    '#!/bin/sh\ncat "$(dirname "$0")/../share/word"\n'
+    'echo x > "$(dirname "$0")/../share/word" || echo read-only\n'
+)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_an_installation_under_tmp_is_readable_only_when_kept_visible(
+    any_layout: Layout, backend: str
+) -> None:
+    """A program installed under /tmp (a virtualenv of a checkout there) runs in the sandbox when its
+    installation is kept visible, read-only; otherwise /tmp is the sandbox's own, empty."""
+    inst = Path(tempfile.mkdtemp(prefix="edgeclaw-inst-", dir="/tmp"))
+    try:
+        (inst / "bin").mkdir()
+        (inst / "share").mkdir()
+        (inst / "share" / "word").write_text("installed-word\n")
+        prog = inst / "bin" / "prog"
+        prog.write_text(INSTALLED)
+        prog.chmod(0o755)
+        sandbox = Sandbox(SandboxSettings(backend=backend))
+        ws = any_layout.workspace
+
+        async def run_prog(keep: list[Path]) -> str:
+            launch = await sandbox.launch(
+                [str(prog)], workspace=ws, cwd=ws, env={"PATH": "/usr/bin:/bin"}, network=False,
+                timeout_s=20, keep_visible=keep,
+            )  # fmt: skip
+            proc = await asyncio.create_subprocess_exec(
+                *launch.full_argv(),
+                env=launch.env,
+                cwd=launch.cwd,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+            out, _ = await proc.communicate()
+            if launch.cgroup is not None:
+                launch.cgroup.remove()
+            return out.decode(errors="replace")
+
+        shown = await run_prog([inst])
+        assert "installed-word" in shown and "read-only" in shown, shown
+        assert (inst / "share" / "word").read_text() == "installed-word\n"
+        assert "installed-word" not in await run_prog([])
+    finally:
+        shutil.rmtree(inst, ignore_errors=True)

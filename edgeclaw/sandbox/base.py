@@ -61,7 +61,10 @@ class SandboxSpec:
     `workspace` is the only writable tree. Every path in `hidden` is made
     invisible (directories become empty, files become empty and unreadable
     where the backend can manage it). `etc_allow` names the /etc entries that
-    stay visible; the rest of /etc is replaced.
+    stay visible; the rest of /etc is replaced. `visible` are paths the command
+    must be able to read (read-only) even where the backend puts an empty
+    directory in place of the real one (/tmp, or the top directory a whitelisted
+    workspace lies in): a program's own installation, say a virtualenv under /tmp.
     """
 
     workspace: Path
@@ -71,6 +74,7 @@ class SandboxSpec:
     limits: Limits = field(default_factory=Limits)
     etc_allow: tuple[str, ...] = DEFAULT_ETC_ALLOW
     timeout_s: float = 300.0
+    visible: tuple[Path, ...] = ()
 
 
 class SandboxBackend(ABC):

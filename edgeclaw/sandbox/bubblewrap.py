@@ -83,6 +83,10 @@ class BubblewrapBackend(SandboxBackend):
                 args += ["--tmpfs", str(path)]
             elif path.exists():
                 args += ["--ro-bind", "/dev/null", str(path)]
+        for path in spec.visible:
+            # Under the fresh /tmp, /var/tmp or /run only what is bound there exists.
+            if path.is_absolute() and any(path.is_relative_to(t) for t in ("/tmp", "/var/tmp", "/run")):
+                args += ["--ro-bind-try", str(path), str(path)]
         args += ["--chdir", str(spec.cwd)]
         if spec.network and Path("/etc/resolv.conf").is_symlink():
             # A symlinked resolv.conf (systemd-resolved) points into /run, which is a fresh tmpfs here.

@@ -82,8 +82,20 @@ class FirejailBackend(SandboxBackend):
         whitelist = len(ws.parts) > 2 and ws.parts[1] not in _NO_WHITELIST_TOP
         if whitelist:
             args.append(f"--whitelist={ws}")
-        if not ws.is_relative_to(Path("/tmp")):
-            # A workspace under /tmp is whitelisted: /tmp is then an empty tmpfs already.
+        # What must stay readable where a whitelist leaves only what it names: /tmp, and the top
+        # directory the workspace's whitelist is in. Whitelisted, read-only.
+        tmp = Path("/tmp")
+        kept = [
+            p
+            for p in spec.visible
+            if p.is_absolute() and len(p.parts) > 2
+            and (p.is_relative_to(tmp) or (whitelist and p.parts[1] == ws.parts[1]))
+        ]  # fmt: skip
+        for path in kept:
+            args += [f"--whitelist={path}", f"--read-only={path}"]
+        if not ws.is_relative_to(tmp) and not any(p.is_relative_to(tmp) for p in kept):
+            # A whitelist under /tmp (the workspace's, a kept path's) leaves /tmp an empty tmpfs
+            # with only what it names; otherwise /tmp is made a private one.
             args.append("--private-tmp")
         ancestors, others = split_hidden(spec.hidden, ws)
         if not whitelist:

@@ -264,6 +264,7 @@ class Sandbox:
             network=network,
             limits=s.limits,
             timeout_s=timeout_s,
+            visible=tuple(Path(p) for p in keep_visible),
             **({} if s.etc_allow is None else {"etc_allow": s.etc_allow}),
         )
         cgroup = None

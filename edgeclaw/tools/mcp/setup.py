@@ -60,8 +60,10 @@ def installation_of(program: str) -> list[Path]:
     for path in (program, _interpreter(program)):
         if not path:
             continue
-        real = Path(os.path.realpath(path))
-        out.append(real.parent.parent if real.parent.name in ("bin", "sbin") else real.parent)
+        # Both where it is named and where it really is: a virtualenv's python is a link to the
+        # base interpreter, and the virtualenv (its site-packages) is needed as much as the base.
+        for where in (Path(os.path.abspath(path)), Path(os.path.realpath(path))):
+            out.append(where.parent.parent if where.parent.name in ("bin", "sbin") else where.parent)
     return list(dict.fromkeys(out))
 
 
@@ -236,6 +238,20 @@ class McpBridge:
 
         return make
 
+    def _scripts_of(self, args: list[str]) -> list[Path]:
+        """The directories of the files a server's arguments name (`python3 /opt/srv/server.py`): the
+        server reads them, wherever they lie. Never what the sandbox hides: the state directory and
+        the daemon's own files stay out of sight whatever the arguments say."""
+        out: list[Path] = []
+        hidden = [self.state_dir.resolve(), *(Path(os.path.realpath(p)) for p in self.hidden)]
+        for arg in args:
+            if not os.path.isabs(arg) or not os.path.isfile(arg):
+                continue
+            folder = Path(os.path.realpath(arg)).parent
+            if not any(folder.is_relative_to(h) or h.is_relative_to(folder) for h in hidden):
+                out.append(folder)
+        return out
+
     async def _spawn(self, name: str, cfg: McpServerConfig) -> ChildProcess:
         env = {k: self.environ[k] for k in PASSED_ENV if k in self.environ}
         env.setdefault("PATH", DEFAULT_PATH)
@@ -262,7 +278,7 @@ class McpBridge:
                 network=cfg.network,
                 timeout_s=cfg.timeout_s,
                 hidden=[*hidden_entries(self.state_dir, home), *(p for p in self.hidden if p.exists())],
-                keep_visible=installation_of(program),
+                keep_visible=[*installation_of(program), *self._scripts_of(cfg.args)],
             )
         else:
             launch = Launch(

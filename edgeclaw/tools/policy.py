@@ -15,7 +15,7 @@ The steps, in order (each restricting step only narrows the set):
 10. subagent deny             always for subagents; the leaf list too at max depth
 11. subagent ceiling          a subagent keeps only tools its parent had (`ToolContext.tool_ceiling`)
 
-Where the seed fails open we fail closed: an unknown profile, group or tool
+Where a looser design would fail open we fail closed: an unknown profile, group or tool
 name is a configuration error, and a tool named in a deny list stays denied
 even when an alsoAllow list names it. alsoAllow cannot widen the caller's
 channel either: `tools.channels.mqtt` is what MQTT callers may use at all.

@@ -829,7 +829,11 @@ async def test_home_assistant_discovery_shape_and_resend_on_ha_birth(tmp_path, b
             "ts",
         ):
             assert key in t
-        assert t["board"] == "sim" and t["outbox_depth"] == 0
+        assert t["board"] == "sim"
+        # The outbox drains: a report may be taken while another message (health, a state) waits
+        # for its PUBACK, but not every one of several in a row.
+        depths = [m.json["outbox_depth"] for m in await c.answers(f"{BASE}/telemetry", 5)]
+        assert min(depths) == 0, depths
 
         # Home Assistant restarts and announces itself: discovery is sent again.
         await c.publish("homeassistant/status", b"online")

@@ -29,6 +29,7 @@ from edgeclaw.daemon.runtime import Runtime, build_runtime
 from edgeclaw.errors import ConfigErrors
 from edgeclaw.tools.base import ToolContext
 from edgeclaw.tools.mcp.names import MAX_NAME_CHARS, tool_name
+from edgeclaw.tools.mcp.setup import McpBridge
 from edgeclaw.tools.progress import MIN_INTERVAL_S as PACE_S
 from tests.llm_server import ScriptedLLM, openai_text, openai_tools
 from tests.mcp_servers.demo_server import PNG
@@ -191,6 +192,44 @@ async def test_a_sandboxed_server_sees_neither_the_state_nor_its_secret_files(tm
             assert plain.for_llm == "(unset)"
     finally:
         await runtime.aclose()
+
+
+async def test_a_script_beside_the_state_directory_does_not_uncover_it(tmp_path):
+    # The directory of a server's script is made visible so the server can read it, but never one
+    # that holds the state directory (or lies in it): that would show the daemon's own files.
+    script = tmp_path / "demo_server.py"
+    shutil.copy(DEMO, script)
+    runtime = runtime_with(tmp_path, {"beside": {"command": sys.executable, "args": [str(script)]}})
+    state_file = tmp_path / "state" / "private.txt"
+    state_file.parent.mkdir(parents=True, exist_ok=True)
+    state_file.write_text("daemon-only")
+    try:
+        await runtime.mcp.start()
+        status = runtime.mcp.status()["beside"]
+        # Its script stays hidden with the state beside it, so the server cannot start, and says so.
+        assert status["state"] != "connected", status
+        assert "mcp_beside_read" not in runtime.registry.names()
+    finally:
+        await runtime.aclose()
+
+
+def test_script_folders_made_visible_never_hold_or_lie_in_what_is_hidden(tmp_path):
+    state = tmp_path / "state"
+    secrets = tmp_path / "secrets"
+    for folder in (state / "mcp", secrets, tmp_path / "opt" / "srv"):
+        folder.mkdir(parents=True)
+    scripts = {
+        "in_state": state / "mcp" / "a.py",
+        "holds_state": tmp_path / "b.py",
+        "in_hidden": secrets / "c.py",
+        "elsewhere": tmp_path / "opt" / "srv" / "d.py",
+    }
+    for path in scripts.values():
+        path.write_text("")
+    runtime = runtime_with(tmp_path, {})
+    bridge = McpBridge(runtime.config, runtime.registry, state_dir=state, secrets={}, hidden=[secrets])
+    args = ["-u", "relative.py", *(str(p) for p in scripts.values())]
+    assert bridge._scripts_of(args) == [scripts["elsewhere"].parent]
 
 
 async def test_network_in_the_sandbox_only_when_configured(tmp_path):

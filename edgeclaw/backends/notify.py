@@ -19,6 +19,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from edgeclaw.backends.http_client import SharedClient
 from edgeclaw.errors import BackendError
 
 if TYPE_CHECKING:
@@ -38,29 +39,14 @@ class Message(Protocol):
     priority: int
 
 
-class _Http:
-    """One lazily made HTTP client per service (httpx costs memory a board may not need)."""
-
-    def __init__(self) -> None:
-        self._client: httpx.AsyncClient | None = None
-
-    def client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            import httpx
-
-            self._client = httpx.AsyncClient(follow_redirects=False)
-        return self._client
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+class _Http(SharedClient):
+    """The service's client, made on first use, with its errors said in the service's name."""
 
     async def post(self, service: str, url: str, timeout_s: float, **kwargs: Any) -> httpx.Response:
         import httpx
 
         try:
-            return await self.client().post(url, timeout=timeout_s, **kwargs)
+            return await self.get().post(url, timeout=timeout_s, **kwargs)
         except httpx.TimeoutException:
             raise BackendError(f"{service}: no answer within {timeout_s:g} s") from None
         except httpx.HTTPError as e:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 from edgeclaw.agent.messages import Completion, Message
 from edgeclaw.agent.providers.base import ProviderError, TextSink, http_error
+from edgeclaw.backends.http_client import SharedClient
 from edgeclaw.tools.scrub import Scrubber
 
 log = logging.getLogger("edgeclaw.providers")
@@ -33,29 +34,6 @@ NO_TOOLS_WORDS = (
     "does not support tools",  # Ollama, a model whose template has no tools
     "--enable-auto-tool-choice",  # vLLM started without a tool-call parser
 )
-
-
-class SharedClient:
-    """One HTTP client for every provider, created on the first request.
-
-    httpx and its TLS context (the CA bundle) cost a few MiB; a board that only
-    ever answers slash commands, or whose model is not used yet, does not pay it.
-    """
-
-    def __init__(self) -> None:
-        self._client: httpx.AsyncClient | None = None
-
-    def get(self) -> httpx.AsyncClient:
-        if self._client is None:
-            import httpx
-
-            self._client = httpx.AsyncClient(follow_redirects=False)
-        return self._client
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
 
 
 def _transport_error(provider: str, url: str, e: Exception) -> ProviderError:

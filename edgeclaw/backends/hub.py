@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from edgeclaw.backends.gpio import GPIOController
     from edgeclaw.backends.memory import MemoryAccess
     from edgeclaw.backends.probe import DebugProbe
+    from edgeclaw.backends.sensors.registry import Sensors
+    from edgeclaw.backends.serial import SerialPorts
     from edgeclaw.backends.spi import SPIDevice
 from edgeclaw.config.schema import HardwareConfig
 from edgeclaw.errors import BackendError
@@ -50,6 +52,8 @@ class BoardBackends:
         self._memory: dict[str, MemoryAccess] = {}
         self._probe: DebugProbe | None = None
         self._esp32: Esp32Bridge | None = None
+        self._sensors: Sensors | None = None
+        self._serial: SerialPorts | None = None
 
     @property
     def sim(self) -> Any:
@@ -146,6 +150,14 @@ class BoardBackends:
         self._probe = probe
         return probe
 
+    def sensors(self) -> Sensors:
+        """The profile's declared devices, read through their parts' drivers over these backends."""
+        if self._sensors is None:
+            from edgeclaw.backends.sensors.registry import Sensors
+
+            self._sensors = Sensors(self.profile, self)
+        return self._sensors
+
     def esp32(self) -> Esp32Bridge:
         if self._esp32 is not None:
             return self._esp32
@@ -162,6 +174,21 @@ class BoardBackends:
             port = self._sim_esp32.port
         self._esp32 = Esp32Bridge(port, grant.baud, timeout_s=self.config.op_timeout_s)
         return self._esp32
+
+    def serial(self) -> SerialPorts:
+        """The serial ports the `serial` tool opens (which ones it may is the tool's to check)."""
+        if self._serial is None:
+            from edgeclaw.backends.serial import SerialPorts
+
+            self._serial = SerialPorts()
+        return self._serial
+
+    def bridge_port(self) -> str | None:
+        """The device the ESP32 bridge talks over (the sim bridge's pty once it runs), else None."""
+        if self._sim_esp32 is not None:
+            return str(self._sim_esp32.port)
+        grant = self.spec.esp32
+        return grant.port if grant is not None and grant.port != "sim" else None
 
     def firmware(self) -> dict[str, Any]:
         """What is attached, as far as it is known without touching it (for the fleet's status): the
@@ -188,6 +215,8 @@ class BoardBackends:
             out.append(f"probe ({self._probe.description})")
         if self._esp32 is not None and self._esp32.is_open:
             out.append(f"esp32 ({self._esp32.port})")
+        if self._serial is not None:
+            out += [f"serial {path}" for path in self._serial.open_paths()]
         return out
 
     async def aclose(self) -> None:
@@ -195,6 +224,8 @@ class BoardBackends:
         steps: list[Any] = [*self._i2c.values(), *self._spi.values(), *self._memory.values()]
         if self._gpio is not None:
             steps.append(self._gpio)
+        if self._serial is not None:
+            steps.append(self._serial)
         for handle in steps:
             try:
                 handle.close()
@@ -214,6 +245,8 @@ class BoardBackends:
         self._spi.clear()
         self._memory.clear()
         self._gpio = self._probe = self._esp32 = self._sim_esp32 = None
+        self._sensors = None  # its drivers hold the buses just closed
+        self._serial = None
 
 
 __all__ = ["BackendError", "BoardBackends"]

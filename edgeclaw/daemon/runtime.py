@@ -247,7 +247,7 @@ def build_runtime(
 
     install_agent_tools(runtime)
     hardware = BoardBackends(profile, config.hardware, state)  # opens devices on first use only
-    registry.register_all(hardware_tools(profile, config.hardware, hardware, ws))
+    registry.register_all(hardware_tools(profile, config.hardware, hardware, ws, config.console.ports))
     runtime.on_close(hardware.aclose)
     runtime.hardware = hardware
     from edgeclaw.tools.nodes import nodes_tool  # peers on the broker; the MQTT channel attaches it

@@ -7,6 +7,8 @@ releases them on shutdown.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from edgeclaw.backends.hub import BoardBackends
 from edgeclaw.board import BoardProfile
 from edgeclaw.config.schema import HardwareConfig
@@ -17,6 +19,7 @@ from edgeclaw.tools.hardware.i2c import I2CTool
 from edgeclaw.tools.hardware.info import HardwareInfoTool
 from edgeclaw.tools.hardware.memory import HardwareMemoryTool
 from edgeclaw.tools.hardware.probe import ProbeTool
+from edgeclaw.tools.hardware.serial import SerialTool
 from edgeclaw.tools.hardware.spi import SPITool
 from edgeclaw.tools.workspace import Workspace
 
@@ -28,6 +31,7 @@ __all__ = [
     "I2CTool",
     "ProbeTool",
     "SPITool",
+    "SerialTool",
     "hardware_tools",
 ]
 
@@ -37,9 +41,11 @@ def hardware_tools(
     config: HardwareConfig,
     backends: BoardBackends,
     workspace: Workspace | None = None,
+    console_ports: Sequence[str] = (),
 ) -> list[Tool]:
     """Every hardware tool. Tools for things the profile does not grant are still registered: they
-    refuse with a message naming the profile, which tells a model more than a missing tool does."""
+    refuse with a message naming the profile, which tells a model more than a missing tool does.
+    `console_ports` are the console's devices, which the serial tool never opens."""
     return [
         HardwareInfoTool(profile, config, backends),
         I2CTool(profile, config, backends),
@@ -48,4 +54,5 @@ def hardware_tools(
         HardwareMemoryTool(profile, config, backends),
         ProbeTool(profile, config, backends, workspace),
         ESP32Tool(profile, config, backends),
+        SerialTool(profile, config, backends, console_ports),
     ]

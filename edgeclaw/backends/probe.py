@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from edgeclaw.backends.base import BusGate, BusTimeout, DeviceUnavailable, TargetError, missing_library
-from edgeclaw.backends.gdbremote import GdbRemoteClient, Progress
+from edgeclaw.backends.firmware_image import Segment
+from edgeclaw.backends.gdbremote import GdbRemoteClient
 from edgeclaw.backends.qemu import START_TIMEOUT_S as QEMU_START_TIMEOUT_S
 from edgeclaw.backends.qemu import QemuSTM32
 from edgeclaw.errors import BackendError
@@ -34,6 +35,9 @@ T = TypeVar("T")
 AIRCR = 0xE000_ED0C
 AIRCR_SYSRESETREQ = 0x05FA_0004
 CORE_REGISTERS = (*(f"r{i}" for i in range(13)), "sp", "lr", "pc", "xpsr")
+# A program's progress: (segment index, phase "erase" | "write" | "verify", done, total) in bytes.
+SegmentProgress = Callable[[int, str, int, int], None]
+VERIFY_STEP = 4096
 
 
 class DebugProbe(Protocol):
@@ -46,7 +50,11 @@ class DebugProbe(Protocol):
     async def halt(self) -> str: ...
     async def resume(self) -> None: ...
     async def reset(self) -> None: ...
-    async def flash(self, base: int, image: bytes, progress: Progress) -> str: ...
+    async def program(self, segments: Sequence[Segment], progress: SegmentProgress) -> str:
+        """Write every segment (flash through the probe's flash path, RAM with memory writes), read
+        each back and compare; one call, so no other call runs in between. Returns how."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -136,12 +144,21 @@ class GdbProbe:
 
         await self._run(reset)
 
-    async def flash(self, base: int, image: bytes, progress: Progress) -> str:
-        async def flash(c: GdbRemoteClient) -> str:
+    async def program(self, segments: Sequence[Segment], progress: SegmentProgress) -> str:
+        async def program(c: GdbRemoteClient) -> str:
             await c.halt()
-            return await c.flash(base, image, progress)
+            methods: list[str] = []
+            for index, segment in enumerate(segments):
+                # The client takes the stub's flash path inside its memory map's flash regions and
+                # plain memory writes elsewhere (RAM, or QEMU's debug-writable flash); both verify.
+                method = await c.flash(
+                    segment.address, segment.data, lambda p, d, t, i=index: progress(i, p, d, t)
+                )
+                if method not in methods:
+                    methods.append(method)
+            return "; ".join(methods)
 
-        return await self._run(flash, self.flash_timeout_s)
+        return await self._run(program, self.flash_timeout_s)
 
     async def close(self) -> None:
         if self._client is not None:
@@ -256,22 +273,57 @@ class PyocdProbe:
     async def reset(self) -> None:
         await self._run("cannot reset the target", lambda t: t.reset_and_halt())
 
-    async def flash(self, base: int, image: bytes, progress: Progress) -> str:
-        def program(_t: Any) -> str:
-            import tempfile
+    async def program(self, segments: Sequence[Segment], progress: SegmentProgress) -> str:
+        def program(target: Any) -> str:
+            from pyocd.flash.loader import FlashLoader
 
-            from pyocd.flash.file_programmer import FileProgrammer
-
-            with tempfile.NamedTemporaryFile(suffix=".bin") as f:
-                f.write(image)
-                f.flush()
-                FileProgrammer(
-                    self._session,
-                    progress=lambda fraction: progress("write", int(fraction * len(image)), len(image)),
-                ).program(f.name, file_format="bin", base_address=base)
-            return "pyocd flash algorithm"
+            flash, ram = [], []
+            for index, segment in enumerate(segments):
+                region = target.memory_map.get_region_for_address(segment.address)
+                (flash if region is not None and region.is_flash else ram).append((index, segment))
+            for index, segment in ram:
+                target.write_memory_block8(segment.address, list(segment.data))
+                progress(index, "write", len(segment.data), len(segment.data))
+            if flash:
+                # pyocd's own programmer: its flash algorithm, erasing only the sectors it must.
+                loader = FlashLoader(self._session, progress=self._write_progress(flash, progress))
+                for _, segment in flash:
+                    loader.add_data(segment.address, list(segment.data))
+                loader.commit()
+                for index, segment in flash:
+                    progress(index, "write", len(segment.data), len(segment.data))
+            for index, segment in enumerate(segments):
+                for at in range(0, len(segment.data), VERIFY_STEP):
+                    expected = segment.data[at : at + VERIFY_STEP]
+                    actual = bytes(target.read_memory_block8(segment.address + at, len(expected)))
+                    if actual != expected:
+                        bad = next(j for j in range(len(expected)) if actual[j] != expected[j])
+                        raise TargetError(f"verify failed at 0x{segment.address + at + bad:08x}")
+                    progress(index, "verify", at + len(expected), len(segment.data))
+            return (
+                ", ".join(
+                    [*(["pyocd flash algorithm"] if flash else []), *(["memory writes"] if ram else [])]
+                )
+                + ", verified"
+            )
 
         return await self._run("flashing failed", program, self.flash_timeout_s)
+
+    @staticmethod
+    def _write_progress(
+        flash: list[tuple[int, Segment]], progress: SegmentProgress
+    ) -> Callable[[float], None]:
+        """pyocd reports one fraction for the whole commit: spread it over the flash segments."""
+        total = sum(len(s.data) for _, s in flash)
+
+        def report(fraction: float) -> None:
+            left = int(fraction * total)
+            for index, segment in flash:
+                part = min(left, len(segment.data))
+                progress(index, "write", part, len(segment.data))
+                left -= part
+
+        return report
 
     async def close(self) -> None:
         session, self._session = self._session, None

@@ -61,6 +61,7 @@ from edgeclaw.channels.mqtt.dedup import (
 from edgeclaw.channels.mqtt.discovery import discovery_payload, discovery_topic_usable
 from edgeclaw.channels.mqtt.outbox import Kind, Outbox
 from edgeclaw.channels.mqtt.partials import PartialPublisher
+from edgeclaw.channels.mqtt.progress import ProgressPublisher
 from edgeclaw.channels.mqtt.protocol import (
     AdminCall,
     AdminRequest,
@@ -1168,6 +1169,13 @@ class MqttChannel:
             session_key = f"mqtt:{call.sender}"
         else:
             session_key = "mqtt:tools"
+        properties = publish_properties(None, route.correlation)
+
+        async def publish(payload: bytes) -> None:
+            await self.connection.publish(route.topic, payload, qos=0, properties=properties)
+
+        # What a long call reports as it runs goes out before its answer (channels.mqtt.progress).
+        progress = ProgressPublisher(publish, call.id, call.tool, self.registry.scrubber.scrub, route.device)
         ctx = ToolContext(
             channel=CHANNEL,
             chat_id=route.topic,
@@ -1176,8 +1184,12 @@ class MqttChannel:
             sender=call.sender,
             caller=caller,
             request_id=call.id,
+            progress=progress,
         )
-        outcome = await self.registry.execute(call.tool, call.args, ctx)
+        try:
+            outcome = await self.registry.execute(call.tool, call.args, ctx)
+        finally:
+            await progress.close()  # the last progress message is out before the answer is queued
         return encode(tool_answer(call.id, outcome))
 
     def _chat_message(self, chat: ChatRequest, route: Route, msg: Incoming) -> InboundMessage:

@@ -1,0 +1,99 @@
+"""A tool call's progress, published as progress messages before the call's one answer.
+
+A tool that reports progress (flashing a firmware image: `ToolContext.progress`) gets, on MQTT, a
+sink that publishes `{"id", "tool", "progress", "total"?, "message", "seq"}` on the call's answer
+route (the Response Topic with the request's Correlation Data, else `tool/result`), `seq` counting
+from 0. A progress message has no `ok`: that is how a caller tells it from the answer. The tool
+holds the figures to a pace (`tools.progress.PacedProgress`, at most four a second); they are
+QoS 0 and never stored or resent — a lost one costs nothing, the answer says how it ended — and
+published in order. The answer is queued only once the last progress message is out (`close`), so
+it is always the last message of the call. A repeat answered from the request ledger gets none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+log = logging.getLogger("edgeclaw.mqtt")
+
+Publish = Callable[[bytes], Awaitable[None]]
+Scrub = Callable[[str], str]
+# More updates than this waiting to go out (a broker that stalls): the older ones are dropped.
+MAX_QUEUED = 8
+
+
+def tool_progress(
+    request_id: str, tool: str, seq: int, progress: float, total: float | None, message: str
+) -> dict[str, Any]:
+    update: dict[str, Any] = {"id": request_id, "tool": tool, "progress": progress}
+    if total is not None:
+        update["total"] = total
+    update["message"] = message
+    update["seq"] = seq
+    return update
+
+
+class ProgressPublisher:
+    """The `ProgressSink` of one MQTT tool call (see the module docstring)."""
+
+    def __init__(
+        self, publish: Publish, request_id: str, tool: str, scrub: Scrub, device: str | None = None
+    ) -> None:
+        self._publish = publish
+        self._request_id = request_id
+        self._tool = tool
+        self._scrub = scrub
+        self._device = device
+        self._queue: list[tuple[float, float | None, str]] = []
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._task: asyncio.Task[None] | None = None
+        self.sent = 0
+
+    def __call__(self, progress: float, total: float | None, message: str) -> None:
+        if self._closing:
+            return
+        self._queue.append((progress, total, message))
+        del self._queue[:-MAX_QUEUED]
+        self._wake.set()
+        if self._task is None:
+            self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queue:
+                progress, total, message = self._queue.pop(0)
+                update = tool_progress(
+                    self._request_id, self._tool, self.sent, progress, total, self._scrub(message)
+                )
+                if self._device is not None:
+                    update["device"] = self._device
+                try:
+                    await self._publish(json.dumps(update, ensure_ascii=False).encode())
+                    self.sent += 1
+                except Exception as e:  # best effort: the answer says how the call ended
+                    log.debug("a progress message was not published: %s", e)
+            if self._closing:
+                return
+
+    async def close(self, timeout_s: float = 5.0) -> int:
+        """Publish what is queued, then stop; the number of progress messages published."""
+        self._closing = True
+        task = self._task
+        if task is None:
+            return self.sent
+        self._wake.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(task), timeout_s)
+        except TimeoutError:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        return self.sent

@@ -1,0 +1,262 @@
+"""Flashing Intel HEX and ELF images (and raw binaries) through the probe, with progress on every channel.
+
+The images are built here: HEX with `intelhex`, ELF as bytes with `struct` (pyelftools only reads),
+so what each holds — and where — is known exactly. They go into the sim board's QEMU STM32
+(stm32vldiscovery) over the GDB path and are read back through the `probe` tool.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+from intelhex import IntelHex
+
+from edgeclaw.backends.firmware_image import ImageError, detect_format, parse_image
+from edgeclaw.backends.qemu import firmware_image, qemu_available
+from edgeclaw.tools.base import ToolContext
+from tests.hw_support import CTX, call, make_runtime, ok
+from tests.mqtt_support import Caller, needs_mosquitto, poll
+
+needs_qemu = pytest.mark.skipif(not qemu_available(), reason="qemu-system-arm is not installed")
+
+PT_LOAD, PT_NOTE = 1, 4
+EM_ARM = 40
+SRAM_A, SRAM_B = 0x2000_0400, 0x2000_0C00
+FLASH_APP = 0x0800_4000
+
+
+def make_hex(runs: dict[int, bytes]) -> bytes:
+    """An Intel HEX file holding `runs` (address: bytes), extended linear address records and all."""
+    hexfile = IntelHex()
+    for address, data in runs.items():
+        hexfile.puts(address, data)
+    out = io.StringIO()
+    hexfile.write_hex_file(out)
+    return out.getvalue().encode("ascii")
+
+
+def make_elf(
+    segments: list[tuple[int, int, int, bytes, int]], entry: int = 0x0800_0011, elf_class: int = 1
+) -> bytes:
+    """A minimal little-endian ARM ELF executable: program headers only, as a linker's output holds
+    them. Each segment is (p_type, p_vaddr, p_paddr, file bytes, p_memsz)."""
+    header_size, ph_size = 52, 32
+    offset = header_size + ph_size * len(segments)
+    headers, bodies = b"", b""
+    for p_type, vaddr, paddr, body, memsz in segments:
+        headers += struct.pack("<8I", p_type, offset + len(bodies), vaddr, paddr, len(body), memsz, 5, 4)
+        bodies += body
+    ident = b"\x7fELF" + bytes((elf_class, 1, 1)) + bytes(9)
+    elf_header = ident + struct.pack(
+        "<HHIIIIIHHHHHH", 2, EM_ARM, 1, entry, header_size, 0, 0x0500_0000, header_size, ph_size,
+        len(segments), 40, 0, 0,
+    )  # fmt: skip
+    return elf_header + headers + bodies
+
+
+def pattern(n: int, seed: int) -> bytes:
+    return bytes((i * seed + seed) & 0xFF for i in range(n))
+
+
+@pytest.fixture
+async def sim(tmp_path):
+    runtime = make_runtime(tmp_path)
+    yield runtime
+    await runtime.aclose()
+
+
+async def memory(runtime: Any, address: int, length: int) -> bytes:
+    """Read back through the `probe` tool, in the reads it allows (4 KiB each)."""
+    out = b""
+    while len(out) < length:
+        n = min(4096, length - len(out))
+        data = await ok(runtime, "probe", action="read_memory", address=address + len(out), length=n)
+        out += bytes.fromhex(data["data"])
+    return out
+
+
+# -- reading images ------------------------------------------------------------------------------------
+def test_a_hex_file_becomes_its_runs_of_data_at_their_addresses():
+    data = make_hex({0x0800_1000: b"\x01\x02\x03", SRAM_A: pattern(300, 3)})
+    assert detect_format(data, "app.txt") == "hex"  # by content, whatever the name
+    image = parse_image(data, "app.hex")
+    assert image.format == "hex"
+    assert [(s.address, s.data) for s in image.segments] == [
+        (0x0800_1000, b"\x01\x02\x03"),
+        (SRAM_A, pattern(300, 3)),
+    ]
+
+
+def test_an_elf_file_becomes_its_loadable_segments_at_their_load_addresses():
+    data = make_elf(
+        [
+            (PT_LOAD, 0x0800_0000, 0x0800_0000, b"\xaa" * 16, 16),
+            (PT_LOAD, 0x2000_0000, 0x0800_0010, b"\xbb" * 8, 8),  # .data: runs in RAM, stored in flash
+            (PT_LOAD, 0x2000_0100, 0x2000_0100, b"", 0x80),  # .bss: nothing to write
+            (PT_NOTE, 0, 0, b"note", 4),
+        ]
+    )
+    image = parse_image(data, "app.elf")
+    assert image.format == "elf" and image.entry == 0x0800_0011
+    assert [(s.address, s.data) for s in image.segments] == [
+        (0x0800_0000, b"\xaa" * 16),
+        (0x0800_0010, b"\xbb" * 8),
+    ]
+
+
+def test_damaged_images_are_errors_that_say_what_is_wrong():
+    good = make_hex({0x0800_0000: b"\x01\x02\x03\x04"}).decode()
+    first, rest = good.split("\n", 1)
+    broken_sum = first[:-2] + ("00" if first[-2:] != "00" else "01")
+    with pytest.raises(ImageError, match=r"not a valid Intel HEX file: .*checksum"):
+        parse_image((broken_sum + "\n" + rest).encode(), "app.hex")
+    elf = make_elf([(PT_LOAD, 0x2000_0000, 0x2000_0000, b"\x01" * 64, 64)])
+    with pytest.raises(ImageError, match=r"app\.elf is (truncated|not a valid ELF file)"):
+        parse_image(elf[:-10], "app.elf")
+    with pytest.raises(ImageError, match=r"64-bit ELF file"):
+        parse_image(make_elf([(PT_LOAD, 0, 0, b"\x01", 1)], elf_class=2), "x.elf")
+    with pytest.raises(ImageError, match=r"without loadable segments"):
+        parse_image(make_elf([(PT_NOTE, 0, 0, b"note", 4)]), "x.elf")
+    with pytest.raises(ImageError, match=r"carries its own addresses: 'base' applies only to raw binary"):
+        parse_image(make_hex({0x0800_0000: b"\x01"}), "app.hex", base=0x0800_0000)
+    with pytest.raises(ImageError, match=r"outside the target's 32-bit address space"):
+        parse_image(b"\x00" * 16, "app.bin", base=0xFFFF_FFF8)
+
+
+# -- what the profile lets an image do ----------------------------------------------------------------
+async def test_a_segment_outside_the_granted_areas_refuses_the_whole_image_before_anything_is_written(sim):
+    # One good segment in SRAM and one in the read-only peripherals: nothing may be written at all.
+    (sim.workspace / "bad.hex").write_bytes(make_hex({SRAM_A: b"\x11" * 8, 0x4000_0000: b"\x22" * 4}))
+    dry = await call(sim, "probe", dry_run=True, action="flash", path="bad.hex")
+    assert dry.refused and "segment at 0x40000000 lies neither in the flash area" in dry.error
+    assert "rw: sram 0x20000000-0x20001fff" in dry.error
+    (sim.workspace / "wide.bin").write_bytes(b"\x00" * 0x100)
+    past = await call(sim, "probe", dry_run=True, action="flash", path="wide.bin", base=0x0801_FF80)
+    assert past.refused and "does not fit the flash area" in past.error
+    hexed = await call(sim, "probe", dry_run=True, action="flash", path="bad.hex", base=0x0800_0000)
+    assert not hexed.ok and "'base' applies only to raw binary images" in hexed.error
+
+
+async def test_reset_after_flashing_needs_control(tmp_path):
+    profile = tmp_path / "no-control.toml"
+    profile.write_text(
+        '[board]\nname = "no-control"\n[probe]\ntransport = "gdb"\ntarget = "qemu"\ngdb_address = "qemu"\n'
+        "flash = true\nflash_base = 0x0800_0000\nflash_size = 0x2_0000\n"
+    )
+    runtime = make_runtime(tmp_path, board=str(profile))
+    try:
+        (runtime.workspace / "app.bin").write_bytes(b"\x00" * 16)
+        refused = await call(runtime, "probe", dry_run=True, action="flash", path="app.bin", reset=True)
+        allowed = await call(runtime, "probe", dry_run=True, action="flash", path="app.bin")
+    finally:
+        await runtime.aclose()
+    assert refused.refused and "reset after flashing is not granted" in refused.error
+    assert allowed.ok
+
+
+# -- into QEMU over the GDB path -----------------------------------------------------------------------
+@needs_qemu
+async def test_a_hex_image_is_written_to_flash_and_sram_and_reads_back(sim):
+    runs = {FLASH_APP: pattern(5000, 7), SRAM_A: pattern(600, 11)}
+    (sim.workspace / "app.hex").write_bytes(make_hex(runs))
+    outcome = await call(sim, "probe", action="flash", path="app.hex")
+    assert outcome.ok, outcome.error
+    assert outcome.data["format"] == "hex" and outcome.data["bytes"] == 5600
+    assert [(s["address"], s["to"]) for s in outcome.data["segments"]] == [
+        ("0x08004000", "flash"),
+        ("0x20000400", "ram"),
+    ]
+    assert "write 100% (5600/5600 bytes)" in outcome.for_llm and "verify 100%" in outcome.for_llm
+    assert "in 2 segments" in outcome.for_llm
+    for address, data in runs.items():
+        assert await memory(sim, address, len(data)) == data
+
+
+@needs_qemu
+async def test_an_elf_image_loads_into_sram_at_its_load_addresses_and_reads_back(sim):
+    a, b = pattern(700, 5), pattern(256, 13)
+    elf = make_elf(
+        [
+            (PT_LOAD, SRAM_A, SRAM_A, a, len(a)),
+            (PT_LOAD, 0x0000_0000, SRAM_B, b, len(b) + 64),  # run address elsewhere: the load address counts
+            (PT_LOAD, 0x2000_1000, 0x2000_1000, b"", 0x100),  # .bss: left alone
+        ]
+    )
+    before_bss = await memory(sim, 0x2000_1000, 16)
+    (sim.workspace / "app.elf").write_bytes(elf)
+    done = await ok(sim, "probe", action="flash", path="app.elf")
+    assert done["format"] == "elf" and [s["to"] for s in done["segments"]] == ["ram", "ram"]
+    assert await memory(sim, SRAM_A, len(a)) == a
+    assert await memory(sim, SRAM_B, len(b)) == b
+    assert await memory(sim, 0x2000_1000, 16) == before_bss
+
+
+@needs_qemu
+async def test_an_elf_flashed_with_reset_starts_from_its_own_vector_table(sim):
+    # The sim firmware with another initial stack pointer: after the reset the core has loaded it.
+    app = struct.pack("<I", 0x2000_1800) + firmware_image()[4:]
+    (sim.workspace / "boot.elf").write_bytes(make_elf([(PT_LOAD, 0x0800_0000, 0x0800_0000, app, len(app))]))
+    done = await ok(sim, "probe", action="flash", path="boot.elf", reset=True)
+    assert done["reset"] is True
+    registers = (await ok(sim, "probe", action="read_registers"))["registers"]
+    assert registers["sp"] == 0x2000_1800 and registers["pc"] == 0x0800_0010
+
+
+@needs_qemu
+async def test_progress_goes_to_the_callers_sink_and_only_grows(sim):
+    seen: list[tuple[float, float | None, str]] = []
+    ctx = ToolContext(channel="cli", session_key="hw-test", progress=lambda *u: seen.append(u))
+    (sim.workspace / "big.bin").write_bytes(pattern(64 * 1024, 3))
+    outcome = await sim.registry.execute("probe", {"action": "flash", "path": "big.bin"}, ctx)
+    assert outcome.ok, outcome.error
+    assert seen, "no progress reached the caller"
+    figures = [done for done, _, _ in seen]
+    assert figures == sorted(figures) and len(set(figures)) == len(figures)
+    assert all(total == 2 * 64 * 1024 for _, total, _ in seen)
+    assert seen[0][2].startswith("flashing big.bin: write ")
+    quiet = await call(sim, "probe", action="flash", path="big.bin")  # nobody listening: still fine
+    assert quiet.ok and CTX.progress is None
+
+
+# -- progress on MQTT, correlated with the request -------------------------------------------------------
+@needs_qemu
+@needs_mosquitto
+async def test_flashing_over_mqtt_sends_progress_messages_before_the_answer(tmp_path, broker):
+    from tests.test_mqtt import ANSWERS, BASE, daemon_config, running_daemon
+
+    async with (
+        running_daemon(daemon_config(tmp_path, broker.port)) as d,
+        Caller(broker.port, [ANSWERS, f"{BASE}/tool/result"]) as c,
+    ):
+        workspace = Path(d.runtime.workspace)
+        (workspace / "app.hex").write_bytes(
+            make_hex({FLASH_APP: pattern(96 * 1024, 5), SRAM_A: b"\x5a" * 64})
+        )
+        request = {"id": "fw-1", "tool": "probe", "args": {"action": "flash", "path": "app.hex"}}
+        await c.publish(f"{BASE}/tool/call", request, response_topic=ANSWERS, correlation=b"corr-fw")
+        await poll(lambda: any("ok" in m.json for m in c.on(ANSWERS)), 120, "the flash call's answer")
+        messages = c.on(ANSWERS)
+        progress = [m.json for m in messages if "ok" not in m.json]
+        answer = messages[-1].json  # the answer is the last message of the call
+        assert answer["ok"] is True, answer
+        assert answer["id"] == "fw-1" and answer["data"]["bytes"] == 96 * 1024 + 64
+        assert progress, "no progress message before the answer"
+        assert all(m.correlation == b"corr-fw" for m in messages)
+        assert [p["seq"] for p in progress] == list(range(len(progress)))
+        assert all(p["id"] == "fw-1" and p["tool"] == "probe" for p in progress)
+        assert all(0 < p["progress"] <= p["total"] == 2 * (96 * 1024 + 64) for p in progress)
+        assert "flashing app.hex: write" in progress[0]["message"]
+        assert not c.on(f"{BASE}/tool/result")  # nothing went to the fallback topic
+
+
+@pytest.fixture
+def broker(tmp_path: Path):
+    from tests.mqtt_support import Mosquitto
+
+    b = Mosquitto(tmp_path / "broker").start()
+    yield b
+    b.kill()

@@ -221,13 +221,18 @@ def cmd_tool_call(args: argparse.Namespace) -> int:
             shape = {"ok": False, "tool": args.name, "for_llm": refusal, "for_user": None}
             print(json.dumps({**shape, "error": refusal, "duration_ms": 0.0}, ensure_ascii=False))
         return EXIT_REFUSED
+    from edgeclaw.channels.cli_progress import TerminalProgress
+
     user = current_user()
+    # A long call's progress: a bar on a terminal, plain lines otherwise; on stderr, beside the answer.
+    progress = TerminalProgress(quiet=args.json)
     ctx = ToolContext(
         channel="cli",
         peer_kind="local",
         session_key=f"cli:{os.getuid()}",
         sender=user,
         caller=f"cli:{user}",  # rate limits and ownership follow the user, not the session name
+        progress=progress,
     )
     if sys.stdin.isatty():
         # Approval questions go to this terminal; without one the broker has nobody to ask (= deny).
@@ -241,6 +246,7 @@ def cmd_tool_call(args: argparse.Namespace) -> int:
                 await runtime.mcp.start()  # the MCP servers' tools are there once connected
             return await runtime.registry.execute(args.name, args.args, ctx, dry_run=args.dry_run)
         finally:
+            progress.close()
             await runtime.aclose()  # release buses and child processes (the sim board's QEMU)
 
     outcome = asyncio.run(call_once())

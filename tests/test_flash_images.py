@@ -8,7 +8,10 @@ so what each holds — and where — is known exactly. They go into the sim boar
 from __future__ import annotations
 
 import io
+import json
+import re
 import struct
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -260,3 +263,60 @@ def broker(tmp_path: Path):
     b = Mosquitto(tmp_path / "broker").start()
     yield b
     b.kill()
+
+
+# -- progress in `edgeclaw tool call` ------------------------------------------------------------------
+def test_the_bar_fills_with_the_fraction_done_and_fits_the_terminal():
+    from edgeclaw.channels.cli_progress import bar_line
+
+    assert bar_line(50, 200, "write", 80) == "[######..................]  25%  write"
+    assert bar_line(300, 200, "x", 80).startswith("[" + "#" * 24 + "] 100%")
+    assert bar_line(7, None, "scanning", 80) == "[" + "?" * 24 + "] 7  scanning"
+    assert len(bar_line(1, 2, "m" * 500, 60)) == 59
+
+
+def _workspace_image(state_env: dict[str, str]) -> int:
+    workspace = Path(state_env["EDGECLAW_STATE_DIR"]) / "workspace"
+    workspace.mkdir(parents=True, exist_ok=True)
+    data = make_hex({FLASH_APP: pattern(96 * 1024, 9), SRAM_A: b"\x33" * 64})
+    (workspace / "app.hex").write_bytes(data)
+    return 96 * 1024 + 64
+
+
+FLASH_ARGS = '{"action": "flash", "path": "app.hex"}'
+
+
+@needs_qemu
+def test_tool_call_prints_progress_lines_on_stderr_when_not_on_a_terminal(state_env, run_cli):
+    size = _workspace_image(state_env)
+    out = run_cli("tool", "call", "probe", FLASH_ARGS, "--board", "sim", timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert f"flashed {size} bytes in 2 segments from 0x08004000" in out.stdout
+    lines = [line for line in out.stderr.splitlines() if line.startswith("progress ")]
+    assert lines and all(": flashing app.hex: " in line for line in lines), out.stderr
+    assert "progress" not in out.stdout.replace('progress":', "")  # the answer alone on stdout
+    quiet = run_cli("tool", "call", "probe", FLASH_ARGS, "--board", "sim", "--json", timeout=120)
+    assert json.loads(quiet.stdout)["ok"] is True and "progress " not in quiet.stderr
+
+
+@needs_qemu
+def test_tool_call_draws_a_progress_bar_on_a_terminal_and_wipes_it_before_the_answer(state_env):
+    import pexpect
+
+    size = _workspace_image(state_env)
+    term = pexpect.spawn(
+        sys.executable,
+        ["-m", "edgeclaw", "tool", "call", "probe", FLASH_ARGS, "--board", "sim"],
+        env=state_env,
+        encoding="utf-8",
+        timeout=120,
+        dimensions=(24, 100),
+    )
+    term.expect(pexpect.EOF)
+    term.close()
+    shown = term.before
+    assert re.search(r"\r\x1b\[K\[#*\.*\] +\d+%  flashing app\.hex: write \d+%", shown), shown
+    answer = shown.rsplit("\r\x1b[K", 1)[1]  # after the last wipe: the answer, and no bar left
+    assert "[#" not in answer and "[." not in answer
+    assert answer.startswith("write ") and f"flashed {size} bytes" in answer
+    assert term.exitstatus == 0

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from edgeclaw import sensor_parts
 from edgeclaw.config.typed import build_dataclass
 from edgeclaw.errors import ConfigError, ConfigErrors
 from edgeclaw.firmware.esp32 import protocol as esp32_fw
@@ -221,6 +223,83 @@ class SerialPortGrant:
     name: str = ""
 
 
+DeviceForm = Literal["i2c", "spi", "onewire", "adc"]
+# The key that says which form a [[devices]] entry takes, and the keys that form needs.
+DEVICE_FORM_KEYS: dict[str, tuple[str, ...]] = {
+    "i2c": ("bus", "address"),
+    "spi": ("bus", "chip_select"),
+    "onewire": ("w1_id",),
+    "adc": ("adc", "channel"),
+}
+_FORM_MARKERS = {"address": "i2c", "chip_select": "spi", "w1_id": "onewire", "adc": "adc"}
+DEVICE_NAME_MAX = 64
+W1_ID_PATTERN = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{12}$")
+
+
+@dataclass
+class DeviceSpec:
+    """One `[[devices]]` entry: a sensor part, where it is wired, and the name people call it.
+
+    The form follows from the keys given: `address` (I2C, with `bus`), `chip_select` (SPI, with
+    `bus`), `w1_id` (1-Wire, the kernel's device id) or `adc` (a channel of another declared
+    device that is an ADC, with `channel`). The part decides which form it takes
+    (`edgeclaw.sensor_parts`). A declared device is reached only through its part's driver, which
+    sends the datasheet's own commands; raw `i2c`/`spi` access to the same address still needs
+    the bus grant's read and write lists.
+    """
+
+    part: str
+    name: str
+    bus: int | None = None
+    address: int | None = None
+    chip_select: int | None = None
+    w1_id: str = ""
+    adc: str = ""
+    channel: int | None = None
+    options: dict[str, int | float | bool | str] = field(default_factory=dict)
+
+    @property
+    def form(self) -> DeviceForm:
+        if self.address is not None:
+            return "i2c"
+        if self.chip_select is not None:
+            return "spi"
+        return "onewire" if self.w1_id else "adc"
+
+    @property
+    def info(self) -> sensor_parts.PartInfo:
+        found = sensor_parts.part_info(self.part)
+        if found is None:  # refused when the profile is loaded
+            raise KeyError(f"unknown sensor part {self.part!r}")
+        return found
+
+    def option(self, name: str) -> int | float | bool | str:
+        """The device's setting, else the part's default."""
+        if name in self.options:
+            return self.options[name]
+        found = self.info.option(name)
+        if found is None:
+            raise KeyError(f"part {self.part!r} has no option {name!r}")
+        return found.default
+
+    @property
+    def location(self) -> str:
+        """Where it is wired, in words: `at 0x48 on I2C bus 1`."""
+        if self.form == "i2c":
+            return f"at 0x{self.address or 0:02x} on I2C bus {self.bus}"
+        if self.form == "spi":
+            return f"on SPI {self.bus}.{self.chip_select}"
+        if self.form == "onewire":
+            return f"on 1-Wire as {self.w1_id}"
+        return f"on channel {self.channel} of {self.adc!r}"
+
+
+@dataclass
+class OneWireSection:
+    # Where the kernel's w1 driver lists its devices; a simulated board uses a tree in its state dir.
+    root: str = "/sys/bus/w1/devices"
+
+
 @dataclass
 class ProfileSchema:
     board: BoardSection
@@ -232,6 +311,8 @@ class ProfileSchema:
     probe: ProbeGrant | None = None
     esp32: ESP32Grant | None = None
     serial: list[SerialPortGrant] = field(default_factory=list)
+    devices: list[DeviceSpec] = field(default_factory=list)
+    onewire: OneWireSection = field(default_factory=OneWireSection)
 
 
 def _in_ranges(address: int, ranges: list[AddressRange | int]) -> bool:
@@ -293,6 +374,16 @@ class BoardProfile:
     def memory_region_at(self, address: int, length: int) -> MemoryRegionGrant | None:
         """The region holding all of [address, address+length), if one does."""
         return region_holding(self._spec.memory, address, length)
+
+    @property
+    def devices(self) -> list[DeviceSpec]:
+        return self._spec.devices
+
+    def device(self, name: str) -> DeviceSpec | None:
+        return next((d for d in self._spec.devices if d.name == name), None)
+
+    def i2c_devices_at(self, bus: int, address: int) -> list[DeviceSpec]:
+        return [d for d in self._spec.devices if d.form == "i2c" and (d.bus, d.address) == (bus, address)]
 
     @property
     def _spec(self) -> ProfileSchema:
@@ -428,6 +519,113 @@ def _check_profile(spec: ProfileSchema, source: str) -> list[ConfigError]:
         for i, a in enumerate(e.adc):
             if a.pin not in esp32_fw.ADC1_PINS:
                 fail(f"esp32.adc[{i}].pin", f"expected an ADC1 pin (32-39), got {a.pin}")
+    errors.extend(_check_devices(spec, source))
+    return errors
+
+
+def _check_devices(spec: ProfileSchema, source: str) -> list[ConfigError]:
+    """Each [[devices]] entry: a known part, in the form that part takes, wired where the profile grants."""
+    errors: list[ConfigError] = []
+    names: dict[str, DeviceSpec] = {}
+    places: dict[tuple[Any, ...], str] = {}
+
+    def fail(key: str, problem: str) -> None:
+        errors.append(ConfigError(source, key, problem))
+
+    for i, d in enumerate(spec.devices):
+        key = f"devices[{i}]"
+        if (
+            not d.name
+            or len(d.name) > DEVICE_NAME_MAX
+            or not d.name.isprintable()
+            or d.name != d.name.strip()
+        ):
+            fail(
+                f"{key}.name", f"expected a name of 1-{DEVICE_NAME_MAX} printable characters, got {d.name!r}"
+            )
+        elif d.name in names:
+            fail(f"{key}.name", f"device name {d.name!r} is used twice")
+        names.setdefault(d.name, d)
+        before = len(errors)
+        info = sensor_parts.part_info(d.part)
+        if info is None:
+            fail(f"{key}.part", f"unknown part {d.part!r} (known: {', '.join(sorted(sensor_parts.PARTS))})")
+            continue
+        given = [k for k in _FORM_MARKERS if getattr(d, k) not in (None, "")]
+        needed = DEVICE_FORM_KEYS[info.interface]
+        if len(given) > 1:
+            fail(key, f"expected one of address, chip_select, w1_id or adc, got {' and '.join(given)}")
+            continue
+        if not given or _FORM_MARKERS[given[0]] != info.interface:
+            fail(key, f"part {d.part!r} is reached over {info.interface}: expected {' and '.join(needed)}")
+            continue
+        allowed = {*needed, "part", "name", "options"}
+        for extra in ("bus", "channel"):
+            if getattr(d, extra) is not None and extra not in allowed:
+                fail(
+                    f"{key}.{extra}", f"not used by the {info.interface} form (expected {', '.join(needed)})"
+                )
+        for k in needed:
+            if getattr(d, k) in (None, ""):
+                fail(f"{key}.{k}", f"required for part {d.part!r}")
+        for option, value in d.options.items():
+            known = info.option(option)
+            if known is None:
+                offered = ", ".join(o.name for o in info.options) or "none"
+                fail(
+                    f"{key}.options.{option}", f"part {d.part!r} has no such option (its options: {offered})"
+                )
+            elif (problem := known.problem(value)) is not None:
+                fail(f"{key}.options.{option}", problem)
+        if len(errors) > before:
+            continue  # the wiring checks below assume the form's keys are there and well typed
+        place: tuple[Any, ...]
+        if info.interface == "i2c":
+            assert d.bus is not None and d.address is not None
+            if not any(g.bus == d.bus for g in spec.i2c):
+                fail(f"{key}.bus", f"I2C bus {d.bus} is not granted by this profile (add an [[i2c]] entry)")
+            if d.address not in info.addresses:
+                fail(
+                    f"{key}.address",
+                    f"a {d.part} answers at {format_ranges(list(info.addresses))}, not 0x{d.address:02x}",
+                )
+            place = ("i2c", d.bus, d.address)
+        elif info.interface == "spi":
+            if not any((s.bus, s.chip_select) == (d.bus, d.chip_select) for s in spec.spi):
+                fail(
+                    key, f"SPI {d.bus}.{d.chip_select} is not granted by this profile (add an [[spi]] entry)"
+                )
+            place = ("spi", d.bus, d.chip_select)
+        elif info.interface == "onewire":
+            if not W1_ID_PATTERN.match(d.w1_id):
+                fail(f"{key}.w1_id", f"expected a 1-Wire id such as '28-00000a1b2c3d', got {d.w1_id!r}")
+            elif info.onewire_family is not None and int(d.w1_id[:2], 16) != info.onewire_family:
+                fail(
+                    f"{key}.w1_id",
+                    f"a {d.part}'s ids start with {info.onewire_family:02x}-, got {d.w1_id!r}",
+                )
+            place = ("onewire", d.w1_id)
+        else:
+            place = ("adc", d.adc, d.channel)
+        if place in places:
+            fail(key, f"{d.location} is already declared as {places[place]!r}")
+        places.setdefault(place, d.name)
+    # ADC channels refer to other devices by name: checked once every name is known.
+    for i, d in enumerate(spec.devices):
+        info = sensor_parts.part_info(d.part)
+        if info is None or info.interface != "adc" or not d.adc or d.channel is None:
+            continue
+        adc = names.get(d.adc)
+        adc_info = sensor_parts.part_info(adc.part) if adc is not None else None
+        if adc is None or adc_info is None:
+            fail(f"devices[{i}].adc", f"expected the name of a declared ADC device, got {d.adc!r}")
+        elif adc_info.channels == 0:
+            fail(f"devices[{i}].adc", f"device {d.adc!r} is a {adc.part}, not an ADC")
+        elif not 0 <= d.channel < adc_info.channels:
+            fail(
+                f"devices[{i}].channel",
+                f"a {adc.part} has channels 0-{adc_info.channels - 1}, got {d.channel}",
+            )
     return errors
 
 
@@ -556,6 +754,16 @@ def resolve(name: str, source: str = "board") -> BoardProfile:
     return fallback
 
 
+def describe_device(device: DeviceSpec) -> str:
+    """`tmp102 at 0x48 on I2C bus 1, measures temperature (°C)`."""
+    info = sensor_parts.part_info(device.part)
+    measures = info.measures_text if info is not None else "?"
+    if device.part == "analog":
+        measures = f"{device.option('quantity')} ({device.option('unit')})"
+    options = "".join(f", {k} = {v!r}" for k, v in device.options.items())
+    return f"{device.part} {device.location}, measures {measures}{options}"
+
+
 def describe_grants(profile: BoardProfile) -> list[str]:
     """What a profile lets the tools touch, one line per grant, in plain words."""
     spec = profile._spec
@@ -617,6 +825,8 @@ def describe_grants(profile: BoardProfile) -> list[str]:
             )
     for s in spec.serial:
         lines.append(f"serial {s.path}" + (f" ({s.name})" if s.name else ""))
+    for d in spec.devices:
+        lines.append(f"device {d.name!r}: {describe_device(d)}")
     if not lines:
         lines.append("nothing: no buses, pins, memory regions, probe or bridge")
     return lines

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import errno
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Generic, TypeVar
 
 from edgeclaw.errors import BackendError
@@ -116,6 +117,19 @@ class BusGate(Generic[D]):
                     if hold_s > 0:
                         await asyncio.sleep(hold_s)
                     return result
+        except TimeoutError:
+            raise BusTimeout(f"{self.label}: no answer within {limit:g} s") from None
+
+    @asynccontextmanager
+    async def held(self, timeout_s: float | None = None) -> AsyncIterator[None]:
+        """The bus for several steps at once (a sensor's command, its conversion time, the read),
+        so no other caller's transaction lands between them: the lock held throughout, waiting
+        for it and every step under one deadline. Each step inside goes through `call`."""
+        limit = timeout_s or self.timeout_s
+        try:
+            async with asyncio.timeout(limit):
+                async with self.lock:
+                    yield
         except TimeoutError:
             raise BusTimeout(f"{self.label}: no answer within {limit:g} s") from None
 

@@ -12,11 +12,12 @@ acknowledged at 0x48 on bus 1".
 from __future__ import annotations
 
 import errno
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
-from edgeclaw.backends.base import BusGate, missing_library, open_error
+from edgeclaw.backends.base import BusGate, BusTimeout, missing_library, open_error
 from edgeclaw.errors import BackendError
 
 # The 7-bit addresses a device may have. The I2C specification (UM10204 table 4) reserves 0000xxx
@@ -44,6 +45,7 @@ class I2CDriver(Protocol):
     def read_byte_data(self, address: int, register: int) -> int: ...
     def read_word_data(self, address: int, register: int) -> int: ...
     def read_block(self, address: int, register: bytes, length: int) -> bytes: ...
+    def read_bytes(self, address: int, length: int) -> bytes: ...  # one read message, no register
     def write_byte_data(self, address: int, register: int, value: int) -> None: ...
     def write_word_data(self, address: int, register: int, value: int) -> None: ...
     def write_block(self, address: int, data: bytes) -> None: ...
@@ -131,6 +133,11 @@ class SMBus2Driver:
         self._bus.i2c_rdwr(write, read)
         return bytes(read)
 
+    def read_bytes(self, address: int, length: int) -> bytes:
+        read = self._smbus2.i2c_msg.read(address, length)
+        self._bus.i2c_rdwr(read)
+        return bytes(read)
+
     def write_byte_data(self, address: int, register: int, value: int) -> None:
         self._bus.write_byte_data(address, register, value)
 
@@ -147,16 +154,20 @@ class SMBus2Driver:
         self._bus.close()
 
 
+class I2CNoAcknowledge(BackendError):
+    """Nobody acknowledged the address (or a byte): the device is absent, unpowered or busy."""
+
+
 def describe_i2c_error(number: int, e: OSError, address: int | None) -> BackendError:
     """The kernel's errno in plain words, naming the bus and the address."""
     at = f" at 0x{address:02x}" if address is not None else ""
     code = e.errno
     if code in (errno.EREMOTEIO, errno.ENXIO):
-        return BackendError(f"no device acknowledged{at} on bus {number}")
+        return I2CNoAcknowledge(f"no device acknowledged{at} on bus {number}")
     if code == errno.EIO:
-        return BackendError(f"I/O error{at} on bus {number} (no acknowledgement, or a noisy bus)")
+        return I2CNoAcknowledge(f"I/O error{at} on bus {number} (no acknowledgement, or a noisy bus)")
     if code == errno.ETIMEDOUT:
-        return BackendError(f"bus {number} timed out{at} (is SDA or SCL held low?)")
+        return BusTimeout(f"bus {number} timed out{at} (is SDA or SCL held low?)")
     if code == errno.EBUSY:
         what = f"0x{address:02x}" if address is not None else "the address"
         return BackendError(f"{what} on bus {number} is in use by a kernel driver")
@@ -212,8 +223,37 @@ class I2CBus:
     async def write_block(self, address: int, data: bytes, *, settle_s: float = 0) -> None:
         await self._gate.run(_write_block, address, data, hold_s=settle_s)
 
+    @asynccontextmanager
+    async def transaction(self, timeout_s: float | None = None) -> AsyncIterator[I2CTransaction]:
+        """Several transfers with the bus held between them (a command, a wait, its answer), all
+        under one deadline: `async with bus.transaction() as t: await t.write(...)`."""
+        async with self._gate.held(timeout_s):
+            yield I2CTransaction(self._gate)
+
     def close(self) -> None:
         self._gate.close()
+
+
+class I2CTransaction:
+    """The transfers of one `I2CBus.transaction`, made while it holds the bus."""
+
+    def __init__(self, gate: BusGate[I2CDriver]) -> None:
+        self._gate = gate
+
+    async def write(self, address: int, data: bytes) -> None:
+        """One write message: `data` after the address byte (a command, or a register and values)."""
+        await self._gate.call(_write_block, address, data)
+
+    async def read(self, address: int, length: int) -> bytes:
+        """One read message of `length` bytes, no register sent first."""
+        return await self._gate.call(_read_bytes, address, length)
+
+    async def read_register(self, address: int, register: bytes, length: int) -> bytes:
+        """Write the register address, then read `length` bytes after a repeated start."""
+        return await self._gate.call(_read_block, address, register, length)
+
+    async def read_word_data(self, address: int, register: int) -> int:
+        return await self._gate.call(_read_word_data, address, register)
 
 
 # Module-level functions rather than lambdas: the gate calls fn(driver, *args), and these cost
@@ -232,6 +272,10 @@ def _read_word_data(d: I2CDriver, a: int, r: int) -> int:
 
 def _read_block(d: I2CDriver, a: int, r: bytes, n: int) -> bytes:
     return d.read_block(a, r, n)
+
+
+def _read_bytes(d: I2CDriver, a: int, n: int) -> bytes:
+    return d.read_bytes(a, n)
 
 
 def _write_byte_data(d: I2CDriver, a: int, r: int, v: int) -> None:

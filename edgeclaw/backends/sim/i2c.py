@@ -6,13 +6,24 @@ bytes clocked out). Every SMBus transaction is composed from those exactly
 as it appears on the wire, so a device model only has to follow its
 datasheet. An address nobody answers, or a device that does not acknowledge
 (an EEPROM busy with its write cycle), raises EREMOTEIO like i2c-dev does.
+
+Faults a real bus has can be injected per address (`SimI2CBus.inject`), so a
+driver's handling of them is tested on the same path as its readings: "nack"
+(the device stops acknowledging), "timeout" (the adapter gives up: ETIMEDOUT,
+SCL held low), "hang" (the transfer never returns until `release()`d — the
+deadline's case; only meaningful on a threaded bus) and "corrupt" (every read
+comes back with one bit flipped, which a CRC must catch).
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import threading
 from abc import ABC, abstractmethod
+from typing import Literal
+
+Fault = Literal["nack", "timeout", "hang", "corrupt"]
 
 
 class SimI2CDevice(ABC):
@@ -41,12 +52,37 @@ class SimI2CBus:
     def __init__(self, number: int, devices: dict[int, SimI2CDevice]) -> None:
         self.number = number
         self.devices = devices
+        self.faults: dict[int, Fault] = {}
+        self._released = threading.Event()
+
+    def inject(self, address: int, fault: Fault | None) -> None:
+        """Make transfers to `address` fail as `fault` does from now on (None: heal it)."""
+        if fault is None:
+            self.faults.pop(address, None)
+        else:
+            self.faults[address] = fault
+            self._released.clear()
+
+    def release(self) -> None:
+        """Let hung transfers return (as a NACK, as a bus recovered by the adapter would)."""
+        self._released.set()
 
     def _target(self, address: int) -> SimI2CDevice:
+        fault = self.faults.get(address)
+        if fault == "hang":
+            self._released.wait()
+            raise _nack(address)
+        if fault == "timeout":
+            raise OSError(errno.ETIMEDOUT, os.strerror(errno.ETIMEDOUT), f"0x{address:02x}")
         device = self.devices.get(address)
-        if device is None or not device.acks():
+        if device is None or not device.acks() or fault == "nack":
             raise _nack(address)
         return device
+
+    def _received(self, address: int, data: bytes) -> bytes:
+        if self.faults.get(address) == "corrupt" and data:
+            return bytes((data[0] ^ 0x01, *data[1:]))  # the lowest bit of the first byte
+        return data
 
     def supports_quick(self) -> bool:
         return True
@@ -55,23 +91,27 @@ class SimI2CBus:
         self._target(address).write(b"")
 
     def read_byte(self, address: int) -> int:
-        return self._target(address).read(1)[0]
+        return self._received(address, self._target(address).read(1))[0]
 
     def read_byte_data(self, address: int, register: int) -> int:
         device = self._target(address)
         device.write(bytes((register,)))
-        return self._target(address).read(1)[0]  # repeated start: the address is sent again
+        # repeated start: the address is sent again
+        return self._received(address, self._target(address).read(1))[0]
 
     def read_word_data(self, address: int, register: int) -> int:
         device = self._target(address)
         device.write(bytes((register,)))
-        low, high = self._target(address).read(2)
+        low, high = self._received(address, self._target(address).read(2))
         return low | high << 8  # SMBus words are sent low byte first
 
     def read_block(self, address: int, register: bytes, length: int) -> bytes:
         device = self._target(address)
         device.write(register)
-        return self._target(address).read(length)
+        return self._received(address, self._target(address).read(length))
+
+    def read_bytes(self, address: int, length: int) -> bytes:
+        return self._received(address, self._target(address).read(length))
 
     def write_byte_data(self, address: int, register: int, value: int) -> None:
         self._target(address).write(bytes((register, value)))
@@ -87,7 +127,7 @@ class SimI2CBus:
         self._target(address).write(data)
 
     def read_message(self, address: int, length: int) -> bytes:
-        return self._target(address).read(length)
+        return self._received(address, self._target(address).read(length))
 
     def close(self) -> None:
         for device in self.devices.values():

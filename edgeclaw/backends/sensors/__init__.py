@@ -1,0 +1,1 @@
+"""Sensor drivers: the board profile's `[[devices]]` read in engineering units (see `base.py`)."""

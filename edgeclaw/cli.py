@@ -121,6 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
     mserve = mcp_sub.add_parser("serve", help="serve the tools to one MCP client on stdin/stdout")
     _common(mserve)
 
+    fleet = sub.add_parser("fleet", help="the fleet page: a web view of the devices on a broker")
+    fleet_sub = fleet.add_subparsers(dest="fleet_command", metavar="SUBCOMMAND", required=True)
+    fserve = fleet_sub.add_parser("serve", help="serve the fleet page (runs until stopped)")
+    _common(fserve, board=False)
+    fserve.add_argument("--broker", metavar="HOST:PORT", help="the broker (default: [mqtt] host and port)")
+    fserve.add_argument("--listen", metavar="HOST:PORT", help="where to serve (default: fleet_page.listen)")
+
     console = sub.add_parser("console", help="the serial console")
     console_sub = console.add_subparsers(dest="console_command", metavar="SUBCOMMAND", required=True)
     hash_pin = console_sub.add_parser(
@@ -403,7 +410,16 @@ def cmd_tools_list(args: argparse.Namespace) -> int:
     else:
         infos = runtime.registry.infos(ctx)
     if args.json:
-        print(json.dumps([{"name": i.name, "group": i.group, "description": i.description} for i in infos]))
+        # With each tool's JSON schema, so a client can build a form for it (the fleet page does).
+        print(
+            json.dumps(
+                [
+                    {"name": i.name, "group": i.group, "description": i.description, "parameters": p}
+                    for i in infos
+                    for p in [i.parameters]
+                ]
+            )
+        )
         return EXIT_OK
     width = max((len(i.name) for i in infos), default=4)
     for info in infos:
@@ -867,6 +883,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return EXIT_TOOL_ERROR if any(f.level == "FAIL" for f in findings) else EXIT_OK
 
 
+def cmd_fleet(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from edgeclaw.fleetpage.service import serve
+
+    asyncio.run(serve(_load(args), broker=args.broker, listen=args.listen))
+    return EXIT_OK
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": cmd_run,
     "chat": cmd_chat,
@@ -881,6 +906,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "memory": cmd_memory,
     "cron": cmd_cron,
     "mcp": cmd_mcp,
+    "fleet": cmd_fleet,
 }
 
 

@@ -84,6 +84,7 @@ LAYERS = {
     "edgeclaw.__main__": 6,
     "edgeclaw.daemon": 5,
     "edgeclaw.fleet": 5,
+    "edgeclaw.fleetpage": 5,  # `edgeclaw fleet serve`: a process of its own, beside the daemon
     "edgeclaw.channels": 4,
     "edgeclaw.agent": 3,
     "edgeclaw.tools": 2,

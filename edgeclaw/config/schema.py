@@ -555,6 +555,26 @@ class SparkplugConfig:
 
 
 @dataclass
+class FleetPageConfig:
+    """[fleet_page]: `edgeclaw fleet serve`, the fleet's web page (docs/fleet.md#the-fleet-page)."""
+
+    listen: str = "127.0.0.1:8088"  # HOST:PORT; loopback by default (TLS through a reverse proxy)
+    # Who may log in: a password hash (`edgeclaw console hash-pin`), inline or in a file, and/or a token.
+    login_hash: str = ""
+    login_hash_file: str = ""
+    token_file: str = ""  # a file holding a token taken at the login form and as `Authorization: Bearer`
+    session_ttl_s: float = 3600.0  # a browser session ends this long after its login
+    max_sessions: int = 64  # sessions at once; the oldest ends first
+    max_login_failures: int = 5  # wrong entries in a row before the lockout
+    lockout_s: float = 300.0
+    history_s: float = 3600.0  # each device's health kept this long for the charts
+    max_devices: int = 2000  # devices remembered; more are ignored (and logged once)
+    max_events: int = 500  # events kept for the page, all devices together
+    call_timeout_s: float = 150.0  # a call waits this long for its answer (approvals take time)
+    broadcast_wait_s: float = 10.0  # a broadcast collects answers this long at most
+
+
+@dataclass
 class Config:
     device_id: str = ""  # empty = the hostname
     board: str = "auto"  # a profile name, a path to a profile file, or "auto"
@@ -578,5 +598,6 @@ class Config:
     notify: NotifyConfig = field(default_factory=NotifyConfig)
     mcp: McpConfig = field(default_factory=McpConfig)
     sparkplug: SparkplugConfig = field(default_factory=SparkplugConfig)
+    fleet_page: FleetPageConfig = field(default_factory=FleetPageConfig)
     # Where it came from, for messages; not a TOML key.
     _source: str = "<defaults>"

@@ -1,0 +1,224 @@
+"""The fleet page's side of the broker: what it reads into the window, and the commands it sends.
+
+One connection (clean start: nothing of the page's is kept on the broker) reads
+the devices' `status`, `health`, `events` and `approval/request` into the
+`FleetWindow`, and the answers to the page's own commands:
+
+- a tool call or a chat message to one device goes to its `tool/call` or
+  `chat/in` with the MQTT 5 Response Topic `reply/{dev}/fleetpage/{server}` (the
+  space docs/mqtt.md's ACL lets each device write) and random Correlation Data,
+  signed with the command key the server holds (unsigned without one);
+- an approval decision goes to `approval/response`, signed with the approver
+  key (refused here, before anything is published, without one);
+- a broadcast goes to `{prefix}/_all/tool/call` or `_group/{group}/tool/call`
+  with the Response Topic `reply/fleetpage/{server}/broadcast`, and collects
+  every device's answer until all online devices (of the group) have answered
+  or the wait ends.
+
+Answers are matched by their Correlation Data, which only the server knows; each
+request also expires on the broker when the wait for it ends, so a device that
+comes back later does not run a command nobody waits for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiomqtt
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from edgeclaw.channels.mqtt.connection import Connection, ConnectionSettings, PublishFailed
+from edgeclaw.channels.mqtt.signing import USER_PROPERTY, mac
+from edgeclaw.fleetpage.window import FleetWindow, Update
+
+log = logging.getLogger("edgeclaw.fleetpage")
+
+MAX_WAITING = 256  # commands waiting for answers at once
+MAX_ANSWER_BYTES = 256 * 1024
+REPLY_ROOT = "reply"
+DECISIONS = ("allow-once", "allow-always", "deny")
+
+
+class CommandRefused(Exception):
+    """A command the server does not send: the reason is for the page's user."""
+
+
+@dataclass
+class _Waiting:
+    device: str  # "" for a broadcast
+    answers: list[dict[str, Any]] = field(default_factory=list)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    expect: set[str] = field(default_factory=set)  # a broadcast's devices still to answer
+
+
+class FleetBroker:
+    def __init__(
+        self,
+        settings: ConnectionSettings,
+        window: FleetWindow,
+        *,
+        command_secret: str = "",
+        approver_secret: str = "",
+        on_update: Callable[[list[Update]], None] = lambda updates: None,
+        server_id: str = "",
+    ) -> None:
+        self.window = window
+        self.prefix = window.prefix
+        self.server_id = server_id or secrets.token_hex(6)
+        self._command_key = command_secret.encode("utf-8")
+        self._approver_key = approver_secret.encode("utf-8")
+        self.on_update = on_update
+        self.reply_filter = f"{REPLY_ROOT}/+/fleetpage/{self.server_id}"
+        self.broadcast_reply = f"{REPLY_ROOT}/fleetpage/{self.server_id}/broadcast"
+        subscriptions = (*window.subscriptions, self.reply_filter, self.broadcast_reply)
+        self.connection = Connection(
+            dataclasses.replace(settings, subscriptions=subscriptions, clean_start=True, session_expiry_s=0),
+            self._message,
+        )
+        self._waiting: dict[bytes, _Waiting] = {}
+
+    @property
+    def approvals_enabled(self) -> bool:
+        return bool(self._approver_key)
+
+    @property
+    def signing(self) -> bool:
+        return bool(self._command_key)
+
+    # -- inbound ------------------------------------------------------------------
+    def _message(self, message: aiomqtt.Message) -> None:
+        topic = message.topic.value
+        payload = message.payload if isinstance(message.payload, bytes) else str(message.payload).encode()
+        if topic.startswith(REPLY_ROOT + "/"):
+            self._answer(topic, payload, message.properties)
+            return
+        updates = self.window.take(topic, payload)
+        if updates:
+            self.on_update(updates)
+
+    def _answer(self, topic: str, payload: bytes, properties: Properties | None) -> None:
+        correlation = getattr(properties, "CorrelationData", None) if properties is not None else None
+        waiting = self._waiting.get(correlation) if isinstance(correlation, bytes) else None
+        if waiting is None or len(payload) > MAX_ANSWER_BYTES:
+            return
+        try:
+            answer = json.loads(payload)
+        except (ValueError, UnicodeDecodeError):
+            return
+        if not isinstance(answer, dict):
+            return
+        if waiting.device:
+            # Only from under the called device's own level (`reply/{dev}/...`), which the ACL of
+            # docs/mqtt.md lets no other device write.
+            if topic != f"{REPLY_ROOT}/{waiting.device}/fleetpage/{self.server_id}":
+                return
+            waiting.answers.append(answer)
+            waiting.done.set()
+            return
+        device = answer.get("device")
+        if isinstance(device, str) and all(a.get("device") != device for a in waiting.answers):
+            waiting.answers.append(answer)
+            waiting.expect.discard(device)
+            if not waiting.expect:
+                waiting.done.set()
+
+    # -- commands -------------------------------------------------------------------
+    async def call(self, device: str, tool: str, args: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        request = {"id": _request_id(), "tool": tool, "args": args, "sender": "fleetpage"}
+        return await self._one(device, "tool/call", request, self._command_key, timeout_s)
+
+    async def chat(self, device: str, text: str, session: str, timeout_s: float) -> dict[str, Any]:
+        request = {"id": _request_id(), "text": text, "session": session, "sender": "fleetpage"}
+        return await self._one(device, "chat/in", request, self._command_key, timeout_s)
+
+    async def decide(self, device: str, question_id: str, decision: str, timeout_s: float) -> dict[str, Any]:
+        if decision not in DECISIONS:
+            raise CommandRefused(f"decision must be one of {', '.join(DECISIONS)}, got {decision!r}")
+        if not self._approver_key:
+            raise CommandRefused(
+                "this fleet page holds no approver key (mqtt.approver_secret_env or approver_secret_file): "
+                "it cannot approve"
+            )
+        request = {"id": question_id, "decision": decision}
+        answer = await self._one(device, "approval/response", request, self._approver_key, timeout_s)
+        if answer.get("ok"):
+            self.window.decided(device, question_id)
+        return answer
+
+    async def broadcast(
+        self, group: str, tool: str, args: dict[str, Any], wait_s: float
+    ) -> tuple[list[dict[str, Any]], list[str]]:
+        """Every answer within `wait_s`, and the devices online then that did not answer."""
+        expect = set(self.window.online(group))
+        base = f"{self.prefix}/_group/{group}" if group else f"{self.prefix}/_all"
+        request = {"id": _request_id(), "tool": tool, "args": args, "sender": "fleetpage"}
+        waiting = _Waiting("", expect=set(expect))
+        await self._send(
+            f"{base}/tool/call", request, self._command_key, self.broadcast_reply, waiting, wait_s
+        )
+        return waiting.answers, sorted(waiting.expect)
+
+    async def _one(
+        self, device: str, what: str, request: dict[str, Any], key: bytes, timeout_s: float
+    ) -> dict[str, Any]:
+        if device not in self.window.devices:
+            raise CommandRefused(f"no device {device!r} on the broker")
+        reply = f"{REPLY_ROOT}/{device}/fleetpage/{self.server_id}"
+        waiting = _Waiting(device)
+        await self._send(f"{self.prefix}/{device}/{what}", request, key, reply, waiting, timeout_s)
+        if not waiting.answers:
+            raise TimeoutError(
+                f"{device} did not answer within {timeout_s:g} s (offline, busy or not listening)"
+            )
+        return waiting.answers[0]
+
+    async def _send(
+        self,
+        topic: str,
+        request: dict[str, Any],
+        key: bytes,
+        reply: str,
+        waiting: _Waiting,
+        wait_s: float,
+    ) -> None:
+        if len(self._waiting) >= MAX_WAITING:
+            raise CommandRefused(f"{MAX_WAITING} commands are already waiting for answers: try again shortly")
+        correlation = secrets.token_bytes(16)
+        body = json.dumps({**request, "ts": round(time.time(), 3)}, separators=(",", ":")).encode()
+        props = Properties(PacketTypes.PUBLISH)
+        props.ResponseTopic = reply
+        props.CorrelationData = correlation
+        props.MessageExpiryInterval = max(1, int(wait_s))  # nobody waits for it after that
+        if key:
+            props.UserProperty = (USER_PROPERTY, mac(key, topic, body, reply, correlation))
+        self._waiting[correlation] = waiting
+        try:
+            try:
+                await self.connection.publish(topic, body, properties=props)
+            except PublishFailed as e:
+                raise CommandRefused(f"not sent: {e}") from None
+            if waiting.device or waiting.expect:
+                try:
+                    async with asyncio.timeout(wait_s):
+                        await waiting.done.wait()
+                except TimeoutError:
+                    pass
+        finally:
+            del self._waiting[correlation]
+
+    # -- lifecycle ---------------------------------------------------------------------
+    async def run(self) -> None:
+        await self.connection.run()
+
+
+def _request_id() -> str:
+    return "fp-" + secrets.token_hex(8)

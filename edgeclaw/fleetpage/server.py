@@ -1,0 +1,366 @@
+"""The fleet page's HTTP side: the page, its event stream, and the commands it POSTs.
+
+Routes (every one but the login form and its static files needs a session):
+
+- `GET /login`, `POST /login` (form field `secret`: the password or the token),
+  `POST /logout`; `GET /` the page, `GET /static/NAME` its files;
+- `GET /api/session` (the session's CSRF token), `GET /api/state` (the table,
+  events and approvals), `GET /api/device/NAME`, `GET /api/tools` (the tool
+  catalog with JSON schemas), `GET /api/stream` (Server-Sent Events: a
+  `snapshot`, then `device`, `health`, `event`, `approval`, `approval_done`,
+  `gone`);
+- `POST /api/call`, `/api/chat`, `/api/approve`, `/api/broadcast` (JSON bodies).
+
+A POST made with the session cookie must carry the session's CSRF token in
+`X-CSRF-Token`, and one whose `Origin` (or `Sec-Fetch-Site`) says it comes from
+another site is refused whatever it carries. Scripts may send
+`Authorization: Bearer TOKEN` instead of a cookie (no CSRF token then: a
+browser never adds that header by itself). Every response forbids framing and
+anything but the page's own scripts and styles (Content-Security-Policy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import mimetypes
+from collections.abc import Awaitable, Callable
+from http.cookies import CookieError, SimpleCookie
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from edgeclaw.channels.mcp.httpd import Exchange, Request
+from edgeclaw.fleetpage.access import Access, LockedOut, Session
+from edgeclaw.fleetpage.broker import CommandRefused, FleetBroker
+from edgeclaw.fleetpage.window import FleetWindow, Update
+
+log = logging.getLogger("edgeclaw.fleetpage")
+
+STATIC = Path(__file__).resolve().parent / "static"
+COOKIE = "edgeclaw_fleet"
+STREAM_QUEUE = 2000  # updates waiting for one browser; a browser that falls further behind is dropped
+HEARTBEAT_S = 15.0
+MAX_STREAMS = 32
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+}
+NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+class _Refusal(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class FleetPage:
+    """The request handler for `HttpServer`, and the fan-out of updates to the open streams."""
+
+    def __init__(
+        self,
+        window: FleetWindow,
+        broker: FleetBroker,
+        access: Access,
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        call_timeout_s: float = 150.0,
+        broadcast_wait_s: float = 10.0,
+    ) -> None:
+        self.window = window
+        self.broker = broker
+        self.access = access
+        self.tools = tools or []
+        self.call_timeout_s = call_timeout_s
+        self.broadcast_wait_s = broadcast_wait_s
+        self._streams: set[asyncio.Queue[Update | None]] = set()
+        self._routes: dict[tuple[str, str], Callable[[Request, Session | None], Awaitable[Any]]] = {
+            ("GET", "/api/session"): self._session_info,
+            ("GET", "/api/state"): self._state,
+            ("GET", "/api/tools"): self._tools,
+            ("POST", "/api/call"): self._call,
+            ("POST", "/api/chat"): self._chat,
+            ("POST", "/api/approve"): self._approve,
+            ("POST", "/api/broadcast"): self._broadcast,
+        }
+
+    # -- fan-out ------------------------------------------------------------------
+    def publish(self, updates: list[Update]) -> None:
+        for queue in list(self._streams):
+            for update in updates:
+                try:
+                    queue.put_nowait(update)
+                except asyncio.QueueFull:
+                    # Too far behind: end its stream (it reconnects and starts from a snapshot).
+                    self._streams.discard(queue)
+                    with contextlib.suppress(asyncio.QueueEmpty):
+                        queue.get_nowait()
+                    queue.put_nowait(None)
+                    break
+
+    # -- the handler ----------------------------------------------------------------
+    async def __call__(self, request: Request, exchange: Exchange) -> None:
+        try:
+            await self._route(request, exchange)
+        except _Refusal as e:
+            await _json(exchange, e.status, {"ok": False, "error": str(e)})
+
+    async def _route(self, request: Request, exchange: Exchange) -> None:
+        path, method = request.path, request.method
+        if method not in ("GET", "HEAD", "POST"):
+            raise _Refusal(405, f"method {method} is not served here")
+        if path == "/login":
+            if method == "POST":
+                await self._login(request, exchange)
+            else:
+                await self._page(exchange, "login.html")
+            return
+        if path.startswith("/static/"):
+            await self._static(exchange, path[len("/static/") :])
+            return
+        if method == "POST":
+            self._same_origin(request)
+        session = self.access.session(_cookie(request))
+        bearer = self._bearer(request)
+        if path == "/":
+            if session is None:
+                await exchange.respond(303, headers={"Location": "/login", **SECURITY_HEADERS})
+            else:
+                await self._page(exchange, "index.html")
+            return
+        if session is None and not bearer:
+            raise _Refusal(401, "log in first (no session, or it has expired)")
+        csrf = request.header("x-csrf-token")
+        if method == "POST" and session is not None and not bearer and not self.access.csrf_ok(session, csrf):
+            raise _Refusal(403, "missing or wrong CSRF token (X-CSRF-Token): reload the page")
+        if path == "/logout" and method == "POST":
+            if session is not None:
+                self.access.logout(session.id)
+            await exchange.respond(
+                303, headers={"Location": "/login", "Set-Cookie": _clear_cookie(), **SECURITY_HEADERS}
+            )
+            return
+        if path == "/api/stream" and method == "GET":
+            await self._stream(exchange, session)
+            return
+        if path.startswith("/api/device/") and method == "GET":
+            name = unquote(path[len("/api/device/") :])
+            detail = self.window.device(name)
+            if detail is None:
+                raise _Refusal(404, f"no device {name!r} on the broker")
+            await _json(exchange, 200, detail)
+            return
+        route = self._routes.get(("GET" if method == "HEAD" else method, path))
+        if route is None:
+            raise _Refusal(404, f"nothing at {method} {path}")
+        await _json(exchange, 200, await route(request, session))
+
+    def _same_origin(self, request: Request) -> None:
+        origin = request.header("origin")
+        host = request.header("host")
+        if origin and (origin == "null" or urlsplit(origin).netloc != host):
+            raise _Refusal(403, f"a POST from another origin ({origin[:100]}) is refused")
+        if request.header("sec-fetch-site") == "cross-site":
+            raise _Refusal(403, "a cross-site POST is refused")
+
+    def _bearer(self, request: Request) -> bool:
+        scheme, _, value = request.header("authorization").partition(" ")
+        return scheme.lower() == "bearer" and self.access.token_matches(value.strip())
+
+    # -- login ------------------------------------------------------------------------
+    async def _login(self, request: Request, exchange: Exchange) -> None:
+        self._same_origin(request)
+        form = parse_qs(request.body.decode("utf-8", "replace"), max_num_fields=4)
+        entry = (form.get("secret") or [""])[0]
+        try:
+            session = await self.access.login(entry)
+        except LockedOut as e:
+            log.warning("fleet page login refused while locked out")
+            await self._page(exchange, "login.html", status=429, error=str(e))
+            return
+        if session is None:
+            log.warning("fleet page login: wrong password or token")
+            await self._page(exchange, "login.html", status=401, error="wrong password or token")
+            return
+        log.info("fleet page login (%s)", session.who)
+        secure = "; Secure" if request.header("x-forwarded-proto") == "https" else ""
+        cookie = f"{COOKIE}={session.id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={int(self.access.ttl_s)}"
+        cookie += secure
+        await exchange.respond(303, headers={"Location": "/", "Set-Cookie": cookie, **SECURITY_HEADERS})
+
+    # -- pages and files ------------------------------------------------------------------
+    async def _page(self, exchange: Exchange, name: str, *, status: int = 200, error: str = "") -> None:
+        text = (STATIC / name).read_text(encoding="utf-8")
+        if error:
+            text = text.replace("<!--error-->", f'<p class="error" id="login-error">{_escape(error)}</p>')
+        await exchange.respond(
+            status, text.encode(), SECURITY_HEADERS, content_type="text/html; charset=utf-8"
+        )
+
+    async def _static(self, exchange: Exchange, name: str) -> None:
+        # Only the files shipped in static/, by their plain names: no path, no traversal.
+        if not name or set(name) - NAME_CHARS or name.startswith(".") or not (STATIC / name).is_file():
+            raise _Refusal(404, "no such file")
+        kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        if kind.startswith("text/") or kind.endswith("javascript"):
+            kind += "; charset=utf-8"
+        await exchange.respond(200, (STATIC / name).read_bytes(), SECURITY_HEADERS, content_type=kind)
+
+    # -- the API ------------------------------------------------------------------------------
+    async def _session_info(self, request: Request, session: Session | None) -> dict[str, Any]:
+        return {
+            "csrf": session.csrf if session else "",
+            "expires_in_s": round(session.expires - self.access.clock()) if session else None,
+            "approvals": self.broker.approvals_enabled,
+            "signing": self.broker.signing,
+            "connected": self.broker.connection.connected,
+        }
+
+    async def _state(self, request: Request, session: Session | None) -> dict[str, Any]:
+        return self.window.snapshot()
+
+    async def _tools(self, request: Request, session: Session | None) -> list[dict[str, Any]]:
+        return self.tools
+
+    async def _call(self, request: Request, session: Session | None) -> dict[str, Any]:
+        body = _body(request)
+        device, tool = _name(body, "device"), _name(body, "tool")
+        args = body.get("args", {})
+        if not isinstance(args, dict):
+            raise _Refusal(400, "args must be a JSON object")
+        return await self._command(self.broker.call(device, tool, args, self.call_timeout_s))
+
+    async def _chat(self, request: Request, session: Session | None) -> dict[str, Any]:
+        body = _body(request)
+        device, text = _name(body, "device"), body.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise _Refusal(400, "text must be a non-empty string")
+        return await self._command(self.broker.chat(device, text, "fleetpage", self.call_timeout_s))
+
+    async def _approve(self, request: Request, session: Session | None) -> dict[str, Any]:
+        body = _body(request)
+        device, question = _name(body, "device"), body.get("id")
+        if not isinstance(question, str) or not question:
+            raise _Refusal(400, "id (the approval's id) must be a non-empty string")
+        decision = body.get("decision")
+        if not isinstance(decision, str):
+            raise _Refusal(400, "decision must be allow-once, allow-always or deny")
+        return await self._command(self.broker.decide(device, question, decision, 20.0))
+
+    async def _broadcast(self, request: Request, session: Session | None) -> dict[str, Any]:
+        body = _body(request)
+        group = body.get("group", "")
+        if not isinstance(group, str) or (group and set(group) - NAME_CHARS):
+            raise _Refusal(
+                400, "group must be a group name (letters, digits, _ . -) or empty for every device"
+            )
+        tool = _name(body, "tool")
+        args = body.get("args", {})
+        if not isinstance(args, dict):
+            raise _Refusal(400, "args must be a JSON object")
+        wait = body.get("wait_s", self.broadcast_wait_s)
+        if (
+            isinstance(wait, bool)
+            or not isinstance(wait, int | float)
+            or not 0 < wait <= self.broadcast_wait_s
+        ):
+            raise _Refusal(400, f"wait_s must be a number of seconds, at most {self.broadcast_wait_s:g}")
+        try:
+            answers, missing = await self.broker.broadcast(group, tool, args, float(wait))
+        except CommandRefused as e:
+            raise _Refusal(409, str(e)) from None
+        return {"ok": True, "group": group, "answers": answers, "missing": missing}
+
+    async def _command(self, command: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+        try:
+            return {"ok": True, "answer": await command}
+        except CommandRefused as e:
+            raise _Refusal(409, str(e)) from None
+        except TimeoutError as e:
+            raise _Refusal(504, str(e)) from None
+
+    # -- the event stream ------------------------------------------------------------------------
+    async def _stream(self, exchange: Exchange, session: Session | None) -> None:
+        if len(self._streams) >= MAX_STREAMS:
+            raise _Refusal(503, f"{MAX_STREAMS} pages are already open on this server")
+        queue: asyncio.Queue[Update | None] = asyncio.Queue(STREAM_QUEUE)
+        self._streams.add(queue)
+        try:
+            await exchange.stream(200, SECURITY_HEADERS, content_type="text/event-stream")
+            await exchange.send(_sse("snapshot", self.window.snapshot()))
+            while not exchange.closing:
+                try:
+                    async with asyncio.timeout(HEARTBEAT_S):
+                        update = await queue.get()
+                except TimeoutError:
+                    if session is not None and self.access.session(session.id) is None:
+                        return  # the session ended: so does its stream
+                    await exchange.send(b": ping\n\n")
+                    continue
+                if update is None:
+                    return
+                await exchange.send(_sse(*update))
+        except (ConnectionError, TimeoutError):
+            pass
+        finally:
+            self._streams.discard(queue)
+            with contextlib.suppress(Exception):
+                await exchange.end()
+
+
+def _sse(kind: str, data: Any) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def _cookie(request: Request) -> str:
+    header = request.header("cookie")
+    if not header:
+        return ""
+    jar: SimpleCookie = SimpleCookie()
+    try:
+        jar.load(header)
+    except CookieError:
+        return ""
+    morsel = jar.get(COOKIE)
+    return morsel.value if morsel is not None else ""
+
+
+def _clear_cookie() -> str:
+    return f"{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
+
+
+def _body(request: Request) -> dict[str, Any]:
+    if not request.header("content-type").startswith("application/json"):
+        raise _Refusal(415, "send the command as JSON (Content-Type: application/json)")
+    try:
+        body = json.loads(request.body)
+    except (ValueError, UnicodeDecodeError):
+        raise _Refusal(400, "the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise _Refusal(400, "the body must be a JSON object")
+    return body
+
+
+def _name(body: dict[str, Any], key: str) -> str:
+    value = body.get(key)
+    if not isinstance(value, str) or not value or len(value) > 128 or set(value) - NAME_CHARS:
+        raise _Refusal(400, f"{key} must be a name (letters, digits, _ . -), got {value!r:.60}")
+    return value
+
+
+async def _json(exchange: Exchange, status: int, data: Any) -> None:
+    await exchange.respond(
+        status, json.dumps(data).encode(), SECURITY_HEADERS, content_type="application/json"
+    )
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")

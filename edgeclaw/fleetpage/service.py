@@ -1,0 +1,194 @@
+"""`edgeclaw fleet serve`: the fleet page built from the config and run until stopped.
+
+The broker and its credentials come from `[mqtt]` (host, port, user, password,
+TLS, topic prefix; `--broker HOST:PORT` overrides host and port), the keys the
+page signs with from `[mqtt]` too (`hmac_secret_*`: the command key;
+`approver_secret_*`: the approver key), everything else from `[fleet_page]`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from edgeclaw.channels.mcp.httpd import HttpServer
+from edgeclaw.channels.mqtt.connection import ConnectionSettings, TlsSettings
+from edgeclaw.config.pin_hash import PinHash, parse_pin_hash
+from edgeclaw.config.schema import Config
+from edgeclaw.config.secrets import SecretRef, secret_refs
+from edgeclaw.errors import ConfigError
+from edgeclaw.fleetpage.access import Access
+from edgeclaw.fleetpage.broker import FleetBroker
+from edgeclaw.fleetpage.server import FleetPage
+from edgeclaw.fleetpage.window import FleetWindow
+
+log = logging.getLogger("edgeclaw.fleetpage")
+
+CATALOG_TIMEOUT_S = 60.0
+
+
+def host_port(text: str, key: str, source: str) -> tuple[str, int]:
+    """`HOST:PORT` (`[::1]:8088` for IPv6) -> (host, port); ConfigError naming `key` otherwise."""
+    host, sep, port = text.strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(source, key, f"expected HOST:PORT (e.g. 127.0.0.1:8088), got {text!r}")
+    return host, int(port)
+
+
+def _secret(ref: SecretRef | None, source: str) -> str:
+    return ref.resolve(source) if ref is not None else ""
+
+
+def _login_hash(config: Config) -> PinHash | None:
+    fp = config.fleet_page
+    if fp.login_hash and fp.login_hash_file:
+        raise ConfigError(config._source, "fleet_page", "set login_hash or login_hash_file, not both")
+    text, key = fp.login_hash, "fleet_page.login_hash"
+    if fp.login_hash_file:
+        key = "fleet_page.login_hash_file"
+        text = SecretRef(key, file=fp.login_hash_file).resolve(config._source)
+    if not text:
+        return None
+    try:
+        return parse_pin_hash(text.strip())
+    except ValueError as e:
+        raise ConfigError(config._source, key, str(e)) from None
+
+
+def build_access(config: Config) -> Access:
+    fp = config.fleet_page
+    password = _login_hash(config)
+    token = (
+        SecretRef("fleet_page.token_file", file=fp.token_file).resolve(config._source)
+        if fp.token_file
+        else ""
+    )
+    if password is None and not token:
+        raise ConfigError(
+            config._source,
+            "fleet_page",
+            "the fleet page lets nobody in without login_hash (or login_hash_file; make one with "
+            "`edgeclaw console hash-pin`) or token_file",
+        )
+    return Access(
+        password_hash=password,
+        token=token,
+        ttl_s=fp.session_ttl_s,
+        max_sessions=fp.max_sessions,
+        max_failures=fp.max_login_failures,
+        lockout_s=fp.lockout_s,
+    )
+
+
+def connection_settings(config: Config, broker: str | None) -> ConnectionSettings:
+    m = config.mqtt
+    host, port = host_port(broker, "--broker", "command line") if broker else (m.host, m.port)
+    if m.protocol != "5":
+        raise ConfigError(
+            config._source, "mqtt.protocol", "the fleet page needs MQTT 5 (Response Topic, Correlation Data)"
+        )
+    refs = secret_refs(config)
+    tls = TlsSettings(m.tls.ca_file, m.tls.cert_file, m.tls.key_file) if m.tls is not None else None
+    return ConnectionSettings(
+        host=host,
+        port=port,
+        client_id=f"edgeclaw-fleetpage-{secrets.token_hex(4)}",
+        username=m.username,
+        password=_secret(refs.get("mqtt"), config._source),
+        keepalive_s=m.keepalive_s,
+        connect_timeout_s=m.connect_timeout_s,
+        tls=tls,
+    )
+
+
+def tool_catalog() -> list[dict[str, Any]]:
+    """The tools this installation has, with their JSON schemas, for the page's forms.
+
+    Asked of `edgeclaw tools list --json` in a child process with an empty config and a
+    throw-away state directory, so the server itself never loads the tools (or their memory).
+    A device may have more (custom, MCP) or fewer (its policy): the page calls those with a
+    JSON box, and the device decides either way.
+    """
+    with tempfile.TemporaryDirectory(prefix="edgeclaw-fleetpage-") as tmp:
+        config = Path(tmp) / "edgeclaw.toml"
+        config.write_text("")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("EDGECLAW_")}
+        env.update(EDGECLAW_CONFIG=str(config), EDGECLAW_STATE_DIR=str(Path(tmp) / "state"))
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "edgeclaw", "tools", "list", "--json", "--board", "sim"],
+                env=env,
+                capture_output=True,
+                timeout=CATALOG_TIMEOUT_S,
+                check=False,
+            )
+            tools = json.loads(done.stdout) if done.returncode == 0 else None
+        except (OSError, subprocess.TimeoutExpired, ValueError):
+            tools = None
+    if not isinstance(tools, list):
+        log.warning("the tool catalog could not be read: the page's console takes JSON arguments only")
+        return []
+    return [t for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)]
+
+
+async def serve(config: Config, *, broker: str | None = None, listen: str | None = None) -> None:
+    """Run the fleet page until SIGTERM / SIGINT (or cancellation)."""
+    fp = config.fleet_page
+    host, port = host_port(listen or fp.listen, "--listen" if listen else "fleet_page.listen", config._source)
+    access = build_access(config)
+    refs = secret_refs(config)
+    window = FleetWindow(
+        config.mqtt.topic_prefix, history_s=fp.history_s, max_devices=fp.max_devices, max_events=fp.max_events
+    )
+    page: FleetPage | None = None
+    fleet = FleetBroker(
+        connection_settings(config, broker),
+        window,
+        command_secret=_secret(refs.get("mqtt.hmac"), config._source),
+        approver_secret=_secret(refs.get("mqtt.approver"), config._source),
+        on_update=lambda updates: page.publish(updates) if page is not None else None,
+    )
+    tools = await asyncio.to_thread(tool_catalog)
+    page = FleetPage(
+        window,
+        fleet,
+        access,
+        tools=tools,
+        call_timeout_s=fp.call_timeout_s,
+        broadcast_wait_s=fp.broadcast_wait_s,
+    )
+    fleet.connection.open()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    if host not in ("127.0.0.1", "::1", "localhost"):
+        log.warning(
+            "the fleet page listens on %s, not loopback: put a TLS reverse proxy in front of it", host
+        )
+    async with HttpServer(page, host, port, max_body=256 * 1024) as http:
+        runner = asyncio.create_task(fleet.run())
+        where = f"http://{host if ':' not in host else f'[{host}]'}:{http.bound_port}/"
+        log.info(
+            "fleet page on %s (broker %s:%d)",
+            where,
+            fleet.connection.settings.host,
+            fleet.connection.settings.port,
+        )
+        print(f"fleet page on {where}", file=sys.stderr, flush=True)
+        try:
+            await stop.wait()
+        finally:
+            await fleet.connection.stop(runner)

@@ -1,0 +1,400 @@
+// The fleet page: plain JavaScript, no build step, nothing from the internet.
+// Everything a device sends is shown as text (textContent), never as HTML.
+"use strict";
+
+const state = {
+  csrf: "", approvals: false, devices: new Map(), history: new Map(), events: [], pending: new Map(),
+  tools: [], selected: "", sort: { key: "device", desc: false }, filter: "",
+};
+const MAX_EVENTS = 200;
+const $ = (id) => document.getElementById(id);
+
+function el(tag, text, attrs) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+  return node;
+}
+
+async function api(path, body) {
+  const options = body === undefined ? {} : {
+    method: "POST", body: JSON.stringify(body),
+    headers: { "Content-Type": "application/json", "X-CSRF-Token": state.csrf },
+  };
+  const response = await fetch(path, { credentials: "same-origin", ...options });
+  if (response.status === 401) { location.href = "/login"; throw new Error("logged out"); }
+  const data = await response.json();
+  if (!response.ok) throw new Error(data.error || `HTTP ${response.status}`);
+  return data;
+}
+
+// -- the table ---------------------------------------------------------------------------
+function ago(ts) {
+  if (!ts) return "—";
+  const s = Math.max(0, Math.round(Date.now() / 1000 - ts));
+  return s < 90 ? `${s} s ago` : s < 5400 ? `${Math.round(s / 60)} min ago` : `${Math.round(s / 3600)} h ago`;
+}
+function fixed(v, digits) { return v === null || v === undefined ? "—" : Number(v).toFixed(digits); }
+
+const COLUMNS = [
+  ["device", (r) => r.device], ["state", (r) => r.state], ["last_seen", (r) => ago(r.last_seen)],
+  ["version", (r) => r.version || "—"], ["board", (r) => r.board || "—"],
+  ["cpu_temp_c", (r) => fixed(r.cpu_temp_c, 1)], ["load_1m", (r) => fixed(r.load_1m, 2)],
+  ["mem_used_pct", (r) => fixed(r.mem_used_pct, 1)], ["outbox_depth", (r) => fixed(r.outbox_depth, 0)],
+  ["sandbox", (r) => r.sandbox || "—"], ["groups", (r) => (r.groups || []).join(", ")],
+];
+
+function renderTable() {
+  const body = $("devices").querySelector("tbody");
+  const words = state.filter.toLowerCase().split(/\s+/).filter(Boolean);
+  const rows = [...state.devices.values()].filter((r) => {
+    const hay = [r.device, r.state, r.board, r.version, r.sandbox, r.hostname, ...(r.groups || [])]
+      .join(" ").toLowerCase();
+    return words.every((w) => hay.includes(w));
+  });
+  const { key, desc } = state.sort;
+  rows.sort((a, b) => {
+    const x = key === "groups" ? (a.groups || []).join(",") : a[key];
+    const y = key === "groups" ? (b.groups || []).join(",") : b[key];
+    const c = x === y ? 0 : x === null || x === undefined ? 1 : y === null || y === undefined ? -1 : x < y ? -1 : 1;
+    return desc ? -c : c;
+  });
+  body.replaceChildren(...rows.map((r) => {
+    const tr = el("tr", null, { "data-device": r.device, "data-state": r.state });
+    if (r.device === state.selected) tr.classList.add("selected");
+    for (const [name, show] of COLUMNS) {
+      const td = el("td", show(r), { "data-key": name });
+      if (name === "state") td.className = `state-${r.state}`;
+      tr.append(td);
+    }
+    tr.addEventListener("click", () => openDevice(r.device));
+    return tr;
+  }));
+  for (const th of $("devices").querySelectorAll("th")) {
+    th.classList.toggle("sorted", th.dataset.key === key);
+    th.classList.toggle("desc", th.dataset.key === key && desc);
+  }
+  const all = [...state.devices.values()];
+  $("counts").textContent = `${all.filter((r) => r.state === "online").length} online, ` +
+    `${all.filter((r) => r.state !== "online").length} offline`;
+  const groups = new Set(all.flatMap((r) => r.groups || []));
+  const select = $("bc-group");
+  const have = new Set([...select.options].map((o) => o.value));
+  for (const g of [...groups].sort()) if (!have.has(g)) select.append(el("option", `group ${g}`, { value: g }));
+}
+
+// -- events and approvals --------------------------------------------------------------------
+function eventLine(e) {
+  const t = new Date((e.ts || 0) * 1000).toLocaleTimeString();
+  const what = e.kind ? `${e.kind} ${e.decision || e.outcome || e.what || ""}` : `${e.tool} ${e.outcome || ""}`;
+  return `${t} ${e.device} ${what} ${e.caller ? "by " + e.caller : ""}`.trim();
+}
+function renderEvents() {
+  const recent = state.events.slice(-100).reverse();
+  $("events").replaceChildren(...recent.map((e) => el("li", eventLine(e))));
+  if (state.selected) {
+    const mine = state.events.filter((e) => e.device === state.selected).slice(-50).reverse();
+    $("device-events").replaceChildren(...mine.map((e) => el("li", eventLine(e))));
+  }
+}
+
+function renderApprovals() {
+  const now = Date.now() / 1000;
+  for (const [k, q] of state.pending) if (q.expires_at && q.expires_at < now) state.pending.delete(k);
+  $("approvals-count").textContent = String(state.pending.size);
+  $("approvals-off").hidden = state.approvals;
+  $("approval-list").replaceChildren(...[...state.pending.values()].map((q) => {
+    const li = el("li", null, { "data-approval": q.id, "data-device": q.device });
+    li.append(el("strong", `${q.device}: ${q.tool}`), el("code", q.summary || ""));
+    li.append(el("div", `asked by ${q.caller || q.sender || "?"}, expires ${ago(q.expires_at).replace(" ago", "")}`,
+      { class: "note" }));
+    for (const [decision, label] of [["allow-once", "Approve once"], ["allow-always", "Approve always"], ["deny", "Deny"]]) {
+      const b = el("button", label, { type: "button", "data-decision": decision });
+      b.disabled = !state.approvals;
+      b.addEventListener("click", () => decide(q, decision, li));
+      li.append(b);
+    }
+    return li;
+  }));
+}
+
+async function decide(q, decision, li) {
+  for (const b of li.querySelectorAll("button")) b.disabled = true;
+  try {
+    const r = await api("/api/approve", { device: q.device, id: q.id, decision });
+    if (r.answer && r.answer.ok === false) throw new Error(r.answer.error || r.answer.code);
+    state.pending.delete(`${q.device}/${q.id}`);
+    renderApprovals();
+  } catch (err) {
+    li.append(el("p", String(err.message || err), { class: "error" }));
+    for (const b of li.querySelectorAll("button")) b.disabled = false;
+  }
+}
+
+// -- the device view -------------------------------------------------------------------------
+async function openDevice(name) {
+  state.selected = name;
+  $("device").hidden = false;
+  $("device-name").textContent = name;
+  renderTable();
+  try {
+    const detail = await api(`/api/device/${encodeURIComponent(name)}`);
+    state.history.set(name, detail.history);
+    const s = detail.status || {};
+    $("device-facts").textContent = [s.hostname, s.os, s.kernel, s.machine, s.python && `Python ${s.python}`,
+      (s.addresses || []).join(" ")].filter(Boolean).join(" · ");
+  } catch (err) { $("device-facts").textContent = String(err.message || err); }
+  renderCharts();
+  renderEvents();
+  $("device").scrollIntoView({ behavior: "smooth", block: "start" });
+}
+
+const FIGURES = [["cpu_temp_c", "CPU °C", 1], ["load_1m", "load (1 min)", 2], ["mem_used_pct", "memory %", 2]];
+function renderCharts() {
+  const points = (state.history.get(state.selected) || []).filter((p) => p[0] >= Date.now() / 1000 - 3600);
+  const charts = FIGURES.map(([, label], i) => {
+    const values = points.map((p) => [p[0], p[i + 1]]).filter((p) => p[1] !== null && p[1] !== undefined);
+    const box = el("div", null, { class: "chart", "data-figure": FIGURES[i][0] });
+    const last = values.length ? values[values.length - 1][1] : null;
+    box.append(el("div", `${label}: ${last === null ? "—" : Number(last).toFixed(FIGURES[i][2])}`, { class: "label" }));
+    const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+    svg.setAttribute("viewBox", "0 0 300 60");
+    svg.setAttribute("preserveAspectRatio", "none");
+    if (values.length > 1) {
+      const t0 = values[0][0], t1 = values[values.length - 1][0] || t0 + 1;
+      const lo = Math.min(...values.map((v) => v[1])), hi = Math.max(...values.map((v) => v[1]));
+      const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline");
+      line.setAttribute("points", values.map(([t, v]) =>
+        `${((t - t0) / (t1 - t0 || 1) * 300).toFixed(1)},${(56 - (v - lo) / (hi - lo || 1) * 52).toFixed(1)}`).join(" "));
+      svg.append(line);
+    }
+    box.append(svg);
+    return box;
+  });
+  $("charts").replaceChildren(...charts);
+}
+
+// -- forms from the tools' JSON schemas ------------------------------------------------------------
+function toolOptions(select) {
+  select.replaceChildren(...state.tools.map((t) => el("option", t.name, { value: t.name })));
+}
+function schemaOf(name) {
+  const tool = state.tools.find((t) => t.name === name);
+  return tool ? tool.parameters || {} : {};
+}
+function kinds(spec) {
+  if (spec.type) return Array.isArray(spec.type) ? spec.type : [spec.type];
+  return (spec.anyOf || spec.oneOf || []).flatMap(kinds);
+}
+
+function buildForm(container, name, prefix) {
+  const schema = schemaOf(name);
+  const required = new Set(schema.required || []);
+  container.replaceChildren();
+  for (const [key, spec] of Object.entries(schema.properties || {})) {
+    const id = `${prefix}-${key}`;
+    const label = el("label", key, { for: id, title: spec.description || "" });
+    if (required.has(key)) label.classList.add("required");
+    const types = kinds(spec);
+    let input;
+    if (spec.enum) {
+      input = el("select", null, { id });
+      if (!required.has(key)) input.append(el("option", "", { value: "" }));
+      for (const v of spec.enum) input.append(el("option", v, { value: JSON.stringify(v) }));
+      input.dataset.kind = "enum";
+    } else if (types.length === 1 && types[0] === "boolean") {
+      input = el("input", null, { id, type: "checkbox" });
+      input.dataset.kind = "boolean";
+    } else if (types.length === 1 && (types[0] === "integer" || types[0] === "number")) {
+      input = el("input", null, { id, type: "number", step: types[0] === "integer" ? "1" : "any" });
+      input.dataset.kind = "number";
+    } else if (types.length === 1 && types[0] === "string") {
+      input = el("input", null, { id, type: "text", placeholder: spec.description || "" });
+      input.dataset.kind = "string";
+    } else if (types.includes("object") || types.includes("array")) {
+      input = el("textarea", null, { id, rows: "2", placeholder: "JSON" });
+      input.dataset.kind = "json";
+    } else {
+      input = el("input", null, { id, type: "text", placeholder: spec.description || "" });
+      input.dataset.kind = types.includes("integer") || types.includes("number") ? "number-or-text" : "string";
+    }
+    input.dataset.arg = key;
+    container.append(label, input);
+  }
+  if (!Object.keys(schema.properties || {}).length) container.append(el("span", "no arguments", { class: "note" }));
+}
+
+function formArgs(container) {
+  const args = {};
+  for (const input of container.querySelectorAll("[data-arg]")) {
+    const key = input.dataset.arg, kind = input.dataset.kind;
+    if (kind === "boolean") { if (input.checked) args[key] = true; continue; }
+    const text = input.value.trim();
+    if (!text) continue;
+    if (kind === "enum" || kind === "json") args[key] = JSON.parse(text);
+    else if (kind === "number") args[key] = Number(text);
+    else if (kind === "number-or-text") args[key] = /^-?\d+(\.\d+)?$/.test(text) ? Number(text) : text;
+    else args[key] = text;
+  }
+  return args;
+}
+
+function showAnswer(result) {
+  const box = $("answer");
+  const a = result.answer || result;
+  box.classList.toggle("failed", a.ok === false);
+  $("answer-text").textContent = a.ok === false
+    ? `${a.code || "error"}: ${a.error || ""}` : (a.for_user || a.for_llm || a.text || "");
+  $("answer-data").textContent = a.data !== undefined ? JSON.stringify(a.data, null, 2) : "";
+}
+function showError(err) {
+  $("answer").classList.add("failed");
+  $("answer-text").textContent = String(err.message || err);
+  $("answer-data").textContent = "";
+}
+
+async function callTool(event) {
+  event.preventDefault();
+  const tool = $("tool").value;
+  let args;
+  try {
+    const raw = $("raw-args").value.trim();
+    args = raw ? JSON.parse(raw) : formArgs($("tool-args"));
+  } catch (err) { showError(`the arguments are not valid JSON: ${err.message}`); return; }
+  $("answer-text").textContent = `calling ${tool} on ${state.selected}…`;
+  $("answer-data").textContent = "";
+  $("answer").classList.remove("failed");
+  try { showAnswer(await api("/api/call", { device: state.selected, tool, args })); } catch (err) { showError(err); }
+}
+
+async function chat(event) {
+  event.preventDefault();
+  const text = $("chat-text").value;
+  if (!text.trim()) return;
+  $("answer-text").textContent = `sent to ${state.selected}…`;
+  try { showAnswer(await api("/api/chat", { device: state.selected, text })); } catch (err) { showError(err); }
+}
+
+async function readSensors() {
+  const body = $("sensors").querySelector("tbody");
+  body.replaceChildren(el("tr", null)).firstChild.append(el("td", "reading…"));
+  try {
+    const r = await api("/api/call", { device: state.selected, tool: "sensor", args: { action: "read" } });
+    const a = r.answer;
+    if (a.ok === false) throw new Error(`${a.code}: ${a.error}`);
+    const rows = [];
+    const walk = (prefix, value) => {
+      if (value && typeof value === "object" && !Array.isArray(value)) {
+        if ("value" in value && ("unit" in value || "units" in value)) {
+          rows.push([prefix, `${value.value} ${value.unit || value.units}`]); return;
+        }
+        for (const [k, v] of Object.entries(value)) walk(prefix ? `${prefix} ${k}` : k, v);
+      } else if (Array.isArray(value)) value.forEach((v, i) => walk(`${prefix} ${v && v.name ? v.name : i}`, v));
+      else rows.push([prefix, String(value)]);
+    };
+    if (a.data !== undefined) walk("", a.data); else rows.push(["", a.for_user || a.for_llm]);
+    body.replaceChildren(...rows.map(([k, v]) => { const tr = el("tr"); tr.append(el("td", k), el("td", v)); return tr; }));
+  } catch (err) {
+    body.replaceChildren(el("tr")); body.firstChild.append(el("td", String(err.message || err), { class: "error" }));
+  }
+}
+
+async function broadcast(event) {
+  event.preventDefault();
+  const group = $("bc-group").value, tool = $("bc-tool").value;
+  let args;
+  try { args = formArgs($("bc-args")); } catch (err) { $("bc-summary").textContent = String(err.message); return; }
+  $("bc-summary").textContent = `sending ${tool} to ${group ? "group " + group : "every device"}…`;
+  try {
+    const r = await api("/api/broadcast", { group, tool, args });
+    const ok = r.answers.filter((a) => a.ok).length;
+    $("bc-summary").textContent = `${r.answers.length} answers (${ok} ok)` +
+      (r.missing.length ? `; no answer from ${r.missing.join(", ")}` : "");
+    $("bc-results").querySelector("tbody").replaceChildren(...r.answers.map((a) => {
+      const tr = el("tr", null, { "data-device": a.device || "" });
+      tr.append(el("td", a.device || "?"), el("td", a.ok ? "ok" : a.code || "error"),
+        el("td", a.ok ? (a.for_user || a.for_llm || "").split("\n")[0] : a.error || ""));
+      return tr;
+    }));
+  } catch (err) { $("bc-summary").textContent = String(err.message || err); }
+}
+
+// -- the live stream ---------------------------------------------------------------------------------
+function takeSnapshot(snap) {
+  state.devices = new Map(snap.devices.map((r) => [r.device, r]));
+  state.events = snap.events.slice(-MAX_EVENTS);
+  state.pending = new Map(snap.approvals.map((q) => [`${q.device}/${q.id}`, q]));
+  renderTable(); renderEvents(); renderApprovals();
+}
+
+function connect() {
+  const source = new EventSource("/api/stream");
+  source.addEventListener("open", () => { $("link").textContent = "live"; $("link").className = "link up"; });
+  source.addEventListener("error", () => { $("link").textContent = "reconnecting…"; $("link").className = "link down"; });
+  source.addEventListener("snapshot", (m) => takeSnapshot(JSON.parse(m.data)));
+  source.addEventListener("device", (m) => { const r = JSON.parse(m.data); state.devices.set(r.device, r); scheduleTable(); });
+  source.addEventListener("gone", (m) => { state.devices.delete(JSON.parse(m.data).device); scheduleTable(); });
+  source.addEventListener("health", (m) => {
+    const h = JSON.parse(m.data);
+    if (h.device !== state.selected) return;
+    const points = state.history.get(h.device) || [];
+    points.push(h.point);
+    while (points.length > 720) points.shift();
+    state.history.set(h.device, points);
+    renderCharts();
+  });
+  source.addEventListener("event", (m) => {
+    state.events.push(JSON.parse(m.data));
+    if (state.events.length > MAX_EVENTS) state.events.shift();
+    renderEvents();
+  });
+  source.addEventListener("approval", (m) => {
+    const q = JSON.parse(m.data); state.pending.set(`${q.device}/${q.id}`, q); renderApprovals();
+  });
+  source.addEventListener("approval_done", (m) => {
+    const d = JSON.parse(m.data); state.pending.delete(`${d.device}/${d.id}`); renderApprovals();
+  });
+}
+
+let tableTimer = 0;
+function scheduleTable() {  // many devices report at once: one redraw per frame at most
+  if (!tableTimer) tableTimer = requestAnimationFrame(() => { tableTimer = 0; renderTable(); });
+}
+
+async function start() {
+  const session = await api("/api/session");
+  state.csrf = session.csrf;
+  state.approvals = session.approvals;
+  state.tools = await api("/api/tools");
+  toolOptions($("tool")); toolOptions($("bc-tool"));
+  buildForm($("tool-args"), $("tool").value, "arg");
+  buildForm($("bc-args"), $("bc-tool").value, "bc-arg");
+  $("tool").addEventListener("change", () => {
+    buildForm($("tool-args"), $("tool").value, "arg");
+    const t = state.tools.find((x) => x.name === $("tool").value);
+    $("tool-description").textContent = t ? t.description : "";
+  });
+  $("bc-tool").addEventListener("change", () => buildForm($("bc-args"), $("bc-tool").value, "bc-arg"));
+  $("call-form").addEventListener("submit", callTool);
+  $("chat-form").addEventListener("submit", chat);
+  $("broadcast-form").addEventListener("submit", broadcast);
+  $("sensors-read").addEventListener("click", readSensors);
+  $("device-close").addEventListener("click", () => { state.selected = ""; $("device").hidden = true; renderTable(); });
+  $("filter").addEventListener("input", () => { state.filter = $("filter").value; renderTable(); });
+  for (const th of $("devices").querySelectorAll("th")) {
+    th.addEventListener("click", () => {
+      const key = th.dataset.key;
+      state.sort = { key, desc: state.sort.key === key ? !state.sort.desc : false };
+      renderTable();
+    });
+  }
+  $("logout").addEventListener("click", async () => {
+    await fetch("/logout", { method: "POST", headers: { "X-CSRF-Token": state.csrf }, credentials: "same-origin" });
+    location.href = "/login";
+  });
+  setInterval(() => { renderTable(); renderApprovals(); }, 5000);  // "last seen" ages
+  connect();
+  document.body.dataset.ready = "yes";
+}
+
+document.addEventListener("DOMContentLoaded", start);

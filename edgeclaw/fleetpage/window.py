@@ -1,0 +1,237 @@
+"""What the fleet page knows: a bounded in-memory window of what the broker carries.
+
+Nothing here is stored: every device's row comes from its retained `status` and
+`health`, the charts from the health messages seen since the server started
+(at most `history_s` of them, at most `HISTORY_POINTS` points a device), the
+events and the pending approvals from the live topics. A restarted server, or
+a second one on the same broker, rebuilds the same rows from the retained
+messages at once.
+
+Everything a device controls is bounded: how many devices are remembered
+(`max_devices`), the size of a message kept (`MAX_MESSAGE_BYTES`), the events
+(`max_events`, all devices together) and the approvals waiting
+(`MAX_APPROVALS`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("edgeclaw.fleetpage")
+
+MAX_MESSAGE_BYTES = 64 * 1024
+HISTORY_POINTS = 360  # per device: one point per history_s / 360 (10 s for the hour)
+MAX_APPROVALS = 256
+# The figures of a health message the charts draw (and the table shows).
+CHART_FIGURES = ("cpu_temp_c", "load_1m", "mem_used_pct")
+
+Update = tuple[str, dict[str, Any]]  # (kind, data) for the page's event stream
+
+
+@dataclass
+class DeviceView:
+    device: str
+    status: dict[str, Any] = field(default_factory=dict)
+    health: dict[str, Any] = field(default_factory=dict)
+    history: deque[list[float | None]] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
+
+    def row(self) -> dict[str, Any]:
+        """The table's row: what the status and the health say, null where they say nothing."""
+        s, h = self.status, self.health
+        sandbox = s.get("sandbox") if isinstance(s.get("sandbox"), dict) else {}
+        groups = s.get("groups") if isinstance(s.get("groups"), list) else []
+        return {
+            "device": self.device,
+            "state": s.get("state") if s.get("state") in ("online", "offline") else "unknown",
+            "since": _number(s.get("since")),
+            "last_seen": _number(h.get("ts")),
+            "version": _text(s.get("version") or h.get("version")),
+            "board": _text(s.get("board") or h.get("board")),
+            "hostname": _text(s.get("hostname")),
+            "cpu_temp_c": _number(h.get("cpu_temp_c")),
+            "load_1m": _number(h.get("load_1m")),
+            "mem_used_pct": _number(h.get("mem_used_pct")),
+            "outbox_depth": _number(h.get("outbox_depth")),
+            "sandbox": _text(sandbox.get("in_force") or sandbox.get("configured")),
+            "groups": [g for g in groups if isinstance(g, str)],
+        }
+
+
+class FleetWindow:
+    """The devices, events and approvals seen on the broker, each bounded."""
+
+    def __init__(
+        self,
+        prefix: str = "edgeclaw",
+        *,
+        history_s: float = 3600.0,
+        max_devices: int = 2000,
+        max_events: int = 500,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.prefix = prefix
+        self.history_s = history_s
+        self.max_devices = max_devices
+        self.clock = clock
+        self.devices: dict[str, DeviceView] = {}
+        self.events: deque[dict[str, Any]] = deque(maxlen=max_events)
+        self.approvals: dict[tuple[str, str], dict[str, Any]] = {}
+        self._full_logged = False
+
+    @property
+    def subscriptions(self) -> list[str]:
+        p = self.prefix
+        return [f"{p}/+/status", f"{p}/+/health", f"{p}/+/events", f"{p}/+/approval/request"]
+
+    def take(self, topic: str, payload: bytes) -> list[Update]:
+        """One message from the broker; what changed, for the page's stream (nothing when ignored)."""
+        head = self.prefix + "/"
+        if not topic.startswith(head):
+            return []
+        device, _, what = topic[len(head) :].partition("/")
+        if not device or device.startswith("_") or what not in _KINDS:
+            return []
+        if not payload:  # an empty retained message: the device was retired
+            return self._forget(device) if what in ("status", "health") else []
+        if len(payload) > MAX_MESSAGE_BYTES:
+            return []
+        try:
+            data = json.loads(payload)
+        except (ValueError, UnicodeDecodeError):
+            return []
+        if not isinstance(data, dict):
+            return []
+        return _KINDS[what](self, device, data)
+
+    # -- per topic -------------------------------------------------------------
+    def _view(self, device: str) -> DeviceView | None:
+        view = self.devices.get(device)
+        if view is None:
+            if len(self.devices) >= self.max_devices:
+                if not self._full_logged:
+                    log.warning(
+                        "more than %d devices on the broker: the others are not shown", self.max_devices
+                    )
+                    self._full_logged = True
+                return None
+            view = self.devices[device] = DeviceView(device)
+        return view
+
+    def _status(self, device: str, data: dict[str, Any]) -> list[Update]:
+        view = self._view(device)
+        if view is None:
+            return []
+        view.status = data
+        return [("device", view.row())]
+
+    def _health(self, device: str, data: dict[str, Any]) -> list[Update]:
+        view = self._view(device)
+        if view is None:
+            return []
+        view.health = data
+        ts = _number(data.get("ts")) or self.clock()
+        point = [ts, *(_number(data.get(k)) for k in CHART_FIGURES)]
+        history = view.history
+        # One point per slot of history_s / HISTORY_POINTS: a fast reporter replaces its last point.
+        if history and ts - (history[-1][0] or 0.0) < self.history_s / HISTORY_POINTS:
+            history[-1] = point
+        else:
+            history.append(point)
+        while history and (history[0][0] or 0.0) < ts - self.history_s:
+            history.popleft()
+        return [("device", view.row()), ("health", {"device": device, "point": point})]
+
+    def _event(self, device: str, data: dict[str, Any]) -> list[Update]:
+        if device not in self.devices and len(self.devices) >= self.max_devices:
+            return []
+        event = {**data, "device": device}
+        self.events.append(event)
+        updates: list[Update] = [("event", event)]
+        if data.get("kind") == "approval" and data.get("decision") not in (None, "asked"):
+            key = (device, str(data.get("approval")))
+            if self.approvals.pop(key, None) is not None:
+                updates.append(
+                    ("approval_done", {"device": device, "id": key[1], "decision": data["decision"]})
+                )
+        return updates
+
+    def _approval(self, device: str, data: dict[str, Any]) -> list[Update]:
+        question_id = data.get("id")
+        if not isinstance(question_id, str) or not question_id:
+            return []
+        self._drop_expired()
+        if len(self.approvals) >= MAX_APPROVALS:
+            return []
+        question = {**data, "device": device}
+        self.approvals[(device, question_id)] = question
+        return [("approval", question)]
+
+    def _forget(self, device: str) -> list[Update]:
+        if self.devices.pop(device, None) is None:
+            return []
+        return [("gone", {"device": device})]
+
+    def _drop_expired(self) -> None:
+        now = self.clock()
+        for key, question in list(self.approvals.items()):
+            expires = _number(question.get("expires_at"))
+            if expires is not None and expires < now:
+                del self.approvals[key]
+
+    def decided(self, device: str, question_id: str) -> None:
+        """An approval answered from the page: no longer waiting (its event confirms it later)."""
+        self.approvals.pop((device, question_id), None)
+
+    # -- for the page ------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        self._drop_expired()
+        return {
+            "devices": [v.row() for v in sorted(self.devices.values(), key=lambda v: v.device)],
+            "events": list(self.events),
+            "approvals": list(self.approvals.values()),
+        }
+
+    def device(self, device: str) -> dict[str, Any] | None:
+        view = self.devices.get(device)
+        if view is None:
+            return None
+        return {
+            "row": view.row(),
+            "status": view.status,
+            "health": view.health,
+            "history": list(view.history),
+            "figures": list(CHART_FIGURES),
+            "events": [e for e in self.events if e.get("device") == device],
+        }
+
+    def online(self, group: str = "") -> list[str]:
+        """The devices online (in `group`, when given): how many answers a broadcast can expect."""
+        return sorted(
+            v.device
+            for v in self.devices.values()
+            if v.status.get("state") == "online" and (not group or group in (v.status.get("groups") or []))
+        )
+
+
+_KINDS: dict[str, Callable[[FleetWindow, str, dict[str, Any]], list[Update]]] = {
+    "status": FleetWindow._status,
+    "health": FleetWindow._health,
+    "events": FleetWindow._event,
+    "approval/request": FleetWindow._approval,
+}
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if value == value and abs(value) != float("inf") else None
+
+
+def _text(value: Any) -> str | None:
+    return value[:200] if isinstance(value, str) else None

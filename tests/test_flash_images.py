@@ -23,6 +23,7 @@ from edgeclaw.backends.qemu import firmware_image, qemu_available
 from edgeclaw.tools.base import ToolContext
 from tests.hw_support import CTX, call, make_runtime, ok
 from tests.mqtt_support import Caller, needs_mosquitto, poll
+from tests.test_console import console, llm  # noqa: F401 - the console fixtures
 
 needs_qemu = pytest.mark.skipif(not qemu_available(), reason="qemu-system-arm is not installed")
 
@@ -320,3 +321,25 @@ def test_tool_call_draws_a_progress_bar_on_a_terminal_and_wipes_it_before_the_an
     assert "[#" not in answer and "[." not in answer
     assert answer.startswith("write ") and f"flashed {size} bytes" in answer
     assert term.exitstatus == 0
+
+
+# -- progress on the serial console ----------------------------------------------------------------
+@needs_qemu
+def test_the_console_shows_a_progress_line_while_flashing_and_wipes_it_before_the_answer(console):  # noqa: F811
+    from tests.test_console import PROMPT, login
+
+    daemon, (port,) = console(with_llm=False)
+    assert daemon.runtime is not None
+    size = 96 * 1024 + 64
+    data = make_hex({FLASH_APP: pattern(96 * 1024, 3), SRAM_A: b"\x44" * 64})
+    (Path(daemon.runtime.workspace) / "app.hex").write_bytes(data)
+    term = port.terminal()
+    term.timeout = 120
+    login(term)
+    term.send('/call probe {"action": "flash", "path": "app.hex"}\r')
+    term.expect_exact(PROMPT)
+    shown = term.before
+    assert re.search(r"\r\x1b\[K\[#*\.*\] +\d+%  flashing app\.hex: write \d+%", shown), shown
+    answer = shown.rsplit("\r\x1b[K", 1)[1]  # after the last wipe: the answer, no bar left over
+    assert "[#" not in answer and "[." not in answer
+    assert f"flashed {size} bytes in 2 segments" in re.sub(r"\r\n *", "", answer)

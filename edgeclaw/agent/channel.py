@@ -35,6 +35,11 @@ class InboundMessage:
     # Where the model's answer goes while it is written (agent.streaming), for a channel that shows
     # text as it arrives; the reply still comes whole at the end. None = no streaming.
     on_text: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
+    # Where the progress of its turn's tool calls goes (ToolContext.progress: done, total, message),
+    # for a channel that can show it while the call runs. None = nobody shows it.
+    on_progress: Callable[[float, float | None, str], None] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     @property
     def session_key(self) -> str:

@@ -288,6 +288,7 @@ class AgentLoop:
             caller=msg.caller,
             request_id=msg.request_id,
             tool_ceiling=msg.tool_ceiling,
+            progress=msg.on_progress,
         )
 
     # -- a model turn ------------------------------------------------------

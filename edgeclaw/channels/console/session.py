@@ -38,6 +38,7 @@ from edgeclaw.agent.streaming import StreamedText
 from edgeclaw.channels.console.editor import CTRL_C, CTRL_D, ERASE_LINE, EventKind, LineEditor, LineEvent
 from edgeclaw.channels.console.login import LoginGate, LoginResult
 from edgeclaw.channels.console.port import PacedWriter, PortGone, SerialPort
+from edgeclaw.channels.console.progress import ConsoleProgress
 from edgeclaw.channels.console.render import Bounded, RowStream, encode_rows, layout, to_rows
 from edgeclaw.tools.approval import ApprovalRequest, Decision
 from edgeclaw.tools.registry import TRUNCATION_NOTE
@@ -113,6 +114,7 @@ class ConsoleSession:
         self._handle_task: asyncio.Task[str] | None = None
         self._stream: StreamedText | None = None  # the running turn's answer as it is written
         self._stream_rows: RowStream | None = None
+        self._progress: ConsoleProgress | None = None  # the running turn's tool progress line
         self._output_active = False
         self._output_stopped = False
         self._approval_lock = asyncio.Lock()
@@ -254,6 +256,8 @@ class ConsoleSession:
     # -- output --------------------------------------------------------------
     def say(self, text: str) -> None:
         """Queue text (wrapped, made safe) followed by a newline."""
+        if self._progress is not None:
+            self._progress.wipe()  # a notice or question during a turn: not after the progress bar
         self.out.write(encode_rows(to_rows(text, self.options.width)))
 
     async def deliver(self, text: str) -> None:
@@ -465,8 +469,15 @@ class ConsoleSession:
         # The model's answer is shown as it is written, at the line's pace (the writer paces all
         # output); the reply then only adds what the stream did not show.
         rows = self._stream_rows = RowStream(self.options.width, self.options.max_output_lines)
-        stream = self._stream = StreamedText(lambda piece: self.out.write(rows.feed(piece)))
-        msg = dataclasses.replace(self._message(text), on_text=stream)
+        # A tool's progress is one line redrawn in place, wiped before any other output.
+        progress = self._progress = ConsoleProgress(self.out.write, self.options.width)
+
+        def streamed(piece: str) -> None:
+            progress.wipe()
+            self.out.write(rows.feed(piece))
+
+        stream = self._stream = StreamedText(streamed)
+        msg = dataclasses.replace(self._message(text), on_text=stream, on_progress=progress)
         task = asyncio.create_task(self._reply_text(msg), name=f"console turn {self.chat_id}")
         self._handle_task = task
         notice = asyncio.get_running_loop().call_later(WORKING_NOTICE_S, self._working_notice)
@@ -476,8 +487,10 @@ class ConsoleSession:
             notice.cancel()
             self._handle_task = None
             self._stream = self._stream_rows = None
+            self._progress = None
             if not task.done():
                 task.cancel()
+            progress.wipe()
             self.out.write(rows.finish())  # whatever comes next starts on a row of its own
         if task.cancelled():
             return "Stopped."

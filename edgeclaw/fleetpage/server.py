@@ -51,7 +51,9 @@ SECURITY_HEADERS = {
     ),
     "X-Content-Type-Options": "nosniff",
     "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
+    # Not no-referrer: with it a browser sends `Origin: null` on the login form's POST, which
+    # cannot be told from a sandboxed frame's, so the same-origin check below would refuse it.
+    "Referrer-Policy": "same-origin",
 }
 NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 

@@ -1,0 +1,436 @@
+"""The fleet page in a real browser: a real mosquitto, three `edgeclaw run --board sim` daemons, the
+page served by `edgeclaw fleet serve`, and headless Chromium driven through chromedriver (Selenium).
+
+Screenshots go to $EDGECLAW_ARTIFACTS/fleet-page (default /tmp/edgeclaw-artifacts/fleet-page).
+The refusals (wrong password, no session, no or a wrong CSRF token, another origin) are checked
+over plain HTTP as well, where the status codes can be read.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edgeclaw.config.pin_hash import hash_pin
+from tests.fleet_support import Fleet
+from tests.mqtt_support import MOSQUITTO, Mosquitto, free_port
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+
+selenium = pytest.importorskip("selenium", reason="selenium is not installed (pip install -e '.[dev]')")
+pytestmark = [
+    pytest.mark.skipif(MOSQUITTO is None, reason="mosquitto is not installed (scripts/bootstrap --system)"),
+    pytest.mark.skipif(
+        not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()),
+        reason="chromium and chromium-driver are not installed (scripts/bootstrap --system installs them)",
+    ),
+]
+
+from selenium import webdriver  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
+
+PASSWORD = "correct horse battery"
+TOKEN = "fleet-token-5b1f0c2e9a"
+COMMAND_KEY = "command-key-for-the-fleet"
+APPROVER_KEY = "approver-key-for-the-fleet"
+KEYS = {"EC_HMAC": COMMAND_KEY, "EC_APPROVER": APPROVER_KEY}
+ARTIFACTS = Path(os.environ.get("EDGECLAW_ARTIFACTS", "/tmp/edgeclaw-artifacts")) / "fleet-page"
+WAIT_S = 30.0  # generous: the machine may be busy
+
+
+# -- the fleet and the page ------------------------------------------------------------------
+class PageServer:
+    """`edgeclaw fleet serve` in a child process, on a free loopback port."""
+
+    def __init__(self, workdir: Path, broker_port: int, **page: Any) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.log = workdir / "fleet-page.log"
+        token_file = workdir / "token"
+        token_file.write_text(TOKEN + "\n")
+        settings = {
+            "login_hash": hash_pin(PASSWORD, "pbkdf2-sha256"),
+            "token_file": str(token_file),
+            "max_login_failures": 50,
+            **page,
+        }
+        config = workdir / "page.toml"
+        config.write_text(
+            "[mqtt]\n"
+            f"port = {broker_port}\n"
+            'hmac_secret_env = "EC_HMAC"\n'
+            'approver_secret_env = "EC_APPROVER"\n'
+            "[fleet_page]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items())
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith("EDGECLAW_")}
+        env.update(KEYS)
+        listen = f"127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "edgeclaw", "fleet", "serve", "--config", str(config), "--listen", listen],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=self.log.open("ab"),
+        )
+        deadline = time.monotonic() + WAIT_S
+        while "fleet page on" not in self.log.read_text(errors="replace"):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError(f"the fleet page did not start:\n{self.log.read_text()}")
+            time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def request(
+        self, method: str, path: str, body: bytes | str = b"", headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=WAIT_S)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            response = conn.getresponse()
+            return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+        finally:
+            conn.close()
+
+    def login(self, secret: str = PASSWORD) -> tuple[str, str]:
+        """(the session cookie, its CSRF token)."""
+        status, headers, _ = self.request(
+            "POST",
+            "/login",
+            urllib.parse.urlencode({"secret": secret}),
+            {"Content-Type": "application/x-www-form-urlencoded"},
+        )
+        assert status == 303, status
+        cookie = headers["set-cookie"].split(";")[0]
+        _, _, body = self.request("GET", "/api/session", headers={"Cookie": cookie})
+        return cookie, json.loads(body)["csrf"]
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mosquitto]:
+    b = Mosquitto(tmp_path_factory.mktemp("broker")).start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory, broker: Mosquitto) -> Iterator[Fleet]:
+    extra = '[tools.channels.mqtt]\nprofile = "full"\n[tools.exec]\nask = "always"\n'
+    f = Fleet(
+        tmp_path_factory.mktemp("fleet"),
+        broker.port,
+        3,
+        groups={0: ["north"], 1: ["north"]},
+        hmac_secret_env="EC_HMAC",
+        approver_secret_env="EC_APPROVER",
+    )
+    for d in f.daemons:
+        d.config.write_text(d.config.read_text() + extra)
+        d.env.update(KEYS)
+    f.start()
+    yield f
+    f.stop()
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory: pytest.TempPathFactory, broker: Mosquitto, fleet: Fleet) -> Iterator[PageServer]:
+    server = PageServer(tmp_path_factory.mktemp("page"), broker.port)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,1600",
+        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
+    ):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(WAIT_S)
+    yield driver
+    driver.quit()
+
+
+def wait(driver: webdriver.Chrome, condition: Callable[[webdriver.Chrome], Any], what: str) -> Any:
+    return WebDriverWait(driver, WAIT_S, poll_frequency=0.1).until(condition, f"timed out waiting for {what}")
+
+
+def screenshot(driver: webdriver.Chrome, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    driver.save_screenshot(str(path))
+    return path
+
+
+def table(driver: webdriver.Chrome) -> dict[str, dict[str, str]]:
+    """device -> column -> text, as the table shows it (read in one go: it is redrawn as updates come)."""
+    return driver.execute_script(
+        """const out = {};
+        for (const tr of document.querySelectorAll('#devices tbody tr')) {
+          out[tr.dataset.device] = {};
+          for (const td of tr.querySelectorAll('td')) out[tr.dataset.device][td.dataset.key] = td.textContent;
+        }
+        return out;"""
+    )
+
+
+def rows(driver: webdriver.Chrome) -> dict[str, str]:
+    """device -> state."""
+    return {device: cells["state"] for device, cells in table(driver).items()}
+
+
+def log_in(driver: webdriver.Chrome, page: PageServer, secret: str = PASSWORD) -> None:
+    driver.get(page.url + "/")
+    wait(driver, lambda d: d.find_elements(By.ID, "secret"), "the login form")
+    driver.find_element(By.ID, "secret").send_keys(secret)
+    driver.find_element(By.ID, "login-button").click()
+
+
+def open_device(driver: webdriver.Chrome, device: str) -> None:
+    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, f"#devices tr[data-device='{device}']"), device)
+    driver.find_element(By.CSS_SELECTOR, f"#devices tr[data-device='{device}']").click()
+    wait(driver, lambda d: d.find_element(By.ID, "device").is_displayed(), "the device view")
+
+
+def answer_text(driver: webdriver.Chrome) -> str:
+    return driver.find_element(By.ID, "answer-text").text
+
+
+# -- in the browser ----------------------------------------------------------------------------
+def test_a_wrong_password_is_refused_in_the_browser(browser, page):
+    log_in(browser, page, "not the password")
+    error = wait(browser, lambda d: d.find_elements(By.ID, "login-error"), "the login error")
+    assert "wrong password or token" in error[0].text
+    assert browser.get_cookie("edgeclaw_fleet") is None
+    # Without a session the page itself sends the browser back to the login form.
+    browser.get(page.url + "/")
+    wait(browser, lambda d: d.find_elements(By.ID, "secret"), "the login form again")
+    screenshot(browser, "01-wrong-password")
+
+
+def test_log_in_and_see_the_three_devices_online(browser, page, fleet):
+    log_in(browser, page)
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "body[data-ready=yes]"), "the page")
+    shown = wait(
+        browser,
+        lambda d: r if len(r := rows(d)) == 3 and set(r.values()) == {"online"} else None,
+        "three devices online",
+    )
+    assert set(shown) == set(fleet.devices)
+    wait(browser, lambda d: d.find_element(By.ID, "link").text == "live", "the live stream")
+    # Versions, boards and figures come from the retained status and health.
+    first = table(browser)[fleet.devices[0]]
+    assert first["board"] == "sim" and first["groups"] == "north" and first["version"]
+    # The filter narrows the table to the group's two devices.
+    browser.find_element(By.ID, "filter").send_keys("north")
+    wait(browser, lambda d: len(rows(d)) == 2, "two devices in group north")
+    browser.find_element(By.ID, "filter").clear()
+    browser.find_element(By.ID, "filter").send_keys(" ")
+    wait(browser, lambda d: len(rows(d)) == 3, "the whole table again")
+    screenshot(browser, "02-fleet")
+
+
+def test_a_tool_call_from_the_form_returns_the_i2c_scan(browser, page, fleet):
+    device = fleet.devices[1]
+    open_device(browser, device)
+    Select(browser.find_element(By.ID, "tool")).select_by_value("i2c")
+    # The form is built from the i2c tool's JSON schema: an enum for action, a number for bus.
+    wait(browser, lambda d: d.find_elements(By.ID, "arg-action"), "the i2c form")
+    Select(browser.find_element(By.ID, "arg-action")).select_by_visible_text("scan")
+    assert browser.find_element(By.ID, "arg-bus").get_attribute("type") == "number"
+    browser.find_element(By.ID, "arg-bus").send_keys("1")
+    browser.find_element(By.ID, "call").click()
+    text = wait(browser, lambda d: t if "I2C bus 1" in (t := answer_text(d)) else None, "the scan's answer")
+    assert "0x48" in text and "TMP102" in text
+    data = json.loads(browser.find_element(By.ID, "answer-data").text)
+    assert "0x48" in data["addresses"] and data["bus"] == 1
+    # The device's health is drawn from the live stream.
+    wait(
+        browser,
+        lambda d: d.find_elements(By.CSS_SELECTOR, "#charts .chart[data-figure=load_1m] polyline"),
+        "the load chart",
+    )
+    screenshot(browser, "03-tool-call")
+
+
+def test_an_exec_approval_appears_in_the_queue_and_is_approved_from_the_page(browser, page, fleet):
+    device = fleet.devices[0]
+    open_device(browser, device)
+    Select(browser.find_element(By.ID, "tool")).select_by_value("exec")
+    wait(browser, lambda d: d.find_elements(By.ID, "arg-command"), "the exec form")
+    browser.find_element(By.ID, "arg-command").send_keys("echo approved-from-the-page")
+    browser.find_element(By.ID, "call").click()
+    item = wait(
+        browser,
+        lambda d: d.find_elements(By.CSS_SELECTOR, f"#approval-list li[data-device='{device}']"),
+        "the approval in the queue",
+    )[0]
+    assert "exec" in item.text and "echo approved-from-the-page" in item.text
+    screenshot(browser, "04-approval-waiting")
+    item.find_element(By.CSS_SELECTOR, "button[data-decision=allow-once]").click()
+    text = wait(
+        browser, lambda d: t if "approved-from-the-page" in (t := answer_text(d)) else None, "exec's output"
+    )
+    assert "failed" not in browser.find_element(By.ID, "answer").get_attribute("class")
+    assert "approved-from-the-page" in text
+    wait(browser, lambda d: not d.find_elements(By.CSS_SELECTOR, "#approval-list li"), "an empty queue")
+    # The decision is on the device's events, by the approver key the server holds.
+    events = wait(
+        browser,
+        lambda d: [
+            li.text for li in d.find_elements(By.CSS_SELECTOR, "#device-events li") if "allow-once" in li.text
+        ],
+        "the approval event",
+    )
+    assert "mqtt:key:command" in events[0]
+    screenshot(browser, "05-approved")
+
+
+def test_a_broadcast_collects_three_answers(browser, page, fleet):
+    Select(browser.find_element(By.ID, "bc-tool")).select_by_value("hardware_info")
+    browser.find_element(By.ID, "bc-send").click()
+    summary = wait(
+        browser,
+        lambda d: t if "answers" in (t := d.find_element(By.ID, "bc-summary").text) else None,
+        "answers",
+    )
+    assert summary.startswith("3 answers (3 ok)"), summary
+    answered = {
+        tr.get_attribute("data-device") for tr in browser.find_elements(By.CSS_SELECTOR, "#bc-results tr")
+    }
+    assert answered == set(fleet.devices)
+    # To a group: only its two members answer.
+    Select(browser.find_element(By.ID, "bc-group")).select_by_value("north")
+    browser.find_element(By.ID, "bc-send").click()
+    wait(
+        browser,
+        lambda d: d.find_element(By.ID, "bc-summary").text.startswith("2 answers (2 ok)"),
+        "two answers from group north",
+    )
+    screenshot(browser, "06-broadcast")
+
+
+def test_a_killed_device_is_shown_offline_within_seconds(browser, page, fleet):
+    victim = fleet.daemons[2]
+    wait(browser, lambda d: rows(d).get(victim.device) == "online", "the device online first")
+    victim.kill()
+    killed = time.monotonic()
+    wait(browser, lambda d: rows(d).get(victim.device) == "offline", "the device offline")
+    took = time.monotonic() - killed
+    assert took < 15, f"shown offline {took:.1f} s after the kill"
+    others = {k: v for k, v in rows(browser).items() if k != victim.device}
+    assert set(others.values()) == {"online"}
+    screenshot(browser, "07-offline")
+
+
+# -- refusals over plain HTTP ---------------------------------------------------------------------------
+def test_a_wrong_password_gets_no_session(page):
+    status, headers, body = page.request(
+        "POST", "/login", "secret=guess", {"Content-Type": "application/x-www-form-urlencoded"}
+    )
+    assert status == 401 and "set-cookie" not in headers and b"wrong password or token" in body
+
+
+def call_body(device: str) -> str:
+    return json.dumps({"device": device, "tool": "hardware_info", "args": {}})
+
+
+def test_a_post_without_a_session_is_refused(page, fleet):
+    status, _, body = page.request(
+        "POST", "/api/call", call_body(fleet.devices[0]), {"Content-Type": "application/json"}
+    )
+    assert status == 401 and "log in" in json.loads(body)["error"]
+    status, _, _ = page.request("GET", "/api/state")
+    assert status == 401
+    # A cookie the server never gave out is no session either.
+    status, _, _ = page.request("GET", "/api/state", headers={"Cookie": "edgeclaw_fleet=made-up"})
+    assert status == 401
+
+
+def test_a_post_without_the_csrf_token_is_refused(page, fleet):
+    cookie, csrf = page.login()
+    json_post = {"Content-Type": "application/json", "Cookie": cookie}
+    for token in ({}, {"X-CSRF-Token": ""}, {"X-CSRF-Token": csrf[:-1] + ("A" if csrf[-1] != "A" else "B")}):
+        status, _, body = page.request(
+            "POST", "/api/call", call_body(fleet.devices[0]), {**json_post, **token}
+        )
+        assert status == 403 and "CSRF" in json.loads(body)["error"], token
+    # Logging out also needs it.
+    status, _, _ = page.request("POST", "/logout", "", {"Cookie": cookie})
+    assert status == 403
+    # With it, the same call goes through.
+    status, _, body = page.request(
+        "POST", "/api/call", call_body(fleet.devices[0]), {**json_post, "X-CSRF-Token": csrf}
+    )
+    assert status == 200 and json.loads(body)["answer"]["ok"] is True
+    # Another site's page cannot post even with the token (the browser names it in Origin).
+    status, _, _ = page.request(
+        "POST",
+        "/api/call",
+        call_body(fleet.devices[0]),
+        {**json_post, "X-CSRF-Token": csrf, "Origin": "http://evil.example"},
+    )
+    assert status == 403
+
+
+def test_the_token_opens_a_session_and_works_as_a_bearer(page, fleet):
+    cookie, csrf = page.login(TOKEN)
+    assert cookie.startswith("edgeclaw_fleet=") and csrf
+    status, _, body = page.request(
+        "POST",
+        "/api/call",
+        call_body(fleet.devices[0]),
+        {"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"},
+    )
+    assert status == 200 and json.loads(body)["ok"]
+    status, _, _ = page.request(
+        "POST",
+        "/api/call",
+        call_body(fleet.devices[0]),
+        {"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}x"},
+    )
+    assert status == 401
+
+
+def test_the_page_is_served_with_a_strict_content_security_policy(page):
+    status, headers, _ = page.request("GET", "/login")
+    assert status == 200
+    policy = headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
+    # Only the shipped files, by plain name.
+    assert page.request("GET", "/static/app.js")[0] == 200
+    assert page.request("GET", "/static/../service.py")[0] == 404
+    assert page.request("GET", "/static/%2e%2e%2fservice.py")[0] == 404

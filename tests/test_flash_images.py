@@ -343,3 +343,100 @@ def test_the_console_shows_a_progress_line_while_flashing_and_wipes_it_before_th
     answer = shown.rsplit("\r\x1b[K", 1)[1]  # after the last wipe: the answer, no bar left over
     assert "[#" not in answer and "[." not in answer
     assert f"flashed {size} bytes in 2 segments" in re.sub(r"\r\n *", "", answer)
+
+
+# -- the pyocd path, faked at pyocd's API --------------------------------------------------------------
+class FakeRegion:
+    def __init__(self, start: int, length: int, is_flash: bool) -> None:
+        self.start, self.end, self.is_flash = start, start + length, is_flash
+
+
+class FakePyocdTarget:
+    """Flash at 0x0800_0000 that only pyocd's loader writes (memory writes there do nothing), RAM
+    at 0x2000_0000; `corrupt` makes one flash byte read back wrong."""
+
+    def __init__(self) -> None:
+        self.memory = bytearray(0x1_0000)  # flash
+        self.ram = bytearray(0x2000)
+        self.regions = [FakeRegion(0x0800_0000, 0x1_0000, True), FakeRegion(0x2000_0000, 0x2000, False)]
+        self.corrupt: int | None = None
+        self.memory_map = self
+
+    def get_region_for_address(self, address: int) -> FakeRegion | None:
+        return next((r for r in self.regions if r.start <= address < r.end), None)
+
+    def _where(self, address: int) -> tuple[bytearray, int]:
+        return (
+            (self.memory, address - 0x0800_0000)
+            if address < 0x2000_0000
+            else (self.ram, address - 0x2000_0000)
+        )
+
+    def write_memory_block8(self, address: int, data: list[int]) -> None:
+        if address >= 0x2000_0000:
+            store, at = self._where(address)
+            store[at : at + len(data)] = bytes(data)
+
+    def read_memory_block8(self, address: int, size: int) -> list[int]:
+        store, at = self._where(address)
+        out = list(store[at : at + size])
+        if self.corrupt is not None and address <= self.corrupt < address + size:
+            out[self.corrupt - address] ^= 0xFF
+        return out
+
+
+def _fake_pyocd_loader(monkeypatch, target: FakePyocdTarget, threads: list[int]) -> None:
+    import sys
+    import threading
+    import types
+
+    class FlashLoader:
+        def __init__(self, session: Any, progress: Any = None) -> None:
+            self.progress, self.data = progress, []
+
+        def add_data(self, address: int, data: list[int]) -> None:
+            if not target.get_region_for_address(address).is_flash:
+                raise ValueError("no flash region")  # pyocd's loader takes flash only
+            self.data.append((address, bytes(data)))
+
+        def commit(self) -> None:
+            threads.append(threading.get_ident())
+            for i, (address, data) in enumerate(self.data):
+                start = address - 0x0800_0000
+                target.memory[start : start + len(data)] = data
+                self.progress((i + 1) / len(self.data))
+
+    loader = types.ModuleType("pyocd.flash.loader")
+    loader.FlashLoader = FlashLoader  # type: ignore[attr-defined]
+    for name in ("pyocd", "pyocd.flash"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "pyocd.flash.loader", loader)
+
+
+async def test_the_pyocd_path_programs_flash_with_its_loader_loads_ram_and_verifies(monkeypatch):
+    import threading
+
+    from edgeclaw.backends.firmware_image import Segment
+    from edgeclaw.backends.probe import PyocdProbe
+    from edgeclaw.errors import BackendError
+
+    target, threads = FakePyocdTarget(), []
+    _fake_pyocd_loader(monkeypatch, target, threads)
+    probe = PyocdProbe("stm32f401retx", "", timeout_s=5, flash_timeout_s=10)
+    probe._session = type("Session", (), {"board": type("Board", (), {"target": target})()})()
+    seen: list[tuple[int, str, int, int, int]] = []
+    segments = [Segment(0x0800_0100, pattern(5000, 3)), Segment(0x2000_0040, b"\x77" * 100)]
+    try:
+        method = await probe.program(segments, lambda *u: seen.append((*u, threading.get_ident())))
+        assert method == "pyocd flash algorithm, memory writes, verified"
+        assert bytes(target.memory[0x100 : 0x100 + 5000]) == pattern(5000, 3)
+        assert bytes(target.ram[0x40 : 0x40 + 100]) == b"\x77" * 100
+        assert threads and threads[0] != threading.get_ident()  # pyocd ran on the worker thread...
+        assert {t for *_, t in seen} == {threading.get_ident()}  # ...its progress came to the loop
+        assert (0, "verify", 5000, 5000) in [u[:4] for u in seen]
+        target.corrupt = 0x0800_0100 + 4097
+        with pytest.raises(BackendError, match="verify failed at 0x08001101"):
+            await probe.program(segments, lambda *u: None)
+    finally:
+        probe._session = None
+        await probe.close()

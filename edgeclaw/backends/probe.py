@@ -274,6 +274,12 @@ class PyocdProbe:
         await self._run("cannot reset the target", lambda t: t.reset_and_halt())
 
     async def program(self, segments: Sequence[Segment], progress: SegmentProgress) -> str:
+        loop = asyncio.get_running_loop()
+
+        def report(index: int, phase: str, done: int, total: int) -> None:
+            # pyocd runs on the probe's worker thread; the caller's sink lives on the event loop.
+            loop.call_soon_threadsafe(progress, index, phase, done, total)
+
         def program(target: Any) -> str:
             from pyocd.flash.loader import FlashLoader
 
@@ -283,15 +289,15 @@ class PyocdProbe:
                 (flash if region is not None and region.is_flash else ram).append((index, segment))
             for index, segment in ram:
                 target.write_memory_block8(segment.address, list(segment.data))
-                progress(index, "write", len(segment.data), len(segment.data))
+                report(index, "write", len(segment.data), len(segment.data))
             if flash:
                 # pyocd's own programmer: its flash algorithm, erasing only the sectors it must.
-                loader = FlashLoader(self._session, progress=self._write_progress(flash, progress))
+                loader = FlashLoader(self._session, progress=self._write_progress(flash, report))
                 for _, segment in flash:
                     loader.add_data(segment.address, list(segment.data))
                 loader.commit()
                 for index, segment in flash:
-                    progress(index, "write", len(segment.data), len(segment.data))
+                    report(index, "write", len(segment.data), len(segment.data))
             for index, segment in enumerate(segments):
                 for at in range(0, len(segment.data), VERIFY_STEP):
                     expected = segment.data[at : at + VERIFY_STEP]
@@ -299,13 +305,9 @@ class PyocdProbe:
                     if actual != expected:
                         bad = next(j for j in range(len(expected)) if actual[j] != expected[j])
                         raise TargetError(f"verify failed at 0x{segment.address + at + bad:08x}")
-                    progress(index, "verify", at + len(expected), len(segment.data))
-            return (
-                ", ".join(
-                    [*(["pyocd flash algorithm"] if flash else []), *(["memory writes"] if ram else [])]
-                )
-                + ", verified"
-            )
+                    report(index, "verify", at + len(expected), len(segment.data))
+            how = [*(["pyocd flash algorithm"] if flash else []), *(["memory writes"] if ram else [])]
+            return ", ".join(how) + ", verified"
 
         return await self._run("flashing failed", program, self.flash_timeout_s)
 

@@ -1,0 +1,148 @@
+"""The fleet page's parts without a browser: sessions and logins, and the bounded window."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from edgeclaw.config.pin_hash import hash_pin, parse_pin_hash
+from edgeclaw.errors import ConfigError
+from edgeclaw.fleetpage.access import Access, LockedOut
+from edgeclaw.fleetpage.service import host_port
+from edgeclaw.fleetpage.window import HISTORY_POINTS, MAX_MESSAGE_BYTES, FleetWindow
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def access(clock: Clock, **kw: object) -> Access:
+    defaults: dict[str, object] = {
+        "password_hash": parse_pin_hash(hash_pin("pass-word", "pbkdf2-sha256")),
+        "token": "tok",
+        "ttl_s": 60.0,
+        "failure_delay_s": 0.0,
+        "clock": clock,
+    }
+    return Access(**{**defaults, **kw})  # type: ignore[arg-type]
+
+
+async def test_a_session_ends_at_its_expiry_however_much_it_is_used():
+    clock = Clock()
+    a = access(clock)
+    session = await a.login("pass-word")
+    assert session is not None and session.who == "password"
+    clock.now += 59
+    assert a.session(session.id) == session  # used: not extended
+    clock.now += 1
+    assert a.session(session.id) is None
+    assert a.sessions == 0
+
+
+async def test_the_token_logs_in_and_wrong_entries_lock_the_form():
+    clock = Clock()
+    a = access(clock, max_failures=3, lockout_s=30.0)
+    assert (await a.login("tok")).who == "token"
+    for entry in ("", "tok ", "PASS-WORD"):
+        assert await a.login(entry) is None
+    with pytest.raises(LockedOut):
+        await a.login("pass-word")  # even the right one, while locked
+    clock.now += 31
+    assert (await a.login("pass-word")) is not None
+
+
+async def test_the_csrf_token_is_the_sessions_own():
+    clock = Clock()
+    a = access(clock)
+    one, two = await a.login("pass-word"), await a.login("pass-word")
+    assert one is not None and two is not None
+    assert a.csrf_ok(one, one.csrf)
+    assert not a.csrf_ok(one, two.csrf)
+    assert not a.csrf_ok(one, "")
+    assert not a.csrf_ok(one, one.csrf[:-1])
+
+
+async def test_sessions_are_bounded_the_oldest_ends_first():
+    clock = Clock()
+    a = access(clock, max_sessions=2)
+    first, second, third = [await a.login("pass-word") for _ in range(3)]
+    assert first is not None and second is not None and third is not None
+    assert a.session(first.id) is None and a.session(second.id) and a.session(third.id)
+
+
+def test_nobody_is_let_in_without_a_hash_or_a_token():
+    with pytest.raises(ValueError, match="password hash or a token"):
+        Access()
+
+
+def test_listen_addresses_are_checked():
+    assert host_port("127.0.0.1:8088", "k", "f") == ("127.0.0.1", 8088)
+    assert host_port("[::1]:9", "k", "f") == ("::1", 9)
+    for bad in ("8088", "host:", "host:99999", ":80"):
+        with pytest.raises(ConfigError, match="HOST:PORT"):
+            host_port(bad, "fleet_page.listen", "f")
+
+
+# -- the window ---------------------------------------------------------------------------------
+def status(state: str = "online", **kw: object) -> bytes:
+    return json.dumps({"state": state, "version": "0.1.0", "board": "sim", **kw}).encode()
+
+
+def test_rows_come_from_status_and_health():
+    w = FleetWindow()
+    w.take("edgeclaw/a/status", status(groups=["north"], sandbox={"in_force": "firejail"}))
+    w.take("edgeclaw/a/health", json.dumps({"ts": 5.0, "cpu_temp_c": 41.5, "outbox_depth": 2}).encode())
+    [row] = w.snapshot()["devices"]
+    assert row["state"] == "online" and row["groups"] == ["north"] and row["sandbox"] == "firejail"
+    assert row["cpu_temp_c"] == 41.5 and row["last_seen"] == 5.0 and row["outbox_depth"] == 2
+    assert row["load_1m"] is None  # not said: null, never made up
+    w.take("edgeclaw/a/status", status("offline"))
+    assert w.snapshot()["devices"][0]["state"] == "offline"
+    assert w.online() == []
+    # An empty retained status is a retired device.
+    assert w.take("edgeclaw/a/status", b"") == [("gone", {"device": "a"})]
+    assert w.snapshot()["devices"] == []
+
+
+def test_what_devices_send_is_bounded():
+    w = FleetWindow(max_devices=3, max_events=10, history_s=3600)
+    for i in range(5):
+        w.take(f"edgeclaw/d{i}/status", status())
+    assert len(w.devices) == 3
+    for i in range(50):
+        w.take("edgeclaw/d0/events", json.dumps({"tool": "i2c", "n": i}).encode())
+    assert len(w.events) == 10 and w.events[-1]["n"] == 49
+    for i in range(5000):  # a report a second for well over an hour
+        w.take("edgeclaw/d0/health", json.dumps({"ts": 1000.0 + i, "load_1m": 0.1}).encode())
+    history = w.devices["d0"].history
+    assert len(history) <= HISTORY_POINTS
+    assert history[-1][0] - history[0][0] <= 3600
+    assert w.take("edgeclaw/d1/status", b"{" + b" " * MAX_MESSAGE_BYTES + b"}") == []
+    for junk in (b"not json", b"[1, 2]", b"\xff"):
+        assert w.take("edgeclaw/d1/status", junk) == []
+    # Broadcast topics and other prefixes are not devices.
+    assert w.take("edgeclaw/_all/status", status()) == []
+    assert w.take("other/d1/status", status()) == []
+
+
+def test_an_approval_waits_until_an_event_decides_it():
+    w = FleetWindow(clock=lambda: 100.0)
+    question = {"id": "q1", "tool": "exec", "summary": "echo hi", "expires_at": 200.0}
+    w.take("edgeclaw/a/approval/request", json.dumps(question).encode())
+    assert [q["id"] for q in w.snapshot()["approvals"]] == ["q1"]
+    asked = {"kind": "approval", "decision": "asked", "approval": "q1"}
+    w.take("edgeclaw/a/events", json.dumps(asked).encode())
+    assert len(w.snapshot()["approvals"]) == 1
+    decided = {"kind": "approval", "decision": "allow-once", "approval": "q1"}
+    updates = w.take("edgeclaw/a/events", json.dumps(decided).encode())
+    assert ("approval_done", {"device": "a", "id": "q1", "decision": "allow-once"}) in updates
+    assert w.snapshot()["approvals"] == []
+    # An expired question leaves the queue by itself.
+    late = FleetWindow(clock=lambda: 300.0)
+    late.take("edgeclaw/a/approval/request", json.dumps(question).encode())
+    assert late.snapshot()["approvals"] == []

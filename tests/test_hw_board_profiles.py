@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from edgeclaw import board
+from edgeclaw.backends.sim.board import I2C_BUS1_PARTS
 from edgeclaw.errors import ConfigErrors
 from tests.hw_support import write_profile
 
@@ -253,7 +254,7 @@ def test_done_when_i2c_scan_lists_exactly_the_sim_devices(run_cli):
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["ok"] is True
-    assert result["data"]["addresses"] == ["0x48", "0x50", "0x76"]
+    assert result["data"]["addresses"] == [f"0x{a:02x}" for a in sorted(I2C_BUS1_PARTS)]
 
 
 @pytest.mark.skipif(shutil.which("qemu-system-arm") is None, reason="qemu-system-arm is not installed")

@@ -7,8 +7,11 @@ import json
 import pytest
 
 from edgeclaw.backends.sim.bme280 import compensate_temperature
+from edgeclaw.backends.sim.board import I2C_BUS1_PARTS
 from edgeclaw.backends.sim.tmp102 import decode_temperature
 from tests.hw_support import call, make_runtime, ok, write_profile
+
+SIM_BUS1_SCAN = [f"0x{a:02x}" for a in sorted(I2C_BUS1_PARTS)]  # every sim part on bus 1, in address order
 
 
 @pytest.fixture
@@ -23,9 +26,9 @@ def parts(runtime):
 
 
 # -- I2C ------------------------------------------------------------------------------------------
-async def test_scan_finds_exactly_the_three_sim_devices(sim):
+async def test_scan_finds_exactly_the_sim_devices(sim):
     result = await ok(sim, "i2c", action="scan", bus=1)
-    assert result["addresses"] == ["0x48", "0x50", "0x76"]
+    assert result["addresses"] == SIM_BUS1_SCAN
     assert result["probed"] == 0x77 - 0x08 + 1  # 0x00-0x07 and 0x78-0x7f are reserved
 
 
@@ -34,7 +37,7 @@ async def test_a_device_at_a_reserved_address_is_never_probed_or_addressed(sim):
 
     # A (misbehaving) device that answers at a reserved address.
     sim.registry.get("i2c").backends.i2c(1).driver.devices[0x05] = TMP102()
-    assert (await ok(sim, "i2c", action="scan", bus=1))["addresses"] == ["0x48", "0x50", "0x76"]
+    assert (await ok(sim, "i2c", action="scan", bus=1))["addresses"] == SIM_BUS1_SCAN
     outcome = await call(sim, "i2c", action="read_byte", bus=1, address=0x05, register=0)
     assert outcome.refused and "must be in 8..0x77" in outcome.error
 
@@ -107,9 +110,9 @@ async def test_settle_ms_keeps_the_bus_through_the_eeprom_write_cycle(sim):
 
 
 async def test_i2c_nack_is_worded(sim):
-    outcome = await call(sim, "i2c", action="read_byte", bus=1, address=0x49, register=0)
+    outcome = await call(sim, "i2c", action="read_byte", bus=1, address=0x4B, register=0)
     assert not outcome.ok and not outcome.refused
-    assert outcome.error == "i2c: no device acknowledged at 0x49 on bus 1"
+    assert outcome.error == "i2c: no device acknowledged at 0x4b on bus 1"
 
 
 # -- SPI ------------------------------------------------------------------------------------------
@@ -300,7 +303,7 @@ async def test_results_carry_data_and_one_readable_text(sim, tool, args, key):
 
 async def test_the_scan_text_names_the_devices(sim):
     outcome = await call(sim, "i2c", action="scan", bus=1)
-    assert "I2C bus 1: 3 devices acknowledged" in outcome.for_llm
+    assert f"I2C bus 1: {len(SIM_BUS1_SCAN)} devices acknowledged" in outcome.for_llm
     assert "0x48  TMP102" in outcome.for_llm
     one = await call(sim, "i2c", action="write_byte", bus=1, address=0x76, register=0xF4, value=0)
     assert one.for_llm.endswith("wrote 1 byte")

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from edgeclaw.backends.sim.board import I2C_BUS1_PARTS
 from edgeclaw.channels.mqtt.signing import envelope, mac
 from edgeclaw.errors import ConfigErrors
 from tests.mqtt_support import Caller, needs_mosquitto, poll
@@ -322,7 +323,7 @@ async def test_hardware_results_arrive_as_data_and_one_text(tmp_path, broker):
         await c.publish(CALL, scan, response_topic=ANSWERS)
         [answer] = await c.answers(ANSWERS, 1)
         body = answer.json
-        assert body["ok"] and body["data"]["addresses"] == ["0x48", "0x50", "0x76"]
+        assert body["ok"] and body["data"]["addresses"] == [f"0x{a:02x}" for a in sorted(I2C_BUS1_PARTS)]
         assert "0x48" in body["for_llm"] and "for_user" not in body
 
 

@@ -168,7 +168,7 @@ name = "inside"
 [[devices]]
 part = "tmp102"
 bus = 1
-address = 0x49
+address = 0x4B
 name = "outside"
 """
     path = tmp_path / "two.toml"

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.hw_support import call, make_runtime
+from tests.hw_support import CTX, call, make_runtime
 
 BUTTON = 27  # the sim board's button: pull-up, active low (pressed = pulled to ground)
 
@@ -121,3 +121,177 @@ async def test_waits_the_profile_does_not_allow_are_refused(sim, args, words):
     outcome = await call(sim, "gpio", **args)
     assert outcome.refused, outcome.error
     assert words in outcome.error
+
+
+# -- edges as job triggers ------------------------------------------------------------------------
+
+
+class SessionOutlet:
+    """The `cli` channel's way into its sessions, as a channel registers one: records what arrives."""
+
+    def __init__(self) -> None:
+        self.shown: list[tuple[str, str]] = []
+
+    def has_session(self, session_key: str) -> bool:
+        return session_key.startswith("cli:")
+
+    async def to_session(self, session_key: str, text: str) -> str:
+        self.shown.append((session_key, text))
+        return f"shown in {session_key}"
+
+    async def to_target(self, target: str, message) -> str:
+        raise AssertionError("not used")
+
+
+@pytest.fixture
+async def daemon(tmp_path):
+    """The sim board's runtime with its scheduler running (as `edgeclaw run` has it)."""
+    from edgeclaw.daemon.scheduler import scheduler_service
+
+    runtime = make_runtime(tmp_path, automation={"clock_sync": "off"})
+    outlet = SessionOutlet()
+    runtime.outlets.register("cli", outlet)
+    async with scheduler_service(runtime):
+        yield runtime, outlet
+    await runtime.aclose()
+
+
+async def cron(runtime, **args):
+    return await runtime.registry.execute("cron", args, CTX)
+
+
+def scheduler(runtime):
+    return runtime.automation.scheduler
+
+
+async def add_edge_job(runtime, **args) -> str:
+    outcome = await cron(runtime, action="add", **args)
+    assert outcome.ok, outcome.error
+    job_id = outcome.data["job"]["id"]
+    await until(lambda: scheduler(runtime).edge_watched(job_id))
+    return job_id
+
+
+async def runs(runtime, job_id) -> list[dict]:
+    outcome = await cron(runtime, action="runs", id=job_id)
+    assert outcome.ok, outcome.error
+    return outcome.data["runs"]
+
+
+async def test_a_button_press_runs_the_job_and_its_notice_reaches_the_session(daemon):
+    runtime, outlet = daemon
+    job_id = await add_edge_job(
+        runtime,
+        name="doorbell",
+        on_edge={"pin": "button", "edge": "falling", "debounce_ms": 0},
+        tool="gpio",
+        args={"action": "read", "pin": "button"},
+        to="message:session:cli:alice",
+    )
+    listed = await cron(runtime, action="list")
+    assert "on falling edge of GPIO 'button' (debounce 0 ms)" in listed.for_llm
+    assert "next at the next edge" in listed.for_llm
+    pin = button_pin(runtime)
+    pin.drive_low()  # pressed
+    await until(lambda: len(outlet.shown) == 1)
+    session, text = outlet.shown[0]
+    assert session == "cli:alice"
+    assert "[job doorbell] GPIO 27 (button): falling edge (now active, level 0)" in text
+    assert "GPIO 27 (button) reads active (level 0)" in text  # what the job's call found
+    pin.drive_high()  # released: not the edge the job waits for
+    await scheduler(runtime).idle()
+    done = await runs(runtime, job_id)
+    assert [(r["trigger"], r["outcome"]) for r in done] == [("edge", "ok")]
+    assert len(outlet.shown) == 1
+
+
+async def test_edges_during_a_run_are_one_skipped_record_counting_them(daemon):
+    runtime, _outlet = daemon
+    job_id = await add_edge_job(
+        runtime,
+        on_edge={"pin": 27, "edge": "falling", "debounce_ms": 0},
+        tool="gpio",
+        args={"action": "pulse", "pin": "led", "duration_ms": 1500},
+        to="none",
+    )
+    pin = button_pin(runtime)
+    pin.drive_low()
+    await until(lambda: scheduler(runtime).job_state(job_id) == "running")
+    for _ in range(3):  # pressed three more times while the LED pulse runs
+        pin.drive_high()
+        pin.drive_low()
+    await until(lambda: scheduler(runtime).job_state(job_id) == "")
+    await scheduler(runtime).idle()
+    done = await runs(runtime, job_id)
+    assert sorted((r["trigger"], r["outcome"]) for r in done) == [("edge", "ok"), ("edge", "skipped")]
+    skipped = next(r for r in done if r["outcome"] == "skipped")
+    assert "the previous run was still going (3 edges in all)" in skipped["detail"]
+
+
+async def test_a_removed_or_disabled_edge_job_stops_watching_its_pin(daemon):
+    runtime, _outlet = daemon
+    gpio = runtime.hardware.gpio()
+    job_id = await add_edge_job(
+        runtime, on_edge={"pin": "button"}, tool="gpio", args={"action": "read", "pin": "button"}, to="none"
+    )
+    assert gpio.watching(BUTTON) == 1
+    assert (await cron(runtime, action="update", id=job_id, enabled=False)).ok
+    assert gpio.watching(BUTTON) == 0 and not scheduler(runtime).edge_watched(job_id)
+    assert (await cron(runtime, action="update", id=job_id, enabled=True)).ok
+    await until(lambda: gpio.watching(BUTTON) == 1)
+    assert (await cron(runtime, action="remove", id=job_id)).ok
+    assert gpio.watching(BUTTON) == 0
+    button_pin(runtime).drive_low()
+    await scheduler(runtime).idle()
+    assert runtime.automation.store.runs(job_id) == []  # the press after the removal ran nothing
+
+
+async def test_an_edge_job_is_watched_again_after_a_restart(tmp_path):
+    from edgeclaw.daemon.scheduler import scheduler_service
+
+    first = make_runtime(tmp_path, automation={"clock_sync": "off"})
+    async with scheduler_service(first):
+        job_id = await add_edge_job(
+            first, on_edge={"pin": "button", "edge": "active"}, prompt="The button was pressed.", to="none"
+        )
+    await first.aclose()
+    second = make_runtime(tmp_path, automation={"clock_sync": "off"})
+    try:
+        async with scheduler_service(second):
+            await until(lambda: scheduler(second).edge_watched(job_id))
+            assert scheduler(second).status()["edge_jobs_watched"] == 1
+    finally:
+        await second.aclose()
+
+
+@pytest.mark.parametrize(
+    ("on_edge", "words"),
+    [
+        ({"pin": "led"}, "is an output"),
+        ({"pin": 5}, "GPIO 5 is not granted by the sim profile"),
+        ({"pin": "button", "edge": "sideways"}, "edge"),
+        ({"pin": "button", "debounce_ms": 60_000}, "debounce_ms"),
+    ],
+)
+async def test_an_edge_trigger_that_cannot_be_watched_is_refused_when_made(daemon, on_edge, words):
+    runtime, _outlet = daemon
+    outcome = await cron(
+        runtime, action="add", on_edge=on_edge, tool="gpio", args={"action": "list"}, to="none"
+    )
+    assert outcome.refused, outcome.error
+    assert words in outcome.error
+    assert (await cron(runtime, action="list")).data["jobs"] == []
+
+
+async def test_a_job_gives_exactly_one_trigger(daemon):
+    runtime, _outlet = daemon
+    outcome = await cron(
+        runtime,
+        action="add",
+        every="5m",
+        on_edge={"pin": "button"},
+        tool="gpio",
+        args={"action": "list"},
+    )
+    assert outcome.refused
+    assert "exactly one of 'cron', 'every', 'at' or 'on_edge'" in outcome.error

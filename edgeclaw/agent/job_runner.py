@@ -11,6 +11,11 @@ same treatment.
 The output goes to each target in turn; a target that cannot take it (its
 channel is off, the broker is away for longer than the outbox holds) is on
 the run's record, the others still get it.
+
+A run an edge started carries a `note` saying which (`GPIO 27 (button):
+falling edge ...`): a prompt job's turn is told of it, and a tool job's
+output starts with it, so a notice into a session (`message:session:KEY`)
+says what happened before what the call found.
 """
 
 from __future__ import annotations
@@ -46,11 +51,15 @@ class JobRunner:
         self.outlets = outlets
         self.agents = agents
 
-    async def run(self, job: Job, run_id: int, trigger: str, slot: float | None) -> tuple[str, str]:
+    async def run(
+        self, job: Job, run_id: int, trigger: str, slot: float | None, note: str = ""
+    ) -> tuple[str, str]:
         ctx = owner_context(job, str(run_id))
         if job.kind == "tool":
             outcome = await self.registry.execute(job.tool, job.args, ctx)
             text = outcome.for_user if outcome.for_user is not None else outcome.for_llm
+            if note:
+                text = f"{note}\n{text}"
             ok, error = outcome.ok, outcome.error
             state = "ok" if ok else ("refused" if outcome.refused else "error")
             delivery = Delivery(
@@ -74,7 +83,7 @@ class JobRunner:
                 reply = await agent.handle(
                     InboundMessage(
                         channel=job.owner.channel,
-                        text=job.prompt,
+                        text=f"{job.prompt}\n\n(This run was started by {note}.)" if note else job.prompt,
                         chat_id=job.owner.chat_id,
                         session=f"job:{job.id}",
                         peer_kind=job.owner.peer_kind,

@@ -25,6 +25,13 @@ Time on a board:
   (0 = for ever) jobs run by the local clock, with a warning.
 - **Overlaps.** A job whose previous run is still going (or waiting for a
   run slot) is not started again: the slot is recorded `skipped`.
+
+Edge-triggered jobs (`on_edge`) are not on the timer: each enabled one has a
+watch on its input pin (an `EdgeSource`, the board's GPIO), and an edge
+starts a run (trigger `edge`) at once, clock sync or not, as a button press
+is no less real on a board whose clock is not set. Edges while the previous
+run is going are not runs: the first is recorded `skipped`, the rest counted
+in it, so a flapping input cannot flood the database.
 """
 
 from __future__ import annotations
@@ -104,9 +111,26 @@ class LoopClock:
 
 
 class Executor(Protocol):
-    """Runs one job once (see `agent.job_runner.JobRunner`): returns (outcome, detail)."""
+    """Runs one job once (see `agent.job_runner.JobRunner`): returns (outcome, detail).
+
+    `note` (given for edge-triggered runs only) says what started the run, for its prompt or output.
+    """
 
     async def run(self, job: Job, run_id: int, trigger: str, slot: float | None) -> tuple[str, str]: ...
+
+
+class EdgeWatchHandle(Protocol):
+    def cancel(self) -> None: ...
+
+
+class EdgeSource(Protocol):
+    """The board's input pins, as the scheduler watches them (`daemon.scheduler.GpioEdges`)."""
+
+    async def watch(
+        self, pin: int | str, edge: str, debounce_s: float, callback: Callable[[float, str], None]
+    ) -> EdgeWatchHandle:
+        """Call `callback(unix_time, description)` on the loop for each matching debounced edge."""
+        ...
 
 
 @dataclass
@@ -140,8 +164,13 @@ class Scheduler:
         sync: SyncSource | None = None,
         settings: SchedulerSettings | None = None,
         audit: AuditTrail | None = None,
+        edges: EdgeSource | None = None,
     ) -> None:
         self.store = store
+        self.edges = edges
+        self._edge_watches: dict[str, EdgeWatchHandle] = {}
+        self._edge_setups: dict[str, asyncio.Task[None]] = {}
+        self._edges_skipped: dict[str, tuple[int, int]] = {}  # job -> (its skipped run, edges in it)
         self.executor = executor
         self.clock = clock
         self.sync = sync
@@ -192,6 +221,8 @@ class Scheduler:
 
     async def aclose(self) -> None:
         self._closed = True
+        for job_id in list(self._edge_watches) + list(self._edge_setups):
+            self._unwatch(job_id)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -226,6 +257,7 @@ class Scheduler:
     def removed(self, job_id: str) -> None:
         self._jobs.pop(job_id, None)
         self._due.pop(job_id, None)
+        self._unwatch(job_id)
         self._arm()
 
     def job_state(self, job_id: str) -> str:
@@ -243,6 +275,10 @@ class Scheduler:
             self._arm()
 
     def _load(self, job: Job) -> None:
+        if job.schedule_kind == "edge" or job.id in self._edge_watches or job.id in self._edge_setups:
+            self._load_edge(job)
+            if job.schedule_kind == "edge":
+                return
         if job.enabled and job.next_run is None and job.schedule_kind != "at":
             # A recurring job without a slot (switched on again, or stored by an older version).
             nxt = _schedule(job).next_after(self.clock.wall())
@@ -384,6 +420,15 @@ class Scheduler:
                 nxt = sched.next_after(now)
         return nxt
 
+    def _note_skipped_edges(self, job_id: str) -> None:
+        """Edges that came during a run end up counted in the one `skipped` record made for them."""
+        run, count = self._edges_skipped.pop(job_id, (0, 0))
+        if count > 1:
+            try:
+                self.store.append_detail(run, f" ({count} edges in all)")
+            except Exception:
+                log.exception("could not record the skipped edges of job %s", job_id)
+
     def _note_lateness(self, late: float) -> None:
         self.lateness.append(late)
         if len(self.lateness) > 100_000:
@@ -391,23 +436,28 @@ class Scheduler:
 
     # -- running ------------------------------------------------------------------------------------
     def _launch(
-        self, job: Job, run_id: int, trigger: str, slot: float | None
+        self, job: Job, run_id: int, trigger: str, slot: float | None, note: str = ""
     ) -> asyncio.Task[dict[str, Any]]:
         task = asyncio.get_running_loop().create_task(
-            self._run(job, run_id, trigger, slot), name=f"job {job.id}"
+            self._run(job, run_id, trigger, slot, note), name=f"job {job.id}"
         )
         self._running[job.id] = task
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _run(self, job: Job, run_id: int, trigger: str, slot: float | None) -> dict[str, Any]:
+    async def _run(
+        self, job: Job, run_id: int, trigger: str, slot: float | None, note: str = ""
+    ) -> dict[str, Any]:
         started = time.perf_counter()
         outcome, detail = "error", ""
         try:
             async with self._slots:
                 started = time.perf_counter()
-                outcome, detail = await self.executor.run(job, run_id, trigger, slot)
+                if note:
+                    outcome, detail = await self.executor.run(job, run_id, trigger, slot, note=note)  # type: ignore[call-arg]
+                else:
+                    outcome, detail = await self.executor.run(job, run_id, trigger, slot)
         except asyncio.CancelledError:
             outcome, detail = "interrupted", "the daemon stopped during this run"
             raise
@@ -418,6 +468,7 @@ class Scheduler:
             duration_ms = (time.perf_counter() - started) * 1000.0
             if self._running.get(job.id) is asyncio.current_task():
                 del self._running[job.id]
+            self._note_skipped_edges(job.id)
             try:
                 self.store.finish_run(run_id, job.id, outcome, detail, duration_ms)
             except Exception:
@@ -468,6 +519,81 @@ class Scheduler:
                 "detail": "still running; cron runs shows it",
             }
         return task.result()
+
+    # -- edge triggers ------------------------------------------------------------------------------
+    def _load_edge(self, job: Job) -> None:
+        """(Re)watch an edge job's pin as it is now defined; a timed or disabled job gets no watch."""
+        self._unwatch(job.id)
+        self._jobs[job.id] = job
+        self._due.pop(job.id, None)
+        if job.schedule_kind != "edge" or not job.enabled or self._closed:
+            return
+        if self.edges is None:
+            log.warning("job %s waits for a GPIO edge, but this board has no GPIO pins to watch", job.id)
+            return
+        trigger = _schedule(job).edge
+        task = asyncio.get_running_loop().create_task(
+            self._watch(job.id, trigger.pin, trigger.edge, trigger.debounce_ms / 1000), name=f"edge {job.id}"
+        )
+        self._edge_setups[job.id] = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _watch(self, job_id: str, pin: int | str, edge: str, debounce_s: float) -> None:
+        assert self.edges is not None
+        try:
+            handle = await self.edges.watch(
+                pin, edge, debounce_s, lambda at, what: self._edge_fired(job_id, at, what)
+            )
+        except Exception as e:
+            # The profile no longer grants the pin, the GPIO library is missing: on the job's record.
+            log.warning("job %s: cannot watch GPIO %s: %s", job_id, pin, e)
+            self.store.note(
+                job_id, "edge", None, "error", f"cannot watch GPIO {pin}: {e}", None, advance=False
+            )
+            return
+        finally:
+            if self._edge_setups.get(job_id) is asyncio.current_task():
+                del self._edge_setups[job_id]
+        if self._closed or self._jobs.get(job_id) is None:
+            handle.cancel()
+            return
+        self._edge_watches[job_id] = handle
+
+    def _unwatch(self, job_id: str) -> None:
+        setup = self._edge_setups.pop(job_id, None)
+        if setup is not None:
+            setup.cancel()
+        handle = self._edge_watches.pop(job_id, None)
+        if handle is not None:
+            handle.cancel()
+
+    def edge_watched(self, job_id: str) -> bool:
+        """True once an edge job's pin is being watched (status, tests)."""
+        return job_id in self._edge_watches
+
+    def _edge_fired(self, job_id: str, at: float, what: str) -> None:
+        job = self._jobs.get(job_id)
+        if job is None or not job.enabled or self._closed:
+            return
+        if job_id in self._running:
+            run, count = self._edges_skipped.get(job_id, (0, 0))
+            if run:
+                self._edges_skipped[job_id] = (run, count + 1)
+                return
+            run = self.store.note(
+                job_id,
+                "edge",
+                at,
+                "skipped",
+                f"{what}: the previous run was still going",
+                None,
+                advance=False,
+            )
+            self._edges_skipped[job_id] = (run, 1)
+            return
+        run_id = self.store.start_run(job_id, "edge", at, None, advance=False)
+        self._launch(job, run_id, "edge", at, note=what)
 
     # -- built-in timers (the heartbeat) -----------------------------------------------------------
     def _fire_periodic(self, name: str, now: float) -> None:
@@ -592,6 +718,7 @@ class Scheduler:
             "clock_source": getattr(self.sync, "source", "off") if self.sync is not None else "off",
             "clock_steps_watched": self._watching,
             "clock_steps": self.steps,
+            "edge_jobs_watched": len(self._edge_watches),
         }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from edgeclaw.daemon.automation import HEARTBEAT_FILE, Automation
@@ -106,6 +106,7 @@ async def scheduler_service(runtime: Runtime) -> AsyncIterator[SchedulerService]
             device_id=runtime.device_id,
         ),
         audit=runtime.audit,
+        edges=_edge_source(runtime),
     )
     if auto.heartbeat_s:
         auto.heartbeat = _heartbeat(runtime, runner)
@@ -120,6 +121,38 @@ async def scheduler_service(runtime: Runtime) -> AsyncIterator[SchedulerService]
         auto.scheduler = None
         outlets.unregister("memory")
         outlets.unregister("console", console)
+
+
+class GpioEdges:
+    """The board's input pins as the scheduler's edge source: pins by number or profile name."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    async def watch(
+        self, pin: int | str, edge: str, debounce_s: float, callback: Callable[[float, str], None]
+    ) -> Any:
+        board, hardware = self.runtime.board, self.runtime.hardware
+        grant = board.gpio_pin(pin)
+        if grant is None or hardware is None:
+            raise ToolRefused(f"GPIO {pin!r} is not granted by the {board.name} profile")
+        if grant.direction != "in":
+            raise ToolRefused(f"GPIO {grant.pin} ({grant.name}) is not an input in the {board.name} profile")
+        label = f"GPIO {grant.pin} ({grant.name})"
+        return await hardware.gpio().watch(
+            grant.pin,
+            edge,
+            debounce_s,
+            lambda e: callback(e.at, f"{label}: {e.describe()}"),  # type: ignore[arg-type]
+        )
+
+
+def _edge_source(runtime: Runtime) -> GpioEdges | None:
+    """None on a board whose profile grants no GPIO (edge jobs then say so in the log)."""
+    spec = runtime.board.spec
+    if runtime.hardware is None or spec is None or not spec.gpio:
+        return None
+    return GpioEdges(runtime)
 
 
 def _heartbeat(runtime: Runtime, runner: Any) -> Heartbeat:

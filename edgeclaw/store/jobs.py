@@ -143,7 +143,7 @@ class Job:
 class Run:
     id: int
     job_id: str
-    trigger: str  # "schedule" | "catch_up" | "manual"
+    trigger: str  # "schedule" | "catch_up" | "manual" | "edge"
     scheduled_at: float | None
     started_at: float
     finished_at: float | None
@@ -330,6 +330,14 @@ class JobStore:
                 conn.execute("UPDATE jobs SET next_run = ? WHERE id = ?", (next_run, job_id))
                 ids.append(int(cur.lastrowid or 0))
         return ids
+
+    def append_detail(self, run_id: int, text: str) -> None:
+        """Add to a finished run's detail (how many edges a skipped edge run stood for)."""
+        self.db.execute(
+            "UPDATE job_runs SET detail = substr(detail || ?, 1, ?) WHERE id = ?",
+            (text, MAX_DETAIL_CHARS, run_id),
+            what="a job run's detail",
+        )
 
     def runs(self, job_id: str | None = None, limit: int = 20) -> list[Run]:
         if job_id is None:

@@ -138,7 +138,12 @@ class JobFactory:
     def schedule_of(self, args: Args, tz: str) -> Schedule:
         try:
             return parse_schedule(
-                cron=args.get("cron"), every=args.get("every"), at=args.get("at"), tz=tz, now=self.clock()
+                cron=args.get("cron"),
+                every=args.get("every"),
+                at=args.get("at"),
+                on_edge=args.get("on_edge"),
+                tz=tz,
+                now=self.clock(),
             )
         except ScheduleError as e:
             raise ToolRefused(str(e)) from None
@@ -192,6 +197,7 @@ class JobFactory:
 
     async def check_what(self, job: Job) -> None:
         """Refuse a job its owner could not run right now (it is checked again at every run)."""
+        await self.check_trigger(job)
         if job.kind == "prompt":
             if job.agent not in self.agents():
                 known = ", ".join(self.agents()) or "none"
@@ -201,6 +207,17 @@ class JobFactory:
             problem = await self.check_call(job.tool, job.args, owner_context(job, "check"))
             if problem is not None:
                 raise ToolRefused(f"the job's call would be refused: {problem}")
+
+    async def check_trigger(self, job: Job) -> None:
+        """An edge trigger needs an input pin the owner could wait on right now (the `gpio` tool's
+        own checks, as a dry run: the pin granted by the board profile, an input, gpio allowed)."""
+        if job.schedule_kind != "edge" or self.check_call is None:
+            return
+        edge = Schedule("edge", job.schedule_spec).edge
+        args = {"action": "wait", "pin": edge.pin, "edge": edge.edge, "timeout_ms": 1}
+        problem = await self.check_call("gpio", args, owner_context(job, "check"))
+        if problem is not None:
+            raise ToolRefused(f"the job's edge trigger cannot be watched: {problem}")
 
     def add(self, job: Job) -> Job:
         if self.store.count() >= MAX_JOBS:
@@ -236,7 +253,12 @@ def describe_job(job: Job, state: str = "") -> str:
         else (f"prompt for {job.agent}: {job.prompt[:60]!r}")
     )
     when = sched.describe()
-    nxt = _local(job.next_run) if job.next_run is not None else ("done" if not sched.recurring else "none")
+    if not sched.timed:
+        nxt = "at the next edge"
+    else:
+        nxt = (
+            _local(job.next_run) if job.next_run is not None else ("done" if not sched.recurring else "none")
+        )
     flags = [] if job.enabled else ["disabled"]
     if state:
         flags.append(state)
@@ -264,8 +286,9 @@ class CronTool(Tool):
     name = "cron"
     group = "automation"
     description = (
-        "Scheduled jobs: add (a tool call or a prompt, on a cron expression, an interval or a one-shot "
-        "time, output to mqtt:TOPIC, console, memory or message), list, update, remove, run now, runs "
+        "Scheduled jobs: add (a tool call or a prompt, on a cron expression, an interval, a one-shot "
+        "time or an edge of an input pin, output to mqtt:TOPIC, console, memory or message), list, "
+        "update, remove, run now, runs "
         "(recent runs with outcome and duration). Each run is checked against its owner's rights at "
         "the time it runs."
     )
@@ -282,6 +305,17 @@ class CronTool(Tool):
                 "type": "string",
                 "maxLength": 80,
                 "description": "one-shot: ISO 8601, 'in 10 minutes', 'tomorrow 07:00'",
+            },
+            "on_edge": {
+                "type": "object",
+                "description": "instead of a time: run when an input pin changes",
+                "properties": {
+                    "pin": {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "minLength": 1}]},
+                    "edge": {"enum": ["rising", "falling", "both", "active", "inactive"]},
+                    "debounce_ms": {"type": "integer", "minimum": 0, "maximum": 10_000},
+                },
+                "required": ["pin"],
+                "additionalProperties": False,
             },
             **WHAT_PROPERTIES,
             "enabled": {"type": "boolean", "description": "update: switch the job on or off"},
@@ -359,12 +393,14 @@ class CronTool(Tool):
             changes["name"] = args["name"].strip()
         if "enabled" in args:
             changes["enabled"] = bool(args["enabled"])
-        if any(k in args for k in ("cron", "every", "at", "tz")):
-            given = {k: args[k] for k in ("cron", "every", "at") if k in args}
+        if any(k in args for k in ("cron", "every", "at", "on_edge", "tz")):
+            given = {k: args[k] for k in ("cron", "every", "at", "on_edge") if k in args}
             if not given:  # only the zone changes: the same expression read in the new zone
                 given = {job.schedule_kind if job.schedule_kind != "every" else "every": job.schedule_spec}
                 if job.schedule_kind == "at":
                     raise ToolRefused("a one-shot job's time is fixed: give a new 'at'")
+                if job.schedule_kind == "edge":
+                    raise ToolRefused("an edge-triggered job has no time zone: give a new 'on_edge'")
             sched = self.jobs.schedule_of(given, args.get("tz", job.tz))
             changes.update(
                 schedule_kind=sched.kind,
@@ -404,6 +440,8 @@ class CronTool(Tool):
         updated = replace(job, **changes)
         if redefined:
             await self.jobs.check_what(updated)
+        elif updated.schedule_spec != job.schedule_spec:
+            await self.jobs.check_trigger(updated)
         updated = self.jobs.store.save(updated)
         if self.jobs.control is not None:
             self.jobs.control.changed(updated.id)

@@ -14,10 +14,15 @@ is. An interval or an `in ...` time counts elapsed time (`elapsed`): when the
 clock is stepped, it moves with the step, so a job that reads a sensor every
 5 minutes neither fires early nor stalls for an hour when NTP corrects a
 stale clock.
+
+An edge trigger (`on_edge`) has no slots at all: the job runs when an input
+pin changes (`edge`: the pin, which change, the debounce), whatever the
+clock says. Its spec is the trigger as JSON.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -25,7 +30,7 @@ from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-ScheduleKind = Literal["cron", "every", "at"]
+ScheduleKind = Literal["cron", "every", "at", "edge"]
 Anchor = Literal["wall", "elapsed"]
 
 # Standard cron's nicknames, as five-field expressions. @reboot has no slot on the calendar.
@@ -42,6 +47,9 @@ MIN_INTERVAL_S = 1.0
 MAX_INTERVAL_S = 366 * 86400.0
 # How far ahead a cron expression may have its next slot (an expression for 30 February never has one).
 CRON_HORIZON_DAYS = 5 * 366
+EDGE_KINDS = ("rising", "falling", "both", "active", "inactive")
+DEFAULT_EDGE_DEBOUNCE_MS = 50
+MAX_EDGE_DEBOUNCE_MS = 10_000
 
 _UNITS = {
     "s": 1,
@@ -228,8 +236,21 @@ class Schedule:
     def recurring(self) -> bool:
         return self.kind != "at"
 
+    @property
+    def timed(self) -> bool:
+        """False for an edge trigger: it has no slots for the timer."""
+        return self.kind != "edge"
+
+    @property
+    def edge(self) -> EdgeTrigger:
+        if self.kind != "edge":
+            raise ValueError(f"a {self.kind} schedule has no edge trigger")
+        return EdgeTrigger.from_spec(self.spec)
+
     def first(self, now: float) -> float | None:
         """The first slot for a job created (or re-scheduled) at `now`."""
+        if self.kind == "edge":
+            return None
         if self.kind == "at":
             return float(self.spec)
         if self.kind == "every":
@@ -237,8 +258,9 @@ class Schedule:
         return self.next_after(now)
 
     def next_after(self, t: float) -> float | None:
-        """The first slot strictly after `t` (None: a one-shot time, or a cron that never comes)."""
-        if self.kind == "at":
+        """The first slot strictly after `t` (None: a one-shot time, an edge trigger, or a cron that
+        never comes)."""
+        if self.kind in ("at", "edge"):
             return None
         if self.kind == "every":
             return t + self.interval_s
@@ -266,11 +288,64 @@ class Schedule:
         return count
 
     def describe(self) -> str:
+        if self.kind == "edge":
+            return self.edge.describe()
         if self.kind == "every":
             return f"every {format_duration(self.interval_s)}"
         if self.kind == "at":
             return "once at " + datetime.fromtimestamp(float(self.spec), UTC).isoformat(timespec="seconds")
         return f"cron '{self.spec}'" + (f" ({self.tz})" if self.tz else "")
+
+
+@dataclass(frozen=True)
+class EdgeTrigger:
+    """What starts an edge-triggered job: a change of an input pin that held for `debounce_ms`."""
+
+    pin: int | str  # a GPIO number or the name the board profile gives the pin
+    edge: str = "both"  # rising, falling, both; or active / inactive by the pin's logic
+    debounce_ms: int = DEFAULT_EDGE_DEBOUNCE_MS
+
+    @classmethod
+    def parse(cls, value: object) -> EdgeTrigger:
+        """`{"pin": 27, "edge": "falling", "debounce_ms": 50}`, checked key by key."""
+        if not isinstance(value, dict):
+            raise ScheduleError('on_edge: expected an object such as {"pin": 27, "edge": "falling"}')
+        unknown = sorted(set(value) - {"pin", "edge", "debounce_ms"})
+        if unknown:
+            raise ScheduleError(
+                f"on_edge: unknown key(s) {', '.join(unknown)} (expected pin, edge, debounce_ms)"
+            )
+        pin = value.get("pin")
+        if isinstance(pin, str) and pin.isdigit():
+            pin = int(pin)
+        number = isinstance(pin, int) and not isinstance(pin, bool) and pin >= 0
+        if not (number or (isinstance(pin, str) and pin)):
+            raise ScheduleError(f"on_edge.pin: expected a GPIO number or a pin name, got {pin!r}")
+        edge = value.get("edge", "both")
+        if edge not in EDGE_KINDS:
+            raise ScheduleError(f"on_edge.edge: expected one of {', '.join(EDGE_KINDS)}, got {edge!r}")
+        debounce = value.get("debounce_ms", DEFAULT_EDGE_DEBOUNCE_MS)
+        if (
+            isinstance(debounce, bool)
+            or not isinstance(debounce, int)
+            or not 0 <= debounce <= MAX_EDGE_DEBOUNCE_MS
+        ):
+            raise ScheduleError(
+                f"on_edge.debounce_ms: expected an integer 0-{MAX_EDGE_DEBOUNCE_MS}, got {debounce!r}"
+            )
+        return cls(pin, edge, debounce)
+
+    @classmethod
+    def from_spec(cls, spec: str) -> EdgeTrigger:
+        return cls.parse(json.loads(spec))
+
+    def spec(self) -> str:
+        return json.dumps({"pin": self.pin, "edge": self.edge, "debounce_ms": self.debounce_ms})
+
+    def describe(self) -> str:
+        which = "any" if self.edge == "both" else self.edge
+        pin = f"GPIO {self.pin}" if isinstance(self.pin, int) else f"GPIO {self.pin!r}"
+        return f"on {which} edge of {pin} (debounce {self.debounce_ms} ms)"
 
 
 def format_duration(seconds: float) -> str:
@@ -287,15 +362,25 @@ def format_duration(seconds: float) -> str:
 
 
 def parse_schedule(
-    *, cron: str | None = None, every: str | None = None, at: str | None = None, tz: str = "", now: float
+    *,
+    cron: str | None = None,
+    every: str | None = None,
+    at: str | None = None,
+    on_edge: object = None,
+    tz: str = "",
+    now: float,
 ) -> Schedule:
-    """Exactly one of cron / every / at, checked, as a stored `Schedule`."""
-    given = [k for k, v in (("cron", cron), ("every", every), ("at", at)) if v is not None]
+    """Exactly one of cron / every / at / on_edge, checked, as a stored `Schedule`."""
+    given = [
+        k for k, v in (("cron", cron), ("every", every), ("at", at), ("on_edge", on_edge)) if v is not None
+    ]
     if len(given) != 1:
         raise ScheduleError(
-            "give exactly one of 'cron', 'every' or 'at'" + (f" (got {given})" if given else "")
+            "give exactly one of 'cron', 'every', 'at' or 'on_edge'" + (f" (got {given})" if given else "")
         )
     zone(tz)  # an unknown zone is refused whatever the kind
+    if on_edge is not None:
+        return Schedule("edge", EdgeTrigger.parse(on_edge).spec(), anchor="elapsed")
     if cron is not None:
         expr = parse_cron(cron)
         sched = Schedule("cron", expr, tz)

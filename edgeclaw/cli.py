@@ -46,6 +46,16 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the daemon in the foreground (systemd's ExecStart)")
     _common(run)
 
+    try_ = sub.add_parser(
+        "try", help="the daemon on the sim board with its console on this terminal and a local broker"
+    )
+    _common(try_)
+    try_.add_argument(
+        "--broker", metavar="HOST:PORT", help="the broker (default: the config's, 127.0.0.1:1883); "
+        "started for the session when nothing answers on a local address and mosquitto is installed",
+    )  # fmt: skip
+    try_.add_argument("--no-broker", action="store_true", help="no MQTT: the console only")
+
     chat = sub.add_parser("chat", help="chat with the agent on this terminal")
     _common(chat)
     chat.add_argument("--message", metavar="TEXT", help="one turn: print the reply and exit")
@@ -701,6 +711,22 @@ def _report_trial(state: dict[str, Any] | None) -> None:
         log.error("running on the previous config: the applied one was rolled back (%s)", state.get("reason"))
 
 
+def cmd_try(args: argparse.Namespace) -> int:
+    from edgeclaw.daemon.first_run import FirstRunError, run_try
+
+    try:
+        return run_try(
+            _load(args),
+            board=args.board,
+            broker=args.broker,
+            no_broker=args.no_broker,
+            log_level=args.log_level,
+        )
+    except FirstRunError as e:
+        print(f"edgeclaw try: {e}", file=sys.stderr)
+        return EXIT_REFUSED
+
+
 def cmd_chat(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -894,6 +920,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": cmd_run,
+    "try": cmd_try,
     "chat": cmd_chat,
     "tools": cmd_tools_list,
     "tool": cmd_tool_call,

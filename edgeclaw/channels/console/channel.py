@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from urllib.parse import urlsplit
@@ -113,8 +113,11 @@ class ConsoleChannel:
         endpoints: Sequence[Endpoint] = (),
         reconnect_min_s: float = 1.0,
         reconnect_max_s: float = 30.0,
+        on_session_end: Callable[[str], object] | None = None,
     ) -> None:
         self.agent = agent
+        # Told the port's path when a session ends by itself (SessionOptions.end_on_logout).
+        self.on_session_end = on_session_end
         self.ports = list(ports)
         self.line = line
         self.banner = banner
@@ -173,6 +176,8 @@ class ConsoleChannel:
             finally:
                 if self.sessions.get(path) is session:
                     del self.sessions[path]
+            if self.on_session_end is not None:  # ended by itself: not the port lost, not cancelled
+                self.on_session_end(path)
 
         await serve_port(
             path,

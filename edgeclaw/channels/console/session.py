@@ -64,6 +64,9 @@ class SessionOptions:
     max_output_lines: int = 400
     idle_logout_s: float = 900.0  # 0 = never; only with a login gate
     pace: bool = True
+    # The session ends at a logout instead of showing the banner again: for a console on the
+    # terminal of the person who started edgeclaw (`edgeclaw try`), where logging out means leaving.
+    end_on_logout: bool = False
 
 
 @dataclass(frozen=True)
@@ -369,6 +372,9 @@ class ConsoleSession:
                 self.gate.log_logout(self.chat_id, reason)
             self.say(f"Logged out ({reason}).")
             self.out.write(b"\r\n")
+            if self.options.end_on_logout:
+                await self.out.drain()
+                return
 
     async def _show_banner(self) -> None:
         b = self.banner

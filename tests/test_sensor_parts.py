@@ -448,3 +448,25 @@ async def test_ds18b20_read_that_never_returns_times_out(sim):
         backends.sim.onewire.release_hang("28-00000a1b2c3d")
     assert error.kind == "timeout"
     assert "'water' (ds18b20 on 1-Wire as 28-00000a1b2c3d)" in str(error) and "0.5 s" in str(error)
+
+
+async def test_ads1115_that_never_finishes_converting_times_out():
+    clock = Clock()  # never advances: the conversion never ends, OS stays 0
+    device = DeviceSpec(part="ads1115", name="adc", bus=1, address=0x49)
+    bus = I2CBus(SimI2CBus(1, {0x49: ADS1115([1.0, 0, 0, 0], clock=clock)}), timeout_s=0.2, threaded=False)
+    with pytest.raises(SensorError) as caught:
+        await ads1115.ADS1115Driver(device, bus).read_channel(0)
+    assert caught.value.kind == "timeout"
+    assert "'adc' (ads1115 at 0x49 on I2C bus 1): I2C bus 1: no answer within 0.2 s" in str(caught.value)
+
+
+# -- all of them at once ----------------------------------------------------------------------------
+async def test_read_all_gives_every_new_part_its_reading_in_its_units(sim):
+    sensors, _ = sim
+    readings = {r.device: r for r in await sensors.read_all() if not isinstance(r, SensorError)}
+    assert readings["light"].value("illuminance").value == pytest.approx(320.0, abs=1)
+    assert readings["adc"].value("voltage", "ch3").value == pytest.approx(3.3, abs=125e-6)
+    assert readings["spi adc"].value("voltage", "ch1").value == pytest.approx(0.5, abs=3.3 / 1024)
+    assert readings["solar"].value("power").value == pytest.approx(12.6 * 0.8, abs=0.005)
+    assert readings["water"].value("temperature").value == 19.5
+    assert "water: temperature 19.50 °C" in readings["water"].text()

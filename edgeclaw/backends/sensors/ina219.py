@@ -9,12 +9,12 @@ still reaches the maximum) and the calibration register, Cal = trunc(0.04096 /
 0.04096 / (Cal * R_shunt), and the power LSB 20 times that. Configuration: 32
 V bus range, 12-bit conversions, shunt and bus continuous.
 
-A shunt voltage at the end of its range is a saturated ADC, so also an error.
 A reading checks the calibration register first: a part that lost power comes
 back with it at 0 and its current and power registers stuck at 0, so the
-driver programs it again and waits out a conversion. OVF in the bus voltage
-register (the current or power computation overflowed) is an error, not a
-number.
+driver programs it again and waits out a conversion. A shunt voltage at the
+end of its range (a saturated ADC: the current is that much or more) and OVF
+in the bus voltage register (the current or power computation overflowed)
+are errors, not numbers.
 """
 
 from __future__ import annotations

@@ -162,6 +162,11 @@ def _cron_parser(sub: Any) -> None:
     when.add_argument("--every", metavar="INTERVAL", help="an interval: 90s, 5m, 1h30m")
     when.add_argument("--cron", metavar="EXPR", help="five cron fields, or @hourly, @daily ...")
     when.add_argument("--at", metavar="WHEN", help="once: ISO 8601, 'in 10 minutes', 'tomorrow 07:00'")
+    when.add_argument(
+        "--on-edge",
+        metavar="PIN[:EDGE[:MS]]",
+        help="on an edge of an input pin: button, 27:falling, button:active:50 (debounce ms)",
+    )
     what = add.add_mutually_exclusive_group(required=True)
     what.add_argument("--tool", metavar="NAME", help="call this tool directly (no model)")
     what.add_argument("--prompt", metavar="TEXT", help="a message for the agent, a turn of its own")
@@ -311,6 +316,18 @@ def cmd_cron(args: argparse.Namespace) -> int:
                 tool_args[key] = getattr(args, key)
         if args.catch_up:
             tool_args["catch_up"] = args.catch_up
+        if args.on_edge is not None:
+            pin, _, rest = args.on_edge.partition(":")
+            edge, _, debounce = rest.partition(":")
+            trigger: dict[str, Any] = {"pin": int(pin) if pin.isdigit() else pin}
+            if edge:
+                trigger["edge"] = edge
+            if debounce:
+                if not debounce.isdigit():
+                    print(f"edgeclaw: --on-edge: expected ms, got {debounce!r}", file=sys.stderr)
+                    return EXIT_REFUSED
+                trigger["debounce_ms"] = int(debounce)
+            tool_args["on_edge"] = trigger
         if args.args is not None:
             try:
                 tool_args["args"] = json.loads(args.args)

@@ -295,3 +295,26 @@ async def test_a_job_gives_exactly_one_trigger(daemon):
     )
     assert outcome.refused
     assert "exactly one of 'cron', 'every', 'at' or 'on_edge'" in outcome.error
+
+
+def test_cron_add_on_edge_from_the_command_line(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    config = tmp_path / "edgeclaw.toml"
+    config.write_text(f'board = "sim"\nstate_dir = "{tmp_path / "state"}"\n')
+
+    def cli(*words: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "edgeclaw", "cron", *words, "--config", str(config)]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+    added = cli("add", "--on-edge", "button:falling:30", "--tool", "gpio", "--args", '{"action":"list"}')
+    assert added.returncode == 0, added.stderr
+    listed = cli("list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (job,) = json.loads(listed.stdout)["data"]["jobs"]
+    assert job["schedule"]["kind"] == "edge"
+    assert json.loads(job["schedule"]["spec"]) == {"pin": "button", "edge": "falling", "debounce_ms": 30}
+    refused = cli("add", "--on-edge", "led", "--tool", "gpio", "--args", '{"action":"list"}')
+    assert refused.returncode == 2 and "is an output" in refused.stderr + refused.stdout

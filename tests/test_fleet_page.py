@@ -315,7 +315,7 @@ def test_an_exec_approval_appears_in_the_queue_and_is_approved_from_the_page(bro
         ],
         "the approval event",
     )
-    assert "mqtt:key:command" in events[0]
+    assert "by mqtt:key:approver" in events[0]
     screenshot(browser, "05-approved")
 
 

@@ -87,7 +87,8 @@ function renderTable() {
 function eventLine(e) {
   const t = new Date((e.ts || 0) * 1000).toLocaleTimeString();
   const what = e.kind ? `${e.kind} ${e.decision || e.outcome || e.what || ""}` : `${e.tool} ${e.outcome || ""}`;
-  return `${t} ${e.device} ${what} ${e.caller ? "by " + e.caller : ""}`.trim();
+  const who = e.by || e.caller;  // a decision names who decided; a call, who called
+  return `${t} ${e.device} ${what} ${who ? "by " + who : ""}`.trim();
 }
 function renderEvents() {
   const recent = state.events.slice(-100).reverse();

@@ -470,3 +470,40 @@ async def test_read_all_gives_every_new_part_its_reading_in_its_units(sim):
     assert readings["solar"].value("power").value == pytest.approx(12.6 * 0.8, abs=0.005)
     assert readings["water"].value("temperature").value == 19.5
     assert "water: temperature 19.50 °C" in readings["water"].text()
+
+
+# -- the I2C parts' failures, each named as the device's own ---------------------------------------
+@pytest.mark.parametrize(("name", "address"), [("light", 0x23), ("adc", 0x49), ("solar", 0x41)])
+@pytest.mark.parametrize(("fault", "kind"), [("nack", "nack"), ("timeout", "timeout")])
+async def test_i2c_part_faults_are_reported_for_the_device(sim, name, address, fault, kind):
+    sensors, backends = sim
+    i2c_sim_bus(backends).inject(address, fault)
+    error = await failure(sensors, name)
+    assert error.kind == kind
+    assert f"{name!r} ({error.part} at 0x{address:02x} on I2C bus 1)" in str(error)
+    i2c_sim_bus(backends).inject(address, None)
+    assert (await sensors.read(name)).device == name  # healed: it reads again
+
+
+@pytest.mark.parametrize(
+    ("driver_class", "part", "model", "address"),
+    [
+        (bh1750.BH1750Driver, "bh1750", BH1750, 0x23),
+        (ads1115.ADS1115Driver, "ads1115", ADS1115, 0x49),
+        (ina219.INA219Driver, "ina219", INA219, 0x41),
+    ],
+)
+async def test_i2c_part_that_hangs_the_bus_is_cut_off_by_the_deadline(driver_class, part, model, address):
+    sim_bus = SimI2CBus(1, {address: model()})
+    sim_bus.inject(address, "hang")  # SCL held low: the transfer never returns
+    bus = I2CBus(sim_bus, timeout_s=0.3, threaded=True)
+    device = DeviceSpec(part=part, name="stuck", bus=1, address=address)
+    try:
+        with pytest.raises(SensorError) as caught:
+            await driver_class(device, bus).read()
+    finally:
+        sim_bus.release()
+        bus.close()
+    assert caught.value.kind == "timeout"
+    assert f"'stuck' ({part} at 0x{address:02x} on I2C bus 1)" in str(caught.value)
+    assert "no answer within 0.3 s" in str(caught.value)

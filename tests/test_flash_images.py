@@ -145,13 +145,18 @@ async def test_a_segment_outside_the_granted_areas_refuses_the_whole_image_befor
     assert not hexed.ok and "'base' applies only to raw binary images" in hexed.error
 
 
-async def test_reset_after_flashing_needs_control(tmp_path):
-    profile = tmp_path / "no-control.toml"
+def _profile(tmp_path: Path, name: str, flash: bool) -> str:
+    profile = tmp_path / f"{name}.toml"
     profile.write_text(
-        '[board]\nname = "no-control"\n[probe]\ntransport = "gdb"\ntarget = "qemu"\ngdb_address = "qemu"\n'
-        "flash = true\nflash_base = 0x0800_0000\nflash_size = 0x2_0000\n"
+        f'[board]\nname = "{name}"\n[probe]\ntransport = "gdb"\ntarget = "qemu"\ngdb_address = "qemu"\n'
+        f"flash = {'true' if flash else 'false'}\nflash_base = 0x0800_0000\nflash_size = 0x2_0000\n"
+        'regions = [{ name = "sram", base = 0x2000_0000, size = 0x2000, access = "rw" }]\n'
     )
-    runtime = make_runtime(tmp_path, board=str(profile))
+    return str(profile)
+
+
+async def test_reset_after_flashing_needs_control(tmp_path):
+    runtime = make_runtime(tmp_path, board=_profile(tmp_path, "no-control", flash=True))
     try:
         (runtime.workspace / "app.bin").write_bytes(b"\x00" * 16)
         refused = await call(runtime, "probe", dry_run=True, action="flash", path="app.bin", reset=True)
@@ -160,6 +165,31 @@ async def test_reset_after_flashing_needs_control(tmp_path):
         await runtime.aclose()
     assert refused.refused and "reset after flashing is not granted" in refused.error
     assert allowed.ok
+
+
+async def test_without_the_flash_grant_only_ram_segments_load(tmp_path):
+    runtime = make_runtime(tmp_path, board=_profile(tmp_path, "no-flash", flash=False))
+    try:
+        (runtime.workspace / "app.bin").write_bytes(b"\x00" * 16)
+        (runtime.workspace / "mixed.hex").write_bytes(make_hex({0x0800_0000: b"\x01", SRAM_A: b"\x02"}))
+        (runtime.workspace / "ram.hex").write_bytes(make_hex({SRAM_A: b"\x02" * 32}))
+        binary = await call(runtime, "probe", dry_run=True, action="flash", path="app.bin")
+        mixed = await call(runtime, "probe", dry_run=True, action="flash", path="mixed.hex")
+        ram = await call(runtime, "probe", dry_run=True, action="flash", path="ram.hex")
+    finally:
+        await runtime.aclose()
+    assert binary.refused and "flashing the target is not granted" in binary.error
+    assert mixed.refused and "flashing the target is not granted" in mixed.error
+    assert ram.ok, ram.error
+
+
+async def test_an_image_file_larger_than_any_the_profile_has_room_for_is_not_read(sim):
+    # Room: 128 KiB of flash and 8 KiB of SRAM; a file may hold four times that plus 1 MiB (HEX text,
+    # ELF debug sections). A sparse file: its size is what is judged, on the descriptor.
+    with (sim.workspace / "huge.elf").open("wb") as f:
+        f.truncate(4 * (0x2_0000 + 0x2000) + (1 << 20) + 1)
+    huge = await call(sim, "probe", dry_run=True, action="flash", path="huge.elf")
+    assert huge.refused and "is larger than any image the sim profile has room for" in huge.error
 
 
 # -- into QEMU over the GDB path -----------------------------------------------------------------------

@@ -326,3 +326,16 @@ async def _until(condition: Callable[[], bool], deadline_s: float = 10.0) -> Non
     while not condition():
         assert loop.time() < end, "condition not met in time"
         await asyncio.sleep(0.01)
+
+
+async def test_a_question_about_what_hangs_off_a_port_finds_the_serial_tool(tmp_path, peer):
+    from edgeclaw.agent import tool_selection
+
+    rt = make_runtime(tmp_path, board=board(tmp_path, (peer.path, "GPS receiver")))
+    try:
+        defs = rt.registry.definitions(ToolContext(channel="cli", peer_kind="local"), "openai")
+        vocab = tool_selection.board_vocabulary(rt.board)
+        best = tool_selection.rank(defs, "where does the GPS receiver say we are?", vocabulary=vocab)[0]
+    finally:
+        await rt.aclose()
+    assert tool_selection.definition_parts(defs[best])[0] == "serial"

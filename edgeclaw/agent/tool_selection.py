@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from edgeclaw.agent.messages import Message
 
 if TYPE_CHECKING:
-    from edgeclaw.board import BoardProfile
+    from edgeclaw.board import BoardProfile, DeviceSpec
 
 # The usual BM25 constants: term-frequency saturation and length normalisation.
 K1 = 1.2
@@ -123,8 +123,19 @@ def board_vocabulary(board: BoardProfile) -> dict[str, str]:
         "hardware_memory": " ".join(g.name for g in p.memory),
         "probe": p.probe.target if p.probe is not None else "",
         "esp32": " ".join(g.name for g in (*p.esp32.gpio, *p.esp32.adc)) if p.esp32 is not None else "",
+        "serial": " ".join(g.name for g in p.serial),
+        "sensor": " ".join(_device_words(d) for d in p.devices),
     }
     return {tool: text for tool, text in vocab.items() if text}
+
+
+def _device_words(device: DeviceSpec) -> str:
+    """A declared device's name and what it measures ("greenhouse air temperature")."""
+    if device.part == "analog":
+        quantities = [str(device.option("quantity"))]
+    else:
+        quantities = [m.quantity for m in device.info.measures]
+    return " ".join([device.name, *quantities]).replace("_", " ")
 
 
 def query_text(messages: Sequence[Message], turns: int = RECENT_TURNS) -> str:

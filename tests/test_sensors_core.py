@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib
 
 import pytest
 
@@ -32,6 +33,16 @@ async def sim(tmp_path):
 
 def test_every_catalogued_part_has_a_driver_entry_and_back():
     assert set(DRIVERS) == set(sensor_parts.PARTS)
+
+
+def test_every_driver_entry_names_a_class_of_the_parts_interface():
+    # The base class decides how the registry wires a driver: it must match the part's interface.
+    bases = {"i2c": "I2CSensor", "spi": "SPISensor", "onewire": "OneWireSensor", "adc": "ADCChannelSensor"}
+    for part, target in DRIVERS.items():
+        module_name, _, class_name = target.partition(":")
+        cls = getattr(importlib.import_module(f"edgeclaw.backends.sensors.{module_name}"), class_name)
+        wanted = bases[sensor_parts.PARTS[part].interface]
+        assert wanted in [c.__name__ for c in cls.__mro__], f"{part}: {cls.__name__} is not a {wanted}"
 
 
 @pytest.mark.parametrize(

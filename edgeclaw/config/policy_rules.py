@@ -43,7 +43,17 @@ BUILTIN_GROUPS: dict[str, tuple[str, ...]] = {
     "ui": ("browser", "canvas"),
     "automation": ("cron", "gateway", "schedule"),
     "messaging": ("message",),
-    "hardware": ("hardware_info", "hardware_memory", "i2c", "spi", "gpio", "probe", "esp32", "serial"),
+    "hardware": (
+        "hardware_info",
+        "hardware_memory",
+        "i2c",
+        "spi",
+        "gpio",
+        "sensor",
+        "probe",
+        "esp32",
+        "serial",
+    ),
     # Peers on the broker: listing them and calling their tools ([tools.nodes] says which).
     "nodes": ("nodes",),
     "media": ("image", "tts"),

@@ -2,7 +2,8 @@
 
 I2C bus 1: TMP102 at 0x48, 24C32 EEPROM at 0x50 (its contents kept in the
 state directory), BME280 at 0x76, BH1750 at 0x23, ADS1115 at 0x49, INA219 at
-0x41. SPI 0.0: an MCP3008 with a fixed voltage on each channel. 1-Wire: a
+0x41, BMP280 at 0x77, SHT3x at 0x44, SHT4x at 0x45, AHT20 at 0x38, HTU21D at
+0x40. SPI 0.0: an MCP3008 with a fixed voltage on each channel. 1-Wire: a
 DS18B20 in a w1 sysfs tree in the state directory. GPIO (gpiozero's
 MockFactory), memory (files) and the STM32 (QEMU) are built by the hub from
 the same profile.
@@ -28,6 +29,11 @@ ADS1115_ADDRESS = 0x49  # ADDR to VDD (0x48 is the TMP102's)
 ADS1115_VOLTAGES = [0.25, 1.2, 2.5, 3.3]  # AIN0..AIN3
 INA219_ADDRESS = 0x41  # A0 to VS+ (0x40 is the HTU21D's)
 DS18B20_ID = "28-00000a1b2c3d"
+BMP280_ADDRESS = 0x77  # SDO to VDDIO (0x76 is the BME280's)
+SHT3X_ADDRESS = 0x44  # ADDR low
+SHT4X_ADDRESS = 0x45  # an SHT40-B (the -A answers at 0x44, taken by the SHT3x)
+AHT20_ADDRESS = 0x38
+HTU21D_ADDRESS = 0x40
 # Who answers where on I2C bus 1: address -> the SimParts attribute holding the part. The one
 # list of the sim's I2C parts (a scan of bus 1 finds exactly these).
 I2C_BUS1_PARTS = {
@@ -37,6 +43,11 @@ I2C_BUS1_PARTS = {
     BH1750_ADDRESS: "bh1750",
     ADS1115_ADDRESS: "ads1115",
     INA219_ADDRESS: "ina219",
+    BMP280_ADDRESS: "bmp280",
+    SHT3X_ADDRESS: "sht3x",
+    SHT4X_ADDRESS: "sht4x",
+    AHT20_ADDRESS: "aht20",
+    HTU21D_ADDRESS: "htu21d",
 }
 
 
@@ -61,6 +72,16 @@ class SimParts:
         self.ina219 = INA219(bus_voltage_v=12.6, current_a=0.8, shunt_ohms=0.1)
         self.ds18b20 = DS18B20(DS18B20_ID, temperature_c=19.5)
         self.onewire = SimOneWireBus(self.onewire_root, [self.ds18b20])
+        from edgeclaw.backends.sim.aht20 import AHT20
+        from edgeclaw.backends.sim.bmp280 import BMP280
+        from edgeclaw.backends.sim.htu21d import HTU21D
+        from edgeclaw.backends.sim.sht import SHT3x, SHT4x
+
+        self.bmp280 = BMP280(temperature_c=24.0, pressure_pa=100_250.0)
+        self.sht3x = SHT3x(temperature_c=18.0, humidity_pct=62.0)
+        self.sht4x = SHT4x(temperature_c=12.0, humidity_pct=80.0)
+        self.aht20 = AHT20(temperature_c=16.0, humidity_pct=55.0)
+        self.htu21d = HTU21D(temperature_c=14.0, humidity_pct=70.0)
 
     def i2c_devices(self, bus: int) -> dict[int, SimI2CDevice]:
         if bus != SIM_I2C_BUS:

@@ -19,6 +19,7 @@ from edgeclaw.tools.hardware.i2c import I2CTool
 from edgeclaw.tools.hardware.info import HardwareInfoTool
 from edgeclaw.tools.hardware.memory import HardwareMemoryTool
 from edgeclaw.tools.hardware.probe import ProbeTool
+from edgeclaw.tools.hardware.sensor import SensorTool
 from edgeclaw.tools.hardware.serial import SerialTool
 from edgeclaw.tools.hardware.spi import SPITool
 from edgeclaw.tools.workspace import Workspace
@@ -31,6 +32,7 @@ __all__ = [
     "I2CTool",
     "ProbeTool",
     "SPITool",
+    "SensorTool",
     "SerialTool",
     "hardware_tools",
 ]
@@ -55,4 +57,5 @@ def hardware_tools(
         ProbeTool(profile, config, backends, workspace),
         ESP32Tool(profile, config, backends),
         SerialTool(profile, config, backends, console_ports),
+        SensorTool(profile, config, backends),
     ]

@@ -2,7 +2,9 @@
 
 Scanning follows i2cdetect (quick write, or receive byte at 0x30-0x37 and
 0x50-0x5f; the reserved addresses 0x00-0x07 and 0x78-0x7f skipped), so only
-devices that acknowledge are listed. Reads need the address in the bus's `read` grant, writes in its
+devices that acknowledge are listed, each with the device the profile declares
+there, or else the parts that can answer at that address; a declared device
+that did not answer is named too. Reads need the address in the bus's `read` grant, writes in its
 `write` grant. `register_width = 2` sends a 16-bit register address (EEPROMs
 such as the 24C32), and `settle_ms` waits after a write (an EEPROM's write
 cycle) before the bus is handed to the next call.
@@ -15,6 +17,7 @@ from typing import Any, ClassVar
 from edgeclaw.backends.i2c import ADDRESS_FIRST, ADDRESS_LAST
 from edgeclaw.board import I2CBusGrant
 from edgeclaw.errors import ToolRefused
+from edgeclaw.sensor_parts import likely_parts
 from edgeclaw.tools.base import Args, ToolContext, ToolResult
 from edgeclaw.tools.hardware.common import (
     HardwareTool,
@@ -150,18 +153,39 @@ class I2CTool(HardwareTool):
         candidates = [a for a in range(ADDRESS_FIRST, ADDRESS_LAST + 1) if grant.may_read(a)]
         found = await self.backends.i2c(bus_number).scan(candidates)
         labels = {d.address: d.name for d in grant.devices}
+        parts = {a: self._who(bus_number, a) for a in found.found}
         payload = {
             "bus": bus_number,
             "addresses": [f"0x{a:02x}" for a in found.found],
             "in_use_by_kernel": [f"0x{a:02x}" for a in found.busy],
             "probed": len(candidates),
+            "parts": {f"0x{a:02x}": who for a, who in parts.items() if who},
         }
         lines = [
             f"I2C bus {bus_number}: {plural(len(found.found), 'device')} acknowledged "
             f"({len(candidates)} addresses probed)"
         ]
         for a in found.found:
-            lines.append(f"  0x{a:02x}" + (f"  {labels[a]}" if a in labels else ""))
+            words = [labels[a]] if a in labels else []
+            declared, likely = parts[a].get("devices"), parts[a].get("likely")
+            if declared:
+                words += [f"device {d['name']!r} ({d['part']})" for d in declared]
+            elif likely:
+                words.append(f"not declared; likely {' or '.join(likely)}")
+            lines.append(f"  0x{a:02x}" + (f"  {'; '.join(words)}" if words else ""))
         for a in found.busy:
             lines.append(f"  0x{a:02x}  in use by a kernel driver (UU)")
+        probed = set(candidates)
+        for d in self.profile.devices:
+            if d.form == "i2c" and d.bus == bus_number and d.address in probed and d.address not in parts:
+                where = f"0x{d.address:02x}"
+                lines.append(f"  device {d.name!r} ({d.part}, declared at {where}) did not acknowledge")
         return result(payload, "\n".join(lines))
+
+    def _who(self, bus: int, address: int) -> dict[str, Any]:
+        """The profile's devices declared at `address`, else the parts that can answer there."""
+        declared = self.profile.i2c_devices_at(bus, address)
+        if declared:
+            return {"devices": [{"name": d.name, "part": d.part} for d in declared]}
+        likely = [p.name for p in likely_parts(address)]
+        return {"likely": likely} if likely else {}

@@ -219,10 +219,22 @@ def log_in(driver: webdriver.Chrome, page: PageServer, secret: str = PASSWORD) -
     driver.find_element(By.ID, "login-button").click()
 
 
+def click(driver: webdriver.Chrome, selector: str) -> None:
+    """Click what `selector` finds, found and clicked in one step in the page: the table and the
+    queue are redrawn as updates come, so an element looked up first may be gone by the click."""
+    script = "const e = document.querySelector(arguments[0]); if (!e) return false; e.click(); return true;"
+    wait(driver, lambda d: d.execute_script(script, selector), selector)
+
+
 def open_device(driver: webdriver.Chrome, device: str) -> None:
-    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, f"#devices tr[data-device='{device}']"), device)
-    driver.find_element(By.CSS_SELECTOR, f"#devices tr[data-device='{device}']").click()
+    click(driver, f"#devices tr[data-device='{device}']")
     wait(driver, lambda d: d.find_element(By.ID, "device").is_displayed(), "the device view")
+
+
+def texts(driver: webdriver.Chrome, selector: str) -> list[str]:
+    """The text of each element `selector` finds, read in one step (lists are redrawn as events come)."""
+    script = "return [...document.querySelectorAll(arguments[0])].map((e) => e.textContent)"
+    return driver.execute_script(script, selector)
 
 
 def answer_text(driver: webdriver.Chrome) -> str:
@@ -293,14 +305,15 @@ def test_an_exec_approval_appears_in_the_queue_and_is_approved_from_the_page(bro
     wait(browser, lambda d: d.find_elements(By.ID, "arg-command"), "the exec form")
     browser.find_element(By.ID, "arg-command").send_keys("echo approved-from-the-page")
     browser.find_element(By.ID, "call").click()
-    item = wait(
+    wait(
         browser,
         lambda d: d.find_elements(By.CSS_SELECTOR, f"#approval-list li[data-device='{device}']"),
         "the approval in the queue",
-    )[0]
-    assert "exec" in item.text and "echo approved-from-the-page" in item.text
+    )
+    text = browser.execute_script("return document.querySelector('#approval-list li').textContent")
+    assert "exec" in text and "echo approved-from-the-page" in text
     screenshot(browser, "04-approval-waiting")
-    item.find_element(By.CSS_SELECTOR, "button[data-decision=allow-once]").click()
+    click(browser, f"#approval-list li[data-device='{device}'] button[data-decision=allow-once]")
     text = wait(
         browser, lambda d: t if "approved-from-the-page" in (t := answer_text(d)) else None, "exec's output"
     )
@@ -310,9 +323,7 @@ def test_an_exec_approval_appears_in_the_queue_and_is_approved_from_the_page(bro
     # The decision is on the device's events, by the approver key the server holds.
     events = wait(
         browser,
-        lambda d: [
-            li.text for li in d.find_elements(By.CSS_SELECTOR, "#device-events li") if "allow-once" in li.text
-        ],
+        lambda d: [line for line in texts(d, "#device-events li") if "allow-once" in line],
         "the approval event",
     )
     assert "by mqtt:key:approver" in events[0]

@@ -497,6 +497,16 @@ def _check_profile(spec: ProfileSchema, source: str) -> list[ConfigError]:
         # The probe's targets are 32-bit microcontrollers (and the tool takes 32-bit addresses):
         # a region past 4 GiB would wrap around on the target.
         check_regions("probe.regions", p.regions, address_bits=32)
+    serial_paths: set[str] = set()
+    for i, s in enumerate(spec.serial):
+        key = f"serial[{i}].path"
+        if not s.path:
+            fail(key, "expected a serial device path (or sim:NAME on a simulated board)")
+        elif s.path in serial_paths:
+            fail(key, f"{s.path} is granted twice")
+        elif s.path.startswith("sim:") and not spec.board.simulated:
+            fail(key, f"{s.path!r} is a sim part: only a simulated board (simulated = true) has one")
+        serial_paths.add(s.path)
     if spec.esp32 is not None:
         e = spec.esp32
         if not e.port:

@@ -339,3 +339,48 @@ async def test_a_question_about_what_hangs_off_a_port_finds_the_serial_tool(tmp_
     finally:
         await rt.aclose()
     assert tool_selection.definition_parts(defs[best])[0] == "serial"
+
+
+# -- the sim board's modem ------------------------------------------------------------------------
+
+
+async def test_the_sim_boards_modem_answers_at_commands(tmp_path):
+    sim = make_runtime(tmp_path)
+    try:
+        listed = await ok(sim, "serial", action="list")
+        hello = await ok(sim, "serial", action="exchange", port="modem", data="ATI\r", until="OK\r\n")
+        quiet = await ok(sim, "serial", action="exchange", port="modem", data="ATE0\r", until="OK\r\n")
+        signal = await ok(sim, "serial", action="exchange", port="modem", data="AT+CSQ\r", until="OK\r\n")
+        wrong = await ok(sim, "serial", action="exchange", port="modem", data="AT+NOPE\r", until="ERROR\r\n")
+    finally:
+        await sim.aclose()
+    assert listed["ports"] == [{"port": "sim:modem", "name": "modem"}]
+    assert hello["received_text"] == "ATI\r\r\nedgeclaw sim modem\r\n\r\nOK\r\n"  # echo on at power-up
+    assert quiet["received_text"].endswith("OK\r\n")
+    assert signal["received_text"] == "\r\n+CSQ: 20,99\r\n\r\nOK\r\n"  # no echo after ATE0
+    assert wrong["received_text"] == "\r\nERROR\r\n"
+
+
+def test_a_sim_port_on_a_real_board_is_refused_when_the_profile_loads(tmp_path):
+    from edgeclaw import board as boards
+    from edgeclaw.errors import ConfigErrors
+
+    path = board(tmp_path, ("sim:modem", "modem"), ("/dev/ttyUSB0", "a"), ("/dev/ttyUSB0", "b"))
+    with pytest.raises(ConfigErrors) as caught:
+        boards.read_profile(Path(path))
+    text = str(caught.value)
+    assert "serial[0].path: 'sim:modem' is a sim part: only a simulated board" in text
+    assert "serial[2].path: /dev/ttyUSB0 is granted twice" in text
+
+
+def test_tool_call_serial_on_the_sim_board_from_the_command_line(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    args = json.dumps({"action": "exchange", "port": "modem", "data": "AT+GMR\r", "until": "OK\r\n"})
+    env = {**os.environ, "EDGECLAW_STATE_DIR": str(tmp_path / "state")}
+    command = [sys.executable, "-m", "edgeclaw", "tool", "call", "serial", args, "--board", "sim"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "1.0" in done.stdout and "OK" in done.stdout

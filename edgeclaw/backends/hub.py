@@ -54,6 +54,7 @@ class BoardBackends:
         self._esp32: Esp32Bridge | None = None
         self._sensors: Sensors | None = None
         self._serial: SerialPorts | None = None
+        self._sim_serial: dict[str, Any] = {}  # sim serial parts by name, each behind a pty
 
     @property
     def sim(self) -> Any:
@@ -183,6 +184,25 @@ class BoardBackends:
             self._serial = SerialPorts()
         return self._serial
 
+    def serial_device(self, path: str) -> str:
+        """The device behind a `[[serial]]` grant: its path, or on a simulated board for `sim:NAME`
+        the pty of that sim part, started on first use."""
+        if not path.startswith("sim:"):
+            return path
+        if not self.simulated:
+            raise DeviceUnavailable(f"serial port {path!r} is a sim part: only a simulated board has one")
+        name = path.removeprefix("sim:")
+        part = self._sim_serial.get(name)
+        if part is None:
+            from edgeclaw.backends.sim.modem import SIM_SERIAL_PARTS
+
+            make = SIM_SERIAL_PARTS.get(name)
+            if make is None:
+                known = ", ".join(f"sim:{n}" for n in sorted(SIM_SERIAL_PARTS))
+                raise DeviceUnavailable(f"the sim board has no serial part {path!r} (it has {known})")
+            part = self._sim_serial[name] = make()
+        return str(part.port)
+
     def bridge_port(self) -> str | None:
         """The device the ESP32 bridge talks over (the sim bridge's pty once it runs), else None."""
         if self._sim_esp32 is not None:
@@ -239,6 +259,9 @@ class BoardBackends:
                     log.exception("error closing %r", closer)
         if self._sim_esp32 is not None:
             self._sim_esp32.close()
+        for part in self._sim_serial.values():
+            part.close()
+        self._sim_serial.clear()
         if self._sim is not None:
             self._sim.close()
         self._i2c.clear()

@@ -179,7 +179,7 @@ class SerialTool(HardwareTool):
             return self._list()
         grant = self._port(args)
         ports = self.backends.serial()
-        link = ports.link(grant.path, self._label(grant))
+        link = ports.link(self.backends.serial_device(grant.path), self._label(grant))
         timeout_s = args.get("timeout_ms", DEFAULT_TIMEOUT_MS) / 1000
         # Waiting for another session's exchange on this port is bounded too.
         lock_wait_s = timeout_s + self.config.op_timeout_s

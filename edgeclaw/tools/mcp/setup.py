@@ -21,10 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgeclaw.backends.mcp.http import SseTransport, StreamableHttpTransport
 from edgeclaw.backends.mcp.manager import McpManager, ServerSpec
 from edgeclaw.backends.mcp.protocol import MAX_MESSAGE_BYTES, McpError
-from edgeclaw.backends.mcp.stdio import StdioTransport
 from edgeclaw.backends.mcp.transport import Transport
 from edgeclaw.config.schema import Config, McpServerConfig
 from edgeclaw.sandbox.base import DEFAULT_PATH, hidden_entries
@@ -229,11 +227,18 @@ class McpBridge:
         return headers
 
     def _transport_factory(self, name: str, cfg: McpServerConfig) -> Any:
+        # Each transport is imported when a server uses it: the HTTP ones bring httpx.
         def make() -> Transport:
             if cfg.transport == "http":
+                from edgeclaw.backends.mcp.http import StreamableHttpTransport
+
                 return StreamableHttpTransport(name, cfg.url, self._headers(name, cfg), cfg.timeout_s)
             if cfg.transport == "sse":
+                from edgeclaw.backends.mcp.http import SseTransport
+
                 return SseTransport(name, cfg.url, self._headers(name, cfg), cfg.timeout_s)
+            from edgeclaw.backends.mcp.stdio import StdioTransport
+
             return StdioTransport(name, lambda: self._spawn(name, cfg), cfg.command)
 
         return make

@@ -1,0 +1,226 @@
+"""Start-up and memory: how fast the daemon serves and how little it holds, each beside its floor.
+
+  * `edgeclaw run --board sim` until it says READY=1 on $NOTIFY_SOCKET (as systemd hears it), with MQTT
+    off and with MQTT on (a loopback mosquitto), beside `python -c 'import asyncio, sqlite3, ssl, json,
+    socket, logging'` -- the standard library any such daemon needs (target: <= 1.5x). The state
+    directory exists (made by an untimed first start), as on every start but the first.
+  * `edgeclaw --version` beside `python -c pass` (target: <= 2x).
+  * Idle resident memory (VmRSS) of the daemon on the sim board with MQTT up: once its retained status
+    says online and it has been idle a few seconds (target: <= 25 MiB); with MQTT off for comparison.
+
+Times are medians of interleaved runs (floor, then each variant), so load on the machine hits all
+alike; 2 shared cores still make single figures noisy, the ratios less so.
+
+Run: python bench/bench_startup.py [--runs N] [--settle S]
+Exit status 1 when a target is missed, 2 when mosquitto is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from harness import rss_mb, start_broker  # noqa: E402
+
+READY_RATIO_TARGET = 1.5
+VERSION_RATIO_TARGET = 2.0
+IDLE_RSS_TARGET_MIB = 25.0
+
+FLOOR_IMPORTS = "import asyncio, sqlite3, ssl, json, socket, logging"
+NOT_INHERITED = ("EDGECLAW_", "NOTIFY_SOCKET", "WATCHDOG_", "INVOCATION_ID")
+
+
+def edgeclaw_command() -> list[str]:
+    """The installed console script next to this interpreter, as a user or systemd runs it."""
+    script = shutil.which("edgeclaw", path=str(Path(sys.executable).parent)) or shutil.which("edgeclaw")
+    return [script] if script else [sys.executable, "-m", "edgeclaw"]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(NOT_INHERITED)}
+    env.update(extra)
+    return env
+
+
+def wall_s(cmd: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
+    return time.perf_counter() - t0
+
+
+class DaemonDir:
+    """One daemon's config and state directory; each start is timed until READY=1."""
+
+    def __init__(self, root: Path, name: str, mqtt_port: int | None) -> None:
+        self.dir = root / name
+        self.dir.mkdir(parents=True)
+        self.name = name
+        self.config = self.dir / "edgeclaw.toml"
+        mqtt = (
+            f'[mqtt]\nenabled = true\nhost = "127.0.0.1"\nport = {mqtt_port}\n'
+            if mqtt_port is not None
+            else "[mqtt]\nenabled = false\n"
+        )
+        self.config.write_text(f'board = "sim"\ndevice_id = "{name}"\nlog_level = "warning"\n{mqtt}')
+        self.log = self.dir / "edgeclaw.log"
+
+    def start(self, notify_path: Path) -> tuple[subprocess.Popen[bytes], socket.socket, float]:
+        """Spawn the daemon; returns it, its notify socket and the spawn time (perf_counter)."""
+        notify_path.unlink(missing_ok=True)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(str(notify_path))
+        env = clean_env(
+            EDGECLAW_STATE_DIR=str(self.dir / "state"),
+            EDGECLAW_CONFIG=str(self.config),
+            NOTIFY_SOCKET=str(notify_path),
+        )
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(
+            [*edgeclaw_command(), "run", "--board", "sim"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=self.log.open("ab"),
+        )
+        return proc, sock, t0
+
+    def time_to_ready(self, notify_path: Path, keep: bool = False) -> tuple[float, subprocess.Popen[bytes]]:
+        proc, sock, t0 = self.start(notify_path)
+        try:
+            sock.settimeout(60)
+            while True:
+                try:
+                    data = sock.recv(4096)
+                except TimeoutError:
+                    stop(proc)
+                    log = self.log.read_text()
+                    raise SystemExit(f"{self.name}: no READY=1 in 60 s; log:\n{log}") from None
+                if b"READY=1" in data.split(b"\n"):
+                    elapsed = time.perf_counter() - t0
+                    break
+        finally:
+            sock.close()
+        if not keep:
+            stop(proc)
+        return elapsed, proc
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+async def wait_online(port: int, device: str, timeout_s: float = 60.0) -> None:
+    """Until the device's retained status says online: its MQTT channel is connected and serving."""
+    import json
+
+    import aiomqtt
+
+    async with aiomqtt.Client("127.0.0.1", port, identifier=f"bench-startup-{os.getpid()}") as client:
+        await client.subscribe(f"edgeclaw/{device}/status", qos=1)
+        async with asyncio.timeout(timeout_s):
+            async for message in client.messages:
+                if json.loads(message.payload).get("state") == "online":
+                    return
+
+
+def idle_rss(daemon: DaemonDir, notify_path: Path, port: int | None, settle_s: float) -> float:
+    _, proc = daemon.time_to_ready(notify_path, keep=True)
+    try:
+        if port is not None:
+            asyncio.run(wait_online(port, daemon.name))
+        time.sleep(settle_s)  # idle: whatever start-up work trails READY is over
+        if proc.poll() is not None:
+            raise SystemExit(f"{daemon.name} exited; log:\n{daemon.log.read_text()}")
+        return rss_mb(proc.pid)
+    finally:
+        stop(proc)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=9, help="timed starts of each kind")
+    parser.add_argument("--settle", type=float, default=3.0, help="seconds idle before reading RSS")
+    opts = parser.parse_args()
+    missed: list[str] = []
+    floor_cmd = [sys.executable, "-c", FLOOR_IMPORTS]
+
+    with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
+        root = Path(tmp)
+        broker, port = start_broker(root)
+        try:
+            off = DaemonDir(root, "bench-off", None)
+            on = DaemonDir(root, "bench-on", port)
+            notify = root / "notify.sock"
+            first_off, _ = off.time_to_ready(notify)  # makes the state directory and database
+            first_on, _ = on.time_to_ready(notify)
+            floor, t_off, t_on = [], [], []
+            env = clean_env()
+            for _ in range(opts.runs):
+                floor.append(wall_s(floor_cmd, env))
+                t_off.append(off.time_to_ready(notify)[0])
+                t_on.append(on.time_to_ready(notify)[0])
+            floor_ms = statistics.median(floor) * 1000
+            print(f"READY=1 floor `python -c '{FLOOR_IMPORTS}'`: {floor_ms:.0f} ms")
+            for label, samples, first in (("MQTT off", t_off, first_off), ("MQTT on", t_on, first_on)):
+                ms = statistics.median(samples) * 1000
+                ratio = ms / floor_ms
+                print(
+                    f"READY=1 {label}: {ms:.0f} ms = {ratio:.2f}x the floor (target <= "
+                    f"{READY_RATIO_TARGET:g}x); first start, state made: {first * 1000:.0f} ms"
+                )
+                if ratio > READY_RATIO_TARGET:
+                    missed.append(f"READY=1 {label}")
+
+            pass_s, version_s = [], []
+            version_cmd = [*edgeclaw_command(), "--version"]
+            for _ in range(opts.runs * 3):
+                pass_s.append(wall_s([sys.executable, "-c", "pass"], env))
+                version_s.append(wall_s(version_cmd, env))
+            pass_ms = statistics.median(pass_s) * 1000
+            version_ms = statistics.median(version_s) * 1000
+            ratio = version_ms / pass_ms
+            print(
+                f"--version: `python -c pass` {pass_ms:.1f} ms, `edgeclaw --version` {version_ms:.1f} ms "
+                f"= {ratio:.2f}x (target <= {VERSION_RATIO_TARGET:g}x)"
+            )
+            if ratio > VERSION_RATIO_TARGET:
+                missed.append("--version")
+
+            rss_on = idle_rss(on, notify, port, opts.settle)
+            rss_off = idle_rss(off, notify, None, opts.settle)
+            print(
+                f"idle RSS, sim board: MQTT up {rss_on:.1f} MiB (target <= {IDLE_RSS_TARGET_MIB:g} MiB), "
+                f"MQTT off {rss_off:.1f} MiB"
+            )
+            if rss_on > IDLE_RSS_TARGET_MIB:
+                missed.append("idle RSS")
+        finally:
+            broker.terminate()
+            broker.wait(10)
+
+    if missed:
+        print("missed: " + ", ".join(missed))
+        return 1
+    print("all targets met")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,123 @@
+"""What `edgeclaw --version` and the daemon's start load: only what every start needs.
+
+A module that only some tools, transports or channels use is imported when one of them is first
+used, so a small board does not pay for it in start-up time and memory. Each check runs the real
+entry point in a fresh interpreter and reads its `sys.modules`: `--version` when it has printed,
+the daemon once it has told systemd READY=1 (on $NOTIFY_SOCKET, as `edgeclaw run` under systemd).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.mqtt_support import Mosquitto, daemon_env, needs_mosquitto
+
+# Modules `--version` must not load: it prints a constant, so no parser, no config, no event loop.
+NOT_FOR_VERSION = ("argparse", "asyncio", "json", "logging", "edgeclaw.cli", "edgeclaw.config")
+
+# Modules the daemon on the sim board must not load before its first request: each serves only
+# some tools, transports or channels, and is imported when one of them runs.
+NOT_AT_START = (
+    "httpx",  # LLM providers, web tools, notifications, MCP over HTTP: on their first request
+    "edgeclaw.backends.mcp.http",  # only for a configured MCP server over HTTP
+    "click",  # httpx's command line, dragged in by a top-level `import httpx`
+)
+# With MQTT off, nothing of it either.
+MQTT_MODULES = ("aiomqtt", "paho", "edgeclaw.channels.mqtt")
+
+# Runs the real entry point and, once systemd would hear READY=1, writes sys.modules and stops
+# the daemon the way systemd does (SIGTERM).
+DAEMON_PROBE = r"""
+import json, os, signal, socket, sys, threading
+out, notify = sys.argv[1], sys.argv[2]
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+sock.bind(notify)
+os.environ["NOTIFY_SOCKET"] = notify
+
+def watch():
+    while b"READY=1" not in sock.recv(4096).split(b"\n"):
+        pass
+    with open(out, "w") as f:
+        json.dump(sorted(sys.modules), f)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+threading.Thread(target=watch, daemon=True).start()
+sys.argv = ["edgeclaw", "run", "--board", "sim"]
+from edgeclaw.__main__ import main
+raise SystemExit(main())
+"""
+
+VERSION_PROBE = r"""
+import sys
+sys.argv = ["edgeclaw", "--version"]
+from edgeclaw.__main__ import main
+status = main()
+print(" ".join(sorted(sys.modules)))
+raise SystemExit(status)
+"""
+
+
+def loaded(modules: list[str], names: tuple[str, ...]) -> list[str]:
+    """The modules of `modules` that are one of `names` or inside one of those packages."""
+    return [m for m in modules if any(m == n or m.startswith(n + ".") for n in names)]
+
+
+def daemon_modules(tmp_path: Path, config: str) -> list[str]:
+    (tmp_path / "edgeclaw.toml").write_text('board = "sim"\ndevice_id = "startup"\n' + config)
+    env = daemon_env(tmp_path / "state", tmp_path / "edgeclaw.toml")
+    out = tmp_path / "modules.json"
+    proc = subprocess.run(
+        [sys.executable, "-c", DAEMON_PROBE, str(out), str(tmp_path / "notify.sock")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.exists(), f"the daemon never said READY=1 (exit {proc.returncode}):\n{proc.stderr}"
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(out.read_text())
+
+
+def test_version_prints_without_the_parser_config_or_event_loop(state_env: dict[str, str]) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", VERSION_PROBE], env=state_env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    from edgeclaw import __version__
+
+    version_line, modules_line = proc.stdout.splitlines()
+    assert version_line == f"edgeclaw {__version__}"
+    assert loaded(modules_line.split(), NOT_FOR_VERSION) == []
+
+
+def test_version_and_help_still_answer_through_the_console_script(run_cli) -> None:
+    from edgeclaw import __version__
+
+    assert run_cli("--version").stdout == f"edgeclaw {__version__}\n"
+    shown = run_cli("--help")
+    assert shown.returncode == 0 and "--version" in shown.stdout
+    # Anything else goes to the parser, which answers as before (an abbreviation, a wrong option).
+    assert run_cli("--vers").stdout == f"edgeclaw {__version__}\n"
+    assert run_cli("--bogus").returncode == 2
+
+
+def test_daemon_without_mqtt_starts_without_per_tool_or_mqtt_modules(tmp_path: Path) -> None:
+    modules = daemon_modules(tmp_path, "[mqtt]\nenabled = false\n")
+    assert "edgeclaw.daemon.lifecycle" in modules  # the probe did watch the daemon
+    assert loaded(modules, NOT_AT_START + MQTT_MODULES) == []
+
+
+@needs_mosquitto
+def test_daemon_with_mqtt_starts_without_per_tool_modules(tmp_path: Path) -> None:
+    broker = Mosquitto(tmp_path / "broker").start()
+    try:
+        modules = daemon_modules(
+            tmp_path, f'[mqtt]\nenabled = true\nhost = "127.0.0.1"\nport = {broker.port}\n'
+        )
+    finally:
+        broker.stop()
+    assert "edgeclaw.channels.mqtt.channel" in modules
+    assert loaded(modules, NOT_AT_START) == []

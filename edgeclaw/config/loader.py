@@ -831,11 +831,43 @@ def _console_problems(config: Config) -> list[tuple[str, str]]:
 
 
 # The sections whose checks list their problems as (key, why) pairs, in the order they are reported.
+def _media_problems(config: Config) -> list[tuple[str, str]]:
+    """[tools.media]: the speech chain names configured providers once each, keys set once, a
+    provider for describe that exists."""
+    problems: list[tuple[str, str]] = []
+    m = config.tools.media
+    where = "tools.media.tts"
+    for i, name in enumerate(m.tts.chain):
+        if name not in m.tts.providers:
+            problems.append((f"{where}.chain[{i}]", f"no [{where}.providers.{name}] table"))
+        elif name in m.tts.chain[:i]:
+            problems.append((f"{where}.chain[{i}]", f"{name} is listed twice"))
+    for name, p in m.tts.providers.items():
+        key = f"{where}.providers.{name}"
+        if p.api_key_env and p.api_key_file:
+            problems.append((key, "set api_key_env or api_key_file, not both"))
+        if p.base_url and (problem := _url_problem(p.base_url)):
+            problems.append((f"{key}.base_url", problem))
+        if p.timeout_s <= 0:
+            problems.append((f"{key}.timeout_s", f"expected seconds > 0, got {p.timeout_s}"))
+    if not 1 <= m.tts.max_chars <= 20000:
+        problems.append((f"{where}.max_chars", f"expected 1 to 20000, got {m.tts.max_chars}"))
+    image = m.image
+    if image.api_key_env and image.api_key_file:
+        problems.append(("tools.media.image", "set api_key_env or api_key_file, not both"))
+    if image.base_url and (problem := _url_problem(image.base_url)):
+        problems.append(("tools.media.image.base_url", problem))
+    if m.describe_provider and m.describe_provider not in config.providers:
+        problems.append(("tools.media.describe_provider", f"no [providers.{m.describe_provider}] table"))
+    return problems
+
+
 _SECTION_CHECKS: tuple[Callable[[Config], list[tuple[str, str]]], ...] = (
     _console_problems,
     _agent_problems,
     _notify_problems,
     _search_problems,
+    _media_problems,
     _memory_problems,
     _mcp_problems,
     _nodes_problems,

@@ -18,7 +18,16 @@ if TYPE_CHECKING:
 # with one of these group names joins it; runtime groups (`mcp`, `mcp:server`,
 # custom) are added with PolicyEngine.register_group.
 BUILTIN_GROUPS: dict[str, tuple[str, ...]] = {
-    "fs": ("read_file", "write_file", "edit_file", "file_append", "list_files", "search", "glob"),
+    "fs": (
+        "read_file",
+        "read_bytes",
+        "write_file",
+        "edit_file",
+        "file_append",
+        "list_files",
+        "search",
+        "glob",
+    ),
     "runtime": ("exec", "process"),
     "web": ("web_search", "web_fetch", "http_request"),
     "memory": (
@@ -53,6 +62,7 @@ BUILTIN_GROUPS: dict[str, tuple[str, ...]] = {
         "probe",
         "esp32",
         "serial",
+        "camera",
     ),
     # Peers on the broker: listing them and calling their tools ([tools.nodes] says which).
     "nodes": ("nodes",),
@@ -73,7 +83,7 @@ PROFILES: dict[str, tuple[str, ...] | None] = {
     # What a caller on a network wire gets unless the config widens it: reading files, the hardware
     # (which the board profile bounds: writes only where it grants them) and its own status. No
     # shell, no background processes, no file writes, no custom tools.
-    "remote": ("read_file", "list_files", "search", "glob", "group:hardware", "session_status"),
+    "remote": ("read_file", "read_bytes", "list_files", "search", "glob", "group:hardware", "session_status"),
     # Home Assistant's commands (unsigned: whoever may write its topics): the board's switches only.
     "homeassistant": ("gpio",),
     # Sparkplug B NCMDs (unsigned as well): metric writes to the board's outputs only.

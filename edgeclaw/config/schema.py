@@ -182,6 +182,55 @@ class WebConfig:
     search: WebSearchConfig = field(default_factory=WebSearchConfig)  # web_search's providers
 
 
+TtsKind = Literal["openai", "elevenlabs", "minimax", "edge", "espeak", "piper"]
+
+
+@dataclass
+class TtsProviderConfig:
+    """[tools.media.tts.providers.NAME]: one speech provider."""
+
+    kind: TtsKind
+    base_url: str = ""  # "" = the service's public endpoint
+    model: str = ""  # "" = the service's default; piper: the .onnx voice file
+    voice: str = ""  # the default voice (name or id); "" = the provider's default
+    group_id: str = ""  # MiniMax: the account's GroupId, when it has one
+    api_key_env: str = ""
+    api_key_file: str = ""
+    timeout_s: float = 30.0
+
+
+@dataclass
+class TtsConfig:
+    """[tools.media.tts]: the `tts` tool's providers, tried in `chain` order."""
+
+    chain: list[str] = field(default_factory=list)  # names from providers; [] = espeak-ng alone
+    providers: dict[str, TtsProviderConfig] = field(default_factory=dict)
+    espeak_fallback: bool = True  # espeak-ng (when installed) after the chain
+    max_chars: int = 2000  # of one text
+    audio_device: str = ""  # ALSA device for play (aplay -D); "" = the default device
+
+
+@dataclass
+class ImageGenerationConfig:
+    """[tools.media.image]: the images service `image generate` asks (OpenAI-compatible)."""
+
+    enabled: bool = False
+    base_url: str = ""  # "" = OpenAI
+    model: str = "gpt-image-1"
+    api_key_env: str = ""
+    api_key_file: str = ""
+    timeout_s: float = 120.0
+
+
+@dataclass
+class MediaConfig:
+    """[tools.media]: speech, images and what describes a picture."""
+
+    tts: TtsConfig = field(default_factory=TtsConfig)
+    image: ImageGenerationConfig = field(default_factory=ImageGenerationConfig)
+    describe_provider: str = ""  # a [providers] name for image describe; "" = the main agent's first
+
+
 @dataclass
 class AgentWebConfig:
     """[tools.agents.ID.web]: one agent's departures from [tools.web]; unset keys inherit (lists replace)."""
@@ -260,6 +309,7 @@ class ToolsConfig:
     exec: ExecConfig = field(default_factory=ExecConfig)
     custom: list[CustomToolConfig] = field(default_factory=list)
     web: WebConfig = field(default_factory=WebConfig)
+    media: MediaConfig = field(default_factory=MediaConfig)
     nodes: NodesToolConfig = field(default_factory=NodesToolConfig)
 
 

@@ -100,6 +100,20 @@ def secret_refs(config: Config) -> dict[str, SecretRef]:
             refs[key] = SecretRef(f"{key}.env", env=secret.env)
         elif secret.file:
             refs[key] = SecretRef(f"{key}.file", file=secret.file)
+    # The media tools' services: speech providers in the chain, the images service when enabled.
+    media = config.tools.media
+    keyed = [
+        (f"tools.media.tts.providers.{n}", media.tts.providers[n])
+        for n in media.tts.chain
+        if n in media.tts.providers
+    ]
+    if media.image.enabled:
+        keyed.append(("tools.media.image", media.image))
+    for where, table in keyed:
+        if table.api_key_env:
+            refs[where] = SecretRef(f"{where}.api_key_env", env=table.api_key_env)
+        elif table.api_key_file:
+            refs[where] = SecretRef(f"{where}.api_key_file", file=table.api_key_file)
     # MCP servers' secrets: environment values of a stdio program, header values of an HTTP one.
     for name, server in config.mcp.servers.items():
         for kind, env_key, file_key in _MCP_SECRET_KEYS:

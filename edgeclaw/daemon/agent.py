@@ -18,6 +18,7 @@ from edgeclaw.agent.providers.model_info import ModelInfo, ProviderModel
 from edgeclaw.agent.subagents import SubagentLimits, SubagentManager
 from edgeclaw.agent.tool_selection import board_vocabulary
 from edgeclaw.config.schema import NamedAgentConfig
+from edgeclaw.daemon.providers import provider_from_config as _provider
 from edgeclaw.daemon.runtime import Runtime
 from edgeclaw.store.subagents import SubagentStore
 from edgeclaw.tools.memory.context import reads_disk
@@ -162,30 +163,3 @@ def _model_info(runtime: Runtime, names: list[str], client: SharedClient) -> Mod
             )
         )
     return info
-
-
-def _provider(name: str, runtime: Runtime, client: SharedClient) -> Provider:
-    cfg = runtime.config.providers[name]
-    api_key = runtime.secrets.get(f"providers.{name}", "")
-    kwargs = {
-        "model": cfg.model,
-        "base_url": cfg.base_url,
-        "api_key": api_key,
-        "timeout_s": cfg.timeout_s,
-        "idle_timeout_s": cfg.idle_timeout_s,
-        "stream": cfg.stream,
-        "max_tokens": cfg.max_tokens,
-        "scrub": runtime.registry.scrubber.scrub,  # every configured secret stays out of request bodies
-    }
-    if cfg.kind == "ollama":
-        from edgeclaw.agent.providers.ollama import OllamaProvider
-
-        ollama = {"keep_alive": cfg.keep_alive, "num_ctx": cfg.context_tokens}
-        return OllamaProvider(name, client, **kwargs, **ollama)  # type: ignore[arg-type]
-    if cfg.kind == "anthropic":
-        from edgeclaw.agent.providers.anthropic import AnthropicProvider
-
-        return AnthropicProvider(name, client, **kwargs)  # type: ignore[arg-type]
-    from edgeclaw.agent.providers.openai import OpenAIProvider
-
-    return OpenAIProvider(name, client, **kwargs)  # type: ignore[arg-type]

@@ -264,6 +264,9 @@ def build_runtime(
     registry.register_all(
         web_tools(web_settings(config, secrets, environ=environ), max_output_bytes=registry.max_output_bytes)
     )
+    from edgeclaw.daemon.media import install_media  # tts, image, camera, read_bytes
+
+    install_media(runtime, ws)
     from edgeclaw.tools.mcp.setup import install_mcp  # [mcp.servers.*]: tools of MCP servers
 
     runtime.mcp = install_mcp(runtime)

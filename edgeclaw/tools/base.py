@@ -62,6 +62,10 @@ class ToolResult:
     for_user: str | None = None
     is_error: bool = False
     data: dict[str, Any] | None = None
+    # Bytes for a program (a chunk of a file): the registry checks them for secrets as it scrubs
+    # text, then puts them into `data` as `base64` with their `sha256` (both would otherwise be
+    # scrubbed as random-looking strings).
+    binary: bytes | None = None
 
     @classmethod
     def error(cls, message: str) -> ToolResult:

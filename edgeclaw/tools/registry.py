@@ -346,6 +346,7 @@ class Registry:
             for_user=result.for_user,
             refused=refused,
             data=result.data,
+            binary=result.binary,
             reason=reason,
         )
 
@@ -403,12 +404,13 @@ class Registry:
         for_user: str | None = None,
         refused: bool = False,
         data: dict[str, Any] | None = None,
+        binary: bytes | None = None,
         reason: str | None = None,
     ) -> CallOutcome:
         """Scrub and cap the outputs, count and audit the call. `error` is the caller's own answer;
         `reason` what the audit record says instead: the stage's cause without the caller's values
         (paths, commands, output), which events and logs must never quote."""
-        data, dropped = self._clean_data(data)
+        data, dropped = self._clean_data(data, binary)
         if dropped:  # said where people and the model look, not only in the missing field
             for_llm += dropped
             if for_user is not None:
@@ -454,9 +456,29 @@ class Registry:
                     log.exception("audit sink failed")
         return CallOutcome(name, ok, for_llm, for_user, error, duration_ms, refused, stage, data)
 
-    def _clean_data(self, data: dict[str, Any] | None) -> tuple[dict[str, Any] | None, str]:
+    def _clean_data(
+        self, data: dict[str, Any] | None, binary: bytes | None = None
+    ) -> tuple[dict[str, Any] | None, str]:
         """Structured data scrubbed string by string (never as JSON text, where a pattern could eat a
-        quote), and left out, with a note for the texts, when it is over the output limit."""
+        quote), and left out, with a note for the texts, when it is over the output limit. A tool's
+        `binary` joins it base64-encoded when the scrubber finds nothing in the bytes themselves
+        (read as Latin-1, so every byte is one character and a secret in them reads as text)."""
+        if binary is not None:
+            import base64
+            import hashlib
+
+            as_text = binary.decode("latin-1")
+            if self.scrubber.scrub(as_text) != as_text:
+                return None, "\n[the bytes were withheld: they contain what looks like a secret]"
+            clean, dropped = self._clean_data(data or {})
+            if clean is not None:
+                clean["sha256"] = hashlib.sha256(binary).hexdigest()
+                clean["base64"] = base64.b64encode(binary).decode("ascii")
+                size = len(json.dumps(clean, separators=(",", ":")))
+                if size > self.max_output_bytes:
+                    limit = self.max_output_bytes
+                    return None, f"\n[the bytes were left out: {size} bytes, over the {limit}-byte limit]"
+            return clean, dropped
         if data is None:
             return None, ""
         size = len(json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace"))

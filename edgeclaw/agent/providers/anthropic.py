@@ -109,7 +109,15 @@ class AnthropicProvider(HttpProvider):
                 if blocks:  # nothing to say: leave it out, the user turns around it merge
                     add("assistant", blocks)
             elif m.role == "user":
-                add("user", [{"type": "text", "text": m.content}])
+                # Pictures first, then the question about them (Anthropic's advice for vision).
+                pictures = [
+                    {
+                        "type": "image",
+                        "source": {"type": "base64", "media_type": i.media_type, "data": i.data},
+                    }
+                    for i in m.images
+                ]
+                add("user", [*pictures, {"type": "text", "text": m.content}])
         return out
 
     def _body(self, system: str, messages: Sequence[Message], tools: list[dict[str, Any]]) -> dict[str, Any]:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import email.utils
-import json
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from edgeclaw.agent.messages import Completion, Message
+from edgeclaw.backends.http_client import error_detail, parse_retry_after
 from edgeclaw.errors import EdgeclawError
 
 
@@ -90,44 +88,10 @@ class Provider(Protocol):
         ...
 
 
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Retry-After as seconds: either a number of seconds or an HTTP date."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
 # 4xx statuses that say "not now" rather than "not this request".
 TRANSIENT_CLIENT_STATUSES = frozenset({408, 409, 425, 429})
 # 5xx statuses that say "this server will never do this": no point asking again.
 PERMANENT_SERVER_STATUSES = frozenset({501, 505})
-DETAIL_CHARS = 300
-
-
-def error_detail(body: str) -> str:
-    """What an error body says, in one line: the message of a JSON error (OpenAI, llama.cpp,
-    Anthropic, Ollama shapes), else the text itself, cut at DETAIL_CHARS."""
-    text = body.strip()
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
-    if isinstance(data, dict):
-        error = data.get("error", data)
-        message = error.get("message") if isinstance(error, dict) else error
-        if isinstance(message, str) and message.strip():
-            text = message
-    text = " ".join(text.split())
-    return text if len(text) <= DETAIL_CHARS else text[:DETAIL_CHARS] + "…"
 
 
 def http_error(provider: str, status: int, body: str, retry_after: str | None) -> ProviderError:

@@ -140,6 +140,8 @@ def wire_messages(system: str, messages: Sequence[Message]) -> list[dict[str, An
                 for c in m.tool_calls
             ]
             out.append({"role": "assistant", "content": m.content, "tool_calls": calls})
+        elif m.images:
+            out.append({"role": m.role, "content": m.content, "images": [i.data for i in m.images]})
         else:
             out.append({"role": m.role, "content": m.content})
     return out

@@ -46,6 +46,10 @@ def wire_messages(system: str, messages: Sequence[Message]) -> list[dict[str, An
                     ],
                 }
             )
+        elif m.images:
+            parts: list[dict[str, Any]] = [{"type": "text", "text": m.content}]
+            parts += [{"type": "image_url", "image_url": {"url": i.data_url}} for i in m.images]
+            out.append({"role": m.role, "content": parts})
         else:
             out.append({"role": m.role, "content": m.content})
     return out

@@ -1,0 +1,6 @@
+"""The media tools: `tts` (speech), `image` (metadata, generation, description) and `camera` (stills).
+
+Files they make land in the workspace and are referred to by workspace path with their size and
+type, never as bytes inline: a caller that wants the bytes reads them with `read_bytes`, in
+bounded chunks.
+"""

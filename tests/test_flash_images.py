@@ -470,3 +470,26 @@ async def test_the_pyocd_path_programs_flash_with_its_loader_loads_ram_and_verif
     finally:
         probe._session = None
         await probe.close()
+
+
+@needs_qemu
+def test_edgeclaw_chat_shows_a_progress_bar_on_a_terminal_and_the_answer_after_it(state_env, run_cli):
+    import pexpect
+
+    size = _workspace_image(state_env)
+    line = f"/call probe {FLASH_ARGS}"
+    term = pexpect.spawn(
+        sys.executable,
+        ["-m", "edgeclaw", "chat", "--message", line],
+        env=state_env,
+        encoding="utf-8",
+        timeout=120,
+    )
+    term.expect(pexpect.EOF)
+    term.close()
+    shown = term.before
+    assert re.search(r"\r\x1b\[K\[#*\.*\] +\d+%  flashing app\.hex: write \d+%", shown), shown
+    answer = shown.rsplit("\r\x1b[K", 1)[1]
+    assert "[#" not in answer and f"flashed {size} bytes" in answer
+    piped = run_cli("chat", "--message", line, timeout=120)  # not a terminal: the answer alone
+    assert piped.returncode == 0 and "\x1b[K" not in piped.stdout and f"flashed {size} bytes" in piped.stdout

@@ -20,11 +20,19 @@ from edgeclaw.agent.channel import InboundMessage, Reply
 from edgeclaw.agent.loop import AgentLoop
 from edgeclaw.agent.streaming import StreamedText
 from edgeclaw.channels.cli_approver import TerminalApprover
+from edgeclaw.channels.cli_progress import TerminalProgress
 from edgeclaw.config.paths import current_user
 from edgeclaw.tools.approval import ApprovalBroker, ApprovalRequest, Decision
 from edgeclaw.tools.outlets import DeliveryFailed, Outgoing, Outlets
 
 CHANNEL = "cli"
+
+
+def _isatty(out: TextIO) -> bool:
+    try:
+        return out.isatty()
+    except (AttributeError, ValueError):  # a closed or stand-in stream
+        return False
 
 
 class TerminalChannel:
@@ -40,6 +48,7 @@ class TerminalChannel:
         # Questions go to stdout here: in a chat, that is where the person is looking.
         self._approver = TerminalApprover(0, out)
         self._current: asyncio.Task[Reply] | None = None  # the message being handled, if any
+        self._progress: TerminalProgress | None = None  # the latest message's progress bar
 
     def message(self, text: str) -> InboundMessage:
         return InboundMessage(
@@ -52,15 +61,22 @@ class TerminalChannel:
         )
 
     def streamed_message(self, text: str) -> InboundMessage:
-        """A message whose answer is printed as the model writes it (`send` then adds the rest)."""
+        """A message whose answer is printed as the model writes it (`send` then adds the rest), and
+        whose tool calls show their progress as a bar on a terminal (wiped before any text)."""
+        # Not on a pipe: there the output is the answer alone.
+        progress = self._progress = TerminalProgress(self.out, tty=_isatty(self.out), quiet=True)
 
         def write(piece: str) -> None:
+            progress.close()
             self.out.write(piece)
             self.out.flush()
 
-        return dataclasses.replace(self.message(text), on_text=StreamedText(write))
+        return dataclasses.replace(self.message(text), on_text=StreamedText(write), on_progress=progress)
 
     async def send(self, reply: Reply) -> None:
+        progress = reply.in_reply_to.on_progress if reply.in_reply_to is not None else None
+        if isinstance(progress, TerminalProgress):
+            progress.close()  # the bar is wiped before the answer
         stream = reply.in_reply_to.on_text if reply.in_reply_to is not None else None
         if isinstance(stream, StreamedText) and stream.started:
             rest = stream.remainder(reply.text)
@@ -76,6 +92,8 @@ class TerminalChannel:
         """Ask on the terminal; without one nobody can answer, which the broker turns into a deny."""
         if not self.interactive:
             return None
+        if self._progress is not None:
+            self._progress.close()  # the question is not written after a progress bar
         return await self._approver.ask_approval(request)
 
     # -- the Outlet protocol: what is sent into this terminal's session while it is open ----------

@@ -56,18 +56,15 @@ WAIT_S = 30.0  # generous: the machine may be busy
 class PageServer:
     """`edgeclaw fleet serve` in a child process, on a free loopback port."""
 
-    def __init__(self, workdir: Path, broker_port: int, **page: Any) -> None:
+    def __init__(self, workdir: Path, broker_port: int, *, login: bool = True, **page: Any) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.log = workdir / "fleet-page.log"
         token_file = workdir / "token"
         token_file.write_text(TOKEN + "\n")
-        settings = {
-            "login_hash": hash_pin(PASSWORD, "pbkdf2-sha256"),
-            "token_file": str(token_file),
-            "max_login_failures": 50,
-            **page,
-        }
+        settings: dict[str, Any] = {"max_login_failures": 50, **page}
+        if login:  # else the run makes a token of its own
+            settings.update(login_hash=hash_pin(PASSWORD, "pbkdf2-sha256"), token_file=str(token_file))
         config = workdir / "page.toml"
         config.write_text(
             "[mqtt]\n"
@@ -101,6 +98,14 @@ class PageServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+
+    def status_of_login(self, secret: str) -> int:
+        return self.request(
+            "POST",
+            "/login",
+            urllib.parse.urlencode({"secret": secret}),
+            {"Content-Type": "application/x-www-form-urlencoded"},
+        )[0]
 
     def request(
         self, method: str, path: str, body: bytes | str = b"", headers: dict[str, str] | None = None
@@ -273,6 +278,15 @@ def test_log_in_and_see_the_three_devices_online(browser, page, fleet):
     browser.find_element(By.ID, "filter").send_keys(" ")
     wait(browser, lambda d: len(rows(d)) == 3, "the whole table again")
     screenshot(browser, "02-fleet")
+    # Readable on a phone: at a phone's width nothing but the table's own box scrolls sideways.
+    browser.set_window_size(390, 844)
+    wait(
+        browser,
+        lambda d: d.execute_script("return document.documentElement.scrollWidth <= window.innerWidth"),
+        "the page to fit a phone's width",
+    )
+    screenshot(browser, "02-fleet-phone")
+    browser.set_window_size(1280, 1600)
 
 
 def test_a_tool_call_from_the_form_returns_the_i2c_scan(browser, page, fleet):
@@ -445,3 +459,18 @@ def test_the_page_is_served_with_a_strict_content_security_policy(page):
     assert page.request("GET", "/static/app.js")[0] == 200
     assert page.request("GET", "/static/../service.py")[0] == 404
     assert page.request("GET", "/static/%2e%2e%2fservice.py")[0] == 404
+
+
+def test_without_a_configured_secret_the_run_makes_a_token_of_its_own(tmp_path, broker, fleet):
+    server = PageServer(tmp_path / "page", broker.port, login=False)
+    try:
+        words = server.log.read_text().split("log in with this run's token ", 1)
+        assert len(words) == 2, server.log.read_text()
+        token = words[1].split()[0]
+        assert len(token) >= 20
+        assert server.status_of_login("") == 401
+        assert server.status_of_login(PASSWORD) == 401
+        assert server.status_of_login(token) == 303
+        assert server.request("GET", "/api/state")[0] == 401
+    finally:
+        server.stop()

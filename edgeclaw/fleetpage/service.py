@@ -66,7 +66,12 @@ def _login_hash(config: Config) -> PinHash | None:
         raise ConfigError(config._source, key, str(e)) from None
 
 
-def build_access(config: Config) -> Access:
+def build_access(config: Config) -> tuple[Access, str]:
+    """The login's rules, and the token made for this run when the config names neither a hash nor one.
+
+    Never open: without a configured secret the run gets a random token of its own, printed on
+    the terminal of whoever started it (and gone when it stops), so a first look needs no set-up.
+    """
     fp = config.fleet_page
     password = _login_hash(config)
     token = (
@@ -74,14 +79,10 @@ def build_access(config: Config) -> Access:
         if fp.token_file
         else ""
     )
+    made = ""
     if password is None and not token:
-        raise ConfigError(
-            config._source,
-            "fleet_page",
-            "the fleet page lets nobody in without login_hash (or login_hash_file; make one with "
-            "`edgeclaw console hash-pin`) or token_file",
-        )
-    return Access(
+        token = made = secrets.token_urlsafe(18)
+    access = Access(
         password_hash=password,
         token=token,
         ttl_s=fp.session_ttl_s,
@@ -89,6 +90,7 @@ def build_access(config: Config) -> Access:
         max_failures=fp.max_login_failures,
         lockout_s=fp.lockout_s,
     )
+    return access, made
 
 
 def connection_settings(config: Config, broker: str | None) -> ConnectionSettings:
@@ -146,7 +148,7 @@ async def serve(config: Config, *, broker: str | None = None, listen: str | None
     """Run the fleet page until SIGTERM / SIGINT (or cancellation)."""
     fp = config.fleet_page
     host, port = host_port(listen or fp.listen, "--listen" if listen else "fleet_page.listen", config._source)
-    access = build_access(config)
+    access, made_token = build_access(config)
     refs = secret_refs(config)
     window = FleetWindow(
         config.mqtt.topic_prefix, history_s=fp.history_s, max_devices=fp.max_devices, max_events=fp.max_events
@@ -187,6 +189,13 @@ async def serve(config: Config, *, broker: str | None = None, listen: str | None
             fleet.connection.settings.host,
             fleet.connection.settings.port,
         )
+        if made_token:
+            # On stderr, not through the logger (which may write a file that outlives the run).
+            # Under systemd stderr is the journal: a service configures a hash or a token file.
+            print(
+                f"no login_hash or token_file in [fleet_page]: log in with this run's token {made_token}",
+                file=sys.stderr,
+            )
         print(f"fleet page on {where}", file=sys.stderr, flush=True)
         try:
             await stop.wait()

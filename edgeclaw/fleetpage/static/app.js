@@ -331,7 +331,13 @@ function takeSnapshot(snap) {
 function connect() {
   const source = new EventSource("/api/stream");
   source.addEventListener("open", () => { $("link").textContent = "live"; $("link").className = "link up"; });
-  source.addEventListener("error", () => { $("link").textContent = "reconnecting…"; $("link").className = "link down"; });
+  source.addEventListener("error", () => {
+    $("link").textContent = "reconnecting…"; $("link").className = "link down";
+    // Refused (the session ended) rather than cut: the browser gives up; back to the login if so.
+    if (source.readyState === EventSource.CLOSED) {
+      api("/api/session").then(() => setTimeout(connect, 2000), () => setTimeout(connect, 5000));
+    }
+  });
   source.addEventListener("snapshot", (m) => takeSnapshot(JSON.parse(m.data)));
   source.addEventListener("device", (m) => { const r = JSON.parse(m.data); state.devices.set(r.device, r); scheduleTable(); });
   source.addEventListener("gone", (m) => { state.devices.delete(JSON.parse(m.data).device); scheduleTable(); });

@@ -318,3 +318,29 @@ def test_cron_add_on_edge_from_the_command_line(tmp_path):
     assert json.loads(job["schedule"]["spec"]) == {"pin": "button", "edge": "falling", "debounce_ms": 30}
     refused = cli("add", "--on-edge", "led", "--tool", "gpio", "--args", '{"action":"list"}')
     assert refused.returncode == 2 and "is an output" in refused.stderr + refused.stdout
+
+
+async def test_a_pin_the_profile_no_longer_grants_is_an_error_on_the_jobs_record(tmp_path):
+    from edgeclaw.daemon.scheduler import scheduler_service
+    from tests.hw_support import write_profile
+
+    first = make_runtime(tmp_path, automation={"clock_sync": "off"})
+    async with scheduler_service(first):
+        job_id = await add_edge_job(
+            first, on_edge={"pin": "button"}, tool="gpio", args={"action": "list"}, to="none"
+        )
+    await first.aclose()
+    # The board's profile changes: the button is gone.
+    profile = write_profile(
+        tmp_path, "no-button", 'simulated = true\n[[gpio]]\npin = 17\nname = "led"\ndirection = "out"\n'
+    )
+    second = make_runtime(tmp_path, board=profile, automation={"clock_sync": "off"})
+    try:
+        async with scheduler_service(second):
+            await until(lambda: bool(second.automation.store.runs(job_id)))
+            (run,) = second.automation.store.runs(job_id)
+            assert not scheduler(second).edge_watched(job_id)
+    finally:
+        await second.aclose()
+    assert (run.trigger, run.outcome) == ("edge", "error")
+    assert "cannot watch GPIO button: GPIO 'button' is not granted by the no-button profile" in run.detail

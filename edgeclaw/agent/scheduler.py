@@ -548,9 +548,12 @@ class Scheduler:
         except Exception as e:
             # The profile no longer grants the pin, the GPIO library is missing: on the job's record.
             log.warning("job %s: cannot watch GPIO %s: %s", job_id, pin, e)
-            self.store.note(
-                job_id, "edge", None, "error", f"cannot watch GPIO {pin}: {e}", None, advance=False
-            )
+            try:
+                self.store.note(
+                    job_id, "edge", None, "error", f"cannot watch GPIO {pin}: {e}", None, advance=False
+                )
+            except Exception:
+                log.exception("job %s: could not record that its pin cannot be watched", job_id)
             return
         finally:
             if self._edge_setups.get(job_id) is asyncio.current_task():
@@ -573,6 +576,13 @@ class Scheduler:
         return job_id in self._edge_watches
 
     def _edge_fired(self, job_id: str, at: float, what: str) -> None:
+        try:
+            self._start_edge_run(job_id, at, what)
+        except Exception:
+            # A full disk, a closed database: this edge is lost, the next one is tried again.
+            log.exception("job %s: could not start the run for %s", job_id, what)
+
+    def _start_edge_run(self, job_id: str, at: float, what: str) -> None:
         job = self._jobs.get(job_id)
         if job is None or not job.enabled or self._closed:
             return

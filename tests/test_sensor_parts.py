@@ -507,3 +507,23 @@ async def test_i2c_part_that_hangs_the_bus_is_cut_off_by_the_deadline(driver_cla
     assert caught.value.kind == "timeout"
     assert f"'stuck' ({part} at 0x{address:02x} on I2C bus 1)" in str(caught.value)
     assert "no answer within 0.3 s" in str(caught.value)
+
+
+async def test_bh1750_in_darkness_is_measured_once_not_restarted_again(sim):
+    sensors, backends = sim
+    part = backends.sim.bh1750
+    part.illuminance_lx = 0.0
+    writes: list[bytes] = []
+    original = part.write
+    part.write = lambda data: (writes.append(bytes(data)), original(data))[1]  # type: ignore[method-assign]
+    reading = await sensors.read("light")
+    assert reading.value("illuminance").value == 0.0
+    assert writes == [bytes((POWER_ON,)), bytes((CONTINUOUS_H,))]  # one start, no second one
+
+
+async def test_ads1115_gain_the_part_does_not_have_is_refused_for_the_device():
+    device = DeviceSpec(part="ads1115", name="adc", bus=1, address=0x49, options={"gain": 5.0})
+    bus = I2CBus(SimI2CBus(1, {0x49: ADS1115()}), timeout_s=1, threaded=False)
+    with pytest.raises(SensorError, match="gain must be one of") as caught:
+        ads1115.ADS1115Driver(device, bus)
+    assert caught.value.kind == "bad_data"

@@ -64,7 +64,10 @@ class ADS1115Driver(I2CSensor, ADCDriver):
     def __init__(self, device: DeviceSpec, bus: I2CBus) -> None:
         super().__init__(device, bus)
         self.gain_v = float(device.option("gain"))
-        pga_code(self.gain_v)  # refused when the profile is loaded; checked again for direct use
+        try:
+            pga_code(self.gain_v)  # refused when the profile is loaded; checked again for direct use
+        except ValueError as e:
+            raise self.fail("bad_data", str(e)) from None
 
     async def read_channel(self, channel: int) -> tuple[float, bytes]:
         config = config_word(channel, self.gain_v)
@@ -72,7 +75,7 @@ class ADS1115Driver(I2CSensor, ADCDriver):
             await t.write(bytes((REG_CONFIG, config >> 8, config & 0xFF)))
             await t.wait(CONVERSION_S)
             status = await t.read_register(REG_CONFIG, 2)
-            # The internal oscillator may run up to 10% slow (datasheet 7.5): poll until idle.
+            # The data rate may be up to 10% slow (electrical characteristics): poll until idle.
             while not status[0] & (OS >> 8):
                 await t.wait(CONVERSION_S / 4)
                 status = await t.read_register(REG_CONFIG, 2)

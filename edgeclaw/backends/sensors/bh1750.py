@@ -49,12 +49,13 @@ class BH1750Driver(I2CSensor):
             return await t.read(2)
 
     async def read(self) -> Reading:
-        if not self._started:
+        fresh = not self._started
+        if fresh:
             await self._start()
         raw = await self._count()
-        if raw == b"\x00\x00":
+        if raw == b"\x00\x00" and not fresh:
             # Darkness, or a part that lost power and reads its reset value: start it again and
-            # believe the next count (a second 0 is darkness).
+            # believe the next count (a 0 straight after a start is darkness).
             self._started = False
             await self._start()
             raw = await self._count()

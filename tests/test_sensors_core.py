@@ -133,11 +133,17 @@ async def test_a_hung_transfer_meets_the_deadline_and_frees_the_bus():
 async def test_a_transaction_holds_the_bus_against_other_callers():
     """Between a part's command and its read no other transfer may reach the bus."""
     log: list[str] = []
+    commanded = asyncio.Event()
 
     class Recording(TMP102):
         def write(self, data: bytes) -> None:
             log.append(f"w{data.hex()}")
+            commanded.set()
             super().write(data)
+
+        def read(self, length: int) -> bytes:
+            log.append(f"r{self.pointer}")
+            return super().read(length)
 
     bus = I2CBus(SimI2CBus(1, {0x48: Recording(20.0)}), timeout_s=2, threaded=False)
 
@@ -152,10 +158,12 @@ async def test_a_transaction_holds_the_bus_against_other_callers():
     slow = Slow(device("tmp102", 0x48, "slow"), bus)
     other = TMP102Driver(device("tmp102", 0x48, "other"), bus)
     first = asyncio.create_task(slow.read())
-    await asyncio.sleep(0.01)  # let the slow transaction take the bus
+    await commanded.wait()  # the slow transaction has taken the bus and sent its command
     await other.read()
     await first
-    assert log == ["w01", "w00"]  # the other read's pointer write came after the slow one finished
+    # The other read's pointer write came after the slow transaction's read, which still found
+    # the pointer it had set (the configuration register, not the temperature).
+    assert log == ["w01", "r1", "w00", "r0"]
 
 
 def test_sensirion_crc8_vector():

@@ -124,7 +124,7 @@ class BusGate(Generic[D]):
     async def held(self, timeout_s: float | None = None) -> AsyncIterator[None]:
         """The bus for several steps at once (a sensor's command, its conversion time, the read),
         so no other caller's transaction lands between them: the lock held throughout, waiting
-        for it and every step under one deadline. Each step inside goes through `call`."""
+        for it and every step under one deadline. Each step inside goes through `step`."""
         limit = timeout_s or self.timeout_s
         try:
             async with asyncio.timeout(limit):
@@ -132,6 +132,10 @@ class BusGate(Generic[D]):
                     yield
         except TimeoutError:
             raise BusTimeout(f"{self.label}: no answer within {limit:g} s") from None
+
+    async def step(self, fn: Callable[..., R], *args: object) -> R:
+        """One step inside `held()`, whose deadline bounds it (a deadline of its own would be redundant)."""
+        return await self._call(fn, args)
 
     async def call(self, fn: Callable[..., R], *args: object) -> R:
         """Like `run`, for a caller already holding `lock` across several steps (a GPIO pulse)."""

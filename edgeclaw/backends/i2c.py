@@ -12,8 +12,7 @@ acknowledged at 0x48 on bus 1".
 from __future__ import annotations
 
 import errno
-from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -223,37 +222,43 @@ class I2CBus:
     async def write_block(self, address: int, data: bytes, *, settle_s: float = 0) -> None:
         await self._gate.run(_write_block, address, data, hold_s=settle_s)
 
-    @asynccontextmanager
-    async def transaction(self, timeout_s: float | None = None) -> AsyncIterator[I2CTransaction]:
+    def transaction(self, timeout_s: float | None = None) -> I2CTransaction:
         """Several transfers with the bus held between them (a command, a wait, its answer), all
         under one deadline: `async with bus.transaction() as t: await t.write(...)`."""
-        async with self._gate.held(timeout_s):
-            yield I2CTransaction(self._gate)
+        return I2CTransaction(self._gate, timeout_s)
 
     def close(self) -> None:
         self._gate.close()
 
 
 class I2CTransaction:
-    """The transfers of one `I2CBus.transaction`, made while it holds the bus."""
+    """One `I2CBus.transaction`: an async context manager holding the bus, and the transfers made inside."""
 
-    def __init__(self, gate: BusGate[I2CDriver]) -> None:
+    def __init__(self, gate: BusGate[I2CDriver], timeout_s: float | None = None) -> None:
         self._gate = gate
+        self._held = gate.held(timeout_s)
+
+    async def __aenter__(self) -> I2CTransaction:
+        await self._held.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> bool | None:
+        return await self._held.__aexit__(*exc)  # type: ignore[arg-type]
 
     async def write(self, address: int, data: bytes) -> None:
         """One write message: `data` after the address byte (a command, or a register and values)."""
-        await self._gate.call(_write_block, address, data)
+        await self._gate.step(_write_block, address, data)
 
     async def read(self, address: int, length: int) -> bytes:
         """One read message of `length` bytes, no register sent first."""
-        return await self._gate.call(_read_bytes, address, length)
+        return await self._gate.step(_read_bytes, address, length)
 
     async def read_register(self, address: int, register: bytes, length: int) -> bytes:
         """Write the register address, then read `length` bytes after a repeated start."""
-        return await self._gate.call(_read_block, address, register, length)
+        return await self._gate.step(_read_block, address, register, length)
 
     async def read_word_data(self, address: int, register: int) -> int:
-        return await self._gate.call(_read_word_data, address, register)
+        return await self._gate.step(_read_word_data, address, register)
 
 
 # Module-level functions rather than lambdas: the gate calls fn(driver, *args), and these cost

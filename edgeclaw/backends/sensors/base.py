@@ -24,8 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -146,11 +145,30 @@ class SensorDriver(ABC):
 
 
 class I2CPartTransaction:
-    """One part's side of an `I2CBus.transaction`: transfers to its address, and waits."""
+    """One part's side of an `I2CBus.transaction`: transfers to its address, and waits; bus errors
+    (on taking the bus, in a transfer, at the deadline) come out as the device's `SensorError`s."""
 
-    def __init__(self, transaction: I2CTransaction, address: int) -> None:
+    def __init__(self, sensor: I2CSensor, transaction: I2CTransaction) -> None:
+        self._sensor = sensor
         self._t = transaction
-        self.address = address
+        self.address = sensor.address
+
+    async def __aenter__(self) -> I2CPartTransaction:
+        try:
+            await self._t.__aenter__()
+        except BackendError as e:
+            raise self._sensor.bus_error(e) from None
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        try:
+            await self._t.__aexit__(kind, exc, tb)
+        except SensorError:
+            raise
+        except BackendError as e:  # the deadline passed while the bus was held
+            raise self._sensor.bus_error(e) from None
+        if isinstance(exc, BackendError) and not isinstance(exc, SensorError):
+            raise self._sensor.bus_error(exc) from None
 
     async def write(self, data: bytes) -> None:
         await self._t.write(self.address, data)
@@ -176,24 +194,19 @@ class I2CSensor(SensorDriver):
         self.bus = bus
         self.address = device.address
 
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[I2CPartTransaction]:
-        """The bus held for this part's transfers; bus errors come out as this device's errors."""
-        try:
-            async with self.bus.transaction() as t:
-                yield I2CPartTransaction(t, self.address)
-        except SensorError:
-            raise
-        except I2CNoAcknowledge as e:
-            raise self.fail(
-                "nack", f"no acknowledgement (is it wired, powered and at this address?): {e}"
-            ) from None
-        except BusTimeout as e:
-            raise self.fail("timeout", str(e)) from None
-        except DeviceUnavailable as e:
-            raise self.fail("unavailable", str(e)) from None
-        except BackendError as e:
-            raise self.fail("bus", str(e)) from None
+    def transaction(self) -> I2CPartTransaction:
+        """The bus held for this part's transfers: `async with self.transaction() as t: ...`."""
+        return I2CPartTransaction(self, self.bus.transaction())
+
+    def bus_error(self, e: BackendError) -> SensorError:
+        """A bus backend's error as this device's."""
+        if isinstance(e, I2CNoAcknowledge):
+            return self.fail("nack", f"no acknowledgement (is it wired, powered and at this address?): {e}")
+        if isinstance(e, BusTimeout):
+            return self.fail("timeout", str(e))
+        if isinstance(e, DeviceUnavailable):
+            return self.fail("unavailable", str(e))
+        return self.fail("bus", str(e))
 
 
 class SPISensor(SensorDriver):

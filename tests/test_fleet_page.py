@@ -310,6 +310,13 @@ def test_a_tool_call_from_the_form_returns_the_i2c_scan(browser, page, fleet):
         "the load chart",
     )
     screenshot(browser, "03-tool-call")
+    # Chat from the same console: without a model, the slash commands answer.
+    browser.find_element(By.ID, "chat-text").send_keys("/status")
+    browser.find_element(By.ID, "chat-send").click()
+    text = wait(
+        browser, lambda d: t if "session mqtt:fleetpage" in (t := answer_text(d)) else None, "/status"
+    )
+    assert "models: none configured" in text
 
 
 def test_an_exec_approval_appears_in_the_queue_and_is_approved_from_the_page(browser, page, fleet):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import shutil
 import socket
 import statistics
@@ -55,9 +56,22 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def wall_s(cmd: list[str], env: dict[str, str]) -> float:
+    return wall_and_cpu_s(cmd, env)[0]
+
+
+def wall_and_cpu_s(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall time and CPU time (user + system) of one run of `cmd`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def cpu_s(pid: int) -> float:
+    """CPU time a running process has used so far (/proc/PID/schedstat, nanoseconds on the CPU)."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
 
 
 class DaemonDir:
@@ -95,7 +109,10 @@ class DaemonDir:
         )
         return proc, sock, t0
 
-    def time_to_ready(self, notify_path: Path, keep: bool = False) -> tuple[float, subprocess.Popen[bytes]]:
+    def time_to_ready(
+        self, notify_path: Path, keep: bool = False
+    ) -> tuple[float, subprocess.Popen[bytes], float]:
+        """Wall time from spawn to READY=1, the process, and the CPU time it had used by then."""
         proc, sock, t0 = self.start(notify_path)
         try:
             sock.settimeout(60)
@@ -108,12 +125,13 @@ class DaemonDir:
                     raise SystemExit(f"{self.name}: no READY=1 in 60 s; log:\n{log}") from None
                 if b"READY=1" in data.split(b"\n"):
                     elapsed = time.perf_counter() - t0
+                    cpu = cpu_s(proc.pid)
                     break
         finally:
             sock.close()
         if not keep:
             stop(proc)
-        return elapsed, proc
+        return elapsed, proc, cpu
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -141,7 +159,7 @@ async def wait_online(port: int, device: str, timeout_s: float = 60.0) -> None:
 
 
 def idle_rss(daemon: DaemonDir, notify_path: Path, port: int | None, settle_s: float) -> float:
-    _, proc = daemon.time_to_ready(notify_path, keep=True)
+    _, proc, _ = daemon.time_to_ready(notify_path, keep=True)
     try:
         if port is not None:
             asyncio.run(wait_online(port, daemon.name))
@@ -168,22 +186,32 @@ def main() -> int:
             off = DaemonDir(root, "bench-off", None)
             on = DaemonDir(root, "bench-on", port)
             notify = root / "notify.sock"
-            first_off, _ = off.time_to_ready(notify)  # makes the state directory and database
-            first_on, _ = on.time_to_ready(notify)
-            floor, t_off, t_on = [], [], []
+            first_off = off.time_to_ready(notify)[0]  # makes the state directory and database
+            first_on = on.time_to_ready(notify)[0]
+            floor, floor_cpu = [], []
+            runs: dict[str, tuple[list[float], list[float]]] = {"MQTT off": ([], []), "MQTT on": ([], [])}
             env = clean_env()
             for _ in range(opts.runs):
-                floor.append(wall_s(floor_cmd, env))
-                t_off.append(off.time_to_ready(notify)[0])
-                t_on.append(on.time_to_ready(notify)[0])
+                wall, cpu = wall_and_cpu_s(floor_cmd, env)
+                floor.append(wall)
+                floor_cpu.append(cpu)
+                for label, daemon in (("MQTT off", off), ("MQTT on", on)):
+                    wall, _, cpu = daemon.time_to_ready(notify)
+                    runs[label][0].append(wall)
+                    runs[label][1].append(cpu)
             floor_ms = statistics.median(floor) * 1000
-            print(f"READY=1 floor `python -c '{FLOOR_IMPORTS}'`: {floor_ms:.0f} ms")
-            for label, samples, first in (("MQTT off", t_off, first_off), ("MQTT on", t_on, first_on)):
-                ms = statistics.median(samples) * 1000
+            floor_cpu_ms = statistics.median(floor_cpu) * 1000
+            print(
+                f"READY=1 floor `python -c '{FLOOR_IMPORTS}'`: {floor_ms:.0f} ms ({floor_cpu_ms:.0f} ms CPU)"
+            )
+            for label, first in (("MQTT off", first_off), ("MQTT on", first_on)):
+                ms = statistics.median(runs[label][0]) * 1000
+                cpu_ms = statistics.median(runs[label][1]) * 1000
                 ratio = ms / floor_ms
                 print(
                     f"READY=1 {label}: {ms:.0f} ms = {ratio:.2f}x the floor (target <= "
-                    f"{READY_RATIO_TARGET:g}x); first start, state made: {first * 1000:.0f} ms"
+                    f"{READY_RATIO_TARGET:g}x); CPU {cpu_ms:.0f} ms = {cpu_ms / floor_cpu_ms:.2f}x; "
+                    f"first start, state made: {first * 1000:.0f} ms"
                 )
                 if ratio > READY_RATIO_TARGET:
                     missed.append(f"READY=1 {label}")

@@ -40,8 +40,10 @@ os.environ["NOTIFY_SOCKET"] = notify
 def watch():
     while b"READY=1" not in sock.recv(4096).split(b"\n"):
         pass
+    deny = sys.modules.get("edgeclaw.tools.denylist")
+    compiled = [g.name for g in deny.DENY_GROUPS if "patterns" in vars(g)] if deny else []
     with open(out, "w") as f:
-        json.dump(sorted(sys.modules), f)
+        json.dump({"modules": sorted(sys.modules), "deny_groups_compiled": compiled}, f)
     os.kill(os.getpid(), signal.SIGTERM)
 
 threading.Thread(target=watch, daemon=True).start()
@@ -65,7 +67,8 @@ def loaded(modules: list[str], names: tuple[str, ...]) -> list[str]:
     return [m for m in modules if any(m == n or m.startswith(n + ".") for n in names)]
 
 
-def daemon_modules(tmp_path: Path, config: str) -> list[str]:
+def daemon_at_ready(tmp_path: Path, config: str) -> dict[str, list[str]]:
+    """The daemon's `modules` and the deny groups whose patterns it had compiled, at READY=1."""
     (tmp_path / "edgeclaw.toml").write_text('board = "sim"\ndevice_id = "startup"\n' + config)
     env = daemon_env(tmp_path / "state", tmp_path / "edgeclaw.toml")
     out = tmp_path / "modules.json"
@@ -105,18 +108,29 @@ def test_version_and_help_still_answer_through_the_console_script(run_cli) -> No
 
 
 def test_daemon_without_mqtt_starts_without_per_tool_or_mqtt_modules(tmp_path: Path) -> None:
-    modules = daemon_modules(tmp_path, "[mqtt]\nenabled = false\n")
-    assert "edgeclaw.daemon.lifecycle" in modules  # the probe did watch the daemon
-    assert loaded(modules, NOT_AT_START + MQTT_MODULES) == []
+    seen = daemon_at_ready(tmp_path, "[mqtt]\nenabled = false\n")
+    assert "edgeclaw.daemon.lifecycle" in seen["modules"]  # the probe did watch the daemon
+    assert loaded(seen["modules"], NOT_AT_START + MQTT_MODULES) == []
+
+
+def test_exec_deny_patterns_are_compiled_on_the_first_check_not_at_start(tmp_path: Path) -> None:
+    seen = daemon_at_ready(tmp_path, "")
+    assert "edgeclaw.tools.denylist" in seen["modules"]  # exec is registered...
+    assert seen["deny_groups_compiled"] == []  # ...but has checked no command yet
+    from edgeclaw.tools.denylist import DenyList
+
+    # The first check compiles them, and still refuses what it refused before.
+    hits = DenyList().check("rm -rf /")
+    assert [h.group.name for h in hits] == ["destructive-ops"]
 
 
 @needs_mosquitto
 def test_daemon_with_mqtt_starts_without_per_tool_modules(tmp_path: Path) -> None:
     broker = Mosquitto(tmp_path / "broker").start()
     try:
-        modules = daemon_modules(
+        modules = daemon_at_ready(
             tmp_path, f'[mqtt]\nenabled = true\nhost = "127.0.0.1"\nport = {broker.port}\n'
-        )
+        )["modules"]
     finally:
         broker.stop()
     assert "edgeclaw.channels.mqtt.channel" in modules

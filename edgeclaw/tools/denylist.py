@@ -16,6 +16,7 @@ ordinary work (`ls -la`, `grep -r foo .`, `python3 script.py`).
 from __future__ import annotations
 
 import fnmatch
+import functools
 import posixpath
 import re
 from collections.abc import Iterable, Mapping
@@ -41,7 +42,14 @@ class DenyGroup:
     description: str
     risk: Risk
     action: Literal["deny", "approve"]
-    patterns: tuple[re.Pattern[str], ...]
+    sources: tuple[str, ...]  # the regular expressions, compiled on the group's first check
+    flags: int = 0
+
+    @functools.cached_property
+    def patterns(self) -> tuple[re.Pattern[str], ...]:
+        # Compiling every group's patterns (over a hundred) costs a small board a noticeable part
+        # of its start; a daemon that never runs a command never needs them.
+        return tuple(re.compile(p, self.flags) for p in self.sources)
 
 
 @dataclass(frozen=True)
@@ -76,7 +84,7 @@ def _group(
     action: Literal["deny", "approve"] = "deny",
     flags: int = 0,
 ) -> DenyGroup:
-    return DenyGroup(name, description, risk, action, tuple(re.compile(p, flags) for p in patterns))
+    return DenyGroup(name, description, risk, action, tuple(patterns), flags)
 
 
 def _long_option(name: str, shortest: int) -> str:
@@ -439,8 +447,12 @@ DENY_GROUPS: tuple[DenyGroup, ...] = (
 )
 
 _BY_NAME = {g.name: g for g in DENY_GROUPS}
-_RM_COMMAND = re.compile(_cmd("rm") + rf"({_ARGS})")
-_RM_RECURSIVE_WORD = re.compile(_RM_RECURSIVE)
+
+
+@functools.cache
+def _rm_patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """An rm command with its arguments, and a word that asks for recursion (compiled on first use)."""
+    return re.compile(_cmd("rm") + rf"({_ARGS})"), re.compile(_RM_RECURSIVE)
 
 
 def canonical_group(name: str) -> str | None:
@@ -500,9 +512,10 @@ class DenyList:
 
     def _removes_workspace(self, view: str) -> str | None:
         """A recursive rm whose target is the workspace or a directory that holds it."""
-        for m in _RM_COMMAND.finditer(view):
+        rm_command, rm_recursive_word = _rm_patterns()
+        for m in rm_command.finditer(view):
             words = m.group(1).split()
-            if not any(_RM_RECURSIVE_WORD.match(w) for w in words if w.startswith("-")):
+            if not any(rm_recursive_word.match(w) for w in words if w.startswith("-")):
                 continue
             options_done = False
             for word in words:

@@ -72,7 +72,9 @@ async def test_no_edge_within_the_timeout_is_a_result_not_an_error(sim):
     outcome = await call(sim, "gpio", action="wait", pin="button", timeout_ms=200)
     assert outcome.ok, outcome.error
     assert outcome.data["seen"] is False
-    assert outcome.for_llm == "GPIO 27 (button): no both edge within 0.2 s"
+    assert outcome.for_llm == "GPIO 27 (button): no edge within 0.2 s"
+    falling = await call(sim, "gpio", action="wait", pin="button", edge="falling", timeout_ms=100)
+    assert falling.for_llm == "GPIO 27 (button): no falling edge within 0.1 s"
 
 
 async def test_a_glitch_shorter_than_the_debounce_is_no_edge(sim):

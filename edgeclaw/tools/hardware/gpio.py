@@ -149,8 +149,7 @@ class GPIOTool(HardwareTool):
             "seen": edge is not None,
         }
         if edge is None:
-            return result(
-                payload, f"GPIO {grant.pin} ({grant.name}): no {wanted} edge within {timeout_s:g} s"
-            )
+            which = "" if wanted == "both" else f"{wanted} "
+            return result(payload, f"GPIO {grant.pin} ({grant.name}): no {which}edge within {timeout_s:g} s")
         payload.update(kind=edge.kind, level=edge.level, active=edge.active, at=round(edge.at, 3))
         return result(payload, f"GPIO {grant.pin} ({grant.name}): {edge.describe()}")

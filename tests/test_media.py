@@ -27,6 +27,7 @@ from tests.llm_server import (
     openai_text,
     openai_tools,
 )
+from tests.mqtt_support import Caller, Mosquitto, needs_mosquitto
 
 PIL = pytest.importorskip("PIL.Image")  # a test-only dependency: an independent writer and decoder
 
@@ -78,6 +79,25 @@ async def test_espeak_writes_a_wav_whose_stated_length_is_its_real_length(tmp_pa
             "tts", {"text": "the greenhouse fan is on and the soil is dry " * 3, "path": "long.wav"}, CTX
         )
         assert longer.ok and wav_seconds(runtime.workspace / "long.wav") > 2 * real
+    finally:
+        await runtime.aclose()
+
+
+@needs_espeak
+@pytest.mark.skipif(shutil.which("aplay") is None, reason="aplay (alsa-utils) is not installed")
+async def test_play_goes_to_the_configured_alsa_device_and_a_bad_device_is_said(tmp_path):
+    # ALSA's "null" device takes the sound and plays it nowhere: aplay runs its whole path.
+    runtime = runtime_with(tmp_path, tools={"media": {"tts": {"audio_device": "null"}}})
+    try:
+        out = await runtime.registry.execute("tts", {"text": "pump on", "play": True}, CTX)
+        assert out.ok and out.data["played"] is True, out.for_llm
+    finally:
+        await runtime.aclose()
+    runtime = runtime_with(tmp_path, tools={"media": {"tts": {"audio_device": "nosuchdevice"}}})
+    try:
+        out = await runtime.registry.execute("tts", {"text": "pump on", "play": True, "path": "p.wav"}, CTX)
+        assert out.ok and out.data["played"] is False
+        assert "not played: aplay failed" in out.for_llm and (runtime.workspace / "p.wav").exists()
     finally:
         await runtime.aclose()
 
@@ -194,6 +214,46 @@ async def test_no_provider_and_no_espeak_is_a_clear_error(tmp_path, monkeypatch)
         assert "espeak-ng is not installed" in out.for_llm and "no speech provider could speak" in out.for_llm
         mp3 = await runtime.registry.execute("tts", {"text": "hi", "format": "mp3", "play": True}, CTX)
         assert not mp3.ok and "play takes WAV only" in mp3.for_llm
+    finally:
+        await runtime.aclose()
+
+
+EDGE_STAND_IN = """#!{python}
+# Stands in for edge-tts's command line (its documented options), which needs Microsoft's service.
+import argparse, pathlib, sys
+p = argparse.ArgumentParser()
+p.add_argument("--file"); p.add_argument("--voice"); p.add_argument("--write-media")
+a = p.parse_args()
+pathlib.Path("{log}").write_text(repr(sys.argv) + "\\n" + pathlib.Path(a.file).read_text())
+pathlib.Path(a.write_media).write_bytes(bytes.fromhex("fffb9064") + bytes(4176))
+"""
+
+
+async def test_edge_runs_edge_tts_with_the_text_in_a_file_never_on_the_command_line(tmp_path, monkeypatch):
+    import os
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "edge-call.txt"
+    program = bin_dir / "edge-tts"
+    program.write_text(EDGE_STAND_IN.format(python=sys.executable, log=log))
+    program.chmod(0o755)
+    tts = {"chain": ["edge"], "providers": {"edge": {"kind": "edge"}}, "espeak_fallback": False}
+    runtime = runtime_with(tmp_path, tools={"media": {"tts": tts}})
+    try:
+        missing = await runtime.registry.execute("tts", {"text": "hi", "format": "mp3"}, CTX)
+        assert not missing.ok and "edge-tts is not installed" in missing.for_llm
+        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+        wav = await runtime.registry.execute("tts", {"text": "hi"}, CTX)
+        assert not wav.ok and "MP3 only" in wav.for_llm
+        out = await runtime.registry.execute(
+            "tts", {"text": "--rate=-50% the pump is on", "format": "mp3"}, CTX
+        )
+        assert out.ok, out.for_llm
+        argv, said = log.read_text().split("\n", 1)
+        assert said == "--rate=-50% the pump is on" and "pump" not in argv
+        assert "'--voice', 'en-US-AriaNeural'" in argv and out.data["format"] == "mp3"
     finally:
         await runtime.aclose()
 
@@ -463,3 +523,48 @@ def test_camera_then_describe_end_to_end_on_the_sim_board(run_cli, state_env, ll
     lit = run_cli("chat", "--message", "switch the light on, then check it with a photo", timeout=60)
     assert lit.returncode == 0, lit.stderr
     assert lit.stdout.strip().endswith("The lamp is lit.")
+
+
+# -- over MQTT: a photo taken and fetched back by a backend ----------------------------------------
+@needs_mosquitto
+async def test_a_backend_takes_a_photo_over_mqtt_and_fetches_it_in_chunks(tmp_path):
+    from tests.fleet_support import FleetDaemon
+
+    broker = Mosquitto(tmp_path / "broker").start()
+    daemon = FleetDaemon(tmp_path / "dev", "cam-01", broker.port).start()
+    base, answers = "edgeclaw/cam-01", "backend/answers"
+    try:
+        async with Caller(broker.port, [answers, f"{base}/status"]) as c:
+            await c.wait_for(
+                lambda: any(r.json.get("state") == "online" for r in c.on(f"{base}/status")), 30, "online"
+            )
+
+            async def call(n: int, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+                request = {"id": f"r{n}", "tool": tool, "args": args}
+                await c.publish(
+                    f"{base}/tool/call", request, response_topic=answers, correlation=f"c{n}".encode()
+                )
+                found = await c.wait_for(
+                    lambda: [r for r in c.on(answers) if r.correlation == f"c{n}".encode()], 30, f"answer {n}"
+                )
+                return found[0].json
+
+            photo = await call(0, "camera", {"width": 320, "height": 240})
+            assert photo["ok"], photo
+            # The answer names the file; it carries no picture.
+            assert photo["data"]["path"].startswith("media/") and "base64" not in photo["data"]
+            data, offset, n = b"", 0, 1
+            while offset is not None:
+                chunk = await call(
+                    n, "read_bytes", {"path": photo["data"]["path"], "offset": offset, "length": 256}
+                )
+                assert chunk["ok"], chunk
+                piece = base64.b64decode(chunk["data"]["base64"])
+                assert hashlib.sha256(piece).hexdigest() == chunk["data"]["sha256"]
+                data, offset, n = data + piece, chunk["data"]["next_offset"], n + 1
+            assert len(data) == photo["data"]["bytes"] and n > 2
+            with PIL.open(io.BytesIO(data)) as picture:
+                assert picture.size == (320, 240)
+    finally:
+        daemon.stop()
+        broker.stop()

@@ -284,8 +284,9 @@ class MiniMaxSpeech(_HttpSpeech):
 
 
 class EdgeSpeech:
-    """Edge's read-aloud service speaks over a WebSocket with a rotating client token, which no
-    library in edgeclaw's dependencies implements; it is refused saying so rather than guessed."""
+    """Edge's read-aloud voices through the `edge-tts` program (the `edge-tts` extra): it speaks the
+    service's WebSocket protocol and its rotating client token, which plain HTTP cannot. The text
+    goes in a private file (`--file`), never on the command line; the service answers MP3 only."""
 
     kind = "edge"
 
@@ -295,11 +296,28 @@ class EdgeSpeech:
 
     def available(self) -> str:
         return (
-            "the edge provider is not implemented in this version (use openai, elevenlabs, minimax or espeak)"
+            "" if shutil.which("edge-tts") else "edge-tts is not installed (pip install 'edgeclaw[edge-tts]')"
         )
 
     async def synthesize(self, text: str, voice: str, fmt: str) -> Speech:
-        raise SpeechError(f"{self.name}: {self.available()}")
+        if fmt != "mp3":
+            raise SpeechError(f"{self.name}: Edge's voices come as MP3 only, not {fmt}")
+        program = shutil.which("edge-tts")
+        if program is None:
+            raise SpeechError(f"{self.name}: {self.available()}")
+        voice = voice or self.settings.voice or "en-US-AriaNeural"
+        with tempfile.TemporaryDirectory(prefix="edgeclaw-edge-") as tmp:
+            words, out = Path(tmp) / "text.txt", Path(tmp) / "speech.mp3"
+            words.write_text(text, encoding="utf-8")
+            argv = [program, "--file", str(words), "--voice", voice, "--write-media", str(out)]
+            await _run_program(argv, "", self.settings.timeout_s, f"{self.name} (edge-tts)")
+            try:
+                audio = out.read_bytes()
+            except OSError:
+                raise SpeechError(f"{self.name}: edge-tts wrote no audio") from None
+        if audio_format(audio) != "mp3":
+            raise SpeechError(f"{self.name}: edge-tts wrote no MP3 ({len(audio)} bytes)")
+        return Speech(audio, "mp3", self.name, voice)
 
 
 def make_provider(name: str, settings: VoiceSettings, key: str, client: SharedClient) -> SpeechProvider:

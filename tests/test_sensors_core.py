@@ -206,3 +206,39 @@ name = "outside"
 def test_device_spec_is_a_plain_dataclass():
     d = device("tmp102", 0x48)
     assert dataclasses.replace(d, address=0x49).location == "at 0x49 on I2C bus 1"
+
+
+async def test_a_channel_on_an_adc_that_cannot_be_opened_is_reported_for_the_channel(tmp_path):
+    path = tmp_path / "adc.toml"
+    path.write_text(
+        """
+[board]
+name = "adc"
+[[spi]]
+bus = 0
+chip_select = 0
+max_speed_hz = 1_000_000
+[[devices]]
+part = "mcp3008"
+bus = 0
+chip_select = 0
+name = "adc"
+[[devices]]
+part = "analog"
+adc = "adc"
+channel = 1
+name = "soil"
+"""
+    )
+    profile = board.read_profile(path)
+    backends = BoardBackends(profile, HardwareConfig(), tmp_path)
+    try:
+        results = await Sensors(profile, backends).read_all()
+    finally:
+        await backends.aclose()
+    # Not simulated, and this machine has no /dev/spidev0.0 (or no spidev module): both fail,
+    # each under its own name.
+    assert [(r.device, r.kind) for r in results] == [("adc", "unavailable"), ("soil", "unavailable")]
+    assert str(results[1]).startswith(
+        "'soil' (analog on channel 1 of 'adc'): through 'adc' (mcp3008 on SPI 0.0):"
+    )

@@ -119,7 +119,10 @@ class Sensors:
                 return cls(device, spi, grant)  # type: ignore[call-arg]
             if form == "onewire":
                 return cls(device, self.onewire_bus())  # type: ignore[call-arg]
-            adc = self.driver(device.adc)
+            try:
+                adc = self.driver(device.adc)
+            except SensorError as e:  # reported for this device, naming the ADC it goes through
+                raise SensorError(device, e.kind, f"through {e}") from None
             if not isinstance(adc, ADCDriver):
                 raise DeviceUnavailable(
                     f"device {device.adc!r} ({type(adc).__name__}) has no channels to read"

@@ -527,3 +527,15 @@ async def test_ads1115_gain_the_part_does_not_have_is_refused_for_the_device():
     with pytest.raises(SensorError, match="gain must be one of") as caught:
         ads1115.ADS1115Driver(device, bus)
     assert caught.value.kind == "bad_data"
+
+
+async def test_ds18b20_hung_read_is_let_go_when_the_device_changes(sim):
+    sensors, backends = sim
+    backends.sim.onewire.set_fault("28-00000a1b2c3d", "hang")
+    slave = backends.sim.onewire_root / "28-00000a1b2c3d" / "w1_slave"
+    stuck = threading.Thread(target=slave.read_bytes, daemon=True)  # a reader blocked on the hung bus
+    stuck.start()
+    backends.sim.onewire.set_fault("28-00000a1b2c3d", "none")  # rewrites the file
+    stuck.join(10)
+    assert not stuck.is_alive()  # the reader got an empty read rather than waiting for good
+    assert (await sensors.read("water")).value("temperature").value == 19.5

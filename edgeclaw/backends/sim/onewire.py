@@ -105,16 +105,20 @@ class SimOneWireBus:
 
     def release_hang(self, w1_id: str) -> None:
         """Let a reader stuck on a hung device's FIFO go (it reads nothing)."""
-        slave = self.root / w1_id / "w1_slave"
-        with contextlib.suppress(OSError):
-            fd = os.open(slave, os.O_WRONLY | os.O_NONBLOCK)
-            os.close(fd)
+        _release_fifo(self.root / w1_id / "w1_slave")
 
 
 def _write(path: Path, text: str) -> None:
     """Replace a file whole (rename), so a reader never sees half of it."""
     if path.is_fifo():
+        _release_fifo(path)  # a reader stuck on it would otherwise wait on an unlinked FIFO for good
         path.unlink()
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def _release_fifo(path: Path) -> None:
+    """Open a FIFO for writing and close it: a reader blocked opening it gets an empty read."""
+    with contextlib.suppress(OSError):  # no reader waiting (ENXIO), or no FIFO there any more
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))

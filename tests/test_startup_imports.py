@@ -24,6 +24,7 @@ NOT_AT_START = (
     "httpx",  # LLM providers, web tools, notifications, MCP over HTTP: on their first request
     "edgeclaw.backends.mcp.http",  # only for a configured MCP server over HTTP
     "click",  # httpx's command line, dragged in by a top-level `import httpx`
+    "edgeclaw.backends.web.extract",  # web_fetch's body readers: on the first fetch
 )
 # With MQTT off, nothing of it either.
 MQTT_MODULES = ("aiomqtt", "paho", "edgeclaw.channels.mqtt")

@@ -27,25 +27,21 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult, urlsplit
 
 from edgeclaw.backends.web.client import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S, WebRequest, WebResponse, fetch
-from edgeclaw.backends.web.extract import (
-    Engine,
-    Format,
-    classify,
-    decode_body,
-    extract_html,
-    kind_of_type,
-    media_type,
-    pretty_json,
-)
 from edgeclaw.backends.web.guard import NetworkPolicy, Vetted, WebBlocked, WebError, vet
 from edgeclaw.config.schema import WebConfig
 from edgeclaw.errors import ToolError, ToolRefused
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
 from edgeclaw.tools.workspace import format_size
+
+if TYPE_CHECKING:
+    from edgeclaw.backends.web.extract import Engine, Format
+
+# The body readers (backends.web.extract: the HTML extractor and its expressions) are imported by the
+# functions that read a body, on the first fetch, not when the tool is registered.
 
 MAX_URL_CHARS = 4096
 DEFAULT_MAX_CHARS = 50_000
@@ -200,6 +196,8 @@ class WebFetchTool(Tool):
 def readable_body(headers: Mapping[str, str], head: bytes | None) -> bool | None:
     """The client's accept hook: read a body only if it is something web_fetch reads (HTML, JSON,
     text). Decided by the Content-Type alone when it names one; else by the first bytes."""
+    from edgeclaw.backends.web.extract import classify, kind_of_type
+
     kind = kind_of_type(headers.get("content-type"))
     if kind is not None:
         return kind != "binary"
@@ -238,6 +236,8 @@ class Readable:
 
 
 async def _readable(response: WebResponse, fmt: Format, engine: Engine, max_chars: int) -> Readable:
+    from edgeclaw.backends.web.extract import classify, decode_body, media_type, pretty_json
+
     content_type = response.headers.get("content-type", "")
     kind = classify(content_type, response.body)
     if kind == "binary":
@@ -262,12 +262,16 @@ async def _readable(response: WebResponse, fmt: Format, engine: Engine, max_char
 def _read_html(
     response: WebResponse, content_type: str, fmt: Format, engine: Engine, max_chars: int
 ) -> Readable:
+    from edgeclaw.backends.web.extract import decode_body, extract_html
+
     html, charset = decode_body(response.body, content_type)
     page = extract_html(html, response.url, fmt, engine, max_chars)
     return Readable(page.text, "html", charset, page.title, page.engine, complete=page.complete)
 
 
 def _binary_note(response: WebResponse) -> str:
+    from edgeclaw.backends.web.extract import media_type
+
     shown_type = media_type(response.headers.get("content-type")) or "an unnamed type that is not text"
     declared = response.headers.get("content-length", "")
     if declared.isdigit():
@@ -300,6 +304,8 @@ def render(
     The content shown is `page.text[offset:]`, cut at `max_chars` and, whatever max_chars says,
     so that the whole frame fits in `output_room(max_output_bytes)` bytes of UTF-8.
     """
+    from edgeclaw.backends.web.extract import media_type
+
     marker = secrets.token_hex(4)
     total_chars = len(page.text)
     rest = page.text[offset:] if offset else page.text

@@ -11,7 +11,7 @@ import pytest
 from edgeclaw import board, sensor_parts
 from edgeclaw.backends.hub import BoardBackends
 from edgeclaw.backends.i2c import I2CBus
-from edgeclaw.backends.sensors.base import I2CSensor, SensorError, crc8
+from edgeclaw.backends.sensors.base import I2CSensor, SensorError, Value, crc8
 from edgeclaw.backends.sensors.registry import DRIVERS, Sensors
 from edgeclaw.backends.sensors.tmp102 import TMP102Driver, temperature_c
 from edgeclaw.backends.sim.i2c import SimI2CBus
@@ -242,3 +242,10 @@ name = "soil"
     assert str(results[1]).startswith(
         "'soil' (analog on channel 1 of 'adc'): through 'adc' (mcp3008 on SPI 0.0):"
     )
+
+
+def test_a_small_value_keeps_its_digits_in_the_text():
+    assert Value("temperature", 21.5, "°C").text() == "temperature 21.50 °C"
+    assert Value("current", 0.00213, "A").text() == "current 0.00213 A"  # not "0.00 A"
+    assert Value("voltage", -0.25, "V", "ch0").text() == "voltage ch0 -0.250 V"
+    assert Value("voltage", 0.0, "V").text() == "voltage 0.00 V"

@@ -49,9 +49,13 @@ class Value:
     unit: str  # "°C"
     label: str = ""  # which of several values of one quantity ("ch0"), else empty
 
-    def text(self, digits: int = 2) -> str:
+    def text(self) -> str:
+        """`temperature 21.50 °C`; below 1, three significant digits (`current 0.00213 A`), so a small
+        value does not read as zero."""
         name = f"{self.quantity} {self.label}" if self.label else self.quantity
-        return f"{name} {self.value:.{digits}f} {self.unit}"
+        v = self.value
+        number = f"{v:#.3g}" if 0 < abs(v) < 1 else f"{v:.2f}"
+        return f"{name} {number} {self.unit}"
 
 
 @dataclass(frozen=True, slots=True)

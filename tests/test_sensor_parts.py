@@ -539,3 +539,13 @@ async def test_ds18b20_hung_read_is_let_go_when_the_device_changes(sim):
     stuck.join(10)
     assert not stuck.is_alive()  # the reader got an empty read rather than waiting for good
     assert (await sensors.read("water")).value("temperature").value == 19.5
+
+
+async def test_ina219_current_flowing_back_reads_negative(sim):
+    sensors, backends = sim
+    backends.sim.ina219.current_a = -0.5  # a battery charging the other way
+    reading = await sensors.read("solar")
+    assert reading.value("current").value == pytest.approx(-0.5, abs=0.0002)
+    assert reading.value("power").value == pytest.approx(
+        12.6 * 0.5, abs=0.005
+    )  # the power register is a magnitude

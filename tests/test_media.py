@@ -568,3 +568,19 @@ async def test_a_backend_takes_a_photo_over_mqtt_and_fetches_it_in_chunks(tmp_pa
     finally:
         daemon.stop()
         broker.stop()
+
+
+async def test_a_camera_without_its_program_names_what_to_install(tmp_path, monkeypatch):
+    from edgeclaw.backends.media.camera import Camera, capture_command
+    from edgeclaw.errors import BackendError
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    for kind, wanted in (("rpicam", "rpicam-apps"), ("v4l2", "fswebcam or ffmpeg")):
+        with pytest.raises(BackendError, match=wanted):
+            await Camera(kind).capture(640, 480, "jpeg")
+    # The size and the device reach each program as its own options say.
+    still = capture_command("/usr/bin/rpicam-still", Path("/t/o.jpg"), 640, 480, "jpeg", "1")
+    assert still[-4:] == ["-e", "jpg", "-o", "/t/o.jpg"] and still[-6:-4] == ["--camera", "1"]
+    assert "640x480" in capture_command("/usr/bin/fswebcam", Path("/t/o.png"), 640, 480, "png", "")
+    ffmpeg = capture_command("/usr/bin/ffmpeg", Path("/t/o.jpg"), 320, 240, "jpeg", "/dev/video2")
+    assert ffmpeg[ffmpeg.index("-i") + 1] == "/dev/video2" and "320x240" in ffmpeg

@@ -7,13 +7,13 @@ formats are refused with a note rather than handed to a player that may not exis
 
 from __future__ import annotations
 
-import asyncio
 import io
 import shutil
 import struct
 import wave
 from dataclasses import dataclass
 
+from edgeclaw.backends.media.programs import run_program
 from edgeclaw.errors import BackendError
 
 # MPEG-1 Layer III bit rates (kbit/s) by the header's 4-bit index, and MPEG-2/2.5's.
@@ -121,18 +121,4 @@ async def play(path: str, device: str = "", timeout_s: float = 120.0) -> None:
     if player is None:
         raise BackendError("cannot play: aplay is not installed (Debian package alsa-utils)")
     argv = [player, "-q", *(["-D", device] if device else []), path]
-    process = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        _, err = await asyncio.wait_for(process.communicate(), timeout_s)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise BackendError(f"aplay did not finish within {timeout_s:g} s") from None
-    if process.returncode:
-        words = err.decode("utf-8", "replace").strip().splitlines()
-        raise BackendError(f"aplay failed ({words[-1] if words else f'exit {process.returncode}'})")
+    await run_program(argv, None, timeout_s, "aplay")

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgeclaw.backends.media.programs import run_program
 from edgeclaw.errors import BackendError
 
 BARS = (
@@ -84,26 +85,6 @@ def _png(width: int, height: int, raw: bytes) -> bytes:
     )
 
 
-async def _run(argv: list[str], timeout_s: float) -> None:
-    process = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        _, err = await asyncio.wait_for(process.communicate(), timeout_s)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise BackendError(f"{Path(argv[0]).name} took no picture within {timeout_s:g} s") from None
-    if process.returncode:
-        lines = err.decode("utf-8", "replace").strip().splitlines()
-        raise BackendError(
-            f"{Path(argv[0]).name} failed: {lines[-1] if lines else f'exit {process.returncode}'}"
-        )
-
-
 class Camera:
     """One camera as the board profile grants it (`kind` = "sim" | "rpicam" | "v4l2")."""
 
@@ -144,7 +125,7 @@ class Camera:
             wanted = "rpicam-apps (rpicam-still)" if self.kind == "rpicam" else "fswebcam or ffmpeg"
             raise BackendError(f"no camera program installed: install {wanted}")
         argv = capture_command(program, out, width, height, fmt, self.device)
-        await _run(argv, CAPTURE_TIMEOUT_S)
+        await run_program(argv, None, CAPTURE_TIMEOUT_S)
         return Path(program).name
 
 

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from edgeclaw.backends.http_client import SharedClient, error_detail, parse_retry_after
 from edgeclaw.backends.media.audio import audio_format, sized_wav, wav_from_pcm
+from edgeclaw.backends.media.programs import ProgramFailed, run_program
 from edgeclaw.errors import BackendError
 
 FORMATS = ("wav", "mp3")
@@ -75,22 +76,10 @@ class SpeechProvider(Protocol):
 
 # -- programs on the board -------------------------------------------------------------------------
 async def _run_program(argv: list[str], text: str, timeout_s: float, what: str) -> bytes:
-    process = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
     try:
-        out, err = await asyncio.wait_for(process.communicate(text.encode("utf-8")), timeout_s)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise SpeechError(f"{what}: no result within {timeout_s:g} s", retryable=True) from None
-    if process.returncode:
-        lines = err.decode("utf-8", "replace").strip().splitlines()
-        raise SpeechError(f"{what} failed: {lines[-1] if lines else f'exit {process.returncode}'}")
-    return out
+        return await run_program(argv, text.encode("utf-8"), timeout_s, what)
+    except ProgramFailed as e:
+        raise SpeechError(str(e), retryable=e.timed_out) from None
 
 
 class EspeakProvider:

@@ -183,6 +183,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chro
         f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
     ):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the page's script errors
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(WAIT_S)
     yield driver
@@ -310,6 +311,12 @@ def test_a_tool_call_from_the_form_returns_the_i2c_scan(browser, page, fleet):
         "the load chart",
     )
     screenshot(browser, "03-tool-call")
+    # The board's sensors, in units.
+    click(browser, "#sensors-read")
+    readings = wait(browser, lambda d: t if len(t := texts(d, "#sensors tr")) > 1 else None, "the readings")
+    air = next(r for r in readings if r.startswith("air (bme280)"))
+    assert "°C" in air and "hPa" in air and "%RH" in air
+    assert any(r.startswith("board temperature (tmp102)") and "°C" in r for r in readings)
     # Chat from the same console: without a model, the slash commands answer.
     browser.find_element(By.ID, "chat-text").send_keys("/status")
     browser.find_element(By.ID, "chat-send").click()
@@ -386,6 +393,16 @@ def test_a_killed_device_is_shown_offline_within_seconds(browser, page, fleet):
     others = {k: v for k, v in rows(browser).items() if k != victim.device}
     assert set(others.values()) == {"online"}
     screenshot(browser, "07-offline")
+
+
+def test_the_page_raised_no_script_errors_on_the_way(browser):
+    # Everything the browser logged since the first test; a refused login's 401 is the one expected.
+    errors = [
+        e["message"]
+        for e in browser.get_log("browser")
+        if e["level"] == "SEVERE" and "status of 401" not in e["message"]
+    ]
+    assert errors == []
 
 
 # -- refusals over plain HTTP ---------------------------------------------------------------------------

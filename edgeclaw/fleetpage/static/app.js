@@ -278,7 +278,9 @@ async function chat(event) {
 
 async function readSensors() {
   const body = $("sensors").querySelector("tbody");
-  body.replaceChildren(el("tr", null)).firstChild.append(el("td", "reading…"));
+  const waiting = el("tr");
+  waiting.append(el("td", "reading…"));
+  body.replaceChildren(waiting);
   try {
     const r = await api("/api/call", { device: state.selected, tool: "sensor", args: { action: "read" } });
     const a = r.answer;
@@ -293,8 +295,17 @@ async function readSensors() {
       } else if (Array.isArray(value)) value.forEach((v, i) => walk(`${prefix} ${v && v.name ? v.name : i}`, v));
       else rows.push([prefix, String(value)]);
     };
-    if (a.data !== undefined) walk("", a.data); else rows.push(["", a.for_user || a.for_llm]);
-    body.replaceChildren(...rows.map(([k, v]) => { const tr = el("tr"); tr.append(el("td", k), el("td", v)); return tr; }));
+    const readings = a.data && Array.isArray(a.data.readings) ? a.data.readings : null;
+    if (readings) {  // the sensor tool's shape: a device, its part, values with quantity and unit
+      for (const r of readings) {
+        const values = (r.values || []).map((v) =>
+          `${v.quantity} ${typeof v.value === "number" ? Number(v.value.toFixed(3)) : v.value} ${v.unit || ""}`.trim());
+        rows.push([`${r.device}${r.part ? " (" + r.part + ")" : ""}`, r.error ? `error: ${r.error}` : values.join(", ")]);
+      }
+    } else if (a.data !== undefined) walk("", a.data); else rows.push(["", a.for_user || a.for_llm]);
+    body.replaceChildren(...rows.map(([k, v]) => {
+      const tr = el("tr", null, { "data-sensor": k }); tr.append(el("td", k), el("td", v)); return tr;
+    }));
   } catch (err) {
     body.replaceChildren(el("tr")); body.firstChild.append(el("td", String(err.message || err), { class: "error" }));
   }

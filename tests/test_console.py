@@ -622,7 +622,7 @@ def test_help_for_a_tool_on_the_console(console):
     login(term)
     text = unwrapped(run(term, "/help gpio"))
     assert "gpio (hardware): GPIO pins" in text
-    assert "action" in text and "one of list, read, write, pulse, pwm, required" in text
+    assert "action" in text and "one of list, read, write, pulse, pwm, wait, required" in text
 
 
 def test_a_message_delivered_at_the_more_question_leaves_it_on_screen(console):

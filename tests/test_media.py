@@ -324,6 +324,42 @@ def test_exif_offsets_pointing_outside_the_block_are_ignored():
     assert parse_exif(b"not exif") == {}
 
 
+async def test_generate_saves_the_image_the_images_api_returns(tmp_path, llm, monkeypatch):
+    monkeypatch.setenv("IMAGES_KEY", "sk-images-test-0123456789abcdef")
+    picture = io.BytesIO()
+    PIL.new("RGB", (64, 64), (0, 128, 0)).save(picture, "PNG")
+    llm.reply(
+        Scripted(400, {"error": {"message": "Your prompt was rejected by the safety system"}}),
+        Scripted(body={"created": 1, "data": [{"b64_json": base64.b64encode(picture.getvalue()).decode()}]}),
+        Scripted(body={"data": [{"url": "https://example.com/x.png"}]}),
+    )
+    image = {"enabled": True, "base_url": f"{llm.url}/v1", "api_key_env": "IMAGES_KEY"}
+    runtime = build_runtime(
+        config_from_dict(
+            {"board": "sim", "state_dir": str(tmp_path / "state"), "tools": {"media": {"image": image}}}, "t"
+        )
+    )
+    try:
+        args = {"action": "generate", "prompt": "a green square", "size": "256x256"}
+        refused = await runtime.registry.execute("image", args, CTX)
+        assert not refused.ok and "HTTP 400: Your prompt was rejected" in refused.for_llm
+        out = await runtime.registry.execute("image", {**args, "path": "art/square.png"}, CTX)
+        assert out.ok, out.for_llm
+        assert (runtime.workspace / "art/square.png").read_bytes() == picture.getvalue()
+        assert llm.paths[-1] == "/v1/images/generations"
+        assert llm.requests[-1] == {
+            "model": "gpt-image-1",
+            "prompt": "a green square",
+            "size": "256x256",
+            "n": 1,
+        }
+        assert llm.headers[-1]["authorization"] == "Bearer sk-images-test-0123456789abcdef"
+        linked = await runtime.registry.execute("image", args, CTX)
+        assert not linked.ok and "a URL is not fetched" in linked.for_llm
+    finally:
+        await runtime.aclose()
+
+
 # -- describe --------------------------------------------------------------------------------------
 def provider_config(kind: str, url: str) -> dict[str, Any]:
     base = {"openai": f"{url}/v1", "anthropic": url, "ollama": url}[kind]

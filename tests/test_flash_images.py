@@ -522,3 +522,34 @@ def test_a_model_turn_in_edgeclaw_chat_wipes_the_bar_before_the_streamed_answer(
     assert frames, shown  # the model's call of the tool showed its progress
     tail = shown[frames[-1].end() :]
     assert tail.startswith("\r\x1b[K") and "Flashed it." in tail  # wiped, then the streamed answer
+
+
+async def test_progress_messages_are_scrubbed_and_shown_without_control_sequences(tmp_path):
+    from edgeclaw.channels.cli_progress import TerminalProgress, bar_line
+    from edgeclaw.tools.base import Tool
+
+    key = "sk-" + "Ab3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6kM9nP2rS5uX8"
+
+    class Chatty(Tool):
+        name = "chatty"
+        group = "automation"
+        description = "Reports progress with a secret and an escape sequence in it."
+
+        async def execute(self, args, ctx):
+            ctx.progress(1, 2, f"using key {key} \x1b[2J\x1b]0;owned\x07 now")
+            return "done"
+
+    runtime = make_runtime(tmp_path)
+    try:
+        runtime.registry.register(Chatty())
+        seen: list[str] = []
+        ctx = ToolContext(channel="cli", session_key="hw-test", progress=lambda p, t, m: seen.append(m))
+        assert (await runtime.registry.execute("chatty", {}, ctx)).ok
+    finally:
+        await runtime.aclose()
+    assert seen and key not in seen[0] and "[REDACTED]" in seen[0]  # scrubbed for every channel
+    frame = bar_line(1, 2, seen[0], 200)
+    assert "\x1b" not in frame and "\x07" not in frame
+    out = io.StringIO()
+    TerminalProgress(out, tty=False)(1, 2, "a\x1b[31mred\x1b[0m line")
+    assert out.getvalue() == "progress 50%: a?[31mred?[0m line\n"

@@ -17,7 +17,9 @@ BAR_WIDTH = 24
 
 
 def bar_line(progress: float, total: float | None, message: str, width: int) -> str:
-    """One frame of the bar, cut to the terminal's `width`."""
+    """One frame of the bar, cut to the terminal's `width`. Only printable text reaches the
+    terminal: a tool's message (an MCP server's, say) is not trusted to hold no escape sequences."""
+    message = "".join(ch if ch.isprintable() else "?" for ch in " ".join(message.split()))
     if total:
         fraction = min(max(progress / total, 0.0), 1.0)
         filled = int(fraction * BAR_WIDTH)
@@ -38,7 +40,7 @@ class TerminalProgress:
         self._last: int | str | None = None
 
     def __call__(self, progress: float, total: float | None, message: str) -> None:
-        message = " ".join(message.split())  # one line, whatever the tool wrote
+        message = "".join(ch if ch.isprintable() else "?" for ch in " ".join(message.split()))
         if self.tty:
             width = shutil.get_terminal_size((80, 24)).columns
             self.out.write("\r\x1b[K" + bar_line(progress, total, message, width))

@@ -14,6 +14,7 @@ map to "refused before running" (exit status 2 for `edgeclaw tool call`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import math
@@ -25,7 +26,7 @@ from typing import Any
 
 from edgeclaw.errors import BackendError, ToolError, ToolRefused
 from edgeclaw.tools.audit import AuditRecord, ToolStats, args_digest
-from edgeclaw.tools.base import PendingApproval, Tool, ToolContext, ToolInfo, ToolResult
+from edgeclaw.tools.base import PendingApproval, ProgressSink, Tool, ToolContext, ToolInfo, ToolResult
 from edgeclaw.tools.model_schema import for_models
 from edgeclaw.tools.policy import PolicyEngine
 from edgeclaw.tools.ratelimit import RateLimiter
@@ -270,6 +271,9 @@ class Registry:
                 f"{name}: internal error: {type(e).__name__}: {e}",
                 reason=f"internal error ({type(e).__name__})",
             )
+        if ctx.progress is not None:
+            # What a tool says of its progress reaches the caller as its answer does: scrubbed.
+            ctx = dataclasses.replace(ctx, progress=_scrubbed_progress(ctx.progress, self.scrubber.scrub))
         try:
             return await self._run(entry, parsed, ctx, started, dry_run)
         except asyncio.CancelledError:
@@ -552,6 +556,16 @@ def _scrub_tree(value: Any, scrub: Callable[[str], str]) -> Any:
     if isinstance(value, list):
         return [_scrub_tree(v, scrub) for v in value]
     return value
+
+
+def _scrubbed_progress(sink: ProgressSink, scrub: Callable[[str], str]) -> ProgressSink:
+    """`sink`, handed each message scrubbed: a secret a tool (or its MCP server) puts in a progress
+    message is caught on every channel, the way the answer's text is."""
+
+    def scrubbed(progress: float, total: float | None, message: str) -> None:
+        sink(progress, total, scrub(message) if message else message)
+
+    return scrubbed
 
 
 def _parse_args(args: Mapping[str, Any] | str | None) -> dict[str, Any]:

@@ -27,10 +27,9 @@ class ConsoleProgress:
         self.drawn = False
 
     def __call__(self, progress: float, total: float | None, message: str) -> None:
-        text = bar_line(progress, total, " ".join(message.split()), self._width)
-        # Only printable text reaches the port (a tool's message is not trusted to be).
-        safe = "".join(ch if ch.isprintable() else "?" for ch in text)
-        self._write(ERASE_LINE + safe.encode("utf-8", "replace"))
+        # bar_line lets only printable text through: a tool's message is not trusted to be.
+        text = bar_line(progress, total, message, self._width)
+        self._write(ERASE_LINE + text.encode("utf-8", "replace"))
         self.drawn = True
 
     def wipe(self) -> None:

@@ -7,6 +7,7 @@ so what each holds — and where — is known exactly. They go into the sim boar
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import re
@@ -553,3 +554,35 @@ async def test_progress_messages_are_scrubbed_and_shown_without_control_sequence
     out = io.StringIO()
     TerminalProgress(out, tty=False)(1, 2, "a\x1b[31mred\x1b[0m line")
     assert out.getvalue() == "progress 50%: a?[31mred?[0m line\n"
+
+
+async def test_the_mqtt_progress_publisher_names_the_device_and_survives_a_failing_publish():
+    from edgeclaw.channels.mqtt.progress import ProgressPublisher
+
+    sent: list[dict[str, Any]] = []
+    failures = [True]  # the first publish fails (the broker went away), the rest go out
+
+    async def publish(payload: bytes) -> None:
+        if failures and failures.pop():
+            raise ConnectionError("broker gone")
+        sent.append(json.loads(payload))
+
+    progress = ProgressPublisher(publish, "c-1", "probe", lambda text: text.replace("secret", "[X]"), "dev-7")
+    progress(1, 4, "first")
+    progress(2, 4, "second secret")
+    progress(3, None, "third")
+    assert await progress.close() == 2
+    progress(4, 4, "after the answer")  # never published: the answer was the last message
+    await asyncio.sleep(0)
+    assert sent == [
+        {
+            "id": "c-1",
+            "tool": "probe",
+            "progress": 2,
+            "total": 4,
+            "message": "second [X]",
+            "seq": 0,
+            "device": "dev-7",
+        },
+        {"id": "c-1", "tool": "probe", "progress": 3, "message": "third", "seq": 1, "device": "dev-7"},
+    ]

@@ -486,7 +486,7 @@ def test_the_page_is_served_with_a_strict_content_security_policy(page):
 
 
 def test_without_a_configured_secret_the_run_makes_a_token_of_its_own(tmp_path, broker, fleet):
-    server = PageServer(tmp_path / "page", broker.port, login=False)
+    server = PageServer(tmp_path / "page", broker.port, login=False, session_ttl_s=2)
     try:
         words = server.log.read_text().split("log in with this run's token ", 1)
         assert len(words) == 2, server.log.read_text()
@@ -496,5 +496,12 @@ def test_without_a_configured_secret_the_run_makes_a_token_of_its_own(tmp_path, 
         assert server.status_of_login(PASSWORD) == 401
         assert server.status_of_login(token) == 303
         assert server.request("GET", "/api/state")[0] == 401
+        # Its sessions end session_ttl_s after the login, used or not.
+        cookie, _ = server.login(token)
+        deadline = time.monotonic() + WAIT_S
+        while server.request("GET", "/api/state", headers={"Cookie": cookie})[0] == 200:
+            assert time.monotonic() < deadline, "the session did not end"
+            time.sleep(0.2)
+        assert server.request("GET", "/api/state", headers={"Cookie": cookie})[0] == 401
     finally:
         server.stop()

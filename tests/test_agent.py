@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -330,15 +332,37 @@ async def test_help_for_a_tool_lists_its_arguments_from_the_schema(agent_for):
 
 
 async def test_sessions_are_serial_inside_and_concurrent_across(llm, agent_for):
-    llm.reply(*[Scripted(hang_s=0.4, body=openai_text(f"r{i}").body) for i in range(4)])
+    # Two sessions at once: each one's request is answered only when the other's is in too (a
+    # daemon that ran them one after the other would never get there: the barrier breaks).
+    both_in = threading.Barrier(2, timeout=15)
+
+    def meet(text: str):
+        def reply(body: dict) -> Scripted:
+            both_in.wait()
+            return openai_text(text)
+
+        return reply
+
+    # One session: its second turn's request must not come while the first is being answered.
+    answering = threading.Event()
+    overlapped: list[bool] = []
+
+    def alone(text: str):
+        def reply(body: dict) -> Scripted:
+            overlapped.append(answering.is_set())
+            answering.set()
+            time.sleep(1.0)  # long enough for a turn sent at once to arrive meanwhile
+            answering.clear()
+            return openai_text(text)
+
+        return reply
+
+    llm.reply(meet("r0"), meet("r1"), alone("r2"), alone("r3"))
     agent = agent_for({"local": openai_cfg(llm)}, ["local"])
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    await asyncio.gather(agent.handle(msg("a", "s1")), agent.handle(msg("b", "s2")))
-    assert loop.time() - started < 0.75  # two sessions at once
-    started = loop.time()
+    across = await asyncio.gather(agent.handle(msg("a", "s1")), agent.handle(msg("b", "s2")))
+    assert all(r.ok for r in across), [r.text for r in across]
     replies = await asyncio.gather(agent.handle(msg("c", "s3")), agent.handle(msg("d", "s3")))
-    assert loop.time() - started >= 0.75 and all(r.ok for r in replies)  # one after the other
+    assert all(r.ok for r in replies) and overlapped == [False, False]  # one after the other
     # The second turn saw the first one's exchange in its history.
     assert user_texts(llm.requests[-1]) == ["c", "d"]
     # Callers choose session keys: nothing per session may stay behind once its turns are over.

@@ -22,7 +22,8 @@ NOT_FOR_VERSION = ("argparse", "asyncio", "json", "logging", "edgeclaw.cli", "ed
 # some tools, transports or channels, and is imported when one of them runs.
 NOT_AT_START = (
     "httpx",  # LLM providers, web tools, notifications, MCP over HTTP: on their first request
-    "edgeclaw.backends.mcp.http",  # only for a configured MCP server over HTTP
+    "edgeclaw.backends.mcp",  # the MCP client: only with [mcp.servers.*] (none configured here)
+    "edgeclaw.tools.mcp.bridge",
     "click",  # httpx's command line, dragged in by a top-level `import httpx`
     "edgeclaw.backends.web.extract",  # web_fetch's body readers: on the first fetch
 )

@@ -21,20 +21,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgeclaw.backends.mcp.manager import McpManager, ServerSpec
-from edgeclaw.backends.mcp.protocol import MAX_MESSAGE_BYTES, McpError
-from edgeclaw.backends.mcp.transport import Transport
 from edgeclaw.config.schema import Config, McpServerConfig
-from edgeclaw.sandbox.base import DEFAULT_PATH, hidden_entries
-from edgeclaw.sandbox.process import ChildProcess, Launch, parent_death_launcher
-from edgeclaw.tools.mcp.bridge import McpTool
-from edgeclaw.tools.mcp.names import tool_name
 from edgeclaw.tools.registry import Registry
-from edgeclaw.tools.schema import SchemaError, compile_schema
 
+# The MCP client (backends.mcp), the bridged tool and the sandbox's process launcher are imported
+# by the bridge's methods: a daemon without [mcp.servers.*] never builds one and never loads them.
 if TYPE_CHECKING:
+    from edgeclaw.backends.mcp.transport import Transport
     from edgeclaw.daemon.runtime import Runtime
     from edgeclaw.sandbox.manager import Sandbox
+    from edgeclaw.sandbox.process import ChildProcess
 
 log = logging.getLogger("edgeclaw.mcp")
 
@@ -99,6 +95,8 @@ class McpBridge:
         self.hidden = list(hidden or [])
         self._names: dict[str, list[str]] = {}  # server -> registry names of its tools
         self._started = False
+        from edgeclaw.backends.mcp.manager import McpManager, ServerSpec
+
         m = config.mcp
         specs = [
             ServerSpec(name, self._transport_factory(name, s), s.timeout_s, s.enabled)
@@ -168,6 +166,10 @@ class McpBridge:
 
     # -- the registry ------------------------------------------------------------
     def _add_tools(self, server: str, tools: list[dict[str, Any]]) -> dict[str, str]:
+        from edgeclaw.tools.mcp.bridge import McpTool
+        from edgeclaw.tools.mcp.names import tool_name
+        from edgeclaw.tools.schema import SchemaError, compile_schema
+
         cfg = self.config.mcp.servers[server]
         by_name = {str(t.get("name")): t for t in tools if isinstance(t.get("name"), str) and t.get("name")}
         broken: dict[str, str] = {}
@@ -214,6 +216,8 @@ class McpBridge:
 
     # -- transports ----------------------------------------------------------------
     def _secret(self, server: str, kind: str, var: str) -> str:
+        from edgeclaw.backends.mcp.protocol import McpError
+
         value = self.secrets.get(f"mcp.{server}.{kind}.{var}")
         if value is None:
             key = "env_from/env_files" if kind == "env" else "headers_from/header_files"
@@ -258,6 +262,10 @@ class McpBridge:
         return out
 
     async def _spawn(self, name: str, cfg: McpServerConfig) -> ChildProcess:
+        from edgeclaw.backends.mcp.protocol import MAX_MESSAGE_BYTES, McpError
+        from edgeclaw.sandbox.base import DEFAULT_PATH, hidden_entries
+        from edgeclaw.sandbox.process import ChildProcess, Launch, parent_death_launcher
+
         env = {k: self.environ[k] for k in PASSED_ENV if k in self.environ}
         env.setdefault("PATH", DEFAULT_PATH)
         env.setdefault("LANG", "C.UTF-8")

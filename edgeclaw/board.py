@@ -26,12 +26,14 @@ import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from edgeclaw import sensor_parts
 from edgeclaw.config.typed import build_dataclass
 from edgeclaw.errors import ConfigError, ConfigErrors
 from edgeclaw.firmware.esp32 import protocol as esp32_fw
+
+if TYPE_CHECKING:
+    from edgeclaw.sensor_parts import PartInfo
 
 log = logging.getLogger("edgeclaw.board")
 
@@ -267,8 +269,10 @@ class DeviceSpec:
         return "onewire" if self.w1_id else "adc"
 
     @property
-    def info(self) -> sensor_parts.PartInfo:
-        found = sensor_parts.part_info(self.part)
+    def info(self) -> PartInfo:
+        from edgeclaw.sensor_parts import part_info  # the parts catalogue: only for profiles with devices
+
+        found = part_info(self.part)
         if found is None:  # refused when the profile is loaded
             raise KeyError(f"unknown sensor part {self.part!r}")
         return found
@@ -541,6 +545,10 @@ def _check_profile(spec: ProfileSchema, source: str) -> list[ConfigError]:
 def _check_devices(spec: ProfileSchema, source: str) -> list[ConfigError]:
     """Each [[devices]] entry: a known part, in the form that part takes, wired where the profile grants."""
     errors: list[ConfigError] = []
+    if not spec.devices:
+        return errors
+    from edgeclaw import sensor_parts  # the parts catalogue: only for profiles with devices
+
     names: dict[str, DeviceSpec] = {}
     places: dict[tuple[Any, ...], str] = {}
 
@@ -771,8 +779,7 @@ def resolve(name: str, source: str = "board") -> BoardProfile:
 
 def describe_device(device: DeviceSpec) -> str:
     """`tmp102 at 0x48 on I2C bus 1, measures temperature (°C)`."""
-    info = sensor_parts.part_info(device.part)
-    measures = info.measures_text if info is not None else "?"
+    measures = device.info.measures_text
     if device.part == "analog":
         measures = f"{device.option('quantity')} ({device.option('unit')})"
     options = "".join(f", {k} = {v!r}" for k, v in device.options.items())

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from edgeclaw import board, sensor_parts
@@ -219,3 +222,12 @@ def test_board_show_lists_the_devices(run_cli):
         "humidity (%RH)" in out.stdout
     )
     assert "  device 'water': ds18b20 on 1-Wire as 28-00000a1b2c3d, measures temperature (°C)" in out.stdout
+
+
+def test_a_profile_without_devices_does_not_load_the_parts_catalogue():
+    code = (
+        "import sys; from edgeclaw import board; board.load_profile('rpi4b'); "
+        "print('edgeclaw.sensor_parts' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert out.stdout.strip() == "False", out.stderr

@@ -137,8 +137,11 @@ async def test_a_segment_outside_the_granted_areas_refuses_the_whole_image_befor
     # One good segment in SRAM and one in the read-only peripherals: nothing may be written at all.
     (sim.workspace / "bad.hex").write_bytes(make_hex({SRAM_A: b"\x11" * 8, 0x4000_0000: b"\x22" * 4}))
     dry = await call(sim, "probe", dry_run=True, action="flash", path="bad.hex")
-    assert dry.refused and "segment at 0x40000000 lies neither in the flash area" in dry.error
-    assert "rw: sram 0x20000000-0x20001fff" in dry.error
+    assert (
+        dry.refused
+        and "segment at 0x40000000 lies neither in the flash area 0x08000000-0x0801ffff" in dry.error
+    )
+    assert "nor inside a rw target region of the sim profile (rw: sram 0x20000000-0x20001fff)" in dry.error
     (sim.workspace / "wide.bin").write_bytes(b"\x00" * 0x100)
     past = await call(sim, "probe", dry_run=True, action="flash", path="wide.bin", base=0x0801_FF80)
     assert past.refused and "does not fit the flash area" in past.error
@@ -392,6 +395,10 @@ class FakePyocdTarget:
         self.regions = [FakeRegion(0x0800_0000, 0x1_0000, True), FakeRegion(0x2000_0000, 0x2000, False)]
         self.corrupt: int | None = None
         self.memory_map = self
+        self.halted = False
+
+    def halt(self) -> None:
+        self.halted = True
 
     def get_region_for_address(self, address: int) -> FakeRegion | None:
         return next((r for r in self.regions if r.start <= address < r.end), None)
@@ -459,7 +466,7 @@ async def test_the_pyocd_path_programs_flash_with_its_loader_loads_ram_and_verif
     segments = [Segment(0x0800_0100, pattern(5000, 3)), Segment(0x2000_0040, b"\x77" * 100)]
     try:
         method = await probe.program(segments, lambda *u: seen.append((*u, threading.get_ident())))
-        assert method == "pyocd flash algorithm, memory writes, verified"
+        assert method == "pyocd flash algorithm, memory writes, verified" and target.halted
         assert bytes(target.memory[0x100 : 0x100 + 5000]) == pattern(5000, 3)
         assert bytes(target.ram[0x40 : 0x40 + 100]) == b"\x77" * 100
         assert threads and threads[0] != threading.get_ident()  # pyocd ran on the worker thread...

@@ -283,6 +283,7 @@ class PyocdProbe:
         def program(target: Any) -> str:
             from pyocd.flash.loader import FlashLoader
 
+            target.halt()  # the running firmware must not fight the writes (pyocd's loader halts too)
             flash, ram = [], []
             for index, segment in enumerate(segments):
                 region = target.memory_map.get_region_for_address(segment.address)

@@ -184,9 +184,10 @@ class ProbeTool(Tool):
         rw = ", ".join(
             f"{r.name} 0x{r.base:08x}-0x{r.end - 1:08x}" for r in grant.regions if r.access == "rw"
         )
+        flash_area = self._flash_area(grant) if grant.flash else "the flash area (flash = false)"
         raise ToolRefused(
-            f"a {len(segment.data)}-byte segment at {where} lies neither in {self._flash_area(grant)} "
-            f"nor inside a rw target region (rw: {rw or 'none'})"
+            f"a {len(segment.data)}-byte segment at {where} lies neither in {flash_area} "
+            f"nor inside a rw target region of the {self.profile.name} profile (rw: {rw or 'none'})"
         )
 
     async def check(self, args: Args, ctx: ToolContext) -> None:

@@ -113,6 +113,27 @@ async def test_a_peer_that_never_answers_is_a_result_saying_so(tmp_path):
     assert bytes(silent.heard) == b"ping\n"  # the write did reach the peer
 
 
+async def test_a_peer_that_never_reads_fails_the_write_in_words(tmp_path):
+    deaf = PtyPeer(answer=None)  # never started: nothing drains the line
+    rt = make_runtime(tmp_path, board=board(tmp_path, (deaf.path, "printer")))
+    try:
+        failures = []
+        for _ in range(100):  # until the kernel's buffer for the line is full
+            outcome = await call(
+                rt, "serial", action="write", port="printer", hex="00" * 4096, timeout_ms=200
+            )
+            if not outcome.ok:
+                failures.append(outcome.error)
+                break
+        still = await call(rt, "serial", action="list")
+    finally:
+        await rt.aclose()
+        deaf.close()
+    assert failures, "the line never filled up"
+    assert "bytes written within 0.2 s (flow control holding the line?)" in failures[0]
+    assert still.ok
+
+
 async def test_write_in_hex_and_read_by_count_keeps_the_rest_for_the_next_read(runtime, peer):
     await ok(runtime, "serial", action="write", port=peer.path, hex="de ad be ef 0a")
     first = await ok(runtime, "serial", action="read", port=peer.path, count=2)

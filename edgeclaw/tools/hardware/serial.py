@@ -215,7 +215,9 @@ class SerialTool(HardwareTool):
                 lines.append(f"dropped {payload['discarded']} stale bytes")
         if action in WRITES:
             data = self._outgoing(args)
-            await link.write(data, max(timeout_s, self.config.op_timeout_s))
+            # A write's own deadline: `timeout_ms` for a write alone; in an exchange it is the read's.
+            given = action == "write" and "timeout_ms" in args
+            await link.write(data, timeout_s if given else self.config.op_timeout_s)
             payload["written"] = len(data)
             lines.append(f"wrote {len(data)} bytes to {link.label} at {link.settings.describe()}")
         if action in READS:

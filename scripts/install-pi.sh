@@ -139,7 +139,11 @@ uninstall() {
     elif ((LIVE)); then
         would_or_do "stop and disable" systemctl disable --now "$UNIT"
     elif [[ -L $ROOT/etc/systemd/system/multi-user.target.wants/$UNIT ]]; then
-        would_or_do "disable" systemctl --root="${ROOT:-/}" disable "$UNIT"
+        if command -v systemctl >/dev/null; then
+            would_or_do "disable" systemctl --root="${ROOT:-/}" disable "$UNIT"
+        else
+            would_or_do "disable" rm -f "$ROOT/etc/systemd/system/multi-user.target.wants/$UNIT"
+        fi
     else
         say "ok: $UNIT is not enabled"
     fi
@@ -222,7 +226,7 @@ packages() {
     # hardware path needs: PyPI has no wheel of spidev for any architecture, Debian has python3-spidev
     # (the virtualenv sees it: --system-site-packages). lgpio, gpiozero's pin driver, comes from
     # Raspberry Pi OS's own archive. docs/install.md lists what comes from where per architecture.
-    local want=(python3 python3-venv python3-pip python3-spidev "$SANDBOX")
+    local want=(python3 python3-venv python3-spidev "$SANDBOX")
     ((IS_PI)) && want+=(python3-lgpio)
     [[ $CONSOLE == none ]] || want+=(picocom)
     if [[ -n $ROOT ]]; then skip "--root: install inside that system (${want[*]})"; return 0; fi
@@ -233,7 +237,8 @@ packages() {
     done
     ((${#absent[@]} == 0)) || say "not in this system's apt sources: ${absent[*]} (Raspberry Pi OS has python3-lgpio; without it gpiozero falls back to its other pin drivers)"
     if ((${#missing[@]} == 0)); then say "ok: installed: ${want[*]}"; return 0; fi
-    would_or_do "install" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+    # Without recommends: firejail's would bring a desktop (xpra), pip's a compiler.
+    would_or_do "install" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
 python_install() {
@@ -509,12 +514,20 @@ unit_file() {
     elif ((LIVE)); then
         would_or_do "reload" systemctl daemon-reload
         would_or_do "enable" systemctl enable "$UNIT"
-    else
+    elif command -v systemctl >/dev/null; then
         would_or_do "enable" systemctl --root="${ROOT:-/}" enable "$UNIT"
+    else
+        # No systemd here yet (a minimal root): the link `systemctl enable` makes, by hand.
+        would_or_do "enable" link_wanted "$UNIT"
     fi
     if ((LIVE && UNIT_CHANGED)) && [[ -L /etc/systemd/system/multi-user.target.wants/$UNIT ]]; then
         would_or_do "reload" systemctl daemon-reload
     fi
+}
+
+link_wanted() {  # what `systemctl enable` does for WantedBy=multi-user.target
+    mkdir -p "$ROOT/etc/systemd/system/multi-user.target.wants"
+    ln -s "/etc/systemd/system/$1" "$ROOT/etc/systemd/system/multi-user.target.wants/$1"
 }
 
 doctor() {

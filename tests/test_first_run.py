@@ -22,10 +22,13 @@ from pathlib import Path
 import pexpect
 import pytest
 
+from edgeclaw.config.paths import device_id
 from edgeclaw.config.schema import Config
 from edgeclaw.daemon.first_run import (
+    BrokerChoice,
     FirstRunError,
     choose_broker,
+    for_this_terminal,
     mosquitto_rr_line,
     parse_address,
     try_state_dir,
@@ -133,7 +136,10 @@ def test_readme_first_command_gives_a_console_and_a_broker_line_that_is_answered
         child.expect(f"started mosquitto on 127.0.0.1:{port}")
         child.expect(PROMPT)
         assert "board sim" in child.before
-        assert_scan_answered(printed_rr_line(child))
+        rr = printed_rr_line(child)
+        # A device of its own: never the id of a service that may run on the same board.
+        assert rr[rr.index("-t") + 1] == f"edgeclaw/{device_id()}-try/tool/call"
+        assert_scan_answered(rr)
         # The same scan typed at the console's prompt.
         child.sendline('/call i2c {"action": "scan", "bus": 1}')
         child.expect("0x76")
@@ -273,6 +279,18 @@ def test_state_stays_apart_from_an_installed_daemon(monkeypatch: pytest.MonkeyPa
     assert try_state_dir(Config(), {}) == tmp_path / ".local" / "state" / "edgeclaw-try"
     assert try_state_dir(Config(), {"EDGECLAW_STATE_DIR": "/x"}) == Path("/x")
     assert try_state_dir(Config(state_dir="/y"), {"EDGECLAW_STATE_DIR": "/x"}) == Path("/y")
+
+
+def test_try_is_a_device_of_its_own_on_the_broker() -> None:
+    config = Config(device_id="greenhouse-07")
+    config.mqtt.client_id = "greenhouse-07"
+    choice = BrokerChoice("127.0.0.1", 1883, "")
+    ran = for_this_terminal(config, "/dev/pts/9", 100, choice)
+    assert ran.device_id == "greenhouse-07-try" and ran.mqtt.client_id == ""
+    assert ran.console.ports == ["/dev/pts/9"] and ran.console.login == "off"
+    assert (
+        config.device_id == "greenhouse-07" and config.console.ports == []
+    )  # the loaded config is untouched
 
 
 def test_the_broker_line_quotes_what_a_shell_would_split() -> None:

@@ -51,6 +51,7 @@ DEFAULT_BOARD = "sim"
 # The calls the newcomer is shown: one I2C scan of the sim board's bus 1, over MQTT and on the console.
 SCAN_CALL = {"id": "scan-1", "tool": "i2c", "args": {"action": "scan", "bus": 1}}
 CONSOLE_SCAN = '/call i2c {"action": "scan", "bus": 1}'
+TRY_SUFFIX = "-try"
 BROKER_START_S = 10.0  # how long a mosquitto we start may take to accept connections
 PR_SET_PDEATHSIG = 1  # prctl option: a signal for the child when its parent dies
 
@@ -247,7 +248,15 @@ def for_this_terminal(config: Config, tty: str, columns: int, broker: BrokerChoi
         )  # fmt: skip
     else:
         mqtt = dataclasses.replace(mqtt, enabled=True, host=broker.host, port=broker.port)
-    return dataclasses.replace(config, console=console, mqtt=mqtt)
+    # A device of its own on the broker: on a board whose service runs too, the same id (and client
+    # id) would throw the service off the broker and overwrite its retained status.
+    mqtt = dataclasses.replace(mqtt, client_id="")
+    return dataclasses.replace(config, console=console, mqtt=mqtt, device_id=try_device_id(config))
+
+
+def try_device_id(config: Config) -> str:
+    """The configured device id (else the hostname) with `-try` after it."""
+    return f"{device_id(config.device_id)}{TRY_SUFFIX}"
 
 
 def introduction(config: Config, board: str, state: Path, log_path: Path, broker: BrokerChoice) -> str:

@@ -287,15 +287,13 @@ async def test_what_is_the_temperature_takes_one_sensor_call(tmp_path):
         assert "board temperature: temperature 21.50 °C" in result["content"]
 
 
-def test_the_module_is_not_imported_by_version(tmp_path):
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import edgeclaw.cli, sys; print('edgeclaw.backends.sensors.base' in sys.modules)",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert out.stdout.strip() == "False", out.stderr
+def test_the_drivers_load_on_the_first_read_not_at_start(tmp_path):
+    code = f"""
+import sys
+from edgeclaw.config.loader import config_from_dict
+from edgeclaw.daemon.runtime import build_runtime
+build_runtime(config_from_dict({{"board": "sim", "state_dir": {str(tmp_path)!r}}}, "t.toml"), environ={{}})
+print(sorted(m for m in sys.modules if m.startswith("edgeclaw.backends.sensors")))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

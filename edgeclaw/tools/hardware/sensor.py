@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from edgeclaw.backends.sensors.base import SensorError
 from edgeclaw.board import DEVICE_NAME_MAX, DeviceSpec, describe_device
 from edgeclaw.errors import BackendError, ToolRefused
 from edgeclaw.tools.base import Args, ToolContext, ToolResult
@@ -73,6 +72,9 @@ class SensorTool(HardwareTool):
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
         if args["action"] == "list":
             return self._list()
+        # The drivers and their interface load on the first read, not when the daemon starts.
+        from edgeclaw.backends.sensors.base import SensorError
+
         sensors = self.backends.sensors()
         name = args.get("device")
         if name is not None:

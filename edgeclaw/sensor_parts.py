@@ -24,6 +24,7 @@ from typing import Literal
 
 Interface = Literal["i2c", "spi", "onewire", "adc"]
 OptionValue = int | float | str | bool
+TEXT_OPTION_MAX = 32  # a quantity or unit name, shown in every reading
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,8 @@ class PartOption:
         if not ok_type:
             words = {float: "a number", int: "an integer", str: "a string", bool: "true or false"}[kind]
             return f"expected {words}, got {value!r}"
+        if isinstance(value, str) and not (0 < len(value) <= TEXT_OPTION_MAX and value.isprintable()):
+            return f"expected 1-{TEXT_OPTION_MAX} printable characters, got {value!r}"
         if self.choices and value not in self.choices:
             return f"expected one of {', '.join(repr(c) for c in self.choices)}, got {value!r}"
         if isinstance(value, int | float) and not isinstance(value, bool):

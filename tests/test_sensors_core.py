@@ -249,3 +249,12 @@ def test_a_small_value_keeps_its_digits_in_the_text():
     assert Value("current", 0.00213, "A").text() == "current 0.00213 A"  # not "0.00 A"
     assert Value("voltage", -0.25, "V", "ch0").text() == "voltage ch0 -0.250 V"
     assert Value("voltage", 0.0, "V").text() == "voltage 0.00 V"
+
+
+async def test_a_driver_bug_comes_out_as_itself_not_as_a_group(sim, monkeypatch):
+    async def broken(self):
+        raise KeyError("humidity")
+
+    monkeypatch.setattr(TMP102Driver, "read", broken)
+    with pytest.raises(KeyError):
+        await sim.sensors().read_all()  # devices on several buses, read at once

@@ -134,6 +134,10 @@ options = { scale = 100.0, offset = -50.0, quantity = "temperature", unit = "°C
         ),
         ('part = "tmp102"\nbus = 1\naddress = 0x48\nname = ""', "devices[0].name: expected a name of 1-64"),
         (
+            'part = "analog"\nadc = "x"\nchannel = 0\nname = "y"\noptions = { unit = "" }',
+            "devices[0].options.unit: expected 1-32 printable characters, got ''",
+        ),
+        (
             'part = "analog"\nadc = "nothing"\nchannel = 0\nname = "x"',
             "devices[0].adc: expected the name of a declared ADC device, got 'nothing'",
         ),

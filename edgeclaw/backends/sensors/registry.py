@@ -157,9 +157,12 @@ class Sensors:
         if len(groups) == 1:
             await read_group(next(iter(groups.values())))
         else:
-            async with asyncio.TaskGroup() as tg:
-                for indices in groups.values():
-                    tg.create_task(read_group(indices))
+            try:
+                async with asyncio.TaskGroup() as tg:
+                    for indices in groups.values():
+                        tg.create_task(read_group(indices))
+            except ExceptionGroup as group:  # a driver's bug, not a device's failure: shown as itself
+                raise group.exceptions[0] from None
         return [r for r in results if r is not None]
 
 

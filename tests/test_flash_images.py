@@ -574,7 +574,8 @@ async def test_the_mqtt_progress_publisher_names_the_device_and_survives_a_faili
             raise ConnectionError("broker gone")
         sent.append(json.loads(payload))
 
-    progress = ProgressPublisher(publish, "c-1", "probe", lambda text: text.replace("secret", "[X]"), "dev-7")
+    head = {"id": "c-1", "tool": "probe"}
+    progress = ProgressPublisher(publish, head, lambda text: text.replace("secret", "[X]"), "dev-7")
     progress(1, 4, "first")
     progress(2, 4, "second secret")
     progress(3, None, "third")
@@ -593,3 +594,34 @@ async def test_the_mqtt_progress_publisher_names_the_device_and_survives_a_faili
         },
         {"id": "c-1", "tool": "probe", "progress": 3, "message": "third", "seq": 1, "device": "dev-7"},
     ]
+
+
+@needs_qemu
+@needs_mosquitto
+async def test_a_chat_turn_that_flashes_sends_progress_messages_before_its_answer(tmp_path, broker, llm):  # noqa: F811
+    from tests.llm_server import openai_text, openai_tools
+    from tests.test_mqtt import BASE, daemon_config, running_daemon
+
+    llm.reply(openai_tools(("probe", {"action": "flash", "path": "app.hex"})), openai_text("Flashed."))
+    config = daemon_config(
+        tmp_path,
+        broker.port,
+        top={
+            "agent": {"providers": ["local"], "provider_attempts": 1},
+            "providers": {"local": {"kind": "openai", "model": "m", "base_url": llm.url + "/v1"}},
+        },
+    )
+    topic = "test/chat"
+    async with running_daemon(config) as d, Caller(broker.port, [topic]) as c:
+        data = make_hex({FLASH_APP: pattern(96 * 1024, 7), SRAM_A: b"\x12" * 64})
+        (Path(d.runtime.workspace) / "app.hex").write_bytes(data)
+        request = {"text": "flash app.hex", "id": "f1", "session": "ops"}
+        await c.publish(f"{BASE}/chat/in", request, response_topic=topic, correlation=b"f1")
+        await poll(lambda: any("ok" in m.json for m in c.on(topic)), 120, "the chat answer")
+        messages = c.on(topic)
+    *progress, answer = [m.json for m in messages]
+    assert answer["text"] == "Flashed." and answer["ok"] is True
+    assert progress and all(m.correlation == b"f1" for m in messages)
+    assert all(p["session"] == "mqtt:ops" and p["in_reply_to"] == "f1" and "text" not in p for p in progress)
+    assert [p["seq"] for p in progress] == list(range(len(progress)))
+    assert "flashing app.hex: write" in progress[0]["message"]

@@ -1175,7 +1175,8 @@ class MqttChannel:
             await self.connection.publish(route.topic, payload, qos=0, properties=properties)
 
         # What a long call reports as it runs goes out before its answer (channels.mqtt.progress).
-        progress = ProgressPublisher(publish, call.id, call.tool, self.registry.scrubber.scrub, route.device)
+        head = {"id": call.id, "tool": call.tool}
+        progress = ProgressPublisher(publish, head, self.registry.scrubber.scrub, route.device)
         ctx = ToolContext(
             channel=CHANNEL,
             chat_id=route.topic,
@@ -1212,19 +1213,29 @@ class MqttChannel:
         """One agent turn; asked for with `stream`, its text goes out as partial answers first."""
         if self.agent is None:
             return encode(chat_error(chat.id, message.session_key, "no_agent", "chat is not available here"))
-        if not chat.stream:
-            reply = await self.agent.handle(message)
-            return encode(chat_answer(reply.text, reply.session, reply.ok, chat.id))
         route: Route = message.meta["route"]
         properties = publish_properties(None, route.correlation)
 
         async def publish(payload: bytes) -> None:
             await self.connection.publish(route.topic, payload, qos=0, properties=properties)
 
+        # The turn's tool calls report their progress on the answer's route (channels.mqtt.progress).
+        head: dict[str, Any] = {"session": message.session_key}
+        if chat.id is not None:
+            head["in_reply_to"] = chat.id
+        progress = ProgressPublisher(publish, head, self.registry.scrubber.scrub, route.device)
+        message = dataclasses.replace(message, on_progress=progress)
+        if not chat.stream:
+            try:
+                reply = await self.agent.handle(message)
+            finally:
+                await progress.close()  # the last progress message is out before the answer is queued
+            return encode(chat_answer(reply.text, reply.session, reply.ok, chat.id))
         partials = PartialPublisher(publish, message.session_key, chat.id)
         try:
             reply = await self.agent.handle(dataclasses.replace(message, on_text=partials))
         finally:
+            await progress.close()
             sent = await partials.close()  # the last partial is out before the final answer is queued
         answer = chat_answer(reply.text, reply.session, reply.ok, chat.id)
         answer["seq"] = sent

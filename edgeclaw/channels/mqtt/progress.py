@@ -1,9 +1,11 @@
-"""A tool call's progress, published as progress messages before the call's one answer.
+"""A request's tool progress, published as progress messages before the request's one answer.
 
 A tool that reports progress (flashing a firmware image: `ToolContext.progress`) gets, on MQTT, a
-sink that publishes `{"id", "tool", "progress", "total"?, "message", "seq"}` on the call's answer
-route (the Response Topic with the request's Correlation Data, else `tool/result`), `seq` counting
-from 0. A progress message has no `ok`: that is how a caller tells it from the answer. The tool
+sink that publishes on the request's answer route (the Response Topic with its Correlation Data,
+else `tool/result` or `chat/out`): `{"id", "tool", "progress", "total"?, "message", "seq"}` for a
+tool call, `{"session", "in_reply_to"?, "progress", "total"?, "message", "seq"}` for the tool calls
+of a chat turn; `seq` counts from 0. A progress message has no `ok` (and no `text`): that is how a
+caller tells it from the answer and from a chat's partial answers. The tool
 holds the figures to a pace (`tools.progress.PacedProgress`, at most four a second); they are
 QoS 0 and never stored or resent — a lost one costs nothing, the answer says how it ended — and
 published in order. The answer is queued only once the last progress message is out (`close`), so
@@ -27,10 +29,11 @@ Scrub = Callable[[str], str]
 MAX_QUEUED = 8
 
 
-def tool_progress(
-    request_id: str, tool: str, seq: int, progress: float, total: float | None, message: str
+def progress_message(
+    head: dict[str, Any], seq: int, progress: float, total: float | None, message: str
 ) -> dict[str, Any]:
-    update: dict[str, Any] = {"id": request_id, "tool": tool, "progress": progress}
+    """`head` (what the request's answer is matched on) and the figures."""
+    update: dict[str, Any] = {**head, "progress": progress}
     if total is not None:
         update["total"] = total
     update["message"] = message
@@ -39,14 +42,14 @@ def tool_progress(
 
 
 class ProgressPublisher:
-    """The `ProgressSink` of one MQTT tool call (see the module docstring)."""
+    """The `ProgressSink` of one MQTT request (see the module docstring); `head` is what each
+    message starts with: the tool call's `id` and `tool`, or the chat's `session` and `in_reply_to`."""
 
     def __init__(
-        self, publish: Publish, request_id: str, tool: str, scrub: Scrub, device: str | None = None
+        self, publish: Publish, head: dict[str, Any], scrub: Scrub, device: str | None = None
     ) -> None:
         self._publish = publish
-        self._request_id = request_id
-        self._tool = tool
+        self._head = head
         self._scrub = scrub
         self._device = device
         self._queue: list[tuple[float, float | None, str]] = []
@@ -70,9 +73,7 @@ class ProgressPublisher:
             self._wake.clear()
             while self._queue:
                 progress, total, message = self._queue.pop(0)
-                update = tool_progress(
-                    self._request_id, self._tool, self.sent, progress, total, self._scrub(message)
-                )
+                update = progress_message(self._head, self.sent, progress, total, self._scrub(message))
                 if self._device is not None:
                     update["device"] = self._device
                 try:

@@ -19,7 +19,8 @@ from __future__ import annotations
 import io
 import itertools
 from dataclasses import dataclass
-from typing import Literal
+from types import ModuleType
+from typing import Literal, cast
 
 from edgeclaw.errors import BackendError
 
@@ -80,7 +81,7 @@ def parse_image(data: bytes, name: str = "", *, fmt: str = "auto", base: int | N
     """
     if fmt not in FORMATS:
         raise ImageError(f"unknown image format {fmt!r} (expected one of {', '.join(FORMATS)})")
-    kind: ImageFormat = detect_format(data, name) if fmt == "auto" else fmt  # type: ignore[assignment]
+    kind = detect_format(data, name) if fmt == "auto" else cast(ImageFormat, fmt)
     shown = name or "the image"
     if not data:
         raise ImageError(f"{shown} is empty")
@@ -160,7 +161,8 @@ def _parse_elf(data: bytes, shown: str) -> FirmwareImage:
     return FirmwareImage("elf", tuple(segments), entry)
 
 
-def _library(module: str, package: str):  # type: ignore[no-untyped-def]
+def _library(module: str, package: str) -> ModuleType:
+    """An optional library, imported when an image needs it."""
     import importlib
 
     try:

@@ -76,8 +76,9 @@ class PageServer:
         env = {k: v for k, v in os.environ.items() if not k.startswith("EDGECLAW_")}
         env.update(KEYS)
         listen = f"127.0.0.1:{self.port}"
+        command = ["fleet", "serve", "--config", str(config), "--listen", listen, "--log-level", "info"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "edgeclaw", "fleet", "serve", "--config", str(config), "--listen", listen],
+            [sys.executable, "-m", "edgeclaw", *command],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=self.log.open("ab"),
@@ -393,6 +394,22 @@ def test_a_killed_device_is_shown_offline_within_seconds(browser, page, fleet):
     others = {k: v for k, v in rows(browser).items() if k != victim.device}
     assert set(others.values()) == {"online"}
     screenshot(browser, "07-offline")
+
+
+def test_the_page_says_when_the_broker_is_gone_and_back(tmp_path, browser):
+    own = Mosquitto(tmp_path / "broker").start()
+    server = PageServer(tmp_path / "page", own.port)
+    try:
+        log_in(browser, server)
+        wait(browser, lambda d: d.find_element(By.ID, "link").text == "live", "live")
+        own.stop()
+        wait(browser, lambda d: d.find_element(By.ID, "link").text == "broker unreachable", "the broker gone")
+        screenshot(browser, "08-broker-gone")
+        own.start()  # same port: the server reconnects by itself
+        wait(browser, lambda d: d.find_element(By.ID, "link").text == "live", "live again")
+    finally:
+        server.stop()
+        own.stop()
 
 
 def test_the_page_raised_no_script_errors_on_the_way(browser):

@@ -8,7 +8,7 @@ Routes (every one but the login form and its static files needs a session):
   events and approvals), `GET /api/device/NAME`, `GET /api/tools` (the tool
   catalog with JSON schemas), `GET /api/stream` (Server-Sent Events: a
   `snapshot`, then `device`, `health`, `event`, `approval`, `approval_done`,
-  `gone`);
+  `gone`, `link`);
 - `POST /api/call`, `/api/chat`, `/api/approve`, `/api/broadcast` (JSON bodies).
 
 A POST made with the session cookie must carry the session's CSRF token in
@@ -84,6 +84,7 @@ class FleetPage:
         self.call_timeout_s = call_timeout_s
         self.broadcast_wait_s = broadcast_wait_s
         self._streams: set[asyncio.Queue[Update | None]] = set()
+        self._told_broker = False  # the broker's state as the pages last heard it
         self._routes: dict[tuple[str, str], Callable[[Request, Session | None], Awaitable[Any]]] = {
             ("GET", "/api/session"): self._session_info,
             ("GET", "/api/state"): self._state,
@@ -95,6 +96,21 @@ class FleetPage:
         }
 
     # -- fan-out ------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        # What a page is told here is what the watcher compares with: a connection that came and
+        # went between two of its looks is still reported to a page whose snapshot saw it up.
+        self._told_broker = self.broker.connection.connected
+        return {**self.window.snapshot(), "broker": self._told_broker}
+
+    async def watch_broker(self, every_s: float = 1.0) -> None:
+        """Tell the open pages when the broker connection goes or comes back (their table goes stale)."""
+        while True:
+            await asyncio.sleep(every_s)
+            now = self.broker.connection.connected
+            if now != self._told_broker:
+                self._told_broker = now
+                self.publish([("link", {"broker": now})])
+
     def publish(self, updates: list[Update]) -> None:
         for queue in list(self._streams):
             for update in updates:
@@ -227,7 +243,7 @@ class FleetPage:
         }
 
     async def _state(self, request: Request, session: Session | None) -> dict[str, Any]:
-        return self.window.snapshot()
+        return self.snapshot()
 
     async def _tools(self, request: Request, session: Session | None) -> list[dict[str, Any]]:
         return self.tools
@@ -297,7 +313,7 @@ class FleetPage:
         self._streams.add(queue)
         try:
             await exchange.stream(200, SECURITY_HEADERS, content_type="text/event-stream")
-            await exchange.send(_sse("snapshot", self.window.snapshot()))
+            await exchange.send(_sse("snapshot", self.snapshot()))
             while not exchange.closing:
                 try:
                     async with asyncio.timeout(HEARTBEAT_S):

@@ -182,6 +182,7 @@ async def serve(config: Config, *, broker: str | None = None, listen: str | None
         )
     async with HttpServer(page, host, port, max_body=256 * 1024) as http:
         runner = asyncio.create_task(fleet.run())
+        watcher = asyncio.create_task(page.watch_broker())
         where = f"http://{host if ':' not in host else f'[{host}]'}:{http.bound_port}/"
         log.info(
             "fleet page on %s (broker %s:%d)",
@@ -200,4 +201,5 @@ async def serve(config: Config, *, broker: str | None = None, listen: str | None
         try:
             await stop.wait()
         finally:
+            watcher.cancel()
             await fleet.connection.stop(runner)

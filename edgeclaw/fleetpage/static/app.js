@@ -3,7 +3,7 @@
 "use strict";
 
 const state = {
-  csrf: "", approvals: false, devices: new Map(), history: new Map(), events: [], pending: new Map(),
+  csrf: "", approvals: false, stream: false, broker: false, devices: new Map(), history: new Map(), events: [], pending: new Map(),
   tools: [], selected: "", sort: { key: "device", desc: false }, filter: "",
 };
 const MAX_EVENTS = 200;
@@ -332,7 +332,16 @@ async function broadcast(event) {
 }
 
 // -- the live stream ---------------------------------------------------------------------------------
+function renderLink() {
+  const [text, up] = !state.stream ? ["reconnecting…", false]
+    : state.broker ? ["live", true] : ["broker unreachable", false];
+  $("link").textContent = text;
+  $("link").className = `link ${up ? "up" : "down"}`;
+}
+
 function takeSnapshot(snap) {
+  state.broker = snap.broker;
+  renderLink();
   state.devices = new Map(snap.devices.map((r) => [r.device, r]));
   state.events = snap.events.slice(-MAX_EVENTS);
   state.pending = new Map(snap.approvals.map((q) => [`${q.device}/${q.id}`, q]));
@@ -341,9 +350,10 @@ function takeSnapshot(snap) {
 
 function connect() {
   const source = new EventSource("/api/stream");
-  source.addEventListener("open", () => { $("link").textContent = "live"; $("link").className = "link up"; });
+  source.addEventListener("open", () => { state.stream = true; renderLink(); });
+  source.addEventListener("link", (m) => { state.broker = JSON.parse(m.data).broker; renderLink(); });
   source.addEventListener("error", () => {
-    $("link").textContent = "reconnecting…"; $("link").className = "link down";
+    state.stream = false; renderLink();
     // Refused (the session ended) rather than cut: the browser gives up; back to the login if so.
     if (source.readyState === EventSource.CLOSED) {
       api("/api/session").then(() => setTimeout(connect, 2000), () => setTimeout(connect, 5000));

@@ -49,6 +49,11 @@ if ((DRY == 0)) && [[ $(id -u) -ne 0 ]]; then
     exit 2
 fi
 
+if ((DRY == 0 && UNINSTALL == 0)) && [[ ! -f $here/../systemd/edgeclaw.service ]]; then
+    echo "install-pi: run it from a checkout (scripts/install-pi.sh): it installs the files in systemd/ from there" >&2
+    exit 2
+fi
+
 # The running system, as opposed to a root being written (--root) or a chroot (no systemd inside):
 # only there are services started, udev rules applied and raspi-config asked.
 LIVE=0

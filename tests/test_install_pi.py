@@ -274,3 +274,19 @@ def test_without_root_only_a_dry_run_is_allowed() -> None:
     )
     assert done.returncode == 2
     assert "run as root" in done.stderr and "--dry-run" in done.stderr
+
+
+def test_a_real_run_needs_the_checkout_it_installs_from(tmp_path: Path) -> None:
+    lone = tmp_path / "install-pi.sh"
+    shutil.copy(SCRIPT, lone)
+    (tmp_path / "root").mkdir()
+    done = subprocess.run(
+        ["bash", str(lone), "--root", str(tmp_path / "root")], capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    assert "run it from a checkout" in done.stderr
+    assert not any((tmp_path / "root").iterdir())  # nothing half-done
+    # A dry run still lists the steps.
+    assert (
+        "dry run" in subprocess.run(["bash", str(lone), "--dry-run"], capture_output=True, text=True).stdout
+    )

@@ -1,4 +1,5 @@
-"""Delivery under faults: the broker or the daemon killed (SIGKILL) in the middle of a burst.
+"""Delivery under faults: the broker or the daemon killed (SIGKILL), or the link between them cut, in
+the middle of a burst.
 
 Against a real mosquitto started here and the real `edgeclaw run` as a subprocess. Every call has
 a visible side effect -- `file_append` writes one line to a file named after the request id -- so
@@ -99,6 +100,13 @@ class DaemonProcess:
         if not ran.is_dir():
             return Counter()
         return Counter({p.stem: p.read_text().count("\n") for p in ran.glob("*.log")})
+
+    def waiting_answers(self) -> set[str]:
+        """The correlation of every answer still in the outbox (not acknowledged by the broker)."""
+        db = self.state / "edgeclaw.db"
+        with contextlib.closing(sqlite3.connect(db, timeout=5)) as conn:
+            rows = conn.execute("SELECT correlation FROM mqtt_outbox WHERE correlation IS NOT NULL")
+            return {bytes(r[0]).decode(errors="replace") for r in rows}
 
     def ledger_states(self) -> dict[str, str]:
         db = self.state / "edgeclaw.db"
@@ -227,6 +235,86 @@ def assert_clean(t: Tally, d: DaemonProcess) -> None:
     assert t.disagreeing == [], f"{t}: answer and side effect disagree for {t.disagreeing[:10]}"
 
 
+class Link:
+    """The daemon's TCP link to the broker, which the test can cut: every connection through it is
+    reset (RST both ways, whatever was in flight lost) and nothing connects until it is restored.
+    The broker lives on, so whatever it acknowledged stays acknowledged: a lost answer can only be
+    the daemon's."""
+
+    def __init__(self, broker_port: int) -> None:
+        from tests.mqtt_support import free_port
+
+        self.broker_port = broker_port
+        self.port = free_port()
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def restore(self) -> None:
+        self._server = await asyncio.start_server(self._join, "127.0.0.1", self.port, reuse_address=True)
+
+    async def cut(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for w in list(self._writers):
+            w.transport.abort()
+        self._writers.clear()
+        await self._server.wait_closed()
+
+    async def _join(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.broker_port)
+        except OSError:
+            writer.transport.abort()
+            return
+        self._writers |= {writer, up_writer}
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError, ConnectionError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            for w in (writer, up_writer):
+                w.transport.abort()
+
+        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+
+
+async def test_link_to_the_broker_cut_mid_burst_no_answer_lost_none_twice(tmp_path):
+    """The daemon's connection to the broker dies (reset, with publishes and PUBACKs in flight)
+    while the answers to 500 QoS 1 calls are flowing, and comes back a second later. The broker
+    keeps everything it acknowledged, so every answer must arrive: each leaves the daemon's outbox
+    only on the broker's PUBACK, across the reconnect."""
+    broker = Mosquitto(tmp_path / "broker").start()
+    link = Link(broker.port)
+    await link.restore()
+    try:
+        with daemon(tmp_path, link.port, inbound_queue=BURST + 100, max_concurrent=4) as d:
+            d.start()
+            async with Caller(broker.port, [ANSWERS, f"{BASE}/status"], client_id="fleet-backend") as c:
+                await online(c)
+                ids = [f"l{n:03d}" for n in range(BURST)]
+                sender = asyncio.create_task(send_burst(c, ids))
+                await c.wait_for(lambda: len(c.on(ANSWERS)) >= BURST // 5, 30, "the first answers")
+                await link.cut()
+                cut_at = len(c.on(ANSWERS))
+                await sender
+                await asyncio.sleep(1.0)
+                await link.restore()
+                await every_answer(c, ids, 90)
+                await asyncio.sleep(1.0)  # anything that would come twice comes now
+                t = tally(ids, c.on(ANSWERS), d.executions())
+                print(f"link cut after {cut_at} answers: {t}")
+                assert cut_at < BURST, "the cut came after the burst: nothing was tested"
+                assert_clean(t, d)
+                assert sum(d.executions().values()) == BURST  # every call ran, once
+                assert d.waiting_answers() == set()
+    finally:
+        with contextlib.suppress(AssertionError):
+            await link.cut()
+        broker.kill()
+    assert "Traceback" not in d.log.read_text(errors="replace")
+
+
 async def test_broker_killed_mid_burst_no_answer_lost_none_twice(tmp_path):
     """The broker dies (SIGKILL) while answers to 500 QoS 1 calls are flowing; it runs with
     persistence and the caller has a persistent session, so what it had acknowledged survives,
@@ -256,8 +344,18 @@ async def test_broker_killed_mid_burst_no_answer_lost_none_twice(tmp_path):
                 await every_answer(c, ids, 60)
                 await asyncio.sleep(1.0)  # anything that would come twice comes now
                 t = tally(ids, c.on(ANSWERS), d.executions())
-                print(f"broker killed after {killed_at} answers: {t}")
+                # mosquitto acknowledges a message before its next save to disk: one it had
+                # acknowledged in the moment before the SIGKILL is lost with the broker's memory,
+                # and no client can bring it back (the daemon had done its part: the answer left its
+                # outbox on the PUBACK). Such losses are told apart and must stay rare; an answer
+                # still waiting in the outbox, or a call without a finished answer, is the daemon's.
+                waiting = d.waiting_answers()
+                states = d.ledger_states()
+                at_broker = [i for i in t.lost if i not in waiting and states.get(i) == "done"]
+                print(f"broker killed after {killed_at} answers: {t}; lost by the broker: {at_broker}")
                 assert killed_at < BURST, "the kill came after the burst: nothing was tested"
+                assert len(at_broker) <= BURST // 100, f"{len(at_broker)} answers lost after the PUBACK"
+                t.lost = [i for i in t.lost if i not in at_broker]
                 assert_clean(t, d)
                 assert sum(d.executions().values()) == BURST  # every call ran, once
     finally:

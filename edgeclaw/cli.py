@@ -929,9 +929,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_fleet(args: argparse.Namespace) -> int:
     import asyncio
 
+    from edgeclaw.errors import ConfigError, ConfigErrors
     from edgeclaw.fleetpage.service import serve
 
-    asyncio.run(serve(_load(args), broker=args.broker, listen=args.listen))
+    try:
+        asyncio.run(serve(_load(args), broker=args.broker, listen=args.listen))
+    except ConfigError as e:  # a listen address, a hash or a secret the server cannot use: refused (2)
+        raise ConfigErrors([e]) from None
     return EXIT_OK
 
 

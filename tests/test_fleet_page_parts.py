@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -146,3 +150,27 @@ def test_an_approval_waits_until_an_event_decides_it():
     late = FleetWindow(clock=lambda: 300.0)
     late.take("edgeclaw/a/approval/request", json.dumps(question).encode())
     assert late.snapshot()["approvals"] == []
+
+
+@pytest.mark.parametrize(
+    ("config", "argv", "says"),
+    [
+        ("", ["--listen", "nonsense"], "--listen: expected HOST:PORT"),
+        ('[fleet_page]\nlogin_hash = "plain text"\n', [], "fleet_page.login_hash: expected $ALGORITHM"),
+        ("[fleet_page]\nsession_ttl_s = 0\n", [], "fleet_page.session_ttl_s"),
+        ('[mqtt]\nprotocol = "3.1.1"\n', [], "needs MQTT 5"),
+    ],
+)
+def test_fleet_serve_refuses_what_it_cannot_use(tmp_path: Path, config: str, argv: list[str], says: str):
+    path = tmp_path / "page.toml"
+    path.write_text(config)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EDGECLAW_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "edgeclaw", "fleet", "serve", "--config", str(path), *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr

@@ -147,7 +147,10 @@ def tool_catalog() -> list[dict[str, Any]]:
 async def serve(config: Config, *, broker: str | None = None, listen: str | None = None) -> None:
     """Run the fleet page until SIGTERM / SIGINT (or cancellation)."""
     fp = config.fleet_page
-    host, port = host_port(listen or fp.listen, "--listen" if listen else "fleet_page.listen", config._source)
+    if listen:
+        host, port = host_port(listen, "--listen", "command line")
+    else:
+        host, port = host_port(fp.listen, "fleet_page.listen", config._source)
     access, made_token = build_access(config)
     refs = secret_refs(config)
     window = FleetWindow(

@@ -182,7 +182,9 @@ async def test_signed_mqtt_admin_manages_jobs_as_the_key_and_unsigned_is_refused
     ).start()
     topic = f"{BASE}/admin/cron"
     answers = "test/admin-answers"
-    async with Caller(broker.port, [answers, f"{BASE}/sensors/#"]) as c:
+    async with Caller(broker.port, [answers, f"{BASE}/sensors/#", f"{BASE}/status"]) as c:
+        # The control socket answers before the MQTT connection is up: commands wait for `online`.
+        await c.wait_for(lambda: any(m.json.get("state") == "online" for m in c.on(f"{BASE}/status")), 40)
         add = {"id": "a1", "action": "add", "every": "2s", "tool": "i2c", "args": json.loads(READ_TMP102),
                "to": "mqtt:sensors/mq"}  # fmt: skip
         await c.publish(topic, json.dumps(add), response_topic=answers)

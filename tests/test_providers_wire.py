@@ -264,23 +264,26 @@ async def test_a_streamed_answer_cut_at_the_token_limit_is_marked_truncated(llm,
 
 
 async def test_the_timeout_is_no_byte_for_n_seconds_not_the_whole_answer(llm, client):
-    # Twelve pieces 0.15 s apart: 1.6 s in all, longer than the idle timeout, never idle that long.
-    slow = openai_stream("a steady trickle of tokens.", finish_reason="stop")
-    slow.chunk_gap_s = 0.15
+    # Twenty-odd pieces 0.1 s apart: over 2 s in all, longer than the idle timeout, never idle for
+    # more than a tenth of it (a busy machine can stretch a gap many times over and stay inside).
+    text = "a steady trickle of tokens, each piece well inside the idle timeout."
+    slow = openai_stream(text, finish_reason="stop")
+    slow.chunk_gap_s = 0.1
     stalled = openai_stream("starts, then stalls", finish_reason="stop")
     stalled.stall_after = 3
     llm.reply(slow, stalled)
-    provider = OpenAIProvider("o", client, model="m", base_url=llm.url, idle_timeout_s=0.6)
+    provider = OpenAIProvider("o", client, model="m", base_url=llm.url, idle_timeout_s=1.2, timeout_s=120)
     loop = asyncio.get_running_loop()
     started = loop.time()
-    assert (await provider.complete("", [], [])).text == "a steady trickle of tokens."
-    assert loop.time() - started > 0.6
+    assert (await provider.complete("", [], [])).text == text
+    assert loop.time() - started > 1.2
     pieces: list[str] = []
     started = loop.time()
     with pytest.raises(ProviderError) as stall:
         await provider.complete("", [], [], pieces.append)
-    assert loop.time() - started < 3  # given up 0.6 s after the last piece, not at a whole-answer limit
-    assert "nothing received for 0.6 s" in str(stall.value) and stall.value.retryable and pieces
+    # Given up 1.2 s after the last piece, not at the whole answer's 120 s.
+    assert loop.time() - started < 60
+    assert "nothing received for 1.2 s" in str(stall.value) and stall.value.retryable and pieces
 
 
 async def test_the_whole_answer_still_has_a_ceiling(llm, client):

@@ -258,7 +258,14 @@ async def test_stop_cancels_the_turn_in_flight(llm, agent_for):
     assert not reply.ok and reply.text == "Stopped."
 
 
-async def _until(predicate, what: str, within_s: float = 5) -> None:
+def _async(condition):
+    async def check() -> bool:
+        return bool(condition())
+
+    return check
+
+
+async def _until(predicate, what: str, within_s: float = 20) -> None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within_s
     while not await predicate():
@@ -268,7 +275,7 @@ async def _until(predicate, what: str, within_s: float = 5) -> None:
 
 async def test_stop_ends_a_slow_call_and_says_what_it_stopped(agent_for):
     agent = agent_for({}, [])
-    pulse = '/call gpio {"action": "pulse", "pin": "led", "duration_ms": 8000}'
+    pulse = '/call gpio {"action": "pulse", "pin": "led", "duration_ms": 10000}'  # the longest allowed
     loop = asyncio.get_running_loop()
     started = loop.time()
     call = asyncio.create_task(agent.handle(msg(pulse)))
@@ -279,9 +286,9 @@ async def test_stop_ends_a_slow_call_and_says_what_it_stopped(agent_for):
     await _until(running, "the pulse to be the session's turn")
     stop = await agent.handle(msg("/stop"))
     assert stop.text == "Stopping /call gpio."
-    reply = await asyncio.wait_for(call, 3)
+    reply = await asyncio.wait_for(call, 9)
     assert not reply.ok and reply.text == "Stopped."
-    assert loop.time() - started < 4  # long before the 8 s pulse would have ended
+    assert loop.time() - started < 8  # before the 10 s pulse, started after `started`, would have ended
     # The pulse was cut short the way the backend promises: the output is not left on.
     read = await agent.handle(msg('/call gpio {"action": "read", "pin": "led"}'))
     assert read.ok and "inactive" in read.text
@@ -290,14 +297,14 @@ async def test_stop_ends_a_slow_call_and_says_what_it_stopped(agent_for):
 
 
 async def test_a_call_waits_for_the_sessions_turn_like_any_message(llm, agent_for):
-    llm.reply(Scripted(hang_s=0.6, body=openai_text("done").body))
+    llm.reply(Scripted(hang_s=2.0, body=openai_text("done").body))
     agent = agent_for({"local": openai_cfg(llm)}, ["local"])
     loop = asyncio.get_running_loop()
-    started = loop.time()
     turn = asyncio.create_task(agent.handle(msg("slow")))
-    await asyncio.sleep(0.2)
+    await _until(_async(lambda: llm.requests), "the turn to be waiting for the model")
+    asked = loop.time()  # the model answers 2 s after it was asked, which was before now
     call = await agent.handle(msg("/call session_status {}"))
-    assert call.ok and loop.time() - started >= 0.55  # serial within the session
+    assert call.ok and loop.time() - asked >= 1.0  # serial within the session: after the turn
     assert (await turn).text == "done"
 
 

@@ -253,7 +253,7 @@ def test_a_wrong_password_is_refused_in_the_browser(browser, page):
     log_in(browser, page, "not the password")
     error = wait(browser, lambda d: d.find_elements(By.ID, "login-error"), "the login error")
     assert "wrong password or token" in error[0].text
-    assert browser.get_cookie("edgeclaw_fleet") is None
+    assert browser.get_cookie(f"edgeclaw_fleet_{page.port}") is None
     # Without a session the page itself sends the browser back to the login form.
     browser.get(page.url + "/")
     wait(browser, lambda d: d.find_elements(By.ID, "secret"), "the login form again")
@@ -442,7 +442,9 @@ def test_a_post_without_a_session_is_refused(page, fleet):
     status, _, _ = page.request("GET", "/api/state")
     assert status == 401
     # A cookie the server never gave out is no session either.
-    status, _, _ = page.request("GET", "/api/state", headers={"Cookie": "edgeclaw_fleet=made-up"})
+    status, _, _ = page.request(
+        "GET", "/api/state", headers={"Cookie": f"edgeclaw_fleet_{page.port}=made-up"}
+    )
     assert status == 401
 
 
@@ -474,7 +476,7 @@ def test_a_post_without_the_csrf_token_is_refused(page, fleet):
 
 def test_the_token_opens_a_session_and_works_as_a_bearer(page, fleet):
     cookie, csrf = page.login(TOKEN)
-    assert cookie.startswith("edgeclaw_fleet=") and csrf
+    assert cookie.startswith(f"edgeclaw_fleet_{page.port}=") and csrf
     status, _, body = page.request(
         "POST",
         "/api/call",

@@ -174,3 +174,93 @@ def test_fleet_serve_refuses_what_it_cannot_use(tmp_path: Path, config: str, arg
     )
     assert done.returncode == 2, done.stderr
     assert says in done.stderr
+
+
+# -- the broker side, against a real mosquitto ---------------------------------------------------
+@pytest.fixture
+async def fleet_broker(tmp_path: Path):
+    import asyncio
+
+    from edgeclaw.channels.mqtt.connection import ConnectionSettings
+    from edgeclaw.fleetpage.broker import FleetBroker
+    from tests.mqtt_support import MOSQUITTO, Mosquitto
+
+    if MOSQUITTO is None:
+        pytest.skip("mosquitto is not installed")
+    broker = Mosquitto(tmp_path / "broker").start()
+    window = FleetWindow()
+    fb = FleetBroker(
+        ConnectionSettings(host="127.0.0.1", port=broker.port, client_id="page-test"),
+        window,
+        command_secret="command-key",
+        server_id="srv1",
+    )
+    runner = asyncio.create_task(fb.run())
+    assert await fb.connection.wait_connected(20)
+    try:
+        yield broker, fb
+    finally:
+        await fb.connection.stop(runner)
+        broker.stop()
+
+
+async def _device(port: int, device: str, forge_as: str = ""):
+    """A device that answers its tool/call (checking the signature), after a forged answer when asked."""
+    import aiomqtt
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    from edgeclaw.channels.mqtt.signing import Verifier
+
+    verifier = Verifier("command-key")
+    async with aiomqtt.Client("127.0.0.1", port, protocol=aiomqtt.ProtocolVersion.V5) as c:
+        await c.subscribe(f"edgeclaw/{device}/tool/call", qos=1)
+        await c.subscribe("edgeclaw/_all/tool/call", qos=1)
+        await c.publish(f"edgeclaw/{device}/status", b'{"state": "online"}', qos=1, retain=True)
+        async for m in c.messages:
+            p = m.properties
+            user = list(getattr(p, "UserProperty", []) or [])
+            body = verifier.verify(m.topic.value, m.payload, user, p.ResponseTopic, p.CorrelationData)
+            request = json.loads(body)
+            props = Properties(PacketTypes.PUBLISH)
+            props.CorrelationData = p.CorrelationData
+            if forge_as:
+                forged = p.ResponseTopic.replace(f"reply/{device}/", f"reply/{forge_as}/")
+                answer = {"id": request["id"], "ok": True, "for_llm": "forged", "device": device}
+                await c.publish(forged, json.dumps(answer).encode(), qos=1, properties=props)
+            answer = {"id": request["id"], "ok": True, "for_llm": f"real from {device}", "device": device}
+            await c.publish(p.ResponseTopic, json.dumps(answer).encode(), qos=1, properties=props)
+
+
+async def test_an_answer_counts_only_from_under_the_called_devices_own_level(fleet_broker):
+    import asyncio
+
+    broker, fb = fleet_broker
+    device = asyncio.create_task(_device(broker.port, "d1", forge_as="d2"))
+    try:
+        from tests.mqtt_support import poll
+
+        await poll(lambda: "d1" in fb.window.devices, 20, "the device's status")
+        answer = await fb.call("d1", "hardware_info", {}, 20)
+        assert answer["for_llm"] == "real from d1"
+    finally:
+        device.cancel()
+
+
+async def test_a_broadcast_ends_when_every_online_device_has_answered(fleet_broker):
+    import asyncio
+    import time
+
+    from tests.mqtt_support import poll
+
+    broker, fb = fleet_broker
+    devices = [asyncio.create_task(_device(broker.port, name)) for name in ("a", "b")]
+    try:
+        await poll(lambda: len(fb.window.online()) == 2, 20, "two devices online")
+        started = time.monotonic()
+        answers, missing = await fb.broadcast("", "hardware_info", {}, 60)
+        assert sorted(a["device"] for a in answers) == ["a", "b"] and missing == []
+        assert time.monotonic() - started < 30  # did not sit out the whole minute
+    finally:
+        for d in devices:
+            d.cancel()

@@ -58,6 +58,9 @@ class _Waiting:
     answers: list[dict[str, Any]] = field(default_factory=list)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     expect: set[str] = field(default_factory=set)  # a broadcast's devices still to answer
+    # A broadcast ends early once `expect` is empty; one that expected nobody (no retained status
+    # seen, e.g. an ACL that hides them) collects for its whole wait instead.
+    until_all: bool = False
 
 
 class FleetBroker:
@@ -128,7 +131,7 @@ class FleetBroker:
         if isinstance(device, str) and all(a.get("device") != device for a in waiting.answers):
             waiting.answers.append(answer)
             waiting.expect.discard(device)
-            if not waiting.expect:
+            if waiting.until_all and not waiting.expect:
                 waiting.done.set()
 
     # -- commands -------------------------------------------------------------------
@@ -161,7 +164,7 @@ class FleetBroker:
         expect = set(self.window.online(group))
         base = f"{self.prefix}/_group/{group}" if group else f"{self.prefix}/_all"
         request = {"id": _request_id(), "tool": tool, "args": args, "sender": "fleetpage"}
-        waiting = _Waiting("", expect=set(expect))
+        waiting = _Waiting("", expect=set(expect), until_all=bool(expect))
         await self._send(
             f"{base}/tool/call", request, self._command_key, self.broadcast_reply, waiting, wait_s
         )
@@ -206,12 +209,11 @@ class FleetBroker:
                 await self.connection.publish(topic, body, properties=props)
             except PublishFailed as e:
                 raise CommandRefused(f"not sent: {e}") from None
-            if waiting.device or waiting.expect:
-                try:
-                    async with asyncio.timeout(wait_s):
-                        await waiting.done.wait()
-                except TimeoutError:
-                    pass
+            try:
+                async with asyncio.timeout(wait_s):
+                    await waiting.done.wait()
+            except TimeoutError:
+                pass
         finally:
             del self._waiting[correlation]
 

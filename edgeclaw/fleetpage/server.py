@@ -40,7 +40,7 @@ from edgeclaw.fleetpage.window import FleetWindow, Update
 log = logging.getLogger("edgeclaw.fleetpage")
 
 STATIC = Path(__file__).resolve().parent / "static"
-COOKIE = "edgeclaw_fleet"
+COOKIE = "edgeclaw_fleet"  # + "_PORT": browsers keep cookies per host, not per port
 STREAM_QUEUE = 2000  # updates waiting for one browser; a browser that falls further behind is dropped
 HEARTBEAT_S = 15.0
 MAX_STREAMS = 32
@@ -76,7 +76,9 @@ class FleetPage:
         tools: list[dict[str, Any]] | None = None,
         call_timeout_s: float = 150.0,
         broadcast_wait_s: float = 10.0,
+        cookie: str = COOKIE,
     ) -> None:
+        self.cookie = cookie
         self.window = window
         self.broker = broker
         self.access = access
@@ -133,7 +135,7 @@ class FleetPage:
 
     async def _route(self, request: Request, exchange: Exchange) -> None:
         path, method = request.path, request.method
-        if method not in ("GET", "HEAD", "POST"):
+        if method not in ("GET", "POST"):
             raise _Refusal(405, f"method {method} is not served here")
         if path == "/login":
             if method == "POST":
@@ -146,7 +148,7 @@ class FleetPage:
             return
         if method == "POST":
             self._same_origin(request)
-        session = self.access.session(_cookie(request))
+        session = self.access.session(_cookie(request, self.cookie))
         bearer = self._bearer(request)
         if path == "/":
             if session is None:
@@ -163,7 +165,8 @@ class FleetPage:
             if session is not None:
                 self.access.logout(session.id)
             await exchange.respond(
-                303, headers={"Location": "/login", "Set-Cookie": _clear_cookie(), **SECURITY_HEADERS}
+                303,
+                headers={"Location": "/login", "Set-Cookie": _clear_cookie(self.cookie), **SECURITY_HEADERS},
             )
             return
         if path == "/api/stream" and method == "GET":
@@ -176,7 +179,7 @@ class FleetPage:
                 raise _Refusal(404, f"no device {name!r} on the broker")
             await _json(exchange, 200, detail)
             return
-        route = self._routes.get(("GET" if method == "HEAD" else method, path))
+        route = self._routes.get((method, path))
         if route is None:
             raise _Refusal(404, f"nothing at {method} {path}")
         await _json(exchange, 200, await route(request, session))
@@ -210,7 +213,9 @@ class FleetPage:
             return
         log.info("fleet page login (%s)", session.who)
         secure = "; Secure" if request.header("x-forwarded-proto") == "https" else ""
-        cookie = f"{COOKIE}={session.id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={int(self.access.ttl_s)}"
+        cookie = (
+            f"{self.cookie}={session.id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={int(self.access.ttl_s)}"
+        )
         cookie += secure
         await exchange.respond(303, headers={"Location": "/", "Set-Cookie": cookie, **SECURITY_HEADERS})
 
@@ -338,7 +343,7 @@ def _sse(kind: str, data: Any) -> bytes:
     return f"event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
-def _cookie(request: Request) -> str:
+def _cookie(request: Request, name: str) -> str:
     header = request.header("cookie")
     if not header:
         return ""
@@ -347,12 +352,12 @@ def _cookie(request: Request) -> str:
         jar.load(header)
     except CookieError:
         return ""
-    morsel = jar.get(COOKIE)
+    morsel = jar.get(name)
     return morsel.value if morsel is not None else ""
 
 
-def _clear_cookie() -> str:
-    return f"{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
+def _clear_cookie(name: str) -> str:
+    return f"{name}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
 
 
 def _body(request: Request) -> dict[str, Any]:

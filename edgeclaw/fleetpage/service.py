@@ -29,7 +29,7 @@ from edgeclaw.config.secrets import SecretRef, secret_refs
 from edgeclaw.errors import ConfigError
 from edgeclaw.fleetpage.access import Access
 from edgeclaw.fleetpage.broker import FleetBroker
-from edgeclaw.fleetpage.server import FleetPage
+from edgeclaw.fleetpage.server import COOKIE, FleetPage
 from edgeclaw.fleetpage.window import FleetWindow
 
 log = logging.getLogger("edgeclaw.fleetpage")
@@ -184,6 +184,7 @@ async def serve(config: Config, *, broker: str | None = None, listen: str | None
             "the fleet page listens on %s, not loopback: put a TLS reverse proxy in front of it", host
         )
     async with HttpServer(page, host, port, max_body=256 * 1024) as http:
+        page.cookie = f"{COOKIE}_{http.bound_port}"  # two pages on one host keep their own sessions
         runner = asyncio.create_task(fleet.run())
         watcher = asyncio.create_task(page.watch_broker())
         where = f"http://{host if ':' not in host else f'[{host}]'}:{http.bound_port}/"

@@ -159,6 +159,7 @@ def _dt(tmp_path, model: str | None, compatible: list[str]):
     return model_path, compat_path
 
 
+@pytest.mark.arm_smoke
 @pytest.mark.parametrize(
     ("model", "compatible", "expected"),
     [

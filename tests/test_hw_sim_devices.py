@@ -20,6 +20,7 @@ from edgeclaw.backends.sim.tmp102 import TMP102, decode_temperature, encode_temp
 
 
 # -- TMP102 ---------------------------------------------------------------------------------------
+@pytest.mark.arm_smoke
 @pytest.mark.parametrize(
     ("celsius", "register"),
     # Datasheet table 5 (12-bit) examples.
@@ -154,6 +155,7 @@ def _driver_read(bus: SimI2CBus) -> tuple[float, float, float]:
     return t / 100, compensate_pressure(adc_p, t_fine, c) / 256, compensate_humidity(adc_h, t_fine, c) / 1024
 
 
+@pytest.mark.arm_smoke
 @pytest.mark.parametrize(
     ("t", "p", "h"), [(22.0, 101325.0, 45.0), (-10.25, 87000.0, 90.0), (38.4, 105000.0, 5.5)]
 )
@@ -219,6 +221,7 @@ def _code(rx: bytes) -> int:
     return (rx[1] & 0x03) << 8 | rx[2]
 
 
+@pytest.mark.arm_smoke
 def test_mcp3008_three_byte_single_ended_reads():
     adc = MCP3008(vref=3.3, voltages=[0.0, 1.0, 3.3, 1.65, 0, 0, 0, 0])
     codes = [_code(adc.transfer(bytes([1, 0x80 | ch << 4, 0]), 1_000_000, 0, 8)) for ch in range(4)]

@@ -102,6 +102,7 @@ def test_relative_socket_path_disables_with_a_log(caplog: pytest.LogCaptureFixtu
     assert any("NOTIFY_SOCKET" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.arm_smoke
 def test_exact_datagrams(any_receiver: Receiver) -> None:
     receiver = any_receiver
     notifier = SystemdNotifier.from_env({"NOTIFY_SOCKET": receiver.notify_socket})

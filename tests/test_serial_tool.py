@@ -154,19 +154,21 @@ async def test_bytes_past_the_delimiter_stay_for_the_next_read(runtime, peer):
 
 
 async def test_idle_ms_ends_a_read_when_the_line_goes_quiet(tmp_path):
-    chatty = PtyPeer(lambda line: [(0, b"part one "), (0.05, b"part two"), (5, b"much later")])
+    # A 0.05 s pause inside the answer, well under the 1 s idle time; then quiet until long after
+    # the call's own 20 s timeout would have ended it.
+    chatty = PtyPeer(lambda line: [(0, b"part one "), (0.05, b"part two"), (60, b"much later")])
     chatty.start()
     rt = make_runtime(tmp_path, board=board(tmp_path, (chatty.path, "sensor")))
     try:
         data = await ok(
-            rt, "serial", action="exchange", port="sensor", data="go\n", timeout_ms=4000, idle_ms=600
+            rt, "serial", action="exchange", port="sensor", data="go\n", timeout_ms=20000, idle_ms=1000
         )
     finally:
         await rt.aclose()
         chatty.close()
     assert data["received_text"] == "part one part two"
     assert data["stopped"] == "idle"
-    assert data["elapsed_ms"] < 3000
+    assert data["elapsed_ms"] < 10000
 
 
 async def test_flush_drops_what_the_peer_said_before_the_write(runtime, peer):

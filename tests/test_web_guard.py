@@ -419,13 +419,13 @@ async def test_a_decompression_bomb_costs_no_more_than_the_cap(site: Site) -> No
 
 async def test_a_slow_server_hits_the_deadline(site: Site) -> None:
     site.routes["/drip"] = lambda s: Page(body=b"x" * 100, drip_s=0.2)  # 20 s for the whole body
-    site.routes["/hang"] = lambda s: Page(body=b"late", hang_s=5)
+    site.routes["/hang"] = lambda s: Page(body=b"late", hang_s=30)
     p = policy(site, allow_networks=LOOPBACK)
     for path in ("/drip", "/hang"):
         started = time.monotonic()
         with pytest.raises(WebError, match=r"within 1 s"):
             await fetch(WebRequest(site.url(path), timeout_s=1.0), p)
-        assert time.monotonic() - started < 3, path
+        assert time.monotonic() - started < 10, path  # the 1 s deadline, not the server's 20-30 s
 
 
 # -- the proxy from the environment -------------------------------------------------------------

@@ -524,3 +524,39 @@ def test_without_a_configured_secret_the_run_makes_a_token_of_its_own(tmp_path, 
         assert server.request("GET", "/api/state", headers={"Cookie": cookie})[0] == 401
     finally:
         server.stop()
+
+
+def test_a_call_denied_from_the_api_is_answered_denied(page, fleet):
+    import threading
+
+    cookie, csrf = page.login()
+    headers = {"Content-Type": "application/json", "Cookie": cookie, "X-CSRF-Token": csrf}
+    device = fleet.devices[1]
+    result: dict[str, Any] = {}
+
+    def call() -> None:
+        body = json.dumps({"device": device, "tool": "exec", "args": {"command": "echo never-runs"}})
+        result["status"], _, raw = page.request("POST", "/api/call", body, headers)
+        result["body"] = json.loads(raw)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        state = json.loads(page.request("GET", "/api/state", headers={"Cookie": cookie})[2])
+        waiting = [q for q in state["approvals"] if q["device"] == device and "never-runs" in q["summary"]]
+        if waiting:
+            break
+        assert time.monotonic() < deadline, "the approval never appeared"
+        time.sleep(0.1)
+    question = waiting[0]["id"]
+    bad = json.dumps({"device": device, "id": question, "decision": "yes please"})
+    status, _, body = page.request("POST", "/api/approve", bad, headers)
+    assert status == 400 and "allow-once" in json.loads(body)["error"]
+    deny = json.dumps({"device": device, "id": question, "decision": "deny"})
+    status, _, body = page.request("POST", "/api/approve", deny, headers)
+    assert status == 200 and json.loads(body)["answer"]["ok"] is True
+    caller.join(WAIT_S)
+    answer = result["body"]["answer"]
+    assert result["status"] == 200 and answer["ok"] is False and "never-runs" not in answer.get("for_llm", "")
+    assert "denied" in answer["error"]

@@ -34,7 +34,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from edgeclaw.channels.mcp.httpd import Exchange, Request
 from edgeclaw.fleetpage.access import Access, LockedOut, Session
-from edgeclaw.fleetpage.broker import CommandRefused, FleetBroker
+from edgeclaw.fleetpage.broker import DECISIONS, CommandRefused, FleetBroker
 from edgeclaw.fleetpage.window import FleetWindow, Update
 
 log = logging.getLogger("edgeclaw.fleetpage")
@@ -274,8 +274,8 @@ class FleetPage:
         if not isinstance(question, str) or not question:
             raise _Refusal(400, "id (the approval's id) must be a non-empty string")
         decision = body.get("decision")
-        if not isinstance(decision, str):
-            raise _Refusal(400, "decision must be allow-once, allow-always or deny")
+        if decision not in DECISIONS:
+            raise _Refusal(400, f"decision must be one of {', '.join(DECISIONS)}, got {decision!r:.40}")
         return await self._command(self.broker.decide(device, question, decision, 20.0))
 
     async def _broadcast(self, request: Request, session: Session | None) -> dict[str, Any]:

@@ -391,9 +391,10 @@ async def test_a_killed_stdio_server_fails_the_call_in_flight_and_comes_back(tmp
         started = time.monotonic()
         os.kill(first_pid, signal.SIGKILL)
         out = await call
-        assert not out.ok and "ended" in out.for_llm and time.monotonic() - started < 5
+        # Failed when the server died, not when the 30 s call would have ended.
+        assert not out.ok and "ended" in out.for_llm and time.monotonic() - started < 20
         # Its tools leave the registry, and come back with a new server process.
-        await wait_for(lambda: "mcp_demo_pid" not in runtime.registry.names(), within_s=5)
+        await wait_for(lambda: "mcp_demo_pid" not in runtime.registry.names())
         await wait_for(lambda: runtime.mcp.status()["demo"]["state"] == "connected")
         second_pid = int((await runtime.registry.execute("mcp_demo_pid", {}, CTX)).for_llm)
         assert second_pid != first_pid

@@ -245,7 +245,7 @@ async def test_a_timeout_kills_grandchildren(layout: Layout, backend: str) -> No
     started = time.monotonic()
     result = await run(make_runner(layout, backend), script, timeout_s=1.5)
     assert result.timed_out and result.exit_code is None
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 30  # at the 1.5 s timeout, not when the ~990 s sleeps end
     for _ in range(40):
         if not marked_processes(marker):
             break
@@ -548,10 +548,11 @@ async def test_daemonised_grandchildren_do_not_outlive_the_command(
         # What an unprivileged daemon gets (no writable cgroup): the PID namespace does the work.
         runner.sandbox = Sandbox(SandboxSettings(backend=backend, pids_cgroup="", required=False))
     started = time.monotonic()
-    result, used = await runner.run(script, cwd=runner.workspace.root, network=False, timeout_s=20)
+    result, used = await runner.run(script, cwd=runner.workspace.root, network=False, timeout_s=60)
     assert used == backend
     assert "started" in result.output and not result.timed_out, result.output
-    assert result.exit_code == 0 and time.monotonic() - started < 8
+    # Done when the command is, not at the 60 s timeout or when the escaped sleeps end.
+    assert result.exit_code == 0 and time.monotonic() - started < 30
     for _ in range(40):
         if not marked_processes(marker):
             break
@@ -584,9 +585,9 @@ async def test_an_output_flood_is_cut_and_killed_without_growing_the_daemon(
     await run(runner, "true")  # warm up: the probe and its imports are not what is measured
     before = _rss_kib()
     started = time.monotonic()
-    result = await run(runner, "yes edgeclaw-flood", timeout_s=20)
+    result = await run(runner, "yes edgeclaw-flood", timeout_s=60)
     assert result.output_limit_hit and not result.timed_out
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 30  # killed at the output limit, not at the 60 s timeout
     assert result.total_bytes > 8 * 1024 * 1024
     assert len(result.output.encode()) < 17 * 1024 and "output truncated" in result.output
     assert _rss_kib() - before < 16 * 1024

@@ -100,10 +100,9 @@ put_file() {  # put_file PATH MODE OWNER:GROUP SOURCE_FILE: install it unless it
 }
 chown_in_root() {  # owner:group named as in the installed system (its /etc/passwd under --root)
     local owner=${1%%:*} group=${1##*:} dest=$2 uid gid
-    uid=$(awk -F: -v n="$owner" '$1 == n {print $3}' "$ROOT/etc/passwd" 2>/dev/null || true)
-    gid=$(awk -F: -v n="$group" '$1 == n {print $3}' "$ROOT/etc/group" 2>/dev/null || true)
-    [[ $owner == root ]] && uid=0  # a root being built may have no passwd entry for it yet
-    [[ $group == root ]] && gid=0
+    # Numbers from the installed system's files: a root being built may not have root's entry yet.
+    uid=$(id_of passwd "$owner" || true)
+    gid=$(id_of group "$group" || true)
     [[ -n $uid && -n $gid ]] && chown "$uid:$gid" "$dest" || true
 }
 remove_ours() {  # remove_ours PATH: delete it when it is still what we wrote; keep an edited one
@@ -307,13 +306,27 @@ user_and_groups() {
 directories() {
     step "directories: /etc/edgeclaw (0750 root:edgeclaw) and /var/lib/edgeclaw (0750 edgeclaw)"
     put_file /etc/tmpfiles.d/edgeclaw.conf 0644 root:root "$here/../systemd/edgeclaw.tmpfiles.conf"
-    if [[ -d $ROOT/etc/edgeclaw && -d $ROOT/var/lib/edgeclaw ]] && [[ $(stat -c %a "$ROOT/etc/edgeclaw") == 750 ]]; then
-        say "ok: both exist"
+    if dir_is /etc/edgeclaw 750 root edgeclaw && dir_is /var/lib/edgeclaw 750 edgeclaw edgeclaw; then
+        say "ok: both exist with their owners and modes"
     elif command -v systemd-tmpfiles >/dev/null; then
         would_or_do "create" systemd-tmpfiles --root="${ROOT:-/}" --create "$ROOT/etc/tmpfiles.d/edgeclaw.conf"
     else
-        would_or_do "create" install -d -m 0750 "$ROOT/etc/edgeclaw" "$ROOT/var/lib/edgeclaw"
+        # What the tmpfiles lines say, by hand (no systemd here yet).
+        would_or_do "create" make_dir /etc/edgeclaw 0750 root:edgeclaw
+        would_or_do "create" make_dir /var/lib/edgeclaw 0750 edgeclaw:edgeclaw
     fi
+}
+id_of() {  # id_of passwd|group NAME: the number in the installed system's file (root is 0)
+    [[ $2 == root ]] && { echo 0; return 0; }
+    awk -F: -v n="$2" '$1 == n {print $3}' "$ROOT/etc/$1" 2>/dev/null
+}
+dir_is() {  # dir_is PATH MODE OWNER GROUP
+    [[ -d $ROOT$1 ]] && [[ $(stat -c '%a %u %g' "$ROOT$1") == "$2 $(id_of passwd "$3") $(id_of group "$4")" ]]
+}
+make_dir() {  # make_dir PATH MODE OWNER:GROUP
+    install -d -m "$2" "$ROOT$1"
+    chmod "$2" "$ROOT$1"
+    chown_in_root "$3" "$ROOT$1"
 }
 
 udev_rules() {

@@ -290,3 +290,50 @@ def test_a_real_run_needs_the_checkout_it_installs_from(tmp_path: Path) -> None:
     assert (
         "dry run" in subprocess.run(["bash", str(lone), "--dry-run"], capture_output=True, text=True).stdout
     )
+
+
+def path_without(tmp_path: Path, hidden: set[str]) -> str:
+    """A PATH with every program of this machine but `hidden`: a system without systemd's tools."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for directory in ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"):
+        if not os.path.isdir(directory):
+            continue
+        for name in os.listdir(directory):
+            target = bin_dir / name
+            if (
+                name not in hidden
+                and not target.exists()
+                and os.access(os.path.join(directory, name), os.X_OK)
+            ):
+                target.symlink_to(os.path.join(directory, name))
+    return str(bin_dir)
+
+
+@needs_root
+@pytest.mark.skipif(shutil.which("useradd") is None, reason="needs useradd (passwd)")
+def test_a_root_without_systemd_gets_the_same_user_directories_and_enablement(tmp_path: Path) -> None:
+    """A minimal Debian (debootstrap's minbase) has no systemd-sysusers, systemd-tmpfiles or systemctl."""
+    root = pi_root(tmp_path)
+    etc = root / "etc"
+    etc.mkdir()
+    (etc / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
+    (etc / "shadow").write_text("root:*:19000:0:99999:7:::\n")
+    (etc / "group").write_text("root:x:0:\ndialout:x:20:\n")
+    (etc / "gshadow").write_text("root:*::\ndialout:*::\n")
+    env_path = path_without(tmp_path, {"systemd-sysusers", "systemd-tmpfiles", "systemctl"})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EDGECLAW_")} | {"PATH": env_path}
+    argv = ["bash", str(SCRIPT), "--root", str(root), "--arch", "arm64"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for group in ("i2c", "spi", "gpio", "dialout"):
+        assert "edgeclaw" in group_members(root, group), group
+    passwd = {line.split(":")[0]: line.split(":") for line in (etc / "passwd").read_text().splitlines()}
+    uid, gid = int(passwd["edgeclaw"][2]), int(passwd["edgeclaw"][3])
+    conf_dir, state_dir = (root / "etc/edgeclaw").stat(), (root / "var/lib/edgeclaw").stat()
+    assert (conf_dir.st_mode & 0o777, conf_dir.st_uid, conf_dir.st_gid) == (0o750, 0, gid)
+    assert (state_dir.st_mode & 0o777, state_dir.st_uid, state_dir.st_gid) == (0o750, uid, gid)
+    link = root / "etc/systemd/system/multi-user.target.wants/edgeclaw.service"
+    assert os.readlink(link) == "/etc/systemd/system/edgeclaw.service"
+    again = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert "done: 0 change(s)" in again.stdout, again.stdout + again.stderr

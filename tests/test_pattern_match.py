@@ -100,7 +100,7 @@ async def test_a_pathological_pattern_is_stopped_and_the_loop_keeps_running(
         await SearchTool(ws).execute({"pattern": r"(a|aa)+$", "path": "minified.js"}, CTX)
     elapsed = loop.time() - started
     beat.cancel()
-    assert elapsed < 10
+    assert elapsed < 30  # the budget ended it: the match itself would run for ages
     assert ticks >= elapsed / 0.02 / 4  # the event loop ran while the pattern was being matched
     assert _children() <= before  # no matching child left running
 

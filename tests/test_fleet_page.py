@@ -279,6 +279,16 @@ def test_log_in_and_see_the_three_devices_online(browser, page, fleet):
     browser.find_element(By.ID, "filter").clear()
     browser.find_element(By.ID, "filter").send_keys(" ")
     wait(browser, lambda d: len(rows(d)) == 3, "the whole table again")
+
+    # Sorting: by device name, then the same column again for the other way round.
+    def order(d: webdriver.Chrome) -> list[str]:
+        return [row.split("online")[0] for row in texts(d, "#devices tbody tr")]
+
+    assert order(browser) == sorted(fleet.devices)
+    click(browser, "#devices th[data-key=device]")
+    wait(browser, lambda d: order(d) == sorted(fleet.devices, reverse=True), "the table sorted down")
+    click(browser, "#devices th[data-key=device]")
+    wait(browser, lambda d: order(d) == sorted(fleet.devices), "the table sorted up")
     screenshot(browser, "02-fleet")
     # Readable on a phone: at a phone's width nothing but the table's own box scrolls sideways.
     browser.set_window_size(390, 844)

@@ -27,8 +27,9 @@ NOT_AT_START = (
     "click",  # httpx's command line, dragged in by a top-level `import httpx`
     "edgeclaw.backends.web.extract",  # web_fetch's body readers: on the first fetch
 )
-# With MQTT off, nothing of it either.
-MQTT_MODULES = ("aiomqtt", "paho", "edgeclaw.channels.mqtt")
+# With MQTT off, nothing of it either; nor zipfile (reading an update's wheel), which MQTT's Home
+# Assistant entities bring at start through gpiozero (importlib.metadata) when they read the pins.
+MQTT_MODULES = ("aiomqtt", "paho", "edgeclaw.channels.mqtt", "zipfile")
 
 # Runs the real entry point and, once systemd would hear READY=1, writes sys.modules and stops
 # the daemon the way systemd does (SIGTERM).

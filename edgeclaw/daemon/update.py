@@ -40,7 +40,6 @@ import shutil
 import subprocess
 import sys
 import time
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -219,6 +218,8 @@ def check_wheel(data: bytes, sha256: str, name: str | None, config: GatewayConfi
             f"update: SHA-256 mismatch: the wheel received has {digest}, the request named "
             f"{sha256}; nothing installed"
         )
+    import zipfile  # only when a wheel arrives: every start imports this module to pick the version
+
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
         names = set(archive.namelist())

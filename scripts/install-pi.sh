@@ -103,7 +103,7 @@ chown_in_root() {  # owner:group named as in the installed system (its /etc/pass
     # Numbers from the installed system's files: a root being built may not have root's entry yet.
     uid=$(id_of passwd "$owner" || true)
     gid=$(id_of group "$group" || true)
-    [[ -n $uid && -n $gid ]] && chown "$uid:$gid" "$dest" || true
+    if [[ -n $uid && -n $gid ]]; then chown "$uid:$gid" "$dest"; fi  # no such user yet: root keeps it
 }
 remove_ours() {  # remove_ours PATH: delete it when it is still what we wrote; keep an edited one
     local path=$1 dest="$ROOT$1" sum want

@@ -337,3 +337,9 @@ def test_a_root_without_systemd_gets_the_same_user_directories_and_enablement(tm
     assert os.readlink(link) == "/etc/systemd/system/edgeclaw.service"
     again = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
     assert "done: 0 change(s)" in again.stdout, again.stdout + again.stderr
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed")
+def test_the_script_passes_shellcheck() -> None:
+    done = subprocess.run(["shellcheck", str(SCRIPT)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout

@@ -264,3 +264,31 @@ async def test_a_broadcast_ends_when_every_online_device_has_answered(fleet_brok
     finally:
         for d in devices:
             d.cancel()
+
+
+async def test_two_pages_on_one_broker_each_get_their_own_answers(fleet_broker):
+    import asyncio
+
+    from edgeclaw.channels.mqtt.connection import ConnectionSettings
+    from edgeclaw.fleetpage.broker import FleetBroker
+    from tests.mqtt_support import poll
+
+    broker, first = fleet_broker
+    second = FleetBroker(
+        ConnectionSettings(host="127.0.0.1", port=broker.port, client_id="page-test-2"),
+        FleetWindow(),
+        command_secret="command-key",
+    )
+    runner = asyncio.create_task(second.run())
+    device = asyncio.create_task(_device(broker.port, "d1"))
+    try:
+        assert await second.connection.wait_connected(20)
+        # Each rebuilt the device from the broker alone (its retained status).
+        await poll(lambda: "d1" in first.window.devices and "d1" in second.window.devices, 20, "d1 on both")
+        one, two = await asyncio.gather(
+            first.call("d1", "hardware_info", {}, 20), second.call("d1", "hardware_info", {}, 20)
+        )
+        assert one["ok"] and two["ok"] and one["id"] != two["id"]
+    finally:
+        device.cancel()
+        await second.connection.stop(runner)

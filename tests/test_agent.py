@@ -248,13 +248,13 @@ async def test_max_iterations_ends_the_turn_clearly(llm, agent_for):
 
 
 async def test_stop_cancels_the_turn_in_flight(llm, agent_for):
-    llm.reply(Scripted(hang_s=2, body={}))
-    agent = agent_for({"local": openai_cfg(llm, timeout_s=10)}, ["local"])
+    llm.reply(Scripted(hang_s=30, body={}))  # the model answers after 30 s: only /stop ends it sooner
+    agent = agent_for({"local": openai_cfg(llm, timeout_s=60)}, ["local"])
     turn = asyncio.create_task(agent.handle(msg("slow question")))
-    await asyncio.sleep(0.3)
+    await _until(_async(lambda: llm.requests), "the turn to be waiting for the model")
     stop = await agent.handle(msg("/stop"))
     assert "Stopping" in stop.text
-    reply = await asyncio.wait_for(turn, 5)
+    reply = await asyncio.wait_for(turn, 20)
     assert not reply.ok and reply.text == "Stopped."
 
 

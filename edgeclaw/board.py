@@ -516,6 +516,16 @@ def _check_profile(spec: ProfileSchema, source: str) -> list[ConfigError]:
         c = spec.camera
         if not (16 <= c.max_width <= 8192 and 16 <= c.max_height <= 8192):
             fail("camera", f"expected max_width and max_height in 16-8192, got {c.max_width}x{c.max_height}")
+    serial_paths: set[str] = set()
+    for i, s in enumerate(spec.serial):
+        key = f"serial[{i}].path"
+        if not s.path:
+            fail(key, "expected a serial device path (or sim:NAME on a simulated board)")
+        elif s.path in serial_paths:
+            fail(key, f"{s.path} is granted twice")
+        elif s.path.startswith("sim:") and not spec.board.simulated:
+            fail(key, f"{s.path!r} is a sim part: only a simulated board (simulated = true) has one")
+        serial_paths.add(s.path)
     if spec.esp32 is not None:
         e = spec.esp32
         if not e.port:

@@ -21,7 +21,6 @@ import os
 import re
 import secrets
 import stat
-import time
 from abc import abstractmethod
 from collections import deque
 from collections.abc import Callable, Generator, Iterator
@@ -32,6 +31,7 @@ from typing import Any, ClassVar, ParamSpec, Protocol, TypeVar
 
 from edgeclaw.errors import ToolError, ToolRefused
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
+from edgeclaw.tools.pattern_match import Deadline, Matcher, MatchTimeout, Pattern, PatternError
 from edgeclaw.tools.workspace import FileTooLarge, IsADirectory, Workspace, format_size, refuse_hard_links
 
 __all__ = [
@@ -367,46 +367,31 @@ def _glob_segment(part: str) -> str:
     return "".join(out)
 
 
-# Pattern matching uses the `regex` module, not `re`: `re` holds the interpreter lock for the whole
-# match, so one pathological pattern ((a+)+$, or .*x over a megabyte line) would freeze the event
-# loop, every channel and the watchdog. `regex` releases the lock (concurrent=True) and honours a
-# timeout, so a search is bounded by MATCH_BUDGET_S however bad the pattern.
+# A pathological pattern ((a+)+$, or .*x over a megabyte line) must not freeze the event loop, every
+# channel and the watchdog, nor run forever: matching goes through `pattern_match`, which bounds one
+# search by MATCH_BUDGET_S however bad the pattern, with or without the compiled `regex` package.
 MATCH_BUDGET_S = 20.0
 
 
-class _Deadline:
+class _Deadline(Deadline):
     def __init__(self, seconds: float | None = None) -> None:
-        self.seconds = MATCH_BUDGET_S if seconds is None else seconds
-        self.end = time.monotonic() + self.seconds
+        super().__init__(MATCH_BUDGET_S if seconds is None else seconds)
 
     def expired(self) -> ToolError:
         return ToolError(
             f"pattern matching took longer than {self.seconds:g} s; use a simpler pattern or a narrower path"
         )
 
-    def left(self) -> float:
-        left = self.end - time.monotonic()
-        if left <= 0:
-            raise self.expired()
-        return left
 
-
-def _compile(pattern: str, flags: int = 0) -> Any:
-    import regex  # only the fs tools that match patterns pay for it
-
-    return regex.compile(pattern, flags)
-
-
-def _matches(compiled: Any, subject: str, deadline: _Deadline, *, full: bool = False) -> bool:
-    method = compiled.fullmatch if full else compiled.search
+def _select(pattern: Pattern, subjects: list[str], deadline: _Deadline, *, full: bool = False) -> list[int]:
     try:
-        return method(subject, timeout=deadline.left(), concurrent=True) is not None
-    except TimeoutError:
+        return pattern.select(subjects, deadline, full=full)
+    except MatchTimeout:
         raise deadline.expired() from None
 
 
-def _glob_regex(pattern: str) -> Any:
-    """Compile a '/'-separated glob where a `**` segment spans any number of directories."""
+def _glob_source(pattern: str) -> str:
+    """A '/'-separated glob as a regex, where a `**` segment spans any number of directories."""
     parts = [p for p in pattern.split("/") if p]
     out: list[str] = []
     for i, part in enumerate(parts):
@@ -415,11 +400,13 @@ def _glob_regex(pattern: str) -> Any:
             out.append(".+" if last else "(?:[^/]+/)*")
         else:
             out.append(_glob_segment(part) + ("" if last else "/"))
-    import regex
+    return "".join(out)
 
+
+def _compile_glob(matcher: Matcher, pattern: str) -> Pattern:
     try:
-        return _compile("".join(out))
-    except regex.error as exc:
+        return matcher.compile(_glob_source(pattern))
+    except PatternError as exc:
         raise ToolError(f"invalid glob pattern {pattern!r}: {exc}") from exc
 
 
@@ -758,6 +745,23 @@ class ListFilesTool(_FsTool):
         return shown
 
 
+@dataclass
+class _SearchPlan:
+    """What a search matches: its pattern and file-name glob, compiled anew by each `Matcher`."""
+
+    pattern: str
+    ignore_case: bool
+    name_glob: str | None
+
+    def compile(self, matcher: Matcher) -> tuple[Pattern, Pattern | None]:
+        try:
+            regex = matcher.compile(self.pattern, ignore_case=self.ignore_case)
+        except PatternError as exc:
+            raise ToolError(f"invalid regular expression {self.pattern!r}: {exc}") from exc
+        glob_re = None if self.name_glob is None else _compile_glob(matcher, self.name_glob)
+        return regex, glob_re
+
+
 class SearchTool(_FsTool):
     name = "search"
     observes_only = True
@@ -781,24 +785,15 @@ class SearchTool(_FsTool):
         ["pattern"],
     )
 
-    def _prepare(self, args: Args) -> tuple[Any, Path, Any, bool, int]:
-        import regex as regex_module
-
+    def _prepare(self, args: Args) -> tuple[_SearchPlan, Path]:
         pattern = args["pattern"]
         if not pattern:
             raise ToolError("pattern must not be empty")
-        flags = regex_module.IGNORECASE if args.get("ignore_case", False) else 0
-        try:
-            regex = _compile(pattern, flags)
-        except regex_module.error as exc:
-            raise ToolError(f"invalid regular expression {pattern!r}: {exc}") from exc
-        name_glob = args.get("glob")
-        glob_re = None
-        if name_glob is not None:
-            name_glob = args["glob"]
-            if not name_glob.strip("/"):
-                raise ToolError("glob must not be empty")
-            glob_re = _glob_regex(name_glob)
+        plan = _SearchPlan(pattern, bool(args.get("ignore_case", False)), args.get("glob"))
+        if plan.name_glob is not None and not plan.name_glob.strip("/"):
+            raise ToolError("glob must not be empty")
+        with Matcher() as matcher:  # compiled here so a bad pattern is refused before any file is read
+            plan.compile(matcher)
         path = self.ws.resolve(args.get("path", "."), must_exist=True)
         try:
             mode = path.stat().st_mode
@@ -806,16 +801,14 @@ class SearchTool(_FsTool):
             raise _os_error("search", self.ws.display(path), exc) from exc
         if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):  # refused before opening, as in read_file
             raise ToolError(f"{self.ws.display(path)} is not a regular file or a directory")
-        limit = args.get("max_results", 100)
-        return regex, path, glob_re, "/" in (name_glob or ""), limit
+        return plan, path
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
-        regex, path, glob_re, glob_on_path, limit = self._prepare(args)
-        hits, files, truncated, too_big, walk = await asyncio.to_thread(
-            self._search, regex, path, glob_re, glob_on_path, limit
-        )
+        plan, path = self._prepare(args)
+        limit = args.get("max_results", 100)
+        hits, files, truncated, too_big, walk = await asyncio.to_thread(self._search, plan, path, limit)
         where = self.ws.display(path)
-        lines = hits or [f"no matches for {regex.pattern!r} in {where}"]
+        lines = hits or [f"no matches for {plan.pattern!r} in {where}"]
         if truncated:
             lines.append(f"(stopped at {limit} matches; narrow the pattern or path, or raise max_results)")
         elif hits:
@@ -825,13 +818,13 @@ class SearchTool(_FsTool):
         lines.extend(walk.notes())
         return _result("\n".join(lines))
 
-    def _search(
-        self,
-        regex: Any,
-        start: Path,
-        glob_re: Any,
-        glob_on_path: bool,
-        limit: int,
+    def _search(self, plan: _SearchPlan, start: Path, limit: int) -> tuple[list[str], int, bool, int, _Walk]:
+        with Matcher() as matcher:
+            regex, glob_re = plan.compile(matcher)
+            return self._search_with(regex, glob_re, "/" in (plan.name_glob or ""), start, limit)
+
+    def _search_with(
+        self, regex: Pattern, glob_re: Pattern | None, glob_on_path: bool, start: Path, limit: int
     ) -> tuple[list[str], int, bool, int, _Walk]:
         walk = _Walk()
         deadline = _Deadline()
@@ -857,29 +850,30 @@ class SearchTool(_FsTool):
                 if data is None or _is_binary(data):
                     continue
                 shown = self.ws.display(path)
-                matched = False
-                for lineno, line in enumerate(_split_lines(data.decode("utf-8", errors="replace")), 1):
-                    if not _matches(regex, line, deadline):
-                        continue
-                    matched = True
-                    text = line.rstrip("\r")
+                # One file's lines are matched as one batch: one round trip to the matching engine.
+                lines = _split_lines(data.decode("utf-8", errors="replace"))
+                matching = _select(regex, lines, deadline)
+                for index in matching:
+                    text = lines[index].rstrip("\r")
                     if len(text) > SEARCH_LINE_CHARS:
                         text = text[:SEARCH_LINE_CHARS] + "…"
-                    hits.append(f"{shown}:{lineno}: {text}")
+                    hits.append(f"{shown}:{index + 1}: {text}")
                     if len(hits) >= limit:
                         return hits, files + 1, True, too_big, walk
-                files += matched
+                files += bool(matching)
             return hits, files, False, too_big, walk
         finally:
             if walker is not None:
                 walker.close()  # closes the walk's open directory descriptor right away
 
     @staticmethod
-    def _glob_ok(glob_re: Any, on_path: bool, path: Path, start: Path, deadline: _Deadline) -> bool:
+    def _glob_ok(
+        glob_re: Pattern | None, on_path: bool, path: Path, start: Path, deadline: _Deadline
+    ) -> bool:
         if glob_re is None:
             return True
         subject = path.relative_to(start).as_posix() if on_path else path.name
-        return _matches(glob_re, subject, deadline, full=True)
+        return bool(_select(glob_re, [subject], deadline, full=True))
 
     def _load(self, path: Path, dir_fd: int | None) -> bytes | None:
         """File content (one safe open, see `Workspace.read_file`); None for files that cannot be read:
@@ -948,13 +942,17 @@ class GlobTool(_FsTool):
         matches: list[str] = []
         if not base.is_dir():
             return matches, walk
-        regex = _glob_regex("/".join(rest))
         deadline = _Deadline()
         # Without '**' nothing deeper than the pattern's own depth can match.
         max_depth = None if "**" in rest else len(rest) - 1
-        for entry in _walk(self.ws, base, walk, max_depth=max_depth):
-            if _matches(regex, entry.path.relative_to(base).as_posix(), deadline, full=True):
-                matches.append(self._shown(entry.path, entry.kind == "dir"))
+        entries = [
+            (entry.path, entry.kind == "dir") for entry in _walk(self.ws, base, walk, max_depth=max_depth)
+        ]
+        with Matcher() as matcher:
+            regex = _compile_glob(matcher, "/".join(rest))
+            subjects = [path.relative_to(base).as_posix() for path, _ in entries]
+            for index in _select(regex, subjects, deadline, full=True):
+                matches.append(self._shown(*entries[index]))
         return matches, walk
 
     def _shown(self, path: Path, is_dir: bool) -> str:

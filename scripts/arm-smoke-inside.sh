@@ -54,19 +54,18 @@ done
 stage "the daemon to READY=1; start-up and idle memory beside python3 (bench/bench_arm.py)"
 "$VENV/bin/python" "$SHARE/src/bench/bench_arm.py" --runs 0 --settle 3
 
+# install-pi.sh only when asked (--install-pi): under emulation even its dry run takes a minute.
 INSTALL_PI_SH=$SHARE/src/scripts/install-pi.sh
-if [[ -f $INSTALL_PI_SH ]]; then
+if [[ $INSTALL_PI == real && -f $INSTALL_PI_SH ]]; then
     wheel=$(ls "$SHARE"/dist/edgeclaw-*.whl)
     stage "scripts/install-pi.sh --dry-run --from $(basename "$wheel")"
     bash "$INSTALL_PI_SH" --dry-run --from "$wheel" 2>&1 | sed 's/^/    /'
-    if [[ $INSTALL_PI == real ]]; then
-        stage "scripts/install-pi.sh --from $(basename "$wheel") (for real, in this throw-away overlay)"
-        bash "$INSTALL_PI_SH" --from "$wheel" 2>&1 | sed 's/^/    /'
-        stage "scripts/install-pi.sh again: nothing to change"
-        bash "$INSTALL_PI_SH" --from "$wheel" 2>&1 | sed 's/^/    /'
-        stage "scripts/install-pi.sh --uninstall"
-        bash "$INSTALL_PI_SH" --uninstall 2>&1 | sed 's/^/    /'
-    fi
+    stage "scripts/install-pi.sh --from $(basename "$wheel") (for real, in this throw-away overlay)"
+    bash "$INSTALL_PI_SH" --from "$wheel" 2>&1 | sed 's/^/    /'
+    stage "scripts/install-pi.sh again: nothing to change"
+    bash "$INSTALL_PI_SH" --from "$wheel" 2>&1 | sed 's/^/    /'
+    stage "scripts/install-pi.sh --uninstall"
+    bash "$INSTALL_PI_SH" --uninstall 2>&1 | sed 's/^/    /'
 fi
 
 if [[ $RUN_TESTS == 1 ]]; then

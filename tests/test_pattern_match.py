@@ -118,6 +118,17 @@ def test_the_child_engine_answers_again_after_a_timeout(monkeypatch: pytest.Monk
         assert word.matches("CAFÉ", Deadline(30), full=True)
 
 
+async def test_a_matching_child_that_dies_is_a_clear_error(
+    ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "regex", None)
+    dying = tmp_path / "dying_worker.py"
+    dying.write_text("import sys\nsys.exit(3)\n")
+    monkeypatch.setattr(pattern_match, "WORKER_SCRIPT", dying)
+    with pytest.raises(ToolError, match=r"pattern matching failed: .*exited with status 3"):
+        await SearchTool(ws).execute({"pattern": "hello"}, CTX)
+
+
 def test_a_bad_pattern_names_the_reason_without_a_child(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "regex", None)
     before = _children()

@@ -31,7 +31,14 @@ from typing import Any, ClassVar, ParamSpec, Protocol, TypeVar
 
 from edgeclaw.errors import ToolError, ToolRefused
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
-from edgeclaw.tools.pattern_match import Deadline, Matcher, MatchTimeout, Pattern, PatternError
+from edgeclaw.tools.pattern_match import (
+    Deadline,
+    MatchEngineFailed,
+    Matcher,
+    MatchTimeout,
+    Pattern,
+    PatternError,
+)
 from edgeclaw.tools.workspace import FileTooLarge, IsADirectory, Workspace, format_size, refuse_hard_links
 
 __all__ = [
@@ -388,6 +395,8 @@ def _select(pattern: Pattern, subjects: list[str], deadline: _Deadline, *, full:
         return pattern.select(subjects, deadline, full=full)
     except MatchTimeout:
         raise deadline.expired() from None
+    except MatchEngineFailed as exc:
+        raise ToolError(f"pattern matching failed: {exc}") from None
 
 
 def _glob_source(pattern: str) -> str:

@@ -40,6 +40,10 @@ class MatchTimeout(Exception):
     """Matching ran past the deadline."""
 
 
+class MatchEngineFailed(RuntimeError):
+    """The child interpreter that matches with `re` could not be started or stopped answering."""
+
+
 def _regex_module() -> ModuleType | None:
     try:
         import regex  # only searches that match patterns pay for it
@@ -151,13 +155,16 @@ class _Child:
     def __init__(self, patterns: list[tuple[str, int]]) -> None:
         # -I: nothing from the environment or the user's site directory; -S: no site import (the
         # worker needs only the standard library), so it starts quickly even on a slow board.
-        self._proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(WORKER_SCRIPT)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            close_fds=True,
-        )
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(WORKER_SCRIPT)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                close_fds=True,
+            )
+        except OSError as exc:
+            raise MatchEngineFailed(f"the pattern-matching child process could not start: {exc}") from None
         assert self._proc.stdin is not None and self._proc.stdout is not None
         os.set_blocking(self._proc.stdout.fileno(), False)
         self._selector = selectors.DefaultSelector()
@@ -180,7 +187,7 @@ class _Child:
             self._proc.stdin.write(json.dumps(request).encode() + b"\n")
             self._proc.stdin.flush()
         except (BrokenPipeError, OSError) as exc:
-            raise RuntimeError(f"the pattern-matching child process stopped: {exc}") from None
+            raise MatchEngineFailed(f"the pattern-matching child process stopped: {exc}") from None
         line = self._read_line(deadline)
         reply = json.loads(line)
         if "error" in reply:
@@ -195,7 +202,9 @@ class _Child:
                 continue
             chunk = self._proc.stdout.read(65536)
             if chunk == b"":
-                raise RuntimeError(f"the pattern-matching child process exited ({self._proc.wait()})")
+                raise MatchEngineFailed(
+                    f"the pattern-matching child process exited with status {self._proc.wait()}"
+                )
             if chunk is not None:
                 self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")

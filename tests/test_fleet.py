@@ -94,7 +94,7 @@ async def test_a_late_subscriber_sees_every_device_status_and_health_at_once(bro
     # A dashboard opened now: everything it needs is retained.
     opened = time.time()
     async with Caller(broker.port, ["edgeclaw/+/status", "edgeclaw/+/health"]) as c:
-        await c.wait_for(lambda: len(c.received) >= 2 * SIZE, 10, "retained status and health")
+        await c.wait_for(lambda: len(c.received) >= 2 * SIZE, 30, "retained status and health")
         received = list(c.received)
     assert all(m.retain for m in received)
     status = {m.topic.split("/")[1]: m.json for m in received if m.topic.endswith("/status")}
@@ -135,7 +135,7 @@ async def test_health_is_refreshed_with_each_telemetry_and_the_broker_says_offli
     await healthy(broker, fleet)
     async with Caller(broker.port, ["edgeclaw/dev-01/health"]) as c:
         first = (await c.answers("edgeclaw/dev-01/health", 1))[0].json["ts"]
-        later = await c.answers("edgeclaw/dev-01/health", 2, within=10)
+        later = await c.answers("edgeclaw/dev-01/health", 2, within=30)
         assert later[-1].json["ts"] > first and not later[-1].retain  # live, and retained for later
     # A clean stop says offline; a kill leaves it to the broker, which publishes the Will.
     fleet.daemons[0].stop()

@@ -260,6 +260,12 @@ async def _publish(port: int, topic: str, payload: dict[str, Any]) -> None:
         await client.publish(topic, json.dumps(payload), qos=1)
 
 
+def _online(seen: list[tuple[str, dict[str, Any]]]) -> bool:
+    """Whether the daemon said it is online: it has subscribed to its commands by then (its control
+    socket comes earlier, before the MQTT connection is up)."""
+    return any(t == "edgeclaw/dev1/status" and p.get("state") == "online" for t, p in seen)
+
+
 async def _until(predicate: Callable[[], bool], what: str, within_s: float = 20) -> None:
     deadline = time.monotonic() + within_s
     while not predicate():
@@ -274,7 +280,12 @@ async def test_message_to_an_mqtt_target_reaches_a_subscriber(tmp_path, llm):
     seen: list[tuple[str, dict[str, Any]]] = []
     ready = asyncio.Event()
     watcher = asyncio.create_task(
-        _collect(broker.port, ["edgeclaw/dev1/message/#", "edgeclaw/dev1/chat/out"], seen, ready)
+        _collect(
+            broker.port,
+            ["edgeclaw/dev1/message/#", "edgeclaw/dev1/chat/out", "edgeclaw/dev1/status"],
+            seen,
+            ready,
+        )
     )
     try:
         await asyncio.wait_for(ready.wait(), 10)
@@ -292,8 +303,7 @@ async def test_message_to_an_mqtt_target_reaches_a_subscriber(tmp_path, llm):
             ),
             openai_text("Alert sent."),
         )
-        await _until(lambda: (tmp_path / "state" / "control.sock").exists(), "the daemon")
-        await asyncio.sleep(1.0)
+        await _until(lambda: _online(seen), "the daemon online", within_s=60)
         await _publish(
             broker.port, "edgeclaw/dev1/chat/in", {"id": "c1", "text": "raise the alarm", "session": "ops"}
         )
@@ -321,12 +331,13 @@ async def test_killed_with_a_child_running_the_parent_is_told_interrupted_after_
     )
     seen: list[tuple[str, dict[str, Any]]] = []
     ready = asyncio.Event()
-    watcher = asyncio.create_task(_collect(broker.port, ["edgeclaw/dev1/chat/out"], seen, ready))
+    watcher = asyncio.create_task(
+        _collect(broker.port, ["edgeclaw/dev1/chat/out", "edgeclaw/dev1/status"], seen, ready)
+    )
     proc = _start(config, tmp_path)
     try:
         await asyncio.wait_for(ready.wait(), 10)
-        await _until(lambda: (tmp_path / "state" / "control.sock").exists(), "the daemon")
-        await asyncio.sleep(1.0)
+        await _until(lambda: _online(seen), "the daemon online", within_s=60)
         await _publish(
             broker.port, "edgeclaw/dev1/chat/in", {"id": "c1", "text": "calibrate", "session": "ops"}
         )

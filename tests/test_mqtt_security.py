@@ -174,20 +174,24 @@ async def test_every_call_carries_the_callers_identity_and_request_id(tmp_path, 
 # -- replays ---------------------------------------------------------------------------
 async def test_a_signed_command_never_runs_twice_not_even_after_the_dedup_window(tmp_path, broker):
     config = daemon_config(
-        tmp_path, broker.port, hmac_secret_env="EC_HMAC", hmac_max_age_s=1, dedup_window_s=2
+        tmp_path, broker.port, hmac_secret_env="EC_HMAC", hmac_max_age_s=2, dedup_window_s=4
     )
     async with running_daemon(config, KEYS) as d, Caller(broker.port, [ANSWERS]) as c:
+        signed_at = time.time()
         captured = signed(CALL, call("once"))
         # Stamped up to the max age ahead of the device's clock: acceptable for 2 x max age.
-        ahead = signed(CALL, {**call("ahead"), "ts": time.time() + 0.9})
+        ahead = signed(CALL, {**call("ahead"), "ts": signed_at + 1.8})
         for payload in (captured, ahead, captured):
             await c.publish(CALL, payload, response_topic=ANSWERS)
         first = await c.answers(ANSWERS, 3)
         assert [a.json.get("replay", False) for a in first] == [False, False, True]
-        await asyncio.sleep(1.7)  # "ahead" is still fresh; the ledger still knows it
+        # Longer than the max age after it came, "ahead" is still fresh by its stamp (until 3.8 s
+        # after signing); the ledger still knows it. Timed from the signing, not from the answers.
+        await asyncio.sleep(max(0.0, signed_at + 3.0 - time.time()))
         await c.publish(CALL, ahead, response_topic=ANSWERS)
         assert (await c.answers(ANSWERS, 4))[3].json["replay"] is True
-        await asyncio.sleep(1.0)  # past the window: the ledger may have forgotten "once"
+        # Past the window: the ledger may have forgotten "once".
+        await asyncio.sleep(max(0.0, signed_at + 4.5 - time.time()))
         await c.publish(CALL, captured, response_topic=ANSWERS)
         late = (await c.answers(ANSWERS, 5))[4].json
         assert late["ok"] is False and late["code"] == "stale" and late["id"] == "once"

@@ -506,10 +506,10 @@ async def test_a_cancelled_message_holds_the_session_until_its_turn_has_unwound(
 
 
 async def test_messages_queued_behind_a_turn_do_not_start_after_shutdown(llm, agent_for):
-    llm.reply(Scripted(hang_s=2, body={}), openai_text("too late"))
-    agent = agent_for({"local": openai_cfg(llm, timeout_s=10)}, ["local"])
+    llm.reply(Scripted(hang_s=30, body={}), openai_text("too late"))  # only the shutdown ends it soon
+    agent = agent_for({"local": openai_cfg(llm, timeout_s=60)}, ["local"])
     first = asyncio.create_task(agent.handle(msg("slow")))
-    await asyncio.sleep(0.3)
+    await _until(_async(lambda: llm.requests), "the turn to be waiting for the model")
     queued = asyncio.create_task(agent.handle(msg("waiting for the lock")))
     await asyncio.sleep(0.05)
     await agent.shutdown()
@@ -532,11 +532,11 @@ async def test_a_failing_slash_command_answers_with_an_error(agent_for):
 async def test_closing_the_runtime_mid_turn_stops_the_turn_cleanly(llm, tmp_path):
     # The database is opened lazily, after the agent: it must still be closed after the agent's
     # shutdown, which lets the cancelled turn write its history on the way out.
-    llm.reply(Scripted(hang_s=2, body={}))
-    runtime = make_runtime(tmp_path, {"local": openai_cfg(llm, timeout_s=10)}, ["local"])
+    llm.reply(Scripted(hang_s=30, body={}))  # only the close ends it soon
+    runtime = make_runtime(tmp_path, {"local": openai_cfg(llm, timeout_s=60)}, ["local"])
     agent = build_agent(runtime)
     turn = asyncio.create_task(agent.handle(msg("slow")))
-    await asyncio.sleep(0.3)
+    await _until(_async(lambda: llm.requests), "the turn to be waiting for the model")
     await runtime.aclose()
     assert (await turn).text == "Stopped."
 

@@ -227,8 +227,10 @@ async def test_stop_cancels_the_turns_children_but_not_detached_ones(make, llm):
         await asyncio.sleep(0.02)
     assert (await agent.handle(msg("/stop"))).text == "Stopping the model's turn."
     assert (await turn).text == "Stopped."
-    await asyncio.sleep(0.1)
-    rows = {r.task: r for r in manager.store.children(SESSION)}
+    deadline = asyncio.get_running_loop().time() + 20
+    while (rows := {r.task: r for r in manager.store.children(SESSION)})["Attached work"].state == "running":
+        assert asyncio.get_running_loop().time() < deadline, "the attached child is still running"
+        await asyncio.sleep(0.02)
     assert rows["Attached work"].state == "cancelled"
     assert "the turn that started it was stopped" in rows["Attached work"].result
     done = await asyncio.wait_for(

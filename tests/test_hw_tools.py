@@ -341,13 +341,17 @@ async def test_a_pulse_waits_for_its_pin_only_as_long_as_any_operation(tmp_path)
 
     runtime = make_runtime(tmp_path, hardware={"op_timeout_s": 0.2})
     try:
-        first = asyncio.create_task(call(runtime, "gpio", action="pulse", pin="led", duration_ms=1000))
-        await asyncio.sleep(0.05)  # the first pulse holds the pin
-        started = asyncio.get_running_loop().time()
+        first = asyncio.create_task(call(runtime, "gpio", action="pulse", pin="led", duration_ms=3000))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 20
+        while not runtime.hardware.gpio().driver.read(17).active:  # the first pulse holds the pin
+            assert loop.time() < deadline, "the first pulse never started"
+            await asyncio.sleep(0.01)
+        started = loop.time()
         second = await call(runtime, "gpio", action="pulse", pin="led", duration_ms=10)
-        waited = asyncio.get_running_loop().time() - started
+        waited = loop.time() - started
         assert not second.ok and not second.refused and "busy" in second.error
-        assert waited < 0.8  # bounded by the operation deadline, not by the other pulse
+        assert waited < 2.0  # bounded by the 0.2 s operation deadline, not by the other 3 s pulse
         assert (await first).ok
     finally:
         await runtime.aclose()

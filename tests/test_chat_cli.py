@@ -93,12 +93,15 @@ def test_interactive_session(state_env, llm):
 
 def test_ctrl_c_cancels_the_turn_in_flight(state_env, llm):
     configure(state_env, llm)
-    llm.reply(Scripted(hang_s=8, body={}), openai_text("after the stop"))
+    llm.reply(Scripted(hang_s=30, body={}), openai_text("after the stop"))
     child = _spawn(state_env)
     child.expect("you> ")
     child.sendline("a slow question")
     child.expect(r"\r\n")  # the line was taken
-    time.sleep(0.5)  # let the turn reach the provider before interrupting it
+    deadline = time.monotonic() + 30
+    while not llm.requests:  # the turn reached the provider: interrupt it there
+        assert time.monotonic() < deadline, "the turn never reached the provider"
+        time.sleep(0.02)
     child.sendintr()
     child.expect("Stopped.")
     child.expect("you> ")

@@ -15,6 +15,7 @@ import json
 import os
 import ssl
 import sys
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,6 +218,7 @@ class Echo(Tool):
 class Served:
     url: str
     runtime: Any
+    service: Any  # the McpHttpService: its endpoint's sessions
 
 
 @contextlib.asynccontextmanager
@@ -252,7 +254,7 @@ async def http_daemon(
         task.result()
     assert daemon.ready.is_set(), "daemon did not become ready"
     try:
-        yield Served(captured["service"].url, captured["runtime"])
+        yield Served(captured["service"].url, captured["runtime"], captured["service"])
     finally:
         daemon.request_stop()
         assert await asyncio.wait_for(task, 30) == 0
@@ -407,9 +409,13 @@ async def test_http_clients_are_told_when_the_tools_change(tmp_path: Path) -> No
     ):
         before = {t.name for t in (await session.list_tools()).tools}
         assert "late_echo" not in before
-        await asyncio.sleep(0.3)  # the client's GET event stream is open
+        sessions = served.service.endpoint.sessions
+        deadline = time.monotonic() + 20
+        while not any(entry.stream is not None for entry in sessions.values()):
+            assert time.monotonic() < deadline, "the client never opened its GET event stream"
+            await asyncio.sleep(0.02)
         served.runtime.registry.register(Echo())
-        await asyncio.wait_for(changed.wait(), 10)
+        await asyncio.wait_for(changed.wait(), 30)
         after = {t.name for t in (await session.list_tools()).tools}
         assert after - before == {"late_echo"}
         echoed = await session.call_tool("late_echo", {"text": "hello"})

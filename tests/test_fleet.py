@@ -404,11 +404,16 @@ async def test_mosquitto_rr_broadcast_and_a_late_mosquitto_sub(broker, fleet):
     port = str(broker.port)
     reply = "reply/rr/1"
     # Everything that arrives on the Response Topic, counted by a plain subscriber ...
+    # (-d: it also says when the broker has taken its subscription, line-buffered by stdbuf so the
+    # line comes when it is printed; the payloads are the JSON lines.)
     counter = await asyncio.create_subprocess_exec(
-        MOSQUITTO_SUB, "-p", port, "-V", "5", "-t", reply, "-C", str(SIZE), "-W", "30",
+        "stdbuf", "-oL", MOSQUITTO_SUB, "-d", "-p", port, "-V", "5", "-t", reply, "-C", str(SIZE), "-W", "60",
         stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    await asyncio.sleep(0.5)  # subscribed
+    assert counter.stdout is not None
+    async with asyncio.timeout(30):
+        while b"received SUBACK" not in await counter.stdout.readline():
+            pass
     request = json.dumps({"id": "rr1", "tool": "hardware_info", "args": {}})
     # ... while mosquitto_rr sends the one broadcast (it prints the first answer and stops).
     rr = await asyncio.to_thread(
@@ -434,8 +439,8 @@ async def test_mosquitto_rr_broadcast_and_a_late_mosquitto_sub(broker, fleet):
     )
     assert rr.returncode == 0, rr.stderr
     assert json.loads(rr.stdout.splitlines()[0])["device"] in fleet.devices
-    out, _ = await asyncio.wait_for(counter.communicate(), 40)
-    answers = [json.loads(line) for line in out.decode().splitlines() if line.strip()]
+    out, _ = await asyncio.wait_for(counter.communicate(), 70)
+    answers = [json.loads(line) for line in out.decode().splitlines() if line.startswith("{")]
     assert sorted(a["device"] for a in answers) == sorted(fleet.devices)
     # A late `mosquitto_sub -t 'edgeclaw/+/health'` prints one retained message per device.
     late = await asyncio.to_thread(

@@ -100,9 +100,9 @@ async def test_silent_peer_times_out_and_a_late_reply_is_not_mistaken(pty):
         return (late or b"") + reply
 
     peer = start_peer(pty, handle)
-    bridge = Esp32Bridge(pty.port, 115200, timeout_s=0.3)
+    bridge = Esp32Bridge(pty.port, 115200, timeout_s=2)  # the answers that do come fit on a busy machine
     try:
-        with pytest.raises(BusTimeout, match=r"did not answer 'gpio\.read' within 0\.3 s"):
+        with pytest.raises(BusTimeout, match=r"did not answer 'gpio\.read' within 2 s"):
             await bridge.request("gpio.read", {"pin": 4})
         # The stale gpio.read reply arrives first now; its id is old, so it is dropped.
         result = await bridge.request("adc.read", {"pin": 34})
@@ -166,7 +166,7 @@ async def test_a_line_longer_than_the_port_buffer_goes_out_whole(pty):
 
 async def test_a_line_cut_by_its_deadline_does_not_spoil_the_next_request(pty):
     peer = _echo_peer(pty)
-    bridge = Esp32Bridge(pty.port, 115200, timeout_s=0.5)
+    bridge = Esp32Bridge(pty.port, 115200, timeout_s=2)  # the answers that do come fit on a busy machine
     try:
         await bridge.request("info")  # handshake done
         peer.stop()  # the chip stops reading (held in reset, flow control...): the buffer fills

@@ -150,7 +150,9 @@ async def test_a_tool_job_publishes_on_schedule_survives_a_restart_and_shows_its
         assert first["ok"] is True and first["tool"] == "i2c" and first["name"] == "air"
         # The sim TMP102 answers with its temperature register: the reading is in the structured data.
         assert isinstance(first["data"], dict) and first["data"]
-        assert 1.5 <= readings[1].at - readings[0].at <= 2.6  # on schedule, one every 2 s
+        # Not a burst: the schedule itself (one slot every 2 s) is checked on the job's runs below,
+        # where a busy machine's late delivery does not move it.
+        assert readings[1].at - readings[0].at >= 1.0
         # Each run went through the registry: its tool call is on `events` as the job's owner.
         events = [e.json for e in sub.on(f"{BASE}/events") if e.json.get("tool") == "i2c"]
         assert events and events[0]["caller"].startswith("cli:") and events[0]["session"].startswith("job:")
@@ -165,6 +167,10 @@ async def test_a_tool_job_publishes_on_schedule_survives_a_restart_and_shows_its
     runs = d.cron_json("runs", "air", "--limit", "50")["data"]["runs"]
     outcomes = [r["outcome"] for r in runs]
     assert outcomes.count("ok") >= 4 and all(r["duration_ms"] is not None for r in runs)
+    # On schedule: the first two runs were due 2 s apart, and neither started before it was due.
+    first_two = sorted((r for r in runs if r["outcome"] == "ok"), key=lambda r: r["run"])[:2]
+    assert abs(first_two[1]["scheduled_at"] - first_two[0]["scheduled_at"] - 2.0) < 0.05, first_two
+    assert all(r["started_at"] >= r["scheduled_at"] - 0.05 for r in first_two), first_two
     # The outage: its slots are one "missed" record (catch_up = skip), never a burst of runs.
     missed = [r for r in runs if r["outcome"] == "missed"]
     assert len(missed) == 1 and "catch_up = skip" in missed[0]["detail"]

@@ -117,8 +117,8 @@ async def test_stop_gives_in_flight_calls_a_deadline_then_cancels(tmp_path, grac
     await asyncio.wait_for(tool.started.wait(), 5)
     started = time.monotonic()
     daemon.request_stop()
-    assert await asyncio.wait_for(run, 10) == 0
+    assert await asyncio.wait_for(run, 30) == 0
     elapsed = time.monotonic() - started
     assert tool.cancelled
     assert outcomes and outcomes[0].stage == "cancelled" and "shutting down" in outcomes[0].error
-    assert grace * 0.8 <= elapsed < 5
+    assert grace * 0.8 <= elapsed < 20  # the grace, then the cancel: not the call's hour

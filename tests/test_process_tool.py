@@ -18,21 +18,23 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-async def _gone(marker: str) -> bool:
-    for _ in range(60):
-        if not marked_processes(marker):
-            return True
+async def _gone(marker: str, within_s: float = 20.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while marked_processes(marker):
+        if time.monotonic() > deadline:
+            return False
         await asyncio.sleep(0.05)
-    return False
+    return True
 
 
-async def _running(marker: str, count: int) -> bool:
+async def _running(marker: str, count: int, within_s: float = 30.0) -> bool:
     """Whether `count` processes with `marker` are up (a sandbox takes a moment to start its command)."""
-    for _ in range(100):
-        if len(marked_processes(marker)) >= count:
-            return True
+    deadline = time.monotonic() + within_s
+    while len(marked_processes(marker)) < count:
+        if time.monotonic() > deadline:
+            return False
         await asyncio.sleep(0.05)
-    return False
+    return True
 
 
 async def _wait_for_status(registry, proc_id: str, needle: str, context, tries: int = 100) -> str:
@@ -154,11 +156,10 @@ async def test_caps_per_caller_and_for_the_device_do_not_multiply_with_session_n
         manager = reg.get("process").manager
         assert await _running(marker, 3)
         assert await manager.end_session("mqtt:s0", OPS) == 1
-        for _ in range(60):
-            if len(marked_processes(marker)) == 2:
-                break
+        deadline = time.monotonic() + 20
+        while len(marked_processes(marker)) != 2:
+            assert time.monotonic() < deadline, marked_processes(marker)
             await asyncio.sleep(0.05)
-        assert len(marked_processes(marker)) == 2
         assert await manager.end_session("mqtt:s1", OPS) == 1
         assert await manager.end_session("mqtt:s0", INTRUDER) == 1
         assert await _gone(marker)
@@ -242,11 +243,7 @@ async def test_timeout_and_shutdown_kill_everything(tmp_path: Path) -> None:
         "process", {"action": "start", "command": f"sleep {marker}2 & sleep {marker}3"}, me
     )
     assert long.ok
-    for _ in range(40):
-        if len(marked_processes(marker)) >= 2:
-            break
-        await asyncio.sleep(0.05)
-    assert len(marked_processes(marker)) >= 2
+    assert await _running(marker, 2)
     await runtime.aclose()  # what the daemon does on SIGTERM
     assert await _gone(marker)
 

@@ -100,7 +100,8 @@ async def test_copies_of_one_running_request_are_bounded(tmp_path):
             channel(tmp_path, broker.port) as ch,
             Caller(broker.port, [ANSWERS]) as c,
         ):
-            pulse = {"id": "p", "tool": "gpio", "args": {"action": "pulse", "pin": 17, "duration_ms": 1500}}
+            # Long enough to be still running while every copy arrives and is answered, on a busy machine.
+            pulse = {"id": "p", "tool": "gpio", "args": {"action": "pulse", "pin": 17, "duration_ms": 5000}}
             await c.publish(f"{BASE}/tool/call", pulse, response_topic=ANSWERS, correlation=b"original")
             await poll(lambda: ch.ledger.in_memory[0] == 1, 10, "the call to run")
             copies = MAX_WAITERS + 5

@@ -24,7 +24,7 @@ def button_pin(runtime):
     return runtime.hardware.gpio().driver.device(BUTTON).pin
 
 
-async def until(condition: Callable[[], bool], deadline_s: float = 10.0) -> None:
+async def until(condition: Callable[[], bool], deadline_s: float = 30.0) -> None:
     loop = asyncio.get_running_loop()
     end = loop.time() + deadline_s
     while not condition():
@@ -213,7 +213,8 @@ async def test_edges_during_a_run_are_one_skipped_record_counting_them(daemon):
         runtime,
         on_edge={"pin": 27, "edge": "falling", "debounce_ms": 0},
         tool="gpio",
-        args={"action": "pulse", "pin": "led", "duration_ms": 1500},
+        # Long enough that the three presses below are seen while it runs, on a busy machine too.
+        args={"action": "pulse", "pin": "led", "duration_ms": 4000},
         to="none",
     )
     pin = button_pin(runtime)

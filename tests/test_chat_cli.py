@@ -188,7 +188,7 @@ def test_an_unusable_state_database_is_reported_not_a_traceback(run_cli, state_e
 
 def test_ctrl_c_during_a_one_shot_turn_exits_130_quietly(state_env, llm):
     configure(state_env, llm)
-    llm.reply(Scripted(hang_s=8, body={}))
+    llm.reply(Scripted(hang_s=30, body={}))  # the turn runs till the SIGINT
     proc = subprocess.Popen(
         [sys.executable, "-m", "edgeclaw", "chat", "--message", "slow"],
         env=state_env,

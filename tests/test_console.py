@@ -709,7 +709,7 @@ def test_the_port_vanishes_and_comes_back(console, caplog):
 
 
 def test_two_consoles_are_independent_sessions(console, llm):
-    llm.reply(Scripted(hang_s=8, body={}), openai_text("unused"))
+    llm.reply(Scripted(hang_s=30, body={}), openai_text("unused"))  # A's turn runs till its Ctrl-C
     _, (a, b) = console(2)
     term_a, term_b = a.terminal(), b.terminal()
     login(term_a)

@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -149,16 +150,22 @@ def test_a_childs_exec_approval_is_asked_and_answered_on_the_parents_console(con
 
 
 def test_a_childs_approval_after_its_parents_turn_ended_is_refused_with_the_reason(console, llm):
-    # The child's command comes a second after the parent's turn has ended.
-    late_exec = Scripted(hang_s=1.0, body=openai_tools(("exec", {"command": "touch later.txt"})).body)
+    # The child's command comes once the parent's turn has ended (its model holds the answer till then).
+    parent_done = threading.Event()
+
+    def late_exec(body: dict[str, Any]) -> Scripted:
+        parent_done.wait(60)
+        return Scripted(body=openai_tools(("exec", {"command": "touch later.txt"})).body)
+
     llm.route(task_is("Touch later"), late_exec, echoing_child)
     llm.reply(openai_tools(("spawn", {"task": "Touch later"})), openai_text("started"), openai_text("noted"))
     daemon, (port,) = console()
     term = port.terminal()
     login(term)
-    assert "started" in run(term, "start it")
+    assert "started" in run(term, "start it")  # the prompt is back: the parent's turn has ended
+    parent_done.set()
     manager = daemon.runtime.subagents
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while manager.store.get(1).state != "completed":
         assert time.monotonic() < deadline
         time.sleep(0.05)

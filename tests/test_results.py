@@ -114,5 +114,5 @@ def test_tool_call_prints_a_commands_output_without_an_extra_blank_line(run_cli)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "one\ntwo\n"
     scan = run_cli("tool", "call", "i2c", '{"action": "scan", "bus": 1}', "--board", "sim")
-    assert scan.stdout.endswith("0x76  BME280 temperature/pressure/humidity\n")
+    assert scan.stdout.endswith("  0x77  device 'enclosure' (bmp280)\n")  # the last device found
     assert not scan.stdout.endswith("\n\n")

@@ -570,3 +570,46 @@ def test_a_call_denied_from_the_api_is_answered_denied(page, fleet):
     answer = result["body"]["answer"]
     assert result["status"] == 200 and answer["ok"] is False and "never-runs" not in answer.get("for_llm", "")
     assert "denied" in answer["error"]
+
+
+def test_approve_always_is_stored_on_the_device_for_that_command(page, fleet):
+    import subprocess
+    import sys
+    import threading
+
+    cookie, csrf = page.login()
+    headers = {"Content-Type": "application/json", "Cookie": cookie, "X-CSRF-Token": csrf}
+    device = fleet.devices[2]
+    daemon = next(d for d in fleet.daemons if d.device == device)
+    result: dict[str, Any] = {}
+
+    def call() -> None:
+        body = json.dumps(
+            {"device": device, "tool": "exec", "args": {"command": "echo always-from-the-page"}}
+        )
+        result["status"], _, raw = page.request("POST", "/api/call", body, headers)
+        result["body"] = json.loads(raw)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        state = json.loads(page.request("GET", "/api/state", headers={"Cookie": cookie})[2])
+        waiting = [q for q in state["approvals"] if q["device"] == device and "always-from" in q["summary"]]
+        if waiting:
+            break
+        assert time.monotonic() < deadline, "the approval never appeared"
+        time.sleep(0.1)
+    always = json.dumps({"device": device, "id": waiting[0]["id"], "decision": "allow-always"})
+    status, _, body = page.request("POST", "/api/approve", always, headers)
+    assert status == 200 and json.loads(body)["answer"]["ok"] is True
+    caller.join(WAIT_S)
+    answer = result["body"]["answer"]
+    assert answer["ok"] is True and "always-from-the-page" in answer["for_llm"]
+    # The device keeps the decision (edgeclaw approvals list on the device itself shows it).
+    listed = subprocess.run(
+        [sys.executable, "-m", "edgeclaw", "approvals", "list"],
+        env=daemon.env, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    assert "echo" in listed.stdout

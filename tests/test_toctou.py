@@ -270,13 +270,13 @@ async def test_flash_never_writes_a_swapped_secret_or_past_the_flash_area(tmp_pa
         beyond = await ok(runtime, "probe", action="read_memory", address=FLASH_BASE + FLASH_SIZE, length=256)
         probe = runtime.registry.get("probe").backends.probe()
         flashed: list[bytes] = []
-        real_flash = probe.flash
+        real_program = probe.program
 
-        async def recording_flash(base, data, progress):
-            flashed.append(bytes(data))
-            return await real_flash(base, data, progress)
+        async def recording_program(segments, progress):
+            flashed.extend(bytes(segment.data) for segment in segments)
+            return await real_program(segments, progress)
 
-        probe.flash = recording_flash
+        probe.program = recording_program
         states = [
             _file(image),
             f"link:{key_file}",

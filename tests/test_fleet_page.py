@@ -579,7 +579,7 @@ def test_approve_always_is_stored_on_the_device_for_that_command(page, fleet):
 
     cookie, csrf = page.login()
     headers = {"Content-Type": "application/json", "Cookie": cookie, "X-CSRF-Token": csrf}
-    device = fleet.devices[2]
+    device = fleet.devices[0]  # devices[2] was killed by the offline test before
     daemon = next(d for d in fleet.daemons if d.device == device)
     result: dict[str, Any] = {}
 

@@ -65,6 +65,27 @@ class Received:
     elapsed_s: float
 
 
+def open_port(path: str, options: dict[str, Any]) -> Any:
+    """A pyserial port at `path` with `options`, opened exclusively and read without blocking.
+
+    pyserial leaves VMIN at 0, where an empty read means "no data" and "hung up" alike. With VMIN=1
+    on the non-blocking descriptor, no data is EAGAIN and an empty read is always a hang-up. Raises
+    what pyserial (SerialException, OSError, ValueError) and termios (termios.error) raise.
+    """
+    import serial
+
+    ser = serial.Serial(port=path, timeout=0, exclusive=True, **options)
+    try:
+        attrs = termios.tcgetattr(ser.fileno())
+        attrs[6][termios.VMIN] = 1
+        attrs[6][termios.VTIME] = 0
+        termios.tcsetattr(ser.fileno(), termios.TCSANOW, attrs)
+    except termios.error:
+        ser.close()
+        raise
+    return ser
+
+
 class SerialLink:
     """One port: opened on first use, reconfigured when asked for other settings, one lock."""
 
@@ -105,20 +126,12 @@ class SerialLink:
             self.settings = settings
             return
         try:
-            ser = serial.Serial(port=self.path, timeout=0, exclusive=True, **options)
+            ser = open_port(self.path, options)
         except serial.SerialException as e:
             raise DeviceUnavailable(f"cannot open {self.label}: {_open_problem(e)}") from None
         except (OSError, ValueError) as e:
             raise DeviceUnavailable(f"cannot open {self.label}: {e}") from None
-        try:
-            # pyserial leaves VMIN at 0, where an empty read means "no data" and "hung up" alike.
-            # With VMIN=1 on the non-blocking descriptor, no data is EAGAIN and an empty read a hang-up.
-            attrs = termios.tcgetattr(ser.fileno())
-            attrs[6][termios.VMIN] = 1
-            attrs[6][termios.VTIME] = 0
-            termios.tcsetattr(ser.fileno(), termios.TCSANOW, attrs)
         except termios.error as e:
-            ser.close()
             raise DeviceUnavailable(f"cannot configure {self.label}: {e}") from None
         self._serial, self._fd, self.settings = ser, ser.fileno(), settings
 

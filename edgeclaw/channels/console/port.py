@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
+from edgeclaw.backends.serial import open_port
 from edgeclaw.errors import BackendError
 
 log = logging.getLogger("edgeclaw.console")
@@ -77,33 +78,22 @@ class SerialPort:
             import serial
         except ImportError:
             raise PortError("pyserial is not installed (pip install 'edgeclaw[hw]')") from None
+        parity = {"N": serial.PARITY_NONE, "E": serial.PARITY_EVEN, "O": serial.PARITY_ODD}
+        options = {
+            "baudrate": settings.baud,
+            "bytesize": serial.EIGHTBITS,
+            "parity": parity[settings.parity],
+            "stopbits": {1: serial.STOPBITS_ONE, 2: serial.STOPBITS_TWO}[settings.stop_bits],
+            "rtscts": settings.flow_control == "rtscts",
+            "xonxoff": settings.flow_control == "xonxoff",
+        }
         try:
-            ser = serial.Serial(
-                port=path,
-                baudrate=settings.baud,
-                bytesize=serial.EIGHTBITS,
-                parity={"N": serial.PARITY_NONE, "E": serial.PARITY_EVEN, "O": serial.PARITY_ODD}[
-                    settings.parity
-                ],
-                stopbits={1: serial.STOPBITS_ONE, 2: serial.STOPBITS_TWO}[settings.stop_bits],
-                rtscts=settings.flow_control == "rtscts",
-                xonxoff=settings.flow_control == "xonxoff",
-                timeout=0,
-                exclusive=True,
-            )
+            ser = open_port(path, options)
         except serial.SerialException as e:
             raise PortError(_describe_open_error(e)) from None
         except (OSError, ValueError) as e:
             raise PortError(str(e)) from None
-        try:
-            # pyserial leaves VMIN at 0, where an empty read means "no data" and "hung up" alike.
-            # With VMIN=1 and O_NONBLOCK, no data is EAGAIN and an empty read is always a hang-up.
-            attrs = termios.tcgetattr(ser.fileno())
-            attrs[6][termios.VMIN] = 1
-            attrs[6][termios.VTIME] = 0
-            termios.tcsetattr(ser.fileno(), termios.TCSANOW, attrs)
         except termios.error as e:
-            ser.close()
             raise PortError(f"cannot configure {path}: {e}") from None
         return cls(path, ser, settings)
 

@@ -12,15 +12,13 @@ queued only once the last partial is out (`close`), so it is always the last mes
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-log = logging.getLogger("edgeclaw.mqtt")
+from edgeclaw.channels.mqtt.early import EarlyMessages, Publish
 
-Publish = Callable[[bytes], Awaitable[None]]
+log = logging.getLogger("edgeclaw.mqtt")
 
 
 def chat_partial(text: str, session: str, seq: int, request_id: str | None) -> dict[str, Any]:
@@ -30,29 +28,23 @@ def chat_partial(text: str, session: str, seq: int, request_id: str | None) -> d
     return partial
 
 
-class PartialPublisher:
+class PartialPublisher(EarlyMessages):
     """The text sink of one streamed chat turn (see the module docstring)."""
 
     def __init__(
         self, publish: Publish, session: str, request_id: str | None, *, min_gap_s: float = 0.2
     ) -> None:
-        self._publish = publish
+        super().__init__(publish)  # `sent`, the partials published, is the final answer's "seq"
         self._session = session
         self._request_id = request_id
         self._min_gap_s = min_gap_s
         self._pending = ""
-        self._wake = asyncio.Event()
-        self._closing = False
-        self.sent = 0  # partials published: the final answer's "seq"
-        self._task: asyncio.Task[None] | None = None
 
     def __call__(self, piece: str) -> None:
         if self._closing or not piece:
             return
         self._pending += piece
-        self._wake.set()
-        if self._task is None:
-            self._task = asyncio.ensure_future(self._run())
+        self._kick()
 
     async def _run(self) -> None:
         while True:
@@ -70,18 +62,3 @@ class PartialPublisher:
                 return
             if not self._closing:
                 await asyncio.sleep(self._min_gap_s)  # what arrives meanwhile goes in the next one
-
-    async def close(self, timeout_s: float = 5.0) -> int:
-        """Publish what is left, then stop; the number of partials published."""
-        self._closing = True
-        task = self._task
-        if task is None:
-            return self.sent
-        self._wake.set()
-        try:
-            await asyncio.wait_for(asyncio.shield(task), timeout_s)
-        except TimeoutError:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        return self.sent

@@ -14,16 +14,15 @@ it is always the last message of the call. A repeat answered from the request le
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
+
+from edgeclaw.channels.mqtt.early import EarlyMessages, Publish
 
 log = logging.getLogger("edgeclaw.mqtt")
 
-Publish = Callable[[bytes], Awaitable[None]]
 Scrub = Callable[[str], str]
 # More updates than this waiting to go out (a broker that stalls): the older ones are dropped.
 MAX_QUEUED = 8
@@ -41,31 +40,25 @@ def progress_message(
     return update
 
 
-class ProgressPublisher:
+class ProgressPublisher(EarlyMessages):
     """The `ProgressSink` of one MQTT request (see the module docstring); `head` is what each
     message starts with: the tool call's `id` and `tool`, or the chat's `session` and `in_reply_to`."""
 
     def __init__(
         self, publish: Publish, head: dict[str, Any], scrub: Scrub, device: str | None = None
     ) -> None:
-        self._publish = publish
+        super().__init__(publish)
         self._head = head
         self._scrub = scrub
         self._device = device
         self._queue: list[tuple[float, float | None, str]] = []
-        self._wake = asyncio.Event()
-        self._closing = False
-        self._task: asyncio.Task[None] | None = None
-        self.sent = 0
 
     def __call__(self, progress: float, total: float | None, message: str) -> None:
         if self._closing:
             return
         self._queue.append((progress, total, message))
         del self._queue[:-MAX_QUEUED]
-        self._wake.set()
-        if self._task is None:
-            self._task = asyncio.ensure_future(self._run())
+        self._kick()
 
     async def _run(self) -> None:
         while True:
@@ -83,18 +76,3 @@ class ProgressPublisher:
                     log.debug("a progress message was not published: %s", e)
             if self._closing:
                 return
-
-    async def close(self, timeout_s: float = 5.0) -> int:
-        """Publish what is queued, then stop; the number of progress messages published."""
-        self._closing = True
-        task = self._task
-        if task is None:
-            return self.sent
-        self._wake.set()
-        try:
-            await asyncio.wait_for(asyncio.shield(task), timeout_s)
-        except TimeoutError:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        return self.sent

@@ -536,6 +536,18 @@ def test_without_a_configured_secret_the_run_makes_a_token_of_its_own(tmp_path, 
         server.stop()
 
 
+def waiting_approval(page: PageServer, cookie: str, device: str, text: str) -> str:
+    """The id of the approval question of `device` whose summary holds `text`, once the page has it."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        state = json.loads(page.request("GET", "/api/state", headers={"Cookie": cookie})[2])
+        waiting = [q for q in state["approvals"] if q["device"] == device and text in q["summary"]]
+        if waiting:
+            return waiting[0]["id"]
+        assert time.monotonic() < deadline, "the approval never appeared"
+        time.sleep(0.1)
+
+
 def test_a_call_denied_from_the_api_is_answered_denied(page, fleet):
     import threading
 
@@ -551,15 +563,7 @@ def test_a_call_denied_from_the_api_is_answered_denied(page, fleet):
 
     caller = threading.Thread(target=call)
     caller.start()
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        state = json.loads(page.request("GET", "/api/state", headers={"Cookie": cookie})[2])
-        waiting = [q for q in state["approvals"] if q["device"] == device and "never-runs" in q["summary"]]
-        if waiting:
-            break
-        assert time.monotonic() < deadline, "the approval never appeared"
-        time.sleep(0.1)
-    question = waiting[0]["id"]
+    question = waiting_approval(page, cookie, device, "never-runs")
     bad = json.dumps({"device": device, "id": question, "decision": "yes please"})
     status, _, body = page.request("POST", "/api/approve", bad, headers)
     assert status == 400 and "allow-once" in json.loads(body)["error"]
@@ -592,15 +596,8 @@ def test_approve_always_is_stored_on_the_device_for_that_command(page, fleet):
 
     caller = threading.Thread(target=call)
     caller.start()
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        state = json.loads(page.request("GET", "/api/state", headers={"Cookie": cookie})[2])
-        waiting = [q for q in state["approvals"] if q["device"] == device and "always-from" in q["summary"]]
-        if waiting:
-            break
-        assert time.monotonic() < deadline, "the approval never appeared"
-        time.sleep(0.1)
-    always = json.dumps({"device": device, "id": waiting[0]["id"], "decision": "allow-always"})
+    question = waiting_approval(page, cookie, device, "always-from")
+    always = json.dumps({"device": device, "id": question, "decision": "allow-always"})
     status, _, body = page.request("POST", "/api/approve", always, headers)
     assert status == 200 and json.loads(body)["answer"]["ok"] is True
     caller.join(WAIT_S)

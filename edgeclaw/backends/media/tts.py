@@ -82,14 +82,20 @@ async def _run_program(argv: list[str], text: str, timeout_s: float, what: str) 
         raise SpeechError(str(e), retryable=e.timed_out) from None
 
 
-class EspeakProvider:
-    """espeak-ng (Debian's espeak-ng): offline, small, robotic; always WAV."""
+class _ProgramSpeech:
+    """A provider that is a program on the board: its name and settings."""
 
-    kind = "espeak"
+    kind = ""
 
     def __init__(self, name: str, settings: VoiceSettings) -> None:
         self.name = name
         self.settings = settings
+
+
+class EspeakProvider(_ProgramSpeech):
+    """espeak-ng (Debian's espeak-ng): offline, small, robotic; always WAV."""
+
+    kind = "espeak"
 
     def available(self) -> str:
         return "" if shutil.which("espeak-ng") else "espeak-ng is not installed (Debian package espeak-ng)"
@@ -108,14 +114,10 @@ class EspeakProvider:
         return Speech(sized_wav(audio), "wav", self.name, voice)
 
 
-class PiperProvider:
+class PiperProvider(_ProgramSpeech):
     """piper (the `piper-tts` extra, where it installs): offline neural voices from an .onnx model."""
 
     kind = "piper"
-
-    def __init__(self, name: str, settings: VoiceSettings) -> None:
-        self.name = name
-        self.settings = settings
 
     def available(self) -> str:
         if not shutil.which("piper"):
@@ -272,16 +274,12 @@ class MiniMaxSpeech(_HttpSpeech):
         return self._audio(audio, fmt, voice)
 
 
-class EdgeSpeech:
+class EdgeSpeech(_ProgramSpeech):
     """Edge's read-aloud voices through the `edge-tts` program (the `edge-tts` extra): it speaks the
     service's WebSocket protocol and its rotating client token, which plain HTTP cannot. The text
     goes in a private file (`--file`), never on the command line; the service answers MP3 only."""
 
     kind = "edge"
-
-    def __init__(self, name: str, settings: VoiceSettings) -> None:
-        self.name = name
-        self.settings = settings
 
     def available(self) -> str:
         return (

@@ -3,6 +3,7 @@ telemetry, discovery and the [mqtt] config checks. No broker needed."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -289,6 +290,68 @@ async def test_a_socket_closed_before_the_loop_watches_it_leaves_no_traceback():
             assert loop.remove_writer(kept.fileno())  # an open socket is watched as before
     finally:
         loop.set_exception_handler(None)
+
+
+class CancelSwallowingClient:
+    """A client whose connect swallows one cancellation as the CONNACK arrives, as aiomqtt's does on
+    Python 3.11 (asyncio.wait_for loses a cancel that lands as its future completes)."""
+
+    def __init__(self, connecting: asyncio.Event) -> None:
+        self.connecting = connecting
+        self.served = False
+
+    async def __aenter__(self) -> CancelSwallowingClient:
+        self.connecting.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    @property
+    def messages(self) -> CancelSwallowingClient:
+        self.served = True
+        return self
+
+    def __aiter__(self) -> CancelSwallowingClient:
+        return self
+
+    async def __anext__(self) -> None:
+        await asyncio.sleep(30)
+
+
+async def test_stop_while_connecting_ends_the_connection_even_when_the_cancel_is_swallowed():
+    """SIGTERM as the daemon connects: stop() must end the connection task, not wait forever."""
+    connecting = asyncio.Event()
+    client = CancelSwallowingClient(connecting)
+    connection = Connection(ConnectionSettings("127.0.0.1", 1883, "d"), lambda m: None)
+    connection._next_client = lambda: client  # type: ignore[method-assign,assignment,return-value]
+    runner = asyncio.get_running_loop().create_task(connection.run())
+    await asyncio.wait_for(connecting.wait(), 10)
+    await asyncio.wait_for(connection.stop(runner), 10)
+    assert runner.done()
+    assert not client.served  # it left as soon as it was in, rather than serving a connection
+
+
+async def test_stop_cancels_again_a_connection_task_that_swallowed_the_first_cancel():
+    swallowed = asyncio.Event()
+
+    async def stubborn() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            swallowed.set()
+        await asyncio.sleep(30)
+
+    runner = asyncio.get_running_loop().create_task(stubborn())
+    await asyncio.sleep(0)
+    connection = Connection(ConnectionSettings("127.0.0.1", 1883, "d"), lambda m: None)
+    await asyncio.wait_for(connection.stop(runner), 10)
+    assert swallowed.is_set() and runner.cancelled()
 
 
 # -- telemetry and discovery ------------------------------------------------------

@@ -60,6 +60,8 @@ BACKOFF_CAP_S = 60.0
 # A connection that lived at least this long resets the backoff; one the broker drops at once does not,
 # so a broker that accepts and immediately kicks us is not hammered every second.
 STABLE_CONNECTION_S = 10.0
+# How long stop() waits for the connection task to end before cancelling it again.
+STOP_RECANCEL_S = 0.5
 # paho's default, and mosquitto's default receive maximum: more in flight is queued inside paho.
 MAX_INFLIGHT = 20
 
@@ -392,6 +394,10 @@ class Connection:
             try:
                 client = self._next_client()
                 async with client:
+                    if self._stopping:
+                        # stop() cancelled us while connecting, and the cancellation was lost (see
+                        # stop()): leave now rather than serve a connection nobody will close.
+                        return
                     self._lost = asyncio.get_running_loop().create_future()
                     await self._subscribe(client)
                     self.connects += 1
@@ -502,9 +508,13 @@ class Connection:
                     await self.publish(goodbye[0], goodbye[1], retain=True)
             except (PublishFailed, TimeoutError) as e:
                 log.warning("could not publish the offline status: %s", e)
-        runner.cancel()
-        # wait() rather than awaiting the task: its CancelledError is expected, ours would not be.
-        await asyncio.wait((runner,))
+        # Cancelled again until it ends: on Python 3.11 asyncio.wait_for (aiomqtt waits for the CONNACK
+        # with it) swallows a cancellation that lands as the awaited future completes, and the task
+        # would serve on with nobody left to stop it. wait() rather than awaiting the task: its
+        # CancelledError is expected, ours would not be.
+        while not runner.done():
+            runner.cancel()
+            await asyncio.wait((runner,), timeout=STOP_RECANCEL_S)
         if not runner.cancelled() and runner.exception() is not None:
             log.debug("error while disconnecting: %s", runner.exception())
 

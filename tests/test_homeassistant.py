@@ -424,6 +424,9 @@ async def test_the_button_binary_sensor_follows_the_pin(tmp_path: Path):
     try:
         entities.start()
         topic = f"{BUTTON}/state"
+        await asyncio.sleep(0.3)  # several poll intervals: before the first connection nothing is read
+        assert published == []
+        entities.on_connect()  # as the channel tells it once connected
         await poll(lambda: (topic, b"OFF") in published, within=10, what="the button released")
         await asyncio.sleep(0.5)  # several polls: an unchanged state is not published again
         pin = runtime.hardware.gpio().driver.device(27).pin

@@ -396,3 +396,79 @@ async def test_a_registered_secret_is_scrubbed_from_json_output():
     reg.register(Reporter())
     out = await reg.execute("reporter", {"text": "a"}, CTX)
     assert out.ok and "geheim" not in out.for_llm and "geheim" not in (out.for_user or "")
+
+
+# -- deferred families: named now, built on first use ---------------------------------------------
+class Counting:
+    """A family loader that says how often it ran and can be told to fail or to drift."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.fail: Exception | None = None
+        self.build = lambda: [Echo(), Sleeper()]
+
+    def __call__(self) -> list[Tool]:
+        self.runs += 1
+        if self.fail is not None:
+            raise self.fail
+        return self.build()
+
+
+DEFERRED = {"echo": "messaging", "sleeper": "runtime"}
+
+
+def bare(rules: PolicyRules | None = None) -> Registry:
+    return Registry(PolicyEngine(rules or PolicyRules()), Scrubber(), RateLimiter(150, 30.0))
+
+
+async def test_a_deferred_family_is_named_at_once_and_built_once_on_first_call():
+    reg = bare(PolicyRules(deny=("group:runtime",)))
+    load = Counting()
+    reg.register_deferred(DEFERRED, load)
+    assert reg.names() == ["echo", "sleeper"] and load.runs == 0
+    # The policy knows the groups without building anything: a rule on a group applies before
+    # the family is built.
+    assert reg.policy.allowed(CTX) == frozenset({"echo"}) and load.runs == 0
+    assert reg.policy.validate() == [] and load.runs == 0
+    outcome = await reg.execute("echo", {"text": "hi"}, CTX)
+    assert outcome.ok and outcome.for_llm == "hi" and load.runs == 1
+    refused = await reg.execute("sleeper", {"s": 0}, CTX)
+    assert refused.refused and refused.stage == "policy"
+    assert [i.name for i in reg.infos()] == ["echo", "sleeper"] and load.runs == 1
+
+
+async def test_a_deferred_family_that_fails_to_build_refuses_each_call_and_is_tried_again():
+    reg = bare()
+    load = Counting()
+    load.fail = ImportError("no module named 'espeak'")
+    reg.register_deferred(DEFERRED, load)
+    first = await reg.execute("echo", {"text": "hi"}, CTX)
+    assert not first.ok and first.refused and first.stage == "internal"
+    assert "espeak" in first.error
+    assert reg.names() == ["echo", "sleeper"]  # still named, not silently gone
+    load.fail = None
+    assert (await reg.execute("echo", {"text": "hi"}, CTX)).ok and load.runs == 2
+
+
+def test_a_deferred_family_must_build_exactly_what_it_named():
+    reg = bare()
+    load = Counting()
+    load.build = lambda: [Echo()]  # sleeper named but not built
+    reg.register_deferred(DEFERRED, load)
+    with pytest.raises(RuntimeError, match="registered as"):
+        reg.get("echo")
+    other = bare()
+    other.register_deferred({"echo": "runtime"}, lambda: [Echo()])  # built in another group
+    with pytest.raises(RuntimeError, match="registered as"):
+        other.get("echo")
+
+
+def test_deferred_names_are_taken_like_registered_ones():
+    reg = bare()
+    reg.register_deferred(DEFERRED, Counting())
+    with pytest.raises(ValueError, match="already registered"):
+        reg.register(Echo())
+    with pytest.raises(ValueError, match="already registered"):
+        reg.register_deferred({"echo": "messaging"}, Counting())
+    reg.unregister("sleeper")  # builds the family, then removes the one tool
+    assert reg.names() == ["echo"]

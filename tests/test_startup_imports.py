@@ -26,10 +26,21 @@ NOT_AT_START = (
     "edgeclaw.tools.mcp.bridge",
     "click",  # httpx's command line, dragged in by a top-level `import httpx`
     "edgeclaw.backends.web.extract",  # web_fetch's body readers: on the first fetch
+    # The tool families built on first use (daemon.tool_families), and what only they import:
+    "edgeclaw.tools.hardware",
+    "edgeclaw.tools.media",
+    "edgeclaw.backends.media",
+    "edgeclaw.tools.web.fetch",
+    "edgeclaw.tools.web.search",
+    "edgeclaw.tools.web.http_request",
+    "edgeclaw.tools.messaging",
+    "edgeclaw.tools.sessions_send",
 )
 # With MQTT off, nothing of it either; nor zipfile (reading an update's wheel), which MQTT's Home
 # Assistant entities bring at start through gpiozero (importlib.metadata) when they read the pins.
 MQTT_MODULES = ("aiomqtt", "paho", "edgeclaw.channels.mqtt", "zipfile")
+# The agent loop and its subagents: built when a channel that chats starts (MQTT here).
+AGENT_LOOP_MODULES = ("edgeclaw.agent.loop", "edgeclaw.agent.subagents", "edgeclaw.tools.subagents")
 
 # Runs the real entry point and, once systemd would hear READY=1, writes sys.modules and stops
 # the daemon the way systemd does (SIGTERM).
@@ -113,7 +124,7 @@ def test_version_and_help_still_answer_through_the_console_script(run_cli) -> No
 def test_daemon_without_mqtt_starts_without_per_tool_or_mqtt_modules(tmp_path: Path) -> None:
     seen = daemon_at_ready(tmp_path, "[mqtt]\nenabled = false\n")
     assert "edgeclaw.daemon.lifecycle" in seen["modules"]  # the probe did watch the daemon
-    assert loaded(seen["modules"], NOT_AT_START + MQTT_MODULES) == []
+    assert loaded(seen["modules"], NOT_AT_START + MQTT_MODULES + AGENT_LOOP_MODULES) == []
 
 
 def test_exec_deny_patterns_are_compiled_on_the_first_check_not_at_start(tmp_path: Path) -> None:

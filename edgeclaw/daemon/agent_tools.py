@@ -11,22 +11,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from edgeclaw.agent.subagents import SESSION_PREFIX
 from edgeclaw.config.schema import Config
-from edgeclaw.daemon.memory import agent_types
-from edgeclaw.tools.agents import AgentInfo, AgentsListTool
-from edgeclaw.tools.messaging.delegate import DelegateTool
-from edgeclaw.tools.messaging.message import MessageTool
+from edgeclaw.daemon.tool_families import AGENT_TOOLS
 from edgeclaw.tools.sessions import SessionsHistoryTool
-from edgeclaw.tools.sessions_send import SessionInbox, SessionsSendTool
-from edgeclaw.tools.subagents import SpawnAliasTool, SpawnTool, SubagentControl, SubagentsTool
 
 if TYPE_CHECKING:
     from edgeclaw.daemon.runtime import Runtime
+    from edgeclaw.tools.agents import AgentInfo
+    from edgeclaw.tools.base import Tool
+    from edgeclaw.tools.sessions_send import SessionInbox
+    from edgeclaw.tools.subagents import SubagentControl
 
 
 def agent_infos(config: Config) -> list[AgentInfo]:
     """Every agent the config defines, "main" first, as agents_list shows them."""
+    from edgeclaw.daemon.memory import agent_types
+    from edgeclaw.tools.agents import AgentInfo
+
     types = agent_types(config)
     base = config.agent
     names = ["main", *(n for n in config.agents if n != "main")]
@@ -71,9 +72,15 @@ def install_agent_tools(runtime: Runtime) -> None:
     def inbox() -> SessionInbox | None:
         return runtime._agent
 
-    infos = agent_infos(config)
-    runtime.registry.register_all(
-        [
+    def build() -> list[Tool]:
+        from edgeclaw.tools.agents import AgentsListTool
+        from edgeclaw.tools.messaging.delegate import DelegateTool
+        from edgeclaw.tools.messaging.message import MessageTool
+        from edgeclaw.tools.sessions_send import SessionsSendTool
+        from edgeclaw.tools.subagents import SpawnAliasTool, SpawnTool, SubagentsTool
+
+        infos = agent_infos(config)
+        return [
             SpawnTool(control, timeout_s=timeout),
             SpawnAliasTool(control, timeout_s=timeout),
             SubagentsTool(control, timeout_s=timeout),
@@ -82,7 +89,8 @@ def install_agent_tools(runtime: Runtime) -> None:
             SessionsSendTool(runtime.sessions, runtime.outlets, inbox, send_scope=t.sessions.send_scope),
             MessageTool(runtime.outlets, send_scope=t.sessions.send_scope),
         ]
-    )
+
+    runtime.registry.register_deferred(AGENT_TOOLS, build)
     history = runtime.registry.get("sessions_history")
     if isinstance(history, SessionsHistoryTool):
         history.parent_of = lambda key: parent_session(runtime, key)
@@ -91,6 +99,8 @@ def install_agent_tools(runtime: Runtime) -> None:
 
 def parent_session(runtime: Runtime, session_key: str) -> str | None:
     """The session that started the subagent whose session this is (its parent reads its history)."""
+    from edgeclaw.agent.subagents import SESSION_PREFIX
+
     if runtime.subagents is None or not session_key.startswith(SESSION_PREFIX):
         return None
     row = runtime.subagents.store.by_session(session_key)

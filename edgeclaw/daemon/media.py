@@ -13,6 +13,7 @@ from edgeclaw.tools.workspace import Workspace
 if TYPE_CHECKING:
     from edgeclaw.backends.media.camera import LampState
     from edgeclaw.daemon.runtime import Runtime
+    from edgeclaw.tools.base import Tool
     from edgeclaw.tools.media.image import Describe
 
 DESCRIBE_SYSTEM = (
@@ -50,8 +51,8 @@ def describer(runtime: Runtime, client: SharedClient) -> Describe:
     return describe
 
 
-def install_media(runtime: Runtime, ws: Workspace) -> None:
-    """Register tts, image, camera and read_bytes on the runtime's registry."""
+def media_tools(runtime: Runtime, ws: Workspace) -> list[Tool]:
+    """tts, image, camera and read_bytes, sharing one HTTP client that the runtime closes."""
     from edgeclaw.backends.media.camera import Camera
     from edgeclaw.backends.media.images import GeneratorSettings, ImageGenerator
     from edgeclaw.backends.media.tts import SpeechChain, VoiceSettings, make_provider
@@ -81,20 +82,18 @@ def install_media(runtime: Runtime, ws: Workspace) -> None:
         lamp = _sim_lamp(runtime) if grant.kind == "sim" else None
         camera = Camera(grant.kind, grant.device, lamp=lamp)
     registry = runtime.registry
-    registry.register_all(
-        [
-            TtsTool(chain, ws, audio_device=media.tts.audio_device, max_chars=media.tts.max_chars),
-            ImageTool(ws, generator=generator, describe=describer(runtime, client)),
-            CameraTool(
-                camera,
-                ws,
-                max_width=grant.max_width if grant else 0,
-                max_height=grant.max_height if grant else 0,
-                board=runtime.board.name,
-            ),
-            ReadBytesTool(ws, max_chunk=max(1024, registry.max_output_bytes * 3 // 4 - 1024)),
-        ]
-    )
+    return [
+        TtsTool(chain, ws, audio_device=media.tts.audio_device, max_chars=media.tts.max_chars),
+        ImageTool(ws, generator=generator, describe=describer(runtime, client)),
+        CameraTool(
+            camera,
+            ws,
+            max_width=grant.max_width if grant else 0,
+            max_height=grant.max_height if grant else 0,
+            board=runtime.board.name,
+        ),
+        ReadBytesTool(ws, max_chunk=max(1024, registry.max_output_bytes * 3 // 4 - 1024)),
+    ]
 
 
 def _sim_lamp(runtime: Runtime) -> LampState:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from edgeclaw.daemon.automation import Automation
     from edgeclaw.daemon.memory import MemoryRuntime
     from edgeclaw.store.state import StateStore
+    from edgeclaw.tools.base import Tool
     from edgeclaw.tools.mcp.setup import McpBridge
 
 log = logging.getLogger("edgeclaw.runtime")
@@ -169,8 +170,8 @@ def build_runtime(
     from edgeclaw.backends.hub import BoardBackends
     from edgeclaw.config.loader import policy_rules
     from edgeclaw.config.secrets import resolve_secrets
+    from edgeclaw.daemon.tool_families import HARDWARE_TOOLS, MEDIA_TOOLS, web_tool_groups
     from edgeclaw.tools.fs import fs_tools
-    from edgeclaw.tools.hardware import hardware_tools
     from edgeclaw.tools.policy import PolicyEngine
     from edgeclaw.tools.ratelimit import RateLimiter
     from edgeclaw.tools.scrub import Scrubber
@@ -247,7 +248,13 @@ def build_runtime(
 
     install_agent_tools(runtime)
     hardware = BoardBackends(profile, config.hardware, state)  # opens devices on first use only
-    registry.register_all(hardware_tools(profile, config.hardware, hardware, ws, config.console.ports))
+
+    def hardware_family() -> list[Tool]:
+        from edgeclaw.tools.hardware import hardware_tools
+
+        return hardware_tools(profile, config.hardware, hardware, ws, config.console.ports)
+
+    registry.register_deferred(HARDWARE_TOOLS, hardware_family)
     runtime.on_close(hardware.aclose)
     runtime.hardware = hardware
     from edgeclaw.tools.nodes import nodes_tool  # peers on the broker; the MQTT channel attaches it
@@ -259,14 +266,23 @@ def build_runtime(
     from edgeclaw.daemon.automation import install_automation  # cron, schedule and gateway
 
     runtime.automation = install_automation(runtime)
-    from edgeclaw.tools.web.setup import web_settings, web_tools  # web_fetch, web_search, http_request
+    from edgeclaw.tools.web.setup import web_settings  # web_fetch, web_search, http_request
 
-    registry.register_all(
-        web_tools(web_settings(config, secrets, environ=environ), max_output_bytes=registry.max_output_bytes)
-    )
-    from edgeclaw.daemon.media import install_media  # tts, image, camera, read_bytes
+    web = web_settings(config, secrets, environ=environ)  # now: a bad per-agent entry fails at start-up
 
-    install_media(runtime, ws)
+    def web_family() -> list[Tool]:
+        from edgeclaw.tools.web.setup import web_tools
+
+        return web_tools(web, max_output_bytes=registry.max_output_bytes)
+
+    registry.register_deferred(web_tool_groups(config), web_family)
+
+    def media_family() -> list[Tool]:
+        from edgeclaw.daemon.media import media_tools  # tts, image, camera, read_bytes
+
+        return media_tools(runtime, ws)
+
+    registry.register_deferred(MEDIA_TOOLS, media_family)
     from edgeclaw.tools.mcp.setup import install_mcp  # [mcp.servers.*]: tools of MCP servers
 
     runtime.mcp = install_mcp(runtime)

@@ -105,6 +105,17 @@ class _Registered:
         self.info = tool.info()
 
 
+class _Deferred:
+    """Tools known by name and group from the start, built by `load` when one of them is first needed:
+    a family whose modules are not imported until it is used (start-up time and memory)."""
+
+    __slots__ = ("groups", "load")
+
+    def __init__(self, groups: Mapping[str, str], load: Callable[[], Iterable[Tool]]) -> None:
+        self.groups = dict(groups)
+        self.load = load
+
+
 class Registry:
     def __init__(
         self,
@@ -122,6 +133,7 @@ class Registry:
         self.max_output_bytes = max_output_bytes
         self.stats = ToolStats()
         self._tools: dict[str, _Registered] = {}
+        self._deferred: dict[str, _Deferred] = {}  # name -> its family, until the family is loaded
         self._sinks: list[AuditSink] = []
         # Told after every change of the tool table (MCP clients are sent list_changed from it).
         self._change_listeners: list[Callable[[], None]] = []
@@ -133,23 +145,72 @@ class Registry:
     # -- the tool table ----------------------------------------------------
     def register(self, tool: Tool, *, replace: bool = False) -> None:
         """Add a tool. Its schema is compiled now, so a bad schema fails at start-up, not mid-call."""
+        if tool.name in self._deferred:
+            self._load(tool.name)
         if tool.name in self._tools and not replace:
             raise ValueError(f"a tool named {tool.name!r} is already registered")
+        self._add(tool)
+        self._changed()
+
+    def _add(self, tool: Tool) -> None:
         validate = compile_schema(tool.parameters)
         timeout = tool.timeout_s if tool.timeout_s is not None else self.default_timeout_s
         self._tools[tool.name] = _Registered(tool, validate, timeout)
-        self._changed()
 
     def register_all(self, tools: Iterable[Tool]) -> None:
         for tool in tools:
             self.register(tool)
 
+    def register_deferred(self, groups: Mapping[str, str], load: Callable[[], Iterable[Tool]]) -> None:
+        """Tools named now (name -> group: enough for policies, `names()` and status) and built by
+        `load` when one of them is first looked up, listed or called.
+
+        `load` must build exactly the tools named; it runs once, and a difference is an error then
+        (RuntimeError), as a bad schema is: the family's own tests load it."""
+        for name in groups:
+            if name in self._tools or name in self._deferred:
+                raise ValueError(f"a tool named {name!r} is already registered")
+        family = _Deferred(groups, load)
+        for name in groups:
+            self._deferred[name] = family
+        self._changed()
+
+    def _load(self, name: str) -> None:
+        """Build the deferred family `name` belongs to and put its tools in the table."""
+        family = self._deferred[name]
+        tools = list(family.load())  # a failure leaves the family deferred: each use says why again
+        built = {tool.name: tool.info().group for tool in tools}
+        if built != family.groups:
+            raise RuntimeError(f"deferred tools built as {built}, but were registered as {family.groups}")
+        for member in family.groups:
+            del self._deferred[member]
+        for tool in tools:
+            self._add(tool)
+        # The table looks the same from outside (names and groups were known): no listeners told.
+        self._definitions.clear()
+
+    def _load_all(self) -> None:
+        while self._deferred:
+            self._load(next(iter(self._deferred)))
+
+    def _entry(self, name: str) -> _Registered | None:
+        if name in self._deferred:
+            self._load(name)
+        return self._tools.get(name)
+
     def unregister(self, name: str) -> None:
+        if name in self._deferred:
+            self._load(name)
         if self._tools.pop(name, None) is not None:
             self._changed()
 
+    def _groups(self) -> dict[str, str]:
+        groups = {name: r.info.group for name, r in self._tools.items()}
+        groups.update((name, family.groups[name]) for name, family in self._deferred.items())
+        return groups
+
     def _changed(self) -> None:
-        self.policy.set_tools({name: r.info.group for name, r in self._tools.items()})
+        self.policy.set_tools(self._groups())
         self._definitions.clear()
         for listener in list(self._change_listeners):
             try:
@@ -166,7 +227,7 @@ class Registry:
             self._change_listeners.remove(listener)
 
     def get(self, name: str) -> Tool | None:
-        entry = self._tools.get(name)
+        entry = self._entry(name)
         return entry.tool if entry else None
 
     def only_observes(self, name: str, args: object) -> bool:
@@ -175,10 +236,11 @@ class Registry:
         return tool is not None and isinstance(args, dict) and tool.only_observes(args)
 
     def names(self) -> list[str]:
-        return sorted(self._tools)
+        return sorted([*self._tools, *self._deferred])
 
     def infos(self, ctx: ToolContext | None = None) -> list[ToolInfo]:
         """Every registered tool, or only those the policy lets through for `ctx`."""
+        self._load_all()
         allowed = None if ctx is None else self.policy.allowed(ctx)
         return [r.info for n, r in sorted(self._tools.items()) if allowed is None or n in allowed]
 
@@ -230,7 +292,7 @@ class Registry:
         started = time.perf_counter()
         parsed: dict[str, Any] = {}
         try:  # the checks: no awaits, so nothing to cancel before _run
-            entry = self._tools.get(name)
+            entry = self._entry(name)
             if entry is None:
                 why = f"unknown tool {name!r}"
                 return self._refuse(name, parsed, ctx, started, "unknown_tool", why, reason="unknown tool")
@@ -426,7 +488,7 @@ class Registry:
             error = self._clean(error)
         duration_ms = (time.perf_counter() - started) * 1000.0
         now = time.time()
-        known = name in self._tools
+        known = name in self._tools or name in self._deferred
         # Unknown names come from the outside world: count them under one key so the table stays
         # bounded, and record them cut short and scrubbed like any other text from outside.
         self.stats.record(name if known else "(unknown)", ctx.session_key, ok, refused, duration_ms, now)

@@ -105,6 +105,9 @@ class HomeAssistantEntities:
         self._commands: dict[str, Entity] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._poller: asyncio.Task[None] | None = None
+        # Set at the first connection: before it, states could not be published, and reading them
+        # would only open the board's devices (and import their drivers) during start-up.
+        self._connected_once = asyncio.Event()
         self._build(restart_button)
 
     # -- topics --------------------------------------------------------------
@@ -267,6 +270,7 @@ class HomeAssistantEntities:
     def on_connect(self) -> None:
         # The broker keeps the retained states, but ours may have changed while we were away.
         self._last.clear()
+        self._connected_once.set()
 
     async def before_disconnect(self) -> None:
         for task in [*self._tasks, *([self._poller] if self._poller else [])]:
@@ -289,6 +293,7 @@ class HomeAssistantEntities:
         task.add_done_callback(self._tasks.discard)
 
     async def _poll(self) -> None:
+        await self._connected_once.wait()
         while True:
             now = time.monotonic()
             if self.refresh_s > 0 and now - self._last_full >= self.refresh_s:

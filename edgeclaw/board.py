@@ -662,7 +662,24 @@ def _check_devices(spec: ProfileSchema, source: str) -> list[ConfigError]:
     return errors
 
 
+# Profiles read, by file and its stat: the config check and the runtime resolve the same profile at
+# each start, and `iter_profiles` reads them all; an edited file (new mtime or size) is read again.
+_READ: dict[tuple[str, int, int, int], BoardProfile] = {}
+
+
 def _read(path: Path) -> BoardProfile:
+    try:
+        st = path.stat()
+    except OSError:
+        return _parse(path)  # says why it cannot be read
+    key = (str(path.resolve()), st.st_ino, st.st_mtime_ns, st.st_size)
+    profile = _READ.get(key)
+    if profile is None:
+        profile = _READ[key] = _parse(path)
+    return profile
+
+
+def _parse(path: Path) -> BoardProfile:
     source = str(path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))

@@ -150,6 +150,18 @@ def test_unknown_keys_and_missing_name_are_errors(tmp_path):
     assert "i2c[0].speed: unknown key (expected one of:" in text
 
 
+def test_a_profile_is_read_once_per_start_and_again_when_the_file_changes(tmp_path):
+    path = write_profile(tmp_path, "bench", 'description = "first"\n[[i2c]]\nbus = 1\n')
+    first = board.load_profile(path)
+    assert board.load_profile(path) is first  # the config check and the runtime share one read
+    Path(path).write_text('[board]\nname = "bench"\ndescription = "second, edited"\n[[i2c]]\nbus = 3\n')
+    edited = board.load_profile(path)
+    assert edited.description == "second, edited" and [b.bus for b in edited.spec.i2c] == [3]
+    Path(path).write_text('[board]\nname = "bench"\n[[gpio]]\npin = "x"\n')  # broken now
+    with pytest.raises(ConfigErrors):
+        board.load_profile(path)
+
+
 # -- detection from device-tree files -------------------------------------------------------------
 def _dt(tmp_path, model: str | None, compatible: list[str]):
     model_path, compat_path = tmp_path / "model", tmp_path / "compatible"

@@ -662,29 +662,30 @@ def _check_devices(spec: ProfileSchema, source: str) -> list[ConfigError]:
     return errors
 
 
-# Profiles read, by file and its stat: the config check and the runtime resolve the same profile at
-# each start, and `iter_profiles` reads them all; an edited file (new mtime or size) is read again.
-_READ: dict[tuple[str, int, int, int], BoardProfile] = {}
+# The last profile read from each file, with the bytes it was read from: the config check and the
+# runtime resolve the same profile at each start, and `iter_profiles` reads them all. Compared on
+# the bytes, not the mtime (whose clock ticks coarsely), so an edited file is always parsed again.
+_READ: dict[str, tuple[bytes, BoardProfile]] = {}
 
 
 def _read(path: Path) -> BoardProfile:
     try:
-        st = path.stat()
-    except OSError:
-        return _parse(path)  # says why it cannot be read
-    key = (str(path.resolve()), st.st_ino, st.st_mtime_ns, st.st_size)
-    profile = _READ.get(key)
-    if profile is None:
-        profile = _READ[key] = _parse(path)
+        data = path.read_bytes()
+    except OSError as e:
+        raise ConfigErrors([ConfigError(str(path), "", f"cannot read board profile: {e.strerror}")]) from None
+    key = str(path.resolve())
+    known = _READ.get(key)
+    if known is not None and known[0] == data:
+        return known[1]
+    profile = _parse(path, data.decode("utf-8"))
+    _READ[key] = (data, profile)
     return profile
 
 
-def _parse(path: Path) -> BoardProfile:
+def _parse(path: Path, text: str) -> BoardProfile:
     source = str(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ConfigErrors([ConfigError(source, "", f"cannot read board profile: {e.strerror}")]) from None
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigErrors([ConfigError(source, "", f"not valid TOML: {e}")]) from None
     spec, errors = build_dataclass(ProfileSchema, data, source)

@@ -39,7 +39,8 @@ NOT_AT_START = (
 # With MQTT off, nothing of it either; nor zipfile (reading an update's wheel), which MQTT's Home
 # Assistant entities bring at start through gpiozero (importlib.metadata) when they read the pins.
 MQTT_MODULES = ("aiomqtt", "paho", "edgeclaw.channels.mqtt", "zipfile")
-# The agent loop and its subagents: built when a channel that chats starts (MQTT here).
+# The agent loop and its subagents: built by the first chat, spawn or sessions_send turn (or at
+# start when a previous run left subagents to recover), even with MQTT on.
 AGENT_LOOP_MODULES = ("edgeclaw.agent.loop", "edgeclaw.agent.subagents", "edgeclaw.tools.subagents")
 
 # Runs the real entry point and, once systemd would hear READY=1, writes sys.modules and stops
@@ -148,4 +149,4 @@ def test_daemon_with_mqtt_starts_without_per_tool_modules(tmp_path: Path) -> Non
     finally:
         broker.stop()
     assert "edgeclaw.channels.mqtt.channel" in modules
-    assert loaded(modules, NOT_AT_START) == []
+    assert loaded(modules, NOT_AT_START + AGENT_LOOP_MODULES) == []

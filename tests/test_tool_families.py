@@ -43,3 +43,39 @@ def test_every_deferred_family_builds_the_tools_it_named(tmp_path: Path, name: s
     assert [i.name for i in built] == named
     assert {i.name: i.group for i in built} == groups
     assert not registry._deferred
+
+
+async def test_the_daemon_builds_its_agent_loop_on_demand_and_recovers_subagents_at_start(tmp_path: Path):
+    """`edgeclaw run` leaves the agent loop unbuilt until something needs it, unless the last run
+    left subagents to recover: then it is built at start, and their recovery runs then."""
+    from edgeclaw.daemon.runtime import agent_on_demand
+    from edgeclaw.store.subagents import SubagentStore
+
+    def runtime_with(left_running: bool):
+        data = {"state_dir": str(tmp_path / "state"), "board": "sim"}
+        runtime = build_runtime(config_from_dict(data, "test.toml"), environ={})
+        if left_running:
+            store = SubagentStore(lambda: runtime.db)
+            child = store.create(
+                parent_session="mqtt:ops", task="calibrate", label="adc", agent_id="main", depth=1,
+                detached=False, announce=True, channel="mqtt", chat_id="ops", peer_kind="direct",
+                caller="mqtt", sender="", parent_agent="main", session_prefix="subagent:",
+            )  # fmt: skip
+            store.set_state(child.id, "running")
+        agent_on_demand(runtime)
+        return runtime
+
+    quiet = runtime_with(left_running=False)
+    await quiet.ready()
+    assert quiet._agent is None and quiet.subagents is None  # nothing needed it yet
+    spawn = quiet.registry.get("sessions_spawn")
+    assert spawn is not None and spawn._source() is not None  # a spawn builds it
+    assert quiet._agent is not None and quiet.subagents is not None
+    await quiet.aclose()
+
+    left = runtime_with(left_running=True)
+    await left.ready()
+    assert left.subagents is not None  # built at start, for the child the last run left
+    [row] = left.subagents.store.unannounced()
+    assert row.state == "interrupted"
+    await left.aclose()

@@ -66,10 +66,17 @@ def install_agent_tools(runtime: Runtime) -> None:
     t = config.tools
     timeout = t.subagents.timeout_s
 
+    def on_demand() -> None:
+        # In the daemon the loop is built by the first thing that needs it (`agent_on_demand`).
+        if runtime._agent is None and runtime.agent_factory is not None:
+            runtime.agent_factory()
+
     def control() -> SubagentControl | None:
+        on_demand()
         return runtime.subagents
 
     def inbox() -> SessionInbox | None:
+        on_demand()
         return runtime._agent
 
     def build() -> list[Tool]:
@@ -101,7 +108,11 @@ def parent_session(runtime: Runtime, session_key: str) -> str | None:
     """The session that started the subagent whose session this is (its parent reads its history)."""
     from edgeclaw.agent.subagents import SESSION_PREFIX
 
-    if runtime.subagents is None or not session_key.startswith(SESSION_PREFIX):
+    if not session_key.startswith(SESSION_PREFIX):
+        return None
+    if runtime.subagents is None and runtime.agent_factory is not None:
+        runtime.agent_factory()  # in the daemon: the manager comes with the loop, built on demand
+    if runtime.subagents is None:
         return None
     row = runtime.subagents.store.by_session(session_key)
     return row.parent_session if row is not None else None

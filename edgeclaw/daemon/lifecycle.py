@@ -22,7 +22,7 @@ from typing import Any
 from edgeclaw import __version__
 from edgeclaw.config.schema import Config
 from edgeclaw.daemon.control import ControlServer, socket_path
-from edgeclaw.daemon.runtime import Runtime, build_runtime
+from edgeclaw.daemon.runtime import Runtime, agent_on_demand, build_runtime
 from edgeclaw.daemon.sdnotify import LoopWatchdog, SystemdNotifier
 from edgeclaw.daemon.state import state_service
 
@@ -169,6 +169,7 @@ class Daemon:
         try:
             notifier.status("starting")
             runtime = self.runtime = build_runtime(self.config, board=self.board, environ=environ)
+            agent_on_demand(runtime)
             if runtime.automation is not None:
                 from edgeclaw.daemon.gateway import attach_daemon
 

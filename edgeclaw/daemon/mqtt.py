@@ -3,11 +3,17 @@ database, secrets and the custom tools' definition API."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from edgeclaw.channels.mqtt import MqttChannel
-from edgeclaw.daemon.agent import shared_agent
 from edgeclaw.daemon.fleet import install_fleet
 from edgeclaw.daemon.runtime import Runtime
 from edgeclaw.tools.custom import custom_tools_for
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from edgeclaw.agent.loop import AgentLoop
 
 
 def attach_peers(runtime: Runtime, channel: MqttChannel) -> None:
@@ -67,6 +73,16 @@ def attach_sparkplug(runtime: Runtime, channel: MqttChannel) -> None:
     channel.extend(node)
 
 
+def agent_source(runtime: Runtime) -> Callable[[], AgentLoop]:
+    """The shared agent loop for chats: built on the first one in `edgeclaw run`, at once elsewhere."""
+    if runtime.agent_factory is not None:
+        return runtime.agent_factory
+    from edgeclaw.daemon.agent import shared_agent
+
+    agent = shared_agent(runtime)
+    return lambda: agent
+
+
 def mqtt_service(runtime: Runtime) -> MqttChannel:
     """The MQTT channel as a daemon service (an async context manager)."""
     channel = MqttChannel(
@@ -76,7 +92,7 @@ def mqtt_service(runtime: Runtime) -> MqttChannel:
         registry=runtime.registry,
         approvals=runtime.approvals,
         db=runtime.db,
-        agent=shared_agent(runtime),
+        agent_factory=agent_source(runtime),
         password=runtime.secrets.get("mqtt", ""),
         hmac_secret=runtime.secrets.get("mqtt.hmac", ""),
         approver_secret=runtime.secrets.get("mqtt.approver", ""),

@@ -73,8 +73,14 @@ class Runtime:
     mcp: McpBridge | None = None
     # The board's devices (opened on first use): what is attached, for the fleet's status.
     hardware: BoardBackends | None = None
+    # `edgeclaw run` sets this (`agent_on_demand`): what needs the agent loop (a chat, a spawn,
+    # sessions_send's turn) builds it through here on first use. None elsewhere (`edgeclaw tool call`),
+    # where those say the loop is absent.
+    agent_factory: Callable[[], AgentLoop] | None = None
     _ready_hooks: list[Callable[[], Awaitable[None] | None]] = field(default_factory=list)
     _drain_hooks: list[Callable[[float], Awaitable[None]]] = field(default_factory=list)
+    _is_ready: bool = False
+    _late_steps: set[asyncio.Future[None]] = field(default_factory=set)
 
     @property
     def state(self) -> StateStore:
@@ -105,11 +111,29 @@ class Runtime:
 
     def on_ready(self, hook: Callable[[], Awaitable[None] | None]) -> None:
         """Run once every channel is up (`edgeclaw run` before READY=1): e.g. tell parents about
-        subagents a crash interrupted, now that their channels can show it."""
+        subagents a crash interrupted, now that their channels can show it. A hook added later
+        (something built on first use, after start-up) runs at once."""
         self._ready_hooks.append(hook)
+        if self._is_ready:
+            self._run_ready_hooks_now()
+
+    def _run_ready_hooks_now(self) -> None:
+        while self._ready_hooks:
+            hook = self._ready_hooks.pop(0)
+            try:
+                result = hook()
+                if inspect.isawaitable(result):
+                    task = asyncio.ensure_future(result)
+                    self._late_steps.add(task)  # kept until done: a task nobody holds may vanish
+                    task.add_done_callback(self._late_steps.discard)
+            except Exception:
+                log.exception("start-up step %r failed", hook)
 
     async def ready(self) -> None:
-        for hook in self._ready_hooks:
+        # Popped as they run: a hook may add another (the agent loop built on demand adds its
+        # subagents' recovery), which then runs in turn.
+        while self._ready_hooks:
+            hook = self._ready_hooks.pop(0)
             try:
                 result = hook()
                 if inspect.isawaitable(result):
@@ -118,6 +142,7 @@ class Runtime:
                 log.error("start-up step %s failed: %s", getattr(hook, "__qualname__", hook), e)
             except Exception:
                 log.exception("start-up step %r failed", hook)
+        self._is_ready = True
 
     def on_drain(self, hook: Callable[[float], Awaitable[None]]) -> None:
         """Work to finish within the shutdown grace beside the tool calls (subagents still running)."""
@@ -156,6 +181,27 @@ class Runtime:
             # The daemon's clean stop backs it up first. Kept, closed: a late user gets an error
             # rather than a reopened file.
             self.state.close()
+
+
+def agent_on_demand(runtime: Runtime) -> None:
+    """For `edgeclaw run`: the agent loop is built by the first thing that needs it, not at start-up
+    (its modules are a large part of a start). What a previous run left for it is still handled at
+    start: children it left running become `interrupted`, and finished ones are announced to their
+    parents, by building the loop then if (and only if) the state database holds such children."""
+
+    def build() -> AgentLoop:
+        from edgeclaw.daemon.agent import shared_agent
+
+        return shared_agent(runtime)
+
+    def recover_subagents() -> None:
+        from edgeclaw.store.subagents import SubagentStore
+
+        if runtime.subagents is None and SubagentStore(lambda: runtime.db).left_by_last_run():
+            build()  # its subagent manager's recovery runs as the next start-up step
+
+    runtime.agent_factory = build
+    runtime.on_ready(recover_subagents)
 
 
 def build_runtime(

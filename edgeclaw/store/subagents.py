@@ -244,6 +244,15 @@ class SubagentStore:
             )
         return [_row(r) for r in rows]
 
+    def left_by_last_run(self) -> bool:
+        """Whether a start has anything to recover: children left spawning or running, or ended
+        ones whose parent is still to be told (see `interrupt_leftovers`, `unannounced`)."""
+        row = self.db.query(
+            "SELECT 1 FROM subagents WHERE state IN ('spawning', 'running') OR (announce = 1"
+            " AND announced = 0 AND state IN ('completed', 'failed', 'cancelled', 'interrupted')) LIMIT 1"
+        )
+        return bool(row)
+
     def unannounced(self) -> list[SubagentRow]:
         """Ended children whose parent is to be told and has not been, oldest first."""
         rows = self.db.query(

@@ -34,13 +34,12 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import aiomqtt
 
 from edgeclaw import __version__
 from edgeclaw.agent.channel import InboundMessage, Reply
-from edgeclaw.agent.loop import AgentLoop
 from edgeclaw.channels.mqtt.approvals import NO_APPROVER, MqttApprover
 from edgeclaw.channels.mqtt.connection import (
     Connection,
@@ -107,6 +106,9 @@ from edgeclaw.tools.custom import CustomTools, InvalidDefinition
 from edgeclaw.tools.outlets import DeliveryFailed, Outlets
 from edgeclaw.tools.outlets import Outgoing as OutletMessage
 from edgeclaw.tools.registry import Registry
+
+if TYPE_CHECKING:
+    from edgeclaw.agent.loop import AgentLoop
 
 log = logging.getLogger("edgeclaw.mqtt")
 
@@ -205,6 +207,7 @@ class MqttChannel:
         approvals: ApprovalBroker,
         db: Database,
         agent: AgentLoop | None = None,
+        agent_factory: Callable[[], AgentLoop] | None = None,
         password: str = "",
         hmac_secret: str = "",
         version: str = __version__,
@@ -224,7 +227,9 @@ class MqttChannel:
         self.registry = registry
         self.approvals = approvals
         self.db = db
-        self.agent = agent
+        self._agent = agent
+        # Or built by the first chat (`edgeclaw run` builds the loop on demand, see daemon.runtime).
+        self._agent_factory = agent_factory
         self.custom_tools = custom_tools
         self.outlets = outlets
         self.version = version
@@ -361,6 +366,16 @@ class MqttChannel:
             ),
         )
         self.connection.settings = self.settings
+
+    @property
+    def agent(self) -> AgentLoop | None:
+        if self._agent is None and self._agent_factory is not None:
+            self._agent = self._agent_factory()
+        return self._agent
+
+    @agent.setter
+    def agent(self, agent: AgentLoop | None) -> None:
+        self._agent = agent
 
     # -- lifecycle -----------------------------------------------------------
     async def __aenter__(self) -> MqttChannel:

@@ -51,8 +51,8 @@ async def test_the_daemon_builds_its_agent_loop_on_demand_and_recovers_subagents
     from edgeclaw.daemon.runtime import agent_on_demand
     from edgeclaw.store.subagents import SubagentStore
 
-    def runtime_with(left_running: bool):
-        data = {"state_dir": str(tmp_path / "state"), "board": "sim"}
+    def runtime_with(left_running: bool, recover_at_start: bool = True):
+        data = {"state_dir": str(tmp_path / f"state-{left_running}-{recover_at_start}"), "board": "sim"}
         runtime = build_runtime(config_from_dict(data, "test.toml"), environ={})
         if left_running:
             store = SubagentStore(lambda: runtime.db)
@@ -62,7 +62,7 @@ async def test_the_daemon_builds_its_agent_loop_on_demand_and_recovers_subagents
                 caller="mqtt", sender="", parent_agent="main", session_prefix="subagent:",
             )  # fmt: skip
             store.set_state(child.id, "running")
-        agent_on_demand(runtime)
+        agent_on_demand(runtime, recover_at_start=recover_at_start)
         return runtime
 
     quiet = runtime_with(left_running=False)
@@ -79,3 +79,12 @@ async def test_the_daemon_builds_its_agent_loop_on_demand_and_recovers_subagents
     [row] = left.subagents.store.unannounced()
     assert row.state == "interrupted"
     await left.aclose()
+
+    # Without a channel to tell the parents at start, the loop's first use recovers them instead.
+    later = runtime_with(left_running=True, recover_at_start=False)
+    await later.ready()
+    assert later.subagents is None
+    spawn = later.registry.get("sessions_spawn")
+    assert spawn is not None and spawn._source() is not None
+    assert [r.state for r in later.subagents.store.unannounced()] == ["interrupted"]
+    await later.aclose()

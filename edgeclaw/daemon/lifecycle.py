@@ -169,7 +169,9 @@ class Daemon:
         try:
             notifier.status("starting")
             runtime = self.runtime = build_runtime(self.config, board=self.board, environ=environ)
-            agent_on_demand(runtime)
+            # MQTT's parents are told at start what a restart did to their subagents, as before the
+            # loop was built on demand; without it the loop's first use does that.
+            agent_on_demand(runtime, recover_at_start=self.config.mqtt.enabled)
             if runtime.automation is not None:
                 from edgeclaw.daemon.gateway import attach_daemon
 

@@ -183,11 +183,12 @@ class Runtime:
             self.state.close()
 
 
-def agent_on_demand(runtime: Runtime) -> None:
+def agent_on_demand(runtime: Runtime, *, recover_at_start: bool) -> None:
     """For `edgeclaw run`: the agent loop is built by the first thing that needs it, not at start-up
-    (its modules are a large part of a start). What a previous run left for it is still handled at
-    start: children it left running become `interrupted`, and finished ones are announced to their
-    parents, by building the loop then if (and only if) the state database holds such children."""
+    (its modules are a large part of a start); its subagent manager then recovers what a previous
+    run left. With `recover_at_start` (a channel that can tell the parents is up: MQTT), that is done
+    at start instead: children left running become `interrupted` and ended ones are announced, by
+    building the loop then if (and only if) the state database holds such children."""
 
     def build() -> AgentLoop:
         from edgeclaw.daemon.agent import shared_agent
@@ -201,7 +202,8 @@ def agent_on_demand(runtime: Runtime) -> None:
             build()  # its subagent manager's recovery runs as the next start-up step
 
     runtime.agent_factory = build
-    runtime.on_ready(recover_subagents)
+    if recover_at_start:
+        runtime.on_ready(recover_subagents)
 
 
 def build_runtime(

@@ -88,3 +88,31 @@ async def test_the_daemon_builds_its_agent_loop_on_demand_and_recovers_subagents
     assert spawn is not None and spawn._source() is not None
     assert [r.state for r in later.subagents.store.unannounced()] == ["interrupted"]
     await later.aclose()
+
+
+async def test_start_up_steps_added_after_ready_run_at_once_and_their_failures_are_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    import asyncio
+    import logging
+
+    runtime = build_runtime(config_from_dict({"state_dir": str(tmp_path / "s")}, "test.toml"), environ={})
+    ran: list[str] = []
+    runtime.on_ready(lambda: ran.append("before"))
+    assert ran == []  # before ready: waits for it
+    await runtime.ready()
+    assert ran == ["before"]
+
+    async def late_failing() -> None:
+        ran.append("late")
+        raise RuntimeError("the late step broke")
+
+    with caplog.at_level(logging.ERROR, "edgeclaw.runtime"):
+        runtime.on_ready(lambda: ran.append("sync"))
+        runtime.on_ready(late_failing)
+        assert ran[:2] == ["before", "sync"]  # at once
+        for _ in range(20):
+            await asyncio.sleep(0)
+    assert ran == ["before", "sync", "late"]
+    assert "late_failing" in caplog.text and "the late step broke" in caplog.text  # with its traceback
+    await runtime.aclose()

@@ -115,34 +115,38 @@ class Runtime:
         (something built on first use, after start-up) runs at once."""
         self._ready_hooks.append(hook)
         if self._is_ready:
-            self._run_ready_hooks_now()
-
-    def _run_ready_hooks_now(self) -> None:
-        while self._ready_hooks:
-            hook = self._ready_hooks.pop(0)
-            try:
-                result = hook()
-                if inspect.isawaitable(result):
-                    task = asyncio.ensure_future(result)
+            while self._ready_hooks:
+                step = self._ready_hooks.pop(0)
+                pending = self._start_step(step)
+                if pending is not None:
+                    task = asyncio.ensure_future(self._finish_step(step, pending))
                     self._late_steps.add(task)  # kept until done: a task nobody holds may vanish
                     task.add_done_callback(self._late_steps.discard)
-            except Exception:
-                log.exception("start-up step %r failed", hook)
 
     async def ready(self) -> None:
-        # Popped as they run: a hook may add another (the agent loop built on demand adds its
+        # Popped as they run: a step may add another (the agent loop built on demand adds its
         # subagents' recovery), which then runs in turn.
         while self._ready_hooks:
-            hook = self._ready_hooks.pop(0)
-            try:
-                result = hook()
-                if inspect.isawaitable(result):
-                    await result
-            except EdgeclawError as e:  # meant for people (the database cannot be opened, ...)
-                log.error("start-up step %s failed: %s", getattr(hook, "__qualname__", hook), e)
-            except Exception:
-                log.exception("start-up step %r failed", hook)
+            step = self._ready_hooks.pop(0)
+            pending = self._start_step(step)
+            if pending is not None:
+                await self._finish_step(step, pending)
         self._is_ready = True
+
+    def _start_step(self, step: Callable[[], Awaitable[None] | None]) -> Awaitable[None] | None:
+        """Call one start-up step; what is left to await of it, if anything. Failures are logged."""
+        try:
+            result = step()
+        except Exception as e:
+            _step_failed(step, e)
+            return None
+        return result if inspect.isawaitable(result) else None
+
+    async def _finish_step(self, step: Callable[[], object], pending: Awaitable[None]) -> None:
+        try:
+            await pending
+        except Exception as e:
+            _step_failed(step, e)
 
     def on_drain(self, hook: Callable[[float], Awaitable[None]]) -> None:
         """Work to finish within the shutdown grace beside the tool calls (subagents still running)."""
@@ -181,6 +185,13 @@ class Runtime:
             # The daemon's clean stop backs it up first. Kept, closed: a late user gets an error
             # rather than a reopened file.
             self.state.close()
+
+
+def _step_failed(step: Callable[[], object], e: Exception) -> None:
+    if isinstance(e, EdgeclawError):  # meant for people (the database cannot be opened, ...)
+        log.error("start-up step %s failed: %s", getattr(step, "__qualname__", step), e)
+    else:
+        log.error("start-up step %r failed", step, exc_info=e)
 
 
 def agent_on_demand(runtime: Runtime, *, recover_at_start: bool) -> None:

@@ -67,7 +67,7 @@ def install_agent_tools(runtime: Runtime) -> None:
     timeout = t.subagents.timeout_s
 
     def on_demand() -> None:
-        # In the daemon the loop is built by the first thing that needs it (`agent_on_demand`).
+        # In the daemon the loop is built by the first thing that needs it (`daemon.agent_on_demand`).
         if runtime._agent is None and runtime.agent_factory is not None:
             runtime.agent_factory()
 

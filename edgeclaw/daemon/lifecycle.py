@@ -21,8 +21,9 @@ from typing import Any
 
 from edgeclaw import __version__
 from edgeclaw.config.schema import Config
+from edgeclaw.daemon.agent_on_demand import agent_on_demand
 from edgeclaw.daemon.control import ControlServer, socket_path
-from edgeclaw.daemon.runtime import Runtime, agent_on_demand, build_runtime
+from edgeclaw.daemon.runtime import Runtime, build_runtime
 from edgeclaw.daemon.sdnotify import LoopWatchdog, SystemdNotifier
 from edgeclaw.daemon.state import state_service
 

@@ -73,7 +73,7 @@ class Runtime:
     mcp: McpBridge | None = None
     # The board's devices (opened on first use): what is attached, for the fleet's status.
     hardware: BoardBackends | None = None
-    # `edgeclaw run` sets this (`agent_on_demand`): what needs the agent loop (a chat, a spawn,
+    # `edgeclaw run` sets this (`daemon.agent_on_demand`): what needs the agent loop (a chat, a spawn,
     # sessions_send's turn) builds it through here on first use. None elsewhere (`edgeclaw tool call`),
     # where those say the loop is absent.
     agent_factory: Callable[[], AgentLoop] | None = None
@@ -192,29 +192,6 @@ def _step_failed(step: Callable[[], object], e: Exception) -> None:
         log.error("start-up step %s failed: %s", getattr(step, "__qualname__", step), e)
     else:
         log.error("start-up step %r failed", step, exc_info=e)
-
-
-def agent_on_demand(runtime: Runtime, *, recover_at_start: bool) -> None:
-    """For `edgeclaw run`: the agent loop is built by the first thing that needs it, not at start-up
-    (its modules are a large part of a start); its subagent manager then recovers what a previous
-    run left. With `recover_at_start` (a channel that can tell the parents is up: MQTT), that is done
-    at start instead: children left running become `interrupted` and ended ones are announced, by
-    building the loop then if (and only if) the state database holds such children."""
-
-    def build() -> AgentLoop:
-        from edgeclaw.daemon.agent import shared_agent
-
-        return shared_agent(runtime)
-
-    def recover_subagents() -> None:
-        from edgeclaw.store.subagents import SubagentStore
-
-        if runtime.subagents is None and SubagentStore(lambda: runtime.db).left_by_last_run():
-            build()  # its subagent manager's recovery runs as the next start-up step
-
-    runtime.agent_factory = build
-    if recover_at_start:
-        runtime.on_ready(recover_subagents)
 
 
 def build_runtime(

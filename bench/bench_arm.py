@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from procs import rss_mb, stop
+
 NOT_INHERITED = ("EDGECLAW_", "NOTIFY_SOCKET", "WATCHDOG_", "INVOCATION_ID")
 READY_TIMEOUT_S = 180.0  # a cold start under emulation on two shared cores takes seconds, not minutes
 
@@ -50,23 +52,6 @@ def wall_s(cmd: list[str]) -> float:
     started = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=clean_env())
     return time.perf_counter() - started
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise SystemExit(f"bench_arm: no VmRSS for process {pid}")
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 class Daemon:
@@ -106,7 +91,7 @@ class Daemon:
                 try:
                     data = sock.recv(4096)
                 except TimeoutError:
-                    stop(proc)
+                    stop(proc, 30)
                     raise SystemExit(
                         f"bench_arm: {self.name}: no READY=1 within {READY_TIMEOUT_S:g} s; log:\n"
                         + self.log.read_text(errors="replace")
@@ -138,7 +123,7 @@ def start_mosquitto(root: Path) -> tuple[subprocess.Popen[bytes], int] | None:
             return proc, port
         except OSError:
             time.sleep(0.2)
-    stop(proc)
+    stop(proc, 30)
     raise SystemExit("bench_arm: mosquitto did not listen within 60 s")
 
 
@@ -159,7 +144,7 @@ def main() -> int:
 
     idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     time.sleep(opts.settle)
-    floor_rss = rss_mib(idle.pid)
+    floor_rss = rss_mb(idle.pid)
     stop(idle)
     print(f"arm: idle `python3` RSS (floor): {floor_rss:.1f} MiB", flush=True)
 
@@ -183,8 +168,8 @@ def main() -> int:
                     times.append(elapsed)
                     if run == opts.runs:
                         time.sleep(opts.settle)
-                        rss = rss_mib(proc.pid)
-                    stop(proc)
+                        rss = rss_mb(proc.pid)
+                    stop(proc, 30)
                 cold_s = times[0]
                 later = f"{statistics.median(times[1:]):.2f} s" if opts.runs else "not measured (--runs 0)"
                 print(

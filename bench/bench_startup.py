@@ -35,6 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from harness import rss_mb, start_broker  # noqa: E402
+from procs import stop  # noqa: E402
 
 READY_RATIO_TARGET = 1.5
 VERSION_RATIO_TARGET = 2.0
@@ -153,16 +154,6 @@ class DaemonDir:
         if not keep:
             stop(proc)
         return elapsed, proc, cpu
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
 
 
 async def wait_online(port: int, device: str, timeout_s: float = 60.0) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+from procs import rss_mb
 
 ROOT = Path(__file__).resolve().parent.parent
 REPLIES = "bench/replies"
@@ -116,14 +117,6 @@ def start_daemon(
         stderr=(workdir / "edgeclaw.log").open("wb"),
     )
     return Daemon(device, proc, workdir)
-
-
-def rss_mb(pid: int) -> float:
-    """Resident set size of a process in MiB, from /proc (VmRSS)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024.0
-    raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
 def tools_config(**keys: object) -> str:

@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -548,21 +549,28 @@ def waiting_approval(page: PageServer, cookie: str, device: str, text: str) -> s
         time.sleep(0.1)
 
 
-def test_a_call_denied_from_the_api_is_answered_denied(page, fleet):
-    import threading
-
-    cookie, csrf = page.login()
-    headers = {"Content-Type": "application/json", "Cookie": cookie, "X-CSRF-Token": csrf}
-    device = fleet.devices[1]
+def call_in_background(
+    page: PageServer, headers: dict[str, str], device: str, command: str
+) -> tuple[threading.Thread, dict[str, Any]]:
+    """`exec command` on `device` through /api/call, in a thread (it waits for an approval); the
+    result dict gets the HTTP status and the parsed body when the call returns."""
     result: dict[str, Any] = {}
 
     def call() -> None:
-        body = json.dumps({"device": device, "tool": "exec", "args": {"command": "echo never-runs"}})
+        body = json.dumps({"device": device, "tool": "exec", "args": {"command": command}})
         result["status"], _, raw = page.request("POST", "/api/call", body, headers)
         result["body"] = json.loads(raw)
 
     caller = threading.Thread(target=call)
     caller.start()
+    return caller, result
+
+
+def test_a_call_denied_from_the_api_is_answered_denied(page, fleet):
+    cookie, csrf = page.login()
+    headers = {"Content-Type": "application/json", "Cookie": cookie, "X-CSRF-Token": csrf}
+    device = fleet.devices[1]
+    caller, result = call_in_background(page, headers, device, "echo never-runs")
     question = waiting_approval(page, cookie, device, "never-runs")
     bad = json.dumps({"device": device, "id": question, "decision": "yes please"})
     status, _, body = page.request("POST", "/api/approve", bad, headers)
@@ -577,25 +585,11 @@ def test_a_call_denied_from_the_api_is_answered_denied(page, fleet):
 
 
 def test_approve_always_is_stored_on_the_device_for_that_command(page, fleet):
-    import subprocess
-    import sys
-    import threading
-
     cookie, csrf = page.login()
     headers = {"Content-Type": "application/json", "Cookie": cookie, "X-CSRF-Token": csrf}
     device = fleet.devices[0]  # devices[2] was killed by the offline test before
     daemon = next(d for d in fleet.daemons if d.device == device)
-    result: dict[str, Any] = {}
-
-    def call() -> None:
-        body = json.dumps(
-            {"device": device, "tool": "exec", "args": {"command": "echo always-from-the-page"}}
-        )
-        result["status"], _, raw = page.request("POST", "/api/call", body, headers)
-        result["body"] = json.loads(raw)
-
-    caller = threading.Thread(target=call)
-    caller.start()
+    caller, result = call_in_background(page, headers, device, "echo always-from-the-page")
     question = waiting_approval(page, cookie, device, "always-from")
     always = json.dumps({"device": device, "id": question, "decision": "allow-always"})
     status, _, body = page.request("POST", "/api/approve", always, headers)

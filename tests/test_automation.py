@@ -664,9 +664,10 @@ async def test_a_prompt_job_is_a_turn_of_the_named_agent_in_its_own_session(tmp_
     from edgeclaw.agent.job_runner import JobRunner
     from edgeclaw.config.loader import config_from_dict
     from edgeclaw.daemon.runtime import build_runtime
-    from edgeclaw.daemon.scheduler import _agent
+    from edgeclaw.daemon.scheduler import _agent, _daily_notes
     from edgeclaw.tools.automation.daily_note import DailyNotes
     from edgeclaw.tools.automation.targets import JobOutlets
+    from edgeclaw.tools.automation.when import local_zone
     from tests.llm_server import ScriptedLLM, first_user_text, openai_text, openai_tools
 
     with ScriptedLLM() as llm:
@@ -705,8 +706,7 @@ async def test_a_prompt_job_is_a_turn_of_the_named_agent_in_its_own_session(tmp_
             events = []
             rt.registry.add_audit_sink(events.append)
             outlets = JobOutlets()
-            notes = DailyNotes(rt.memory.store, config.memory.shared_writers)
-            outlets.register("memory", notes)
+            outlets.register("memory", _daily_notes(rt, local_zone()))  # the daemon's outlet
             runner = JobRunner(rt.registry, outlets, lambda name: _agent(rt, name))
             outcome, detail = await runner.run(job, 3, "schedule", None)
             assert outcome == "ok", detail
@@ -715,7 +715,8 @@ async def test_a_prompt_job_is_a_turn_of_the_named_agent_in_its_own_session(tmp_
             [call] = [e for e in events if e.tool == "i2c"]
             assert call.ok and call.caller == "cli:root" and call.session == f"job:{job.id}"
             assert call.agent_id == "gardener"
-            note = rt.memory.store.document(notes.path_for(time.time()), "")
+            today = DailyNotes(rt.memory.store, ()).path_for(time.time())
+            note = rt.memory.store.document(today, "")
             assert note is not None and "[job morning] It is 25.0 C in the greenhouse." in note.content
         finally:
             await rt.aclose()

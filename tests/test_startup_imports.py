@@ -35,6 +35,11 @@ NOT_AT_START = (
     "edgeclaw.tools.web.http_request",
     "edgeclaw.tools.messaging",
     "edgeclaw.tools.sessions_send",
+    # Memory, context files and skills (daemon.memory_on_demand): on the first fs or memory call.
+    "edgeclaw.daemon.memory",
+    "edgeclaw.store.memory",
+    "edgeclaw.tools.memory",
+    "edgeclaw.tools.skills",
 )
 # With MQTT off, nothing of it either; nor zipfile (reading an update's wheel), which MQTT's Home
 # Assistant entities bring at start through gpiozero (importlib.metadata) when they read the pins.

@@ -9,6 +9,7 @@ import pytest
 
 from edgeclaw.config.loader import config_from_dict
 from edgeclaw.daemon.runtime import build_runtime
+from edgeclaw.tools.base import ToolContext
 
 CONFIGS = {
     "sim board": {"board": "sim"},
@@ -26,6 +27,7 @@ CONFIGS = {
             }
         },
     },
+    "memory without skills": {"board": "sim", "skills": {"enabled": False}},
 }
 
 
@@ -36,8 +38,9 @@ def test_every_deferred_family_builds_the_tools_it_named(tmp_path: Path, name: s
     registry = runtime.registry
     named = registry.names()
     deferred = set(registry._deferred)
-    assert {"i2c", "tts", "web_fetch", "spawn", "message"} <= deferred  # the families are deferred
+    assert {"i2c", "tts", "web_fetch", "spawn", "message", "memory_store"} <= deferred  # deferred
     assert ("web_search" in named) == ("search" in CONFIGS[name].get("tools", {}).get("web", {}))
+    assert ("skill_search" in named) == ("skills" not in CONFIGS[name])
     groups = dict(registry.policy._tool_groups)
     built = registry.infos()  # builds every family; RuntimeError if one built other tools
     assert [i.name for i in built] == named
@@ -115,4 +118,50 @@ async def test_start_up_steps_added_after_ready_run_at_once_and_their_failures_a
             await asyncio.sleep(0)
     assert ran == ["before", "sync", "late"]
     assert "late_failing" in caplog.text and "the late step broke" in caplog.text  # with its traceback
+    await runtime.aclose()
+
+
+async def test_memory_is_built_by_its_first_use_and_the_fs_tools_route_through_it(tmp_path: Path):
+    """With memory on, nothing of it is built at start-up; the first fs call on MEMORY.md builds it
+    and lands in the memory store, not on the disk, as when it was built at start."""
+    data = {"state_dir": str(tmp_path / "state"), "board": "sim"}
+    runtime = build_runtime(config_from_dict(data, "test.toml"), environ={})
+    ctx = ToolContext(channel="cli", caller="cli:tech")
+    assert runtime._memory is None and "memory_search" in runtime.registry._deferred
+    note = {"path": "MEMORY.md", "content": "fan: GPIO 22\n"}
+    wrote = await runtime.registry.execute("write_file", note, ctx)
+    assert wrote.ok, wrote.error
+    assert runtime._memory is not None
+    assert not (runtime.workspace / "MEMORY.md").exists()  # routed to the database
+    assert runtime.memory is runtime._memory  # one for every caller
+    found = await runtime.registry.execute("memory_get", {"path": "MEMORY.md"}, ctx)
+    assert found.ok and "GPIO 22" in found.for_llm  # the tools built later share that store
+    await runtime.aclose()
+
+    off = build_runtime(config_from_dict({**data, "memory": {"enabled": False}}, "test.toml"), environ={})
+    assert off.memory is None and "memory_search" not in off.registry.names()
+    wrote = await off.registry.execute("write_file", {"path": "MEMORY.md", "content": "on disk\n"}, ctx)
+    assert wrote.ok and (off.workspace / "MEMORY.md").read_text() == "on disk\n"
+    await off.aclose()
+
+
+async def test_a_memory_build_that_fails_refuses_the_call_and_the_next_use_tries_again(tmp_path: Path):
+    data = {"state_dir": str(tmp_path / "state"), "board": "sim"}
+    runtime = build_runtime(config_from_dict(data, "test.toml"), environ={})
+    build, attempts = runtime.memory_factory, []
+
+    def failing_once():
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise OSError("skills directory unreadable")
+        return build()
+
+    runtime.memory_factory = failing_once
+    ctx = ToolContext(channel="cli", caller="cli:tech")
+    failed = await runtime.registry.execute("read_file", {"path": "MEMORY.md"}, ctx)
+    assert not failed.ok and "skills directory unreadable" in failed.error
+    assert runtime._memory is None
+    stored = await runtime.registry.execute("memory_store", {"key": "pump", "content": "relay 3"}, ctx)
+    assert stored.ok, stored.error
+    assert len(attempts) == 2 and runtime._memory is not None
     await runtime.aclose()

@@ -1,5 +1,7 @@
 """Build memory, context files and skills from `[memory]` and `[skills]`; shared by run, chat and the CLI.
 
+Built on first use (`daemon.memory_on_demand`): this module and what it imports load then.
+
 The embedder talks to a configured provider's server through the same
 request path and retry policy as the chat providers (`agent.providers`): it
 is built here, where the daemon may import both layers, and handed down to
@@ -20,13 +22,14 @@ from edgeclaw.tools.memory.adopt import adopt_workspace_memory
 from edgeclaw.tools.memory.context import AgentTypes, ContextFiles
 from edgeclaw.tools.memory.prompt_context import PromptContext
 from edgeclaw.tools.memory.tools import memory_tools
-from edgeclaw.tools.memory.vfs import ROUTED_TOOLS, VirtualFiles
+from edgeclaw.tools.memory.vfs import VirtualFiles
 from edgeclaw.tools.skills.library import BUILTIN_DIR, SkillLibrary, SkillRoot
 from edgeclaw.tools.skills.tool import SkillSearchTool
 from edgeclaw.tools.workspace import Workspace
 
 if TYPE_CHECKING:
     from edgeclaw.daemon.runtime import Runtime
+    from edgeclaw.tools.base import Tool
 
 
 @dataclass
@@ -37,14 +40,15 @@ class MemoryRuntime:
     prompt: PromptContext
     skills: SkillLibrary | None
     embedder: HttpEmbedder | None
+    # memory_* and, with skills on, skill_search: the names `daemon.tool_families` gives for them.
+    tools: list[Tool]
 
 
-def build_memory(runtime: Runtime, ws: Workspace) -> MemoryRuntime | None:
-    """Register the memory and skills tools and put the virtual file system in front of the fs tools."""
+def build_memory(runtime: Runtime, ws: Workspace) -> MemoryRuntime:
+    """The memory store, context files, skills, the virtual file system for the fs tools and the
+    memory tools, for a config with memory on."""
     config = runtime.config
     m = config.memory
-    if not m.enabled:
-        return None
     embedder = build_embedder(runtime)
     settings = MemorySettings(
         chunk_tokens=m.chunk_tokens,
@@ -67,14 +71,9 @@ def build_memory(runtime: Runtime, ws: Workspace) -> MemoryRuntime | None:
     )
     skills = build_skills(runtime, ws, embedder) if config.skills.enabled else None
     files = VirtualFiles(ws, store, contexts, skills)
-    registry = runtime.registry
-    registry.register_all(memory_tools(store, files, m.shared_writers))
+    tools = memory_tools(store, files, m.shared_writers)
     if skills is not None:
-        registry.register(SkillSearchTool(skills))
-    for name in ROUTED_TOOLS:
-        tool: Any = registry.get(name)
-        if tool is not None and hasattr(tool, "vfs"):
-            tool.vfs = files
+        tools.append(SkillSearchTool(skills))
     prompt = PromptContext(
         contexts,
         store,
@@ -82,7 +81,7 @@ def build_memory(runtime: Runtime, ws: Workspace) -> MemoryRuntime | None:
         memory_chars=m.prompt_memory_chars,
         max_skills=config.skills.prompt_max,
     )
-    return MemoryRuntime(store, contexts, files, prompt, skills, embedder)
+    return MemoryRuntime(store, contexts, files, prompt, skills, embedder, tools)
 
 
 def agent_types(config: Config) -> dict[str, AgentType]:

@@ -61,8 +61,10 @@ class Runtime:
     # The daemon's MCP server (HTTP and MQTT sessions), built on first use by
     # `daemon.mcp_server.shared_mcp_server`.
     _mcp_server: McpServer | None = None
-    # Memory, context files and skills ([memory], [skills]); None when memory.enabled is false.
-    memory: MemoryRuntime | None = None
+    # Memory, context files and skills ([memory], [skills]), built on first use through
+    # `memory_factory` (set by `daemon.memory_on_demand` when memory.enabled is true).
+    _memory: MemoryRuntime | None = None
+    memory_factory: Callable[[], MemoryRuntime] | None = None
     # Scheduled jobs, the heartbeat and the gateway tool's hooks ([automation]).
     automation: Automation | None = None
     # Where text goes when nobody waits for it (channels and notification services register here).
@@ -94,6 +96,14 @@ class Runtime:
                 backup_interval_s=self.config.state.backup_interval_s,
             )
         return self._state
+
+    @property
+    def memory(self) -> MemoryRuntime | None:
+        """Memory, context files and skills, built now if they are not yet; None with memory off.
+        A build that fails raises, and the next use tries again."""
+        if self._memory is None and self.memory_factory is not None:
+            self._memory = self.memory_factory()
+        return self._memory
 
     @property
     def db(self) -> Database:
@@ -296,9 +306,9 @@ def build_runtime(
     from edgeclaw.tools.nodes import nodes_tool  # peers on the broker; the MQTT channel attaches it
 
     registry.register(nodes_tool(config.tools.nodes))
-    from edgeclaw.daemon.memory import build_memory  # memory tools, skill_search, the fs tools' VFS
+    from edgeclaw.daemon.memory_on_demand import install_memory_on_demand  # memory, skills, the VFS
 
-    runtime.memory = build_memory(runtime, ws)
+    install_memory_on_demand(runtime, ws)
     from edgeclaw.daemon.automation import install_automation  # cron, schedule and gateway
 
     runtime.automation = install_automation(runtime)

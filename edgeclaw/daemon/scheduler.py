@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import tzinfo as TzInfo
 from typing import TYPE_CHECKING, Any
 
 from edgeclaw.daemon.automation import HEARTBEAT_FILE, Automation
@@ -58,6 +59,25 @@ def _read_heartbeat(runtime: Runtime) -> str | None:
     return found.content if found is not None else None
 
 
+def _daily_notes(runtime: Runtime, tz: TzInfo) -> Callable[[str, Delivery], Awaitable[None]]:
+    """The `memory` outlet: a line in today's daily note. The memory store is built at the first
+    delivery, not when the scheduler starts (`daemon.memory_on_demand`)."""
+    notes: Any = None
+
+    async def deliver(rest: str, delivery: Delivery) -> None:
+        nonlocal notes
+        if notes is None:
+            from edgeclaw.tools.automation.daily_note import DailyNotes
+
+            memory = runtime.memory
+            if memory is None:
+                raise DeliveryError("memory is off (memory.enabled = false)")
+            notes = DailyNotes(memory.store, runtime.config.memory.shared_writers, tz)
+        await notes(rest, delivery)
+
+    return deliver
+
+
 class SchedulerService:
     """What `edgeclaw status` shows for the scheduler (a service like the channels)."""
 
@@ -86,10 +106,8 @@ async def scheduler_service(runtime: Runtime) -> AsyncIterator[SchedulerService]
     a = runtime.config.automation
     outlets = auto.outlets
     tz = zone(a.timezone)
-    if runtime.memory is not None:
-        from edgeclaw.tools.automation.daily_note import DailyNotes
-
-        outlets.register("memory", DailyNotes(runtime.memory.store, runtime.config.memory.shared_writers, tz))
+    if runtime.config.memory.enabled:
+        outlets.register("memory", _daily_notes(runtime, tz))
     console = _console_outlet(runtime)
     if console is not None:
         outlets.register("console", console)

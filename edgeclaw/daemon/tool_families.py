@@ -34,6 +34,19 @@ HARDWARE_TOOLS = dict.fromkeys(
 MEDIA_TOOLS = {"tts": "media", "image": "media", "camera": "hardware", "read_bytes": "fs"}
 
 
+MEMORY_TOOLS = dict.fromkeys(
+    ("memory_search", "memory_get", "memory_store", "memory_list", "memory_forget"), "memory"
+)
+
+
+def memory_tool_groups(config: Config) -> dict[str, str]:
+    """The memory tools; skill_search too when [skills] is on (`daemon.memory_on_demand`)."""
+    groups = dict(MEMORY_TOOLS)
+    if config.skills.enabled:
+        groups["skill_search"] = "skills"
+    return groups
+
+
 def web_tool_groups(config: Config) -> dict[str, str]:
     """web_fetch and http_request; web_search too when [tools.web.search] names a provider."""
     groups = {"web_fetch": "web", "http_request": "web"}

@@ -433,6 +433,10 @@ def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 _PATH_PROP = {"type": "string", "description": "Path relative to the workspace root (or absolute inside it)."}
 
 
+# The fs tools a `PathRouter` is asked about; the others (e.g. a search) see the disk only.
+ROUTED_TOOLS = frozenset({"read_file", "write_file", "edit_file", "file_append", "list_files"})
+
+
 class PathRouter(Protocol):
     """Claims some paths for storage other than the disk (the memory store: `tools.memory.vfs`).
 

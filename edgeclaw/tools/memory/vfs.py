@@ -40,13 +40,12 @@ from edgeclaw.store.memory import (
     check_path,
 )
 from edgeclaw.tools.base import Args, ToolContext, ToolResult
-from edgeclaw.tools.fs import render_lines, replace_text
+from edgeclaw.tools.fs import ROUTED_TOOLS, render_lines, replace_text
 from edgeclaw.tools.memory.context import CONTEXT_FILES, DEFAULT_AGENT, ContextFiles, reads_disk
 from edgeclaw.tools.skills.library import VIRTUAL_ROOT, SkillLibrary
 from edgeclaw.tools.workspace import Workspace, format_size
 from edgeclaw.wording import plural
 
-ROUTED_TOOLS = frozenset({"read_file", "write_file", "edit_file", "file_append", "list_files"})
 WRITING_TOOLS = frozenset({"write_file", "edit_file", "file_append"})
 MEMORY_DIR = "memory"
 MEMORY_FILE = "MEMORY.md"

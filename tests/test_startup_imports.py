@@ -47,6 +47,10 @@ MQTT_MODULES = ("aiomqtt", "paho", "edgeclaw.channels.mqtt", "zipfile")
 # The agent loop and its subagents: built by the first chat, spawn or sessions_send turn (or at
 # start when a previous run left subagents to recover), even with MQTT on.
 AGENT_LOOP_MODULES = ("edgeclaw.agent.loop", "edgeclaw.agent.subagents", "edgeclaw.tools.subagents")
+# With no channel up (MQTT off), neither the messages a channel and the agent exchange (the scheduler
+# and the heartbeat import them when they hand a prompt to the agent) nor `platform` (the gateway
+# tool's `version` action; MQTT's status and its client use it at start).
+CHANNEL_MODULES = ("edgeclaw.agent.channel", "platform")
 
 # Runs the real entry point and, once systemd would hear READY=1, writes sys.modules and stops
 # the daemon the way systemd does (SIGTERM).
@@ -130,7 +134,7 @@ def test_version_and_help_still_answer_through_the_console_script(run_cli) -> No
 def test_daemon_without_mqtt_starts_without_per_tool_or_mqtt_modules(tmp_path: Path) -> None:
     seen = daemon_at_ready(tmp_path, "[mqtt]\nenabled = false\n")
     assert "edgeclaw.daemon.lifecycle" in seen["modules"]  # the probe did watch the daemon
-    assert loaded(seen["modules"], NOT_AT_START + MQTT_MODULES + AGENT_LOOP_MODULES) == []
+    assert loaded(seen["modules"], NOT_AT_START + MQTT_MODULES + AGENT_LOOP_MODULES + CHANNEL_MODULES) == []
 
 
 def test_exec_deny_patterns_are_compiled_on_the_first_check_not_at_start(tmp_path: Path) -> None:

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from datetime import time as Time
 from datetime import tzinfo as TzInfo
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from edgeclaw.agent.channel import InboundMessage, Reply
+if TYPE_CHECKING:
+    from edgeclaw.agent.channel import InboundMessage, Reply
 
 log = logging.getLogger("edgeclaw.heartbeat")
 
@@ -118,6 +119,8 @@ class Heartbeat:
         if agent is None:
             return "failed: no agent to run it"
         assert text is not None
+        from edgeclaw.agent.channel import InboundMessage  # with the agent: not needed at start-up
+
         msg = InboundMessage(
             channel=CHANNEL,
             text=PROMPT.format(when=moment.isoformat(timespec="minutes"), text=text.strip()),

@@ -25,7 +25,6 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from edgeclaw.agent.channel import InboundMessage
 from edgeclaw.store.jobs import Job
 from edgeclaw.tools.automation.cron import owner_context
 from edgeclaw.tools.automation.targets import Delivery, DeliveryError, JobOutlets, TargetError, parse_target
@@ -80,6 +79,9 @@ class JobRunner:
             if agent is None:
                 text, ok = f"no agent named {job.agent!r} on this device", False
             else:
+                # With the agent, which loads it anyway: a scheduler of tool jobs never needs it.
+                from edgeclaw.agent.channel import InboundMessage
+
                 reply = await agent.handle(
                     InboundMessage(
                         channel=job.owner.channel,

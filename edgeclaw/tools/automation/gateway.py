@@ -34,7 +34,6 @@ actions that need one say so.
 
 from __future__ import annotations
 
-import platform
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -153,6 +152,8 @@ class GatewayTool(Tool):
         action = args["action"]
         h = self.hooks
         if action == "version":
+            import platform  # 2 ms at import: only this action needs it
+
             data = {
                 "edgeclaw": __version__,
                 "python": platform.python_version(),

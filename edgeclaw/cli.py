@@ -36,16 +36,26 @@ def _common(parser: argparse.ArgumentParser, board: bool = True) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line; with `command`, only that command's part: `edgeclaw run` parses its
+    arguments at every start, and building every command's parser costs ~10 ms."""
     parser = argparse.ArgumentParser(
         prog="edgeclaw", description="LLM agent daemon for embedded Linux boards."
     )
     parser.add_argument("--version", action="version", version=f"edgeclaw {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, add in COMMAND_PARSERS.items():
+        if command is None or name == command:
+            add(sub)
+    return parser
 
+
+def _add_run(sub: Any) -> None:
     run = sub.add_parser("run", help="run the daemon in the foreground (systemd's ExecStart)")
     _common(run)
 
+
+def _add_try(sub: Any) -> None:
     try_ = sub.add_parser(
         "try", help="the daemon on the sim board with its console on this terminal and a local broker"
     )
@@ -56,10 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     try_.add_argument("--no-broker", action="store_true", help="no MQTT: the console only")
 
+
+def _add_chat(sub: Any) -> None:
     chat = sub.add_parser("chat", help="chat with the agent on this terminal")
     _common(chat)
     chat.add_argument("--message", metavar="TEXT", help="one turn: print the reply and exit")
 
+
+def _add_tools(sub: Any) -> None:
     tools = sub.add_parser("tools", help="list the tools")
     tools_sub = tools.add_subparsers(dest="tools_command", metavar="SUBCOMMAND", required=True)
     tlist = tools_sub.add_parser("list", help="the tools the policy lets through, with groups")
@@ -69,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--profile", metavar="P", help="evaluate with this policy profile instead of the config's"
     )
 
+
+def _add_tool(sub: Any) -> None:
     tool = sub.add_parser("tool", help="call one tool")
     tool_sub = tool.add_subparsers(dest="tool_command", metavar="SUBCOMMAND", required=True)
     call = tool_sub.add_parser("call", help="one call through the full registry path")
@@ -79,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     call.add_argument("--dry-run", action="store_true", help="run every check, but not the tool body")
     call.add_argument("--json", action="store_true", help="print one JSON object")
 
+
+def _add_config(sub: Any) -> None:
     config = sub.add_parser("config", help="configuration")
     config_sub = config.add_subparsers(dest="config_command", metavar="SUBCOMMAND", required=True)
     check = config_sub.add_parser("check", help="validate a config file")
@@ -88,19 +106,27 @@ def build_parser() -> argparse.ArgumentParser:
     init = config_sub.add_parser("init", help="a commented sample configuration")
     init.add_argument("file", nargs="?", help="write it here (refused if the file exists); default stdout")
 
+
+def _add_status(sub: Any) -> None:
     status = sub.add_parser("status", help="ask the running daemon what it is doing")
     _common(status, board=False)
     status.add_argument("--json", action="store_true", help="print JSON")
 
+
+def _add_board(sub: Any) -> None:
     board = sub.add_parser("board", help="board profiles")
     board_sub = board.add_subparsers(dest="board_command", metavar="SUBCOMMAND", required=True)
     board_sub.add_parser("detect", help="which profile this board matches")
     show = board_sub.add_parser("show", help="what a profile allows")
     show.add_argument("name", help="profile name or file")
 
+
+def _add_doctor(sub: Any) -> None:
     doctor = sub.add_parser("doctor", help="check buses, permissions, sandbox, broker and provider")
     _common(doctor)
 
+
+def _add_approvals(sub: Any) -> None:
     approvals = sub.add_parser("approvals", help="stored allow-always decisions for shell commands")
     approvals_sub = approvals.add_subparsers(dest="approvals_command", metavar="SUBCOMMAND", required=True)
     alist = approvals_sub.add_parser("list", help="every stored decision, with its id")
@@ -110,6 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(arevoke, board=False)
     arevoke.add_argument("id", type=int, help="the id shown by `approvals list`")
 
+
+def _add_memory(sub: Any) -> None:
     memory = sub.add_parser("memory", help="the memory store and context files as plain files")
     memory_sub = memory.add_subparsers(dest="memory_command", metavar="SUBCOMMAND", required=True)
     mexport = memory_sub.add_parser("export", help="write memory and context files into a new directory")
@@ -124,13 +152,15 @@ def build_parser() -> argparse.ArgumentParser:
     mreindex = memory_sub.add_parser("reindex", help="chunk, index and embed every document again")
     _common(mreindex, board=False)
 
-    _cron_parser(sub)
 
+def _add_mcp(sub: Any) -> None:
     mcp = sub.add_parser("mcp", help="MCP: edgeclaw's tools for MCP clients")
     mcp_sub = mcp.add_subparsers(dest="mcp_command", metavar="SUBCOMMAND", required=True)
     mserve = mcp_sub.add_parser("serve", help="serve the tools to one MCP client on stdin/stdout")
     _common(mserve)
 
+
+def _add_fleet(sub: Any) -> None:
     fleet = sub.add_parser("fleet", help="the fleet page: a web view of the devices on a broker")
     fleet_sub = fleet.add_subparsers(dest="fleet_command", metavar="SUBCOMMAND", required=True)
     fserve = fleet_sub.add_parser("serve", help="serve the fleet page (runs until stopped)")
@@ -138,6 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     fserve.add_argument("--broker", metavar="HOST:PORT", help="the broker (default: [mqtt] host and port)")
     fserve.add_argument("--listen", metavar="HOST:PORT", help="where to serve (default: fleet_page.listen)")
 
+
+def _add_console(sub: Any) -> None:
     console = sub.add_parser("console", help="the serial console")
     console_sub = console.add_subparsers(dest="console_command", metavar="SUBCOMMAND", required=True)
     hash_pin = console_sub.add_parser(
@@ -147,10 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     hash_pin.add_argument(
         "--algorithm", choices=["scrypt", "pbkdf2-sha256"], default="scrypt", help="default: scrypt"
     )
-    return parser
 
 
-def _cron_parser(sub: Any) -> None:
+def _add_cron(sub: Any) -> None:
     cron = sub.add_parser("cron", help="scheduled jobs (a tool call or a prompt, on a schedule)")
     cron_sub = cron.add_subparsers(dest="cron_command", metavar="SUBCOMMAND", required=True)
     clist = cron_sub.add_parser("list", help="the jobs, with their next run and last outcome")
@@ -190,6 +221,26 @@ def _cron_parser(sub: Any) -> None:
     runs.add_argument("id", nargs="?", help="one job's runs (default: every job's)")
     runs.add_argument("--limit", type=int, default=10, help="how many (1-50)")
     runs.add_argument("--json", action="store_true", help="print JSON")
+
+
+# Each command's part of the parser, in the order `edgeclaw --help` lists them.
+COMMAND_PARSERS: dict[str, Callable[[Any], None]] = {
+    "run": _add_run,
+    "try": _add_try,
+    "chat": _add_chat,
+    "tools": _add_tools,
+    "tool": _add_tool,
+    "config": _add_config,
+    "status": _add_status,
+    "board": _add_board,
+    "doctor": _add_doctor,
+    "approvals": _add_approvals,
+    "memory": _add_memory,
+    "cron": _add_cron,
+    "mcp": _add_mcp,
+    "fleet": _add_fleet,
+    "console": _add_console,
+}
 
 
 def _setup_logging(level: str | None, default: str = "warning") -> None:
@@ -992,7 +1043,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    parser = build_parser()
+    given = sys.argv[1:] if argv is None else list(argv)
+    # A command named first needs only its own part of the parser (its --help and errors read the
+    # same); anything else (no command, a misspelt one, --help) gets the whole of it.
+    parser = build_parser(given[0] if given and given[0] in COMMAND_PARSERS else None)
     args = _parse(parser, argv)
     if args.command is None:
         parser.print_help()

@@ -127,3 +127,41 @@ def test_run_reports_an_unusable_state_database_in_one_line(run_cli, state_env, 
     out = run_cli("run", env=env)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "edgeclaw: cannot open the state database" in out.stderr
+
+
+def _parsed(parser, argv):
+    """What `parser` makes of `argv`: the namespace, or the exit status and what it printed."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            return vars(parser.parse_args(argv))
+        except SystemExit as e:
+            return (e.code, out.getvalue(), err.getvalue())
+
+
+def test_a_command_parsed_with_only_its_own_parser_reads_as_with_the_whole_one():
+    """`edgeclaw run` (at every start) builds only its own part of the parser: each command's
+    arguments, --help and errors must read as they do with every command's part built."""
+    import pytest
+
+    from edgeclaw.cli import COMMAND_PARSERS, build_parser
+
+    whole = build_parser()
+    shown = _parsed(whole, ["--help"])
+    for name in COMMAND_PARSERS:
+        assert f"    {name} " in shown[1] or f"    {name}\n" in shown[1]  # every command is listed
+        own = build_parser(name)
+        for argv in (
+            [name, "--help"],
+            [name],
+            [name, "--bogus"],
+            [name, "--board", "sim", "--log-level", "debug"],
+            [name, "list", "--json"],
+            [name, "call", "i2c", '{"action": "scan"}', "--dry-run"],
+        ):
+            assert _parsed(own, argv) == _parsed(whole, argv), argv
+    with pytest.raises(SystemExit):
+        build_parser("run").parse_args(["chat"])  # only its own command

@@ -7,6 +7,10 @@
   * `edgeclaw --version` beside `python -c pass` (target: <= 2x).
   * Idle resident memory (VmRSS) of the daemon on the sim board with MQTT up: once its retained status
     says online and it has been idle a few seconds (target: <= 25 MiB); with MQTT off for comparison.
+    Beside them, the floors: interpreters that made the floor's imports (with aiomqtt and without)
+    and wait, and `python -c pass`.
+  * Beside READY=1 with MQTT on, also the floor with the MQTT client imported: what importing
+    aiomqtt (paho-mqtt brings urllib.request, http.client and email) costs by itself.
 
 The package is byte-compiled first, as an installed one is. Times are medians of interleaved
 runs (floor, then each variant), so load on the machine hits all alike; 2 shared cores still make
@@ -42,6 +46,8 @@ VERSION_RATIO_TARGET = 2.0
 IDLE_RSS_TARGET_MIB = 25.0
 
 FLOOR_IMPORTS = "import asyncio, sqlite3, ssl, json, socket, logging"
+# The same with the MQTT client the channel needs (shown beside MQTT on; the target is against the above).
+MQTT_FLOOR_IMPORTS = FLOOR_IMPORTS + ", aiomqtt"
 NOT_INHERITED = ("EDGECLAW_", "NOTIFY_SOCKET", "WATCHDOG_", "INVOCATION_ID")
 
 
@@ -183,6 +189,17 @@ def idle_rss(daemon: DaemonDir, notify_path: Path, port: int | None, settle_s: f
         stop(proc)
 
 
+def floor_rss(imports: str, env: dict[str, str]) -> float:
+    """Resident memory of an interpreter that has done `imports` and waits: the RSS floor."""
+    code = f"{imports}; import sys, time; print('up', flush=True); time.sleep(120)"
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"up\n", "the floor did not start"
+        return rss_mb(proc.pid)
+    finally:
+        stop(proc)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=9, help="timed starts of each kind")
@@ -196,6 +213,7 @@ def main() -> int:
     compile_package()
     missed: list[str] = []
     floor_cmd = [sys.executable, "-c", FLOOR_IMPORTS]
+    mqtt_floor_cmd = [sys.executable, "-c", MQTT_FLOOR_IMPORTS]
 
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         root = Path(tmp)
@@ -206,13 +224,14 @@ def main() -> int:
             notify = root / "notify.sock"
             first_off = off.time_to_ready(notify)[0]  # makes the state directory and database
             first_on = on.time_to_ready(notify)[0]
-            floor, floor_cpu = [], []
+            floor, floor_cpu, mqtt_floor = [], [], []
             runs: dict[str, tuple[list[float], list[float]]] = {"MQTT off": ([], []), "MQTT on": ([], [])}
             env = clean_env()
             for _ in range(opts.runs):
                 wall, cpu = wall_and_cpu_s(floor_cmd, env)
                 floor.append(wall)
                 floor_cpu.append(cpu)
+                mqtt_floor.append(wall_s(mqtt_floor_cmd, env))
                 for label, daemon in (("MQTT off", off), ("MQTT on", on)):
                     wall, _, cpu = daemon.time_to_ready(notify)
                     runs[label][0].append(wall)
@@ -233,6 +252,12 @@ def main() -> int:
                 )
                 if ratio > READY_RATIO_TARGET:
                     missed.append(f"READY=1 {label}")
+            mqtt_floor_ms = statistics.median(mqtt_floor) * 1000
+            on_ms = statistics.median(runs["MQTT on"][0]) * 1000
+            print(
+                f"  MQTT on beside `python -c '{MQTT_FLOOR_IMPORTS}'` ({mqtt_floor_ms:.0f} ms = "
+                f"{mqtt_floor_ms / floor_ms:.2f}x the floor): {on_ms / mqtt_floor_ms:.2f}x"
+            )
 
             pass_s, version_s, pass_cpu, version_cpu = [], [], [], []
             version_cmd = [*edgeclaw_command(), "--version"]
@@ -259,6 +284,11 @@ def main() -> int:
             print(
                 f"idle RSS, sim board: MQTT up {rss_on:.1f} MiB (target <= {IDLE_RSS_TARGET_MIB:g} MiB), "
                 f"MQTT off {rss_off:.1f} MiB"
+            )
+            print(
+                f"  beside the floors' imports, waiting: {floor_rss(MQTT_FLOOR_IMPORTS, env):.1f} MiB with "
+                f"aiomqtt, {floor_rss(FLOOR_IMPORTS, env):.1f} MiB without; `python -c pass` "
+                f"{floor_rss('pass', env):.1f} MiB"
             )
             if rss_on > IDLE_RSS_TARGET_MIB:
                 missed.append("idle RSS")

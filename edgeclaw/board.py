@@ -61,6 +61,8 @@ def profile_dirs() -> list[Path]:
 
 @dataclass
 class BoardSection:
+    """[board] of a profile: its name, description, SoC and whether it is simulated."""
+
     name: str
     description: str = ""
     soc: str = ""
@@ -71,6 +73,8 @@ class BoardSection:
 
 @dataclass
 class DetectSection:
+    """[detect] of a profile: how `board detect` recognises the board from its device tree."""
+
     # Device-tree model prefixes ("Raspberry Pi 4 Model B") and exact compatible strings.
     models: list[str] = field(default_factory=list)
     compatible: list[str] = field(default_factory=list)
@@ -78,6 +82,8 @@ class DetectSection:
 
 @dataclass
 class AddressRange:
+    """An inclusive range of I2C addresses a grant admits."""
+
     first: int
     last: int
 
@@ -87,12 +93,16 @@ class AddressRange:
 
 @dataclass
 class I2CDeviceLabel:
+    """A name shown beside an address in an I2C scan."""
+
     address: int
     name: str
 
 
 @dataclass
 class I2CBusGrant:
+    """[[i2c]] of a profile: one bus and the addresses that may be read and written."""
+
     bus: int
     device: str = ""  # empty = /dev/i2c-BUS
     scan: bool = True
@@ -114,6 +124,8 @@ class I2CBusGrant:
 
 @dataclass
 class SPIDeviceGrant:
+    """[[spi]] of a profile: one bus and chip select, with its speed and modes."""
+
     bus: int
     chip_select: int
     max_speed_hz: int
@@ -133,6 +145,8 @@ class SPIDeviceGrant:
 
 @dataclass
 class GPIOPinGrant:
+    """[[gpio]] of a profile: one pin, its direction and what may be done with it."""
+
     pin: int
     name: str
     direction: Literal["in", "out"]
@@ -180,6 +194,8 @@ def region_holding(regions: list[RegionT], address: int, length: int) -> RegionT
 
 @dataclass
 class ProbeGrant:
+    """[probe] of a profile: the debug probe into the STM32 and what it may touch."""
+
     transport: Literal["gdb", "pyocd"]
     target: str  # e.g. "stm32f401retx" (a pyocd target type) or a description for a GDB server
     # gdb: "HOST:PORT" of a GDB server (OpenOCD, pyocd gdbserver, probe-rs, QEMU),
@@ -199,6 +215,8 @@ class ProbeGrant:
 
 @dataclass
 class ESP32PinGrant:
+    """A pin of the ESP32 behind the serial bridge, and its direction."""
+
     pin: int
     name: str
     direction: Literal["in", "out"]
@@ -206,12 +224,16 @@ class ESP32PinGrant:
 
 @dataclass
 class ESP32AdcGrant:
+    """An ADC input of the ESP32 behind the serial bridge."""
+
     pin: int
     name: str
 
 
 @dataclass
 class ESP32Grant:
+    """[esp32] of a profile: the serial bridge and the ESP32's pins, ADC inputs and I2C buses."""
+
     port: str  # a serial device, or "sim" for the reference firmware run in-process behind a pty
     baud: int = 115200
     gpio: list[ESP32PinGrant] = field(default_factory=list)
@@ -221,6 +243,8 @@ class ESP32Grant:
 
 @dataclass
 class SerialPortGrant:
+    """[[serial]] of a profile: a serial device the serial tool may open."""
+
     path: str
     name: str = ""
 
@@ -310,12 +334,16 @@ class CameraGrant:
 
 @dataclass
 class OneWireSection:
+    """[onewire] of a profile: where 1-Wire devices are listed."""
+
     # Where the kernel's w1 driver lists its devices; a simulated board uses a tree in its state dir.
     root: str = "/sys/bus/w1/devices"
 
 
 @dataclass
 class ProfileSchema:
+    """A board profile file, as its schema reads it (checked further by `_check_profile`)."""
+
     board: BoardSection
     detect: DetectSection = field(default_factory=DetectSection)
     i2c: list[I2CBusGrant] = field(default_factory=list)
@@ -360,6 +388,8 @@ def format_ranges(ranges: list[AddressRange | int]) -> str:
 
 @dataclass(frozen=True)
 class BoardProfile:
+    """A checked board profile: what this board grants, with the file it came from."""
+
     name: str
     description: str
     soc: str

@@ -72,6 +72,8 @@ class PartOption:
 
 @dataclass(frozen=True)
 class PartInfo:
+    """A part of the catalogue: how it is attached, what it measures, where it can sit."""
+
     name: str
     interface: Interface
     description: str

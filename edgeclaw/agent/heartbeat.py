@@ -46,6 +46,8 @@ class Answers(Protocol):
 
 @dataclass(frozen=True)
 class QuietHours:
+    """A daily span of time in which the heartbeat does not run."""
+
     start: Time
     end: Time
 

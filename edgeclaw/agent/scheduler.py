@@ -135,6 +135,8 @@ class EdgeSource(Protocol):
 
 @dataclass
 class SchedulerSettings:
+    """How the scheduler treats late jobs, clock steps and concurrent runs."""
+
     late_limit_s: float = 60.0
     step_s: float = 2.0  # a disagreement of wall and monotonic time beyond this is a clock step
     sync_recheck_s: float = 15.0

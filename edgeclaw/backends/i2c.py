@@ -53,6 +53,8 @@ class I2CDriver(Protocol):
 
 @dataclass(frozen=True)
 class ScanResult:
+    """The addresses that answered a scan, and those a kernel driver holds."""
+
     found: tuple[int, ...]
     busy: tuple[int, ...]  # claimed by a kernel driver (i2cdetect's "UU")
 

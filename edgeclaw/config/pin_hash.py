@@ -43,6 +43,8 @@ class PinHashError(ValueError):
 
 @dataclass(frozen=True)
 class PinHash:
+    """A console PIN or password hash as stored in console.login_hash."""
+
     algorithm: str  # "scrypt" or "pbkdf2-sha256"
     params: dict[str, int]
     salt: bytes

@@ -142,12 +142,16 @@ class PolicyNameError(ValueError):
 
 @dataclass(frozen=True)
 class PolicyLayer:
+    """A profile and an allow list: one provider's or channel's override of the tool policy."""
+
     profile: str = ""
     allow: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class AgentLayer:
+    """One agent's tool policy: its allow, deny and also_allow lists and per-provider overrides."""
+
     allow: tuple[str, ...] = ()
     deny: tuple[str, ...] = ()
     also_allow: tuple[str, ...] = ()

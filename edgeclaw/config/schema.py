@@ -15,6 +15,8 @@ LogLevel = Literal["debug", "info", "warning", "error"]
 
 @dataclass
 class AgentConfig:
+    """[agent]: the main agent's providers, prompt, history budget and heartbeat."""
+
     # Provider names from [providers.*], tried in this order; empty = slash commands only.
     providers: list[str] = field(default_factory=list)
     max_iterations: int = 20
@@ -43,6 +45,8 @@ class AgentRoute:
 
 @dataclass
 class ProviderConfig:
+    """[providers.NAME]: one model endpoint (OpenAI, Anthropic or Ollama wire protocol) and its key."""
+
     kind: Literal["openai", "anthropic", "ollama"]
     model: str
     base_url: str = ""  # empty = the kind's public endpoint (Ollama: http://127.0.0.1:11434)
@@ -244,6 +248,8 @@ class AgentWebConfig:
 
 @dataclass
 class AgentPolicy:
+    """[tools.agents.ID]: one agent's tool lists, per-provider overrides and exec settings."""
+
     allow: list[str] = field(default_factory=list)
     deny: list[str] = field(default_factory=list)
     also_allow: list[str] = field(default_factory=list)
@@ -255,6 +261,8 @@ class AgentPolicy:
 
 @dataclass
 class SubagentPolicy:
+    """[tools.subagents]: how deep, how many and with which tools subagents run."""
+
     max_depth: int = 1
     deny: list[str] = field(default_factory=list)  # added to the built-in always-denied list
     leaf_deny: list[str] = field(default_factory=list)  # added to the built-in leaf-denied list
@@ -286,6 +294,8 @@ class NodesToolConfig:
 
 @dataclass
 class ToolsConfig:
+    """[tools]: the tool policy (profile, lists, overrides) and the limits every tool call shares."""
+
     profile: str = "full"
     allow: list[str] = field(default_factory=list)
     deny: list[str] = field(default_factory=list)
@@ -315,6 +325,8 @@ class ToolsConfig:
 
 @dataclass
 class SandboxConfig:
+    """[sandbox]: which sandbox confines shell commands, whether one is required, and its limits."""
+
     backend: Literal["auto", "firejail", "bubblewrap", "none"] = "auto"
     required: bool = True  # refuse shell tools when no sandbox is available
     firejail_path: str = "firejail"
@@ -332,6 +344,8 @@ class SandboxConfig:
 
 @dataclass
 class TlsConfig:
+    """[mqtt.tls]: CA, client certificate and key files (empty = the system's CAs, no client cert)."""
+
     ca_file: str = ""
     cert_file: str = ""
     key_file: str = ""
@@ -339,6 +353,8 @@ class TlsConfig:
 
 @dataclass
 class MqttConfig:
+    """[mqtt]: the broker, topics, protocol version, credentials and request signing."""
+
     enabled: bool = False
     host: str = "127.0.0.1"
     port: int = 1883
@@ -387,6 +403,8 @@ class MqttConfig:
 
 @dataclass
 class ConsoleConfig:
+    """[console]: the serial ports the technician console serves, their line settings and login."""
+
     ports: list[str] = field(default_factory=list)
     baud: int = 115200
     parity: Literal["N", "E", "O"] = "N"
@@ -412,6 +430,8 @@ class ConsoleConfig:
 
 @dataclass
 class HardwareConfig:
+    """[hardware]: deadlines and size limits for bus, probe and GPIO operations."""
+
     op_timeout_s: float = 2.0  # every bus operation gets this deadline
     flash_timeout_s: float = 50.0  # flashing a target (must fit inside tools.timeout_s)
     max_read_bytes: int = 4096  # longest memory / probe / SPI / I2C block one call may move
@@ -420,6 +440,8 @@ class HardwareConfig:
 
 @dataclass
 class StateConfig:
+    """[state]: backups of the state database and the disk space held back for it."""
+
     # A VACUUM INTO copy of the state database this often and at a clean stop; 0 = no backups.
     backup_interval_s: float = 3600.0
     # Disk space held back for the daemon's own state (released when a write meets a full disk); 0 = none.
@@ -501,6 +523,8 @@ class NtfyConfig:
 
 @dataclass
 class NotifyConfig:
+    """[notify]: the push services (Pushover, ntfy) the message tool may use."""
+
     pushover: PushoverConfig | None = None
     ntfy: NtfyConfig | None = None
 
@@ -626,6 +650,8 @@ class FleetPageConfig:
 
 @dataclass
 class Config:
+    """The whole configuration file, as the loader checked it."""
+
     device_id: str = ""  # empty = the hostname
     board: str = "auto"  # a profile name, a path to a profile file, or "auto"
     workspace: str = ""  # empty = <state dir>/workspace

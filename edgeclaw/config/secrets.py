@@ -18,6 +18,8 @@ from edgeclaw.errors import ConfigError
 
 @dataclass(frozen=True)
 class SecretRef:
+    """Where one secret comes from: an environment variable or a file, named by a config key."""
+
     key: str  # the config key that names it, e.g. "providers.cloud.api_key_env"
     env: str = ""
     file: str = ""

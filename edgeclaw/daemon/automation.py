@@ -35,6 +35,8 @@ MIN_HEARTBEAT_S = 60.0
 
 @dataclass
 class Automation:
+    """The runtime's jobs, their outlets, the gateway's hooks and, once running, the scheduler."""
+
     store: JobStore
     jobs: JobFactory
     outlets: JobOutlets

@@ -41,6 +41,8 @@ log = logging.getLogger("edgeclaw.runtime")
 
 @dataclass
 class Runtime:
+    """What one edgeclaw process has built from its config: registry, stores, board and services."""
+
     config: Config
     device_id: str
     state_dir: Path

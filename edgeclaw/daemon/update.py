@@ -59,6 +59,8 @@ PIP_TIMEOUT_S = 600.0
 
 @dataclass(frozen=True)
 class Wheel:
+    """An update's wheel: its version, checksum and bytes."""
+
     version: str
     sha256: str
     data: bytes

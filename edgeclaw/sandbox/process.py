@@ -159,6 +159,8 @@ class Launch:
 
 @dataclass
 class RunResult:
+    """How a command ended, and its (capped) output."""
+
     exit_code: int | None  # None when killed by us
     output: str
     total_bytes: int

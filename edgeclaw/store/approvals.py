@@ -36,6 +36,8 @@ MIGRATIONS = [
 
 @dataclass(frozen=True)
 class StoredApproval:
+    """An allow-always decision for a command pattern, as stored."""
+
     id: int
     tool: str
     agent_id: str

@@ -36,6 +36,8 @@ MIGRATIONS = [
 
 @dataclass(frozen=True)
 class StoredCustomTool:
+    """A custom tool defined at runtime, as stored (its env values sealed)."""
+
     name: str
     agent_id: str
     definition: dict[str, Any]

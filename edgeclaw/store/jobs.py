@@ -91,6 +91,8 @@ class Owner:
 
 @dataclass(frozen=True, slots=True)
 class Job:
+    """A scheduled job as stored: what runs, when, for whom and where its output goes."""
+
     id: str
     name: str
     kind: str  # "tool" | "prompt"
@@ -141,6 +143,8 @@ class Job:
 
 @dataclass(frozen=True, slots=True)
 class Run:
+    """One run of a job: why it started, when, and how it ended."""
+
     id: int
     job_id: str
     trigger: str  # "schedule" | "catch_up" | "manual" | "edge"

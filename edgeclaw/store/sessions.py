@@ -46,6 +46,8 @@ _SUMMARY_SELECT = (
 
 @dataclass(frozen=True)
 class SessionSummary:
+    """One stored session as `sessions_list` shows it."""
+
     key: str
     channel: str
     provider: str

@@ -43,6 +43,8 @@ class Decision(StrEnum):
 
 @dataclass(frozen=True)
 class ApprovalRequest:
+    """A question to a person: may this tool call run? Answered once, or it expires."""
+
     id: str
     tool: str
     summary: str  # what will run, as the person should see it (already scrubbed by the caller)

@@ -127,6 +127,8 @@ class AuditRecord:
 
 @dataclass(slots=True)
 class ToolCounters:
+    """Calls of one tool since start: how many, how many failed or were refused, total time."""
+
     calls: int = 0
     errors: int = 0
     refused: int = 0
@@ -135,6 +137,8 @@ class ToolCounters:
 
 @dataclass(slots=True)
 class SessionCounters:
+    """Tool calls of one session since start, and its last tool and activity."""
+
     calls: int = 0
     errors: int = 0
     last_tool: str = ""

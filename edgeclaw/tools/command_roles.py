@@ -49,6 +49,8 @@ _RESERVED_DATA = frozenset({"for", "case", "select", "in", "fi", "done", "esac",
 
 @dataclass(frozen=True)
 class Use:
+    """One word of a command and the role the program gives it (data, code, a path ...)."""
+
     word: Word
     role: Role
     program: str  # the program the word is given to (for the program word: the one that runs it, or "")
@@ -58,6 +60,8 @@ class Use:
 
 @dataclass
 class Invocation:
+    """One program a command line runs, and through which other program."""
+
     program: str  # basename of the program word ("" when it is not literal)
     word: Word
     via: str = ""  # the program that runs this one (`timeout`), "" at the start of the command
@@ -67,6 +71,8 @@ class Invocation:
 
 @dataclass
 class Analysis:
+    """What a command line does with each of its words."""
+
     uses: list[Use] = field(default_factory=list)
     invocations: list[Invocation] = field(default_factory=list)
 

@@ -74,6 +74,8 @@ __all__ = ["CustomToolSpec", "CustomTools", "InvalidDefinition", "custom_tools_f
 
 @dataclass(frozen=True)
 class CustomToolSpec:
+    """A custom tool's definition: its checked command template and parameters."""
+
     name: str
     template: Template
     description: str = ""

@@ -50,6 +50,8 @@ class InvalidDefinition(ValueError):
 
 @dataclass(frozen=True)
 class Occurrence:
+    """Where a placeholder sits in a custom tool's command, and the role it has there."""
+
     key: str
     role: str  # "data" or "code"
     program: str
@@ -59,6 +61,8 @@ class Occurrence:
 
 @dataclass(frozen=True)
 class Template:
+    """A custom tool's command with its placeholders checked."""
+
     command: str
     occurrences: tuple[Occurrence, ...]
     option_args: frozenset[str]

@@ -38,6 +38,8 @@ class Risk(StrEnum):
 
 @dataclass(frozen=True)
 class DenyGroup:
+    """A named family of dangerous commands: refused, or asked about."""
+
     name: str
     description: str
     risk: Risk
@@ -54,6 +56,8 @@ class DenyGroup:
 
 @dataclass(frozen=True)
 class DenyHit:
+    """A deny group that matched a command."""
+
     group: DenyGroup
     matched: str  # the text that matched, for the message
 

@@ -293,6 +293,8 @@ class _Walk:
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
+    """One directory entry met by a walk."""
+
     path: Path
     name: str
     dir_fd: int  # open while the entry is being consumed: open files relative to it
@@ -491,6 +493,8 @@ class _FsTool(Tool):
 
 @dataclass(frozen=True, slots=True)
 class _ReadPlan:
+    """What a read_file call will read: the file and the line range."""
+
     path: Path
     shown: str
     size: int

@@ -118,6 +118,8 @@ class NodesPolicy:
 
 @dataclass
 class _LinkHolder:
+    """The MQTT channel's link to peers, once there is one, or why there is none."""
+
     link: PeerLink | None = None
     why_not: str = field(
         default="no MQTT connection: the nodes tool reaches peers through the running daemon's MQTT "

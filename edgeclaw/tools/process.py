@@ -61,6 +61,8 @@ STDIN_MAX_BYTES = 64 * 1024
 
 @dataclass
 class BackgroundProcess:
+    """A command the process tool started in the background, with its owner."""
+
     id: str
     owner: str  # the identity of the caller that started it (ToolContext.identity)
     session_key: str  # the session it was started in: ending that session (by its owner) kills it

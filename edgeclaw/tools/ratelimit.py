@@ -37,6 +37,8 @@ MAX_SHOWN_IDENTITY = 64
 
 @dataclass(slots=True)
 class _Bucket:
+    """One caller's token bucket."""
+
     tokens: float
     stamp: float  # when `tokens` was last brought up to date
 

@@ -55,6 +55,8 @@ Part = str | Slot | Expansion
 
 @dataclass
 class Word:
+    """One shell word: literal text and the expansions in it."""
+
     parts: list[Part] = field(default_factory=list)
     quoted: bool = False  # some of it was quoted or escaped
 
@@ -114,12 +116,16 @@ class Command:
 
 @dataclass(frozen=True)
 class Misplaced:
+    """Something the parser found where it does not belong (a key and where)."""
+
     key: str
     where: str
 
 
 @dataclass
 class Parsed:
+    """A command line parsed: its simple commands, and whether it was complete."""
+
     commands: list[Command] = field(default_factory=list)
     misplaced: list[Misplaced] = field(default_factory=list)
     complete: bool = True

@@ -62,6 +62,8 @@ class WebBlocked(WebError):
 
 @dataclass(frozen=True)
 class BlockedRange:
+    """An address range web requests may not reach, with what it is."""
+
     network: IPNetwork
     label: str  # what the range is: "loopback", "private", "link-local" ...
     note: str = ""  # which standard or what lives there: "RFC 1918", "cloud metadata"

@@ -50,6 +50,8 @@ MAX_CHUNK_CHARS = 1_400_000  # base64 of 1 MiB; gateway.update_chunk_bytes is th
 
 @dataclass
 class GatewayHooks:
+    """What the gateway tool reaches in the running daemon; None where this process has no daemon."""
+
     status: Callable[[], dict[str, Any]] | None = None
     config_get: Callable[[str], dict[str, Any]] | None = None  # key ("" = all) -> {"text", "value"?}
     config_validate: Callable[[str], list[str]] | None = None  # text -> problems

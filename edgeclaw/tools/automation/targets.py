@@ -46,6 +46,8 @@ class DeliveryError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Target:
+    """Where a job's output goes: a scheme (mqtt, console, memory, none) and its rest."""
+
     scheme: str
     rest: str = ""
 

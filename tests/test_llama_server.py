@@ -51,7 +51,9 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
             pytest.skip(str(e))
         pytest.fail(str(e))
     log = tmp_path_factory.mktemp("llama") / "llama-server.log"
-    with LlamaServer(paths, log_path=log) as server:
+    # Greedy decoding with a fixed seed: the tiny model's answers are the same on every run, so a
+    # test whose point needs an answer of a few words (streaming) cannot meet a one-word one by chance.
+    with LlamaServer(paths, log_path=log, extra=["--temp", "0", "--seed", "1"]) as server:
         yield server
 
 

@@ -11,6 +11,11 @@
     and wait, and `python -c pass`.
   * Beside READY=1 with MQTT on, also the floor with the MQTT client imported: what importing
     aiomqtt (paho-mqtt brings urllib.request, http.client and email) costs by itself.
+  * Beside READY=1 with MQTT off, the floor with the daemon's first step done: the config read and
+    checked and the board profile loaded, which a start must finish before it may say READY=1 (a
+    broken config or an unknown profile refuses to start), so no deferring can move it after READY=1.
+  * Beside the RSS floors, the MQTT clients imported alone (`import paho.mqtt.client`, `import
+    aiomqtt`): most of what the daemon with MQTT up holds before any of its own code.
 
 The package is byte-compiled first, as an installed one is. Times are medians of interleaved
 runs (floor, then each variant), so load on the machine hits all alike; 2 shared cores still make
@@ -48,6 +53,11 @@ IDLE_RSS_TARGET_MIB = 25.0
 FLOOR_IMPORTS = "import asyncio, sqlite3, ssl, json, socket, logging"
 # The same with the MQTT client the channel needs (shown beside MQTT on; the target is against the above).
 MQTT_FLOOR_IMPORTS = FLOOR_IMPORTS + ", aiomqtt"
+# The daemon's first step, as `edgeclaw run` takes it, on the MQTT-off daemon's config file.
+CONFIG_STEP = (
+    FLOOR_IMPORTS + "; import sys; from edgeclaw import board; from edgeclaw.config import load_config; "
+    "board.resolve(load_config(sys.argv[1]).board)"
+)
 NOT_INHERITED = ("EDGECLAW_", "NOTIFY_SOCKET", "WATCHDOG_", "INVOCATION_ID")
 
 
@@ -224,7 +234,8 @@ def main() -> int:
             notify = root / "notify.sock"
             first_off = off.time_to_ready(notify)[0]  # makes the state directory and database
             first_on = on.time_to_ready(notify)[0]
-            floor, floor_cpu, mqtt_floor = [], [], []
+            config_step_cmd = [sys.executable, "-c", CONFIG_STEP, str(off.config)]
+            floor, floor_cpu, mqtt_floor, config_step = [], [], [], []
             runs: dict[str, tuple[list[float], list[float]]] = {"MQTT off": ([], []), "MQTT on": ([], [])}
             env = clean_env()
             for _ in range(opts.runs):
@@ -232,6 +243,7 @@ def main() -> int:
                 floor.append(wall)
                 floor_cpu.append(cpu)
                 mqtt_floor.append(wall_s(mqtt_floor_cmd, env))
+                config_step.append(wall_s(config_step_cmd, env))
                 for label, daemon in (("MQTT off", off), ("MQTT on", on)):
                     wall, _, cpu = daemon.time_to_ready(notify)
                     runs[label][0].append(wall)
@@ -252,6 +264,11 @@ def main() -> int:
                 )
                 if ratio > READY_RATIO_TARGET:
                     missed.append(f"READY=1 {label}")
+            config_step_ms = statistics.median(config_step) * 1000
+            print(
+                f"  MQTT off beside the floor with the config read and checked and the board profile "
+                f"loaded ({config_step_ms:.0f} ms = {config_step_ms / floor_ms:.2f}x the floor)"
+            )
             mqtt_floor_ms = statistics.median(mqtt_floor) * 1000
             on_ms = statistics.median(runs["MQTT on"][0]) * 1000
             print(
@@ -289,6 +306,11 @@ def main() -> int:
                 f"  beside the floors' imports, waiting: {floor_rss(MQTT_FLOOR_IMPORTS, env):.1f} MiB with "
                 f"aiomqtt, {floor_rss(FLOOR_IMPORTS, env):.1f} MiB without; `python -c pass` "
                 f"{floor_rss('pass', env):.1f} MiB"
+            )
+            paho_mib = floor_rss("import paho.mqtt.client", env)
+            print(
+                f"  the MQTT clients alone: `import paho.mqtt.client` {paho_mib:.1f} MiB, "
+                f"`import aiomqtt` {floor_rss('import aiomqtt', env):.1f} MiB"
             )
             if rss_on > IDLE_RSS_TARGET_MIB:
                 missed.append("idle RSS")

@@ -8,7 +8,10 @@ itself is part of every process, so only the ratios compare with a real board):
     (cold: no state directory yet, nothing of edgeclaw's in the page cache from an earlier start) and
     the median of the later ones; with MQTT off, and on against a local mosquitto when one is installed;
   * idle resident memory (VmRSS, the emulator included) of the daemon after READY=1 and a settle time,
-    beside an idle `python3` (`python3 -c 'import time; time.sleep(...)'`) measured the same way.
+    beside an idle `python3` (`python3 -c 'import time; time.sleep(...)'`) measured the same way;
+  * as bench_startup.py does on the build machine, the starts also beside the standard-library
+    floor (`python3 -c 'import asyncio, sqlite3, ssl, json, socket, logging'`), and the step a start
+    must take before READY=1 (the config read and checked, the board profile loaded) beside it too.
 
 Standard library only (the daemon's own dependencies are in its virtualenv). Prints one `arm:` line
 a figure and a last `arm: summary` line. Run: python bench/bench_arm.py [--runs N] [--settle S]
@@ -31,6 +34,12 @@ from pathlib import Path
 from procs import rss_mb, stop
 
 NOT_INHERITED = ("EDGECLAW_", "NOTIFY_SOCKET", "WATCHDOG_", "INVOCATION_ID")
+# The same two commands as bench_startup.py's (kept apart: this file runs with the standard library only).
+FLOOR_IMPORTS = "import asyncio, sqlite3, ssl, json, socket, logging"
+CONFIG_STEP = (
+    FLOOR_IMPORTS + "; import sys; from edgeclaw import board; from edgeclaw.config import load_config; "
+    "board.resolve(load_config(sys.argv[1]).board)"
+)
 READY_TIMEOUT_S = 180.0  # a cold start under emulation on two shared cores takes seconds, not minutes
 
 
@@ -141,6 +150,8 @@ def main() -> int:
     version_s = statistics.median(wall_s([*edgeclaw_command(), "--version"]) for _ in range(3))
     print(f"arm: `python3 -c pass` (floor): {floor_s * 1000:.0f} ms", flush=True)
     print(f"arm: `edgeclaw --version`: {version_s * 1000:.0f} ms = {version_s / floor_s:.2f}x the floor")
+    stdlib_s = statistics.median(wall_s([sys.executable, "-c", FLOOR_IMPORTS]) for _ in range(3))
+    print(f"arm: `python3 -c '{FLOOR_IMPORTS}'` (stdlib floor): {stdlib_s * 1000:.0f} ms", flush=True)
 
     idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     time.sleep(opts.settle)
@@ -160,6 +171,14 @@ def main() -> int:
         try:
             for label, port in variants:
                 daemon = Daemon(root, f"arm-{label}", port)
+                if port is None:
+                    step_cmd = [sys.executable, "-c", CONFIG_STEP, str(daemon.config)]
+                    step_s = statistics.median(wall_s(step_cmd) for _ in range(3))
+                    print(
+                        f"arm: the config read and checked and the board profile loaded: "
+                        f"{step_s * 1000:.0f} ms = {step_s / stdlib_s:.2f}x the stdlib floor",
+                        flush=True,
+                    )
                 # The first start is the cold one (no state directory yet); the last start, whichever
                 # it is, stays up idle for its memory.
                 times = []
@@ -171,10 +190,14 @@ def main() -> int:
                         rss = rss_mb(proc.pid)
                     stop(proc, 30)
                 cold_s = times[0]
-                later = f"{statistics.median(times[1:]):.2f} s" if opts.runs else "not measured (--runs 0)"
+                if opts.runs:
+                    later_s = statistics.median(times[1:])
+                    later = f"{later_s:.2f} s = {later_s / stdlib_s:.2f}x the stdlib floor"
+                else:
+                    later = "not measured (--runs 0)"
                 print(
-                    f"arm: READY=1 {label}: first start {cold_s:.2f} s = {cold_s / floor_s:.1f}x the floor, "
-                    f"later starts {later}",
+                    f"arm: READY=1 {label}: first start {cold_s:.2f} s = {cold_s / floor_s:.1f}x the floor "
+                    f"({cold_s / stdlib_s:.2f}x the stdlib floor), later starts {later}",
                     flush=True,
                 )
                 print(f"arm: idle RSS {label}: {rss:.1f} MiB = {rss / floor_rss:.2f}x an idle python3")

@@ -42,6 +42,8 @@ FALLBACK_BOARD = "generic-linux"
 DEVICE_TREE_MODEL = Path("/proc/device-tree/model")
 DEVICE_TREE_COMPATIBLE = Path("/proc/device-tree/compatible")
 
+# The profile's records, like the config's (edgeclaw.config.schema), have no generated __repr__ or
+# __eq__: nothing compares or prints them, and generating those methods was a good part of every start.
 Access = Literal["ro", "rw"]
 MAX_ACCESS_BYTES = 4  # the widest single load or store hardware_memory makes (32 bits)
 
@@ -59,7 +61,7 @@ def profile_dirs() -> list[Path]:
 # -- the profile schema: one dataclass per TOML table ---------------------------------------------
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class BoardSection:
     """[board] of a profile: its name, description, SoC and whether it is simulated."""
 
@@ -71,7 +73,7 @@ class BoardSection:
     cpu_temp_path: str = "/sys/class/thermal/thermal_zone0/temp"
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class DetectSection:
     """[detect] of a profile: how `board detect` recognises the board from its device tree."""
 
@@ -80,7 +82,7 @@ class DetectSection:
     compatible: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class AddressRange:
     """An inclusive range of I2C addresses a grant admits."""
 
@@ -91,7 +93,7 @@ class AddressRange:
         return self.first <= address <= self.last
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class I2CDeviceLabel:
     """A name shown beside an address in an I2C scan."""
 
@@ -99,7 +101,7 @@ class I2CDeviceLabel:
     name: str
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class I2CBusGrant:
     """[[i2c]] of a profile: one bus and the addresses that may be read and written."""
 
@@ -122,7 +124,7 @@ class I2CBusGrant:
         return _in_ranges(address, self.write)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class SPIDeviceGrant:
     """[[spi]] of a profile: one bus and chip select, with its speed and modes."""
 
@@ -143,7 +145,7 @@ class SPIDeviceGrant:
         return self.device or f"/dev/spidev{self.bus}.{self.chip_select}"
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class GPIOPinGrant:
     """[[gpio]] of a profile: one pin, its direction and what may be done with it."""
 
@@ -155,7 +157,7 @@ class GPIOPinGrant:
     pwm: bool = False  # an output pin that may be driven with a PWM duty cycle
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class TargetRegion:
     """A named address range the tools may read (and write, when `access = "rw"`)."""
 
@@ -169,7 +171,7 @@ class TargetRegion:
         return self.base + self.size
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class MemoryRegionGrant(TargetRegion):
     """A region of this board's own physical memory, reached through a device file."""
 
@@ -192,7 +194,7 @@ def region_holding(regions: list[RegionT], address: int, length: int) -> RegionT
     return None
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class ProbeGrant:
     """[probe] of a profile: the debug probe into the STM32 and what it may touch."""
 
@@ -213,7 +215,7 @@ class ProbeGrant:
     regions: list[TargetRegion] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class ESP32PinGrant:
     """A pin of the ESP32 behind the serial bridge, and its direction."""
 
@@ -222,7 +224,7 @@ class ESP32PinGrant:
     direction: Literal["in", "out"]
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class ESP32AdcGrant:
     """An ADC input of the ESP32 behind the serial bridge."""
 
@@ -230,7 +232,7 @@ class ESP32AdcGrant:
     name: str
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class ESP32Grant:
     """[esp32] of a profile: the serial bridge and the ESP32's pins, ADC inputs and I2C buses."""
 
@@ -241,7 +243,7 @@ class ESP32Grant:
     i2c: list[I2CBusGrant] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class SerialPortGrant:
     """[[serial]] of a profile: a serial device the serial tool may open."""
 
@@ -262,7 +264,7 @@ DEVICE_NAME_MAX = 64
 W1_ID_PATTERN = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{12}$")
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class DeviceSpec:
     """One `[[devices]]` entry: a sensor part, where it is wired, and the name people call it.
 
@@ -322,7 +324,7 @@ class DeviceSpec:
         return f"on channel {self.channel} of {self.adc!r}"
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class CameraGrant:
     """`[camera]`: the board's camera and the largest picture it may take."""
 
@@ -332,7 +334,7 @@ class CameraGrant:
     max_height: int = 1080
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class OneWireSection:
     """[onewire] of a profile: where 1-Wire devices are listed."""
 
@@ -340,7 +342,7 @@ class OneWireSection:
     root: str = "/sys/bus/w1/devices"
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class ProfileSchema:
     """A board profile file, as its schema reads it (checked further by `_check_profile`)."""
 

@@ -10,10 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+# The records have no generated __repr__ or __eq__ (`repr=False, eq=False`): a config holds values
+# that must not reach a log or a traceback (a custom tool's env, a URL with its password), nothing
+# compares configs but the tests (field by field, with dataclasses.asdict), and generating those two
+# methods for every table was about a third of loading the config, at every start.
+
 LogLevel = Literal["debug", "info", "warning", "error"]
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class AgentConfig:
     """[agent]: the main agent's providers, prompt, history budget and heartbeat."""
 
@@ -33,7 +38,7 @@ class AgentConfig:
     routes: list[AgentRoute] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class AgentRoute:
     """One [[agent.routes]] entry: the messages of a channel, or of the sessions a pattern matches,
     are answered by a named agent."""
@@ -43,7 +48,7 @@ class AgentRoute:
     session: str = ""  # ... or the session keys this glob matches ("mqtt:ops-*")
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class ProviderConfig:
     """[providers.NAME]: one model endpoint (OpenAI, Anthropic or Ollama wire protocol) and its key."""
 
@@ -62,7 +67,7 @@ class ProviderConfig:
     context_tokens: int = 0
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class PolicyOverride:
     """A provider's or a channel's step in the policy pipeline."""
 
@@ -82,7 +87,7 @@ DEFAULT_EXEC_ALLOWLIST = [
 ]  # fmt: skip
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class ExecConfig:
     """[tools.exec]: the shell tools (exec, process) and what custom tools share with them."""
 
@@ -101,7 +106,7 @@ class ExecConfig:
     process_buffer_bytes: int = 65536  # output kept per background process
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class AgentExecConfig:
     """[tools.agents.ID.exec]: one agent's departures from [tools.exec]; unset keys inherit."""
 
@@ -112,7 +117,7 @@ class AgentExecConfig:
     network: bool | None = None
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class CustomToolConfig:
     """One [[tools.custom]] table: a shell command template offered to the model as a tool."""
 
@@ -128,7 +133,7 @@ class CustomToolConfig:
     code_args: list[str] = field(default_factory=list)  # parameters that may be program code (a sed script)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class WebSecretConfig:
     """[tools.web.secrets.NAME]: a value http_request puts where a request says {{secret:NAME}}."""
 
@@ -141,7 +146,7 @@ SearchProviderName = Literal["searxng", "brave", "tavily", "jina", "exa", "perpl
 SEARCH_PROVIDERS_KEYED = frozenset({"brave", "tavily", "jina", "exa", "perplexity"})
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class SearchProviderConfig:
     """[tools.web.search.PROVIDER]: where one search provider is and its key."""
 
@@ -152,7 +157,7 @@ class SearchProviderConfig:
     timeout_s: float = 10.0  # one request to this provider
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class WebSearchConfig:
     """[tools.web.search]: web_search's provider, the ones tried after it, and each one's settings."""
 
@@ -169,7 +174,7 @@ class WebSearchConfig:
     duckduckgo: SearchProviderConfig = field(default_factory=SearchProviderConfig)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class WebConfig:
     """[tools.web]: the web tools (web_fetch, web_search, http_request) and the SSRF guard they share."""
 
@@ -189,7 +194,7 @@ class WebConfig:
 TtsKind = Literal["openai", "elevenlabs", "minimax", "edge", "espeak", "piper"]
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class TtsProviderConfig:
     """[tools.media.tts.providers.NAME]: one speech provider."""
 
@@ -203,7 +208,7 @@ class TtsProviderConfig:
     timeout_s: float = 30.0
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class TtsConfig:
     """[tools.media.tts]: the `tts` tool's providers, tried in `chain` order."""
 
@@ -214,7 +219,7 @@ class TtsConfig:
     audio_device: str = ""  # ALSA device for play (aplay -D); "" = the default device
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class ImageGenerationConfig:
     """[tools.media.image]: the images service `image generate` asks (OpenAI-compatible)."""
 
@@ -226,7 +231,7 @@ class ImageGenerationConfig:
     timeout_s: float = 120.0
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class MediaConfig:
     """[tools.media]: speech, images and what describes a picture."""
 
@@ -235,7 +240,7 @@ class MediaConfig:
     describe_provider: str = ""  # a [providers] name for image describe; "" = the main agent's first
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class AgentWebConfig:
     """[tools.agents.ID.web]: one agent's departures from [tools.web]; unset keys inherit (lists replace)."""
 
@@ -246,7 +251,7 @@ class AgentWebConfig:
     secrets: list[str] | None = None  # names from [tools.web.secrets] this agent may use; unset = all
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class AgentPolicy:
     """[tools.agents.ID]: one agent's tool lists, per-provider overrides and exec settings."""
 
@@ -259,7 +264,7 @@ class AgentPolicy:
     web: AgentWebConfig = field(default_factory=AgentWebConfig)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class SubagentPolicy:
     """[tools.subagents]: how deep, how many and with which tools subagents run."""
 
@@ -274,7 +279,7 @@ class SubagentPolicy:
     announce_debounce_s: float = 0.5  # results ending this close together reach the parent as one notice
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class SessionsToolConfig:
     """[tools.sessions]: where sessions_send may deliver."""
 
@@ -282,7 +287,7 @@ class SessionsToolConfig:
     send_scope: Literal["channel", "all"] = "channel"
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class NodesToolConfig:
     """[tools.nodes]: which peers on the broker the `nodes` tool may call, and which of their tools.
     Empty lists = list only, no calls (fail closed)."""
@@ -292,7 +297,7 @@ class NodesToolConfig:
     timeout_s: float = 10.0  # how long a call waits for the peer's answer
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class ToolsConfig:
     """[tools]: the tool policy (profile, lists, overrides) and the limits every tool call shares."""
 
@@ -323,7 +328,7 @@ class ToolsConfig:
     nodes: NodesToolConfig = field(default_factory=NodesToolConfig)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class SandboxConfig:
     """[sandbox]: which sandbox confines shell commands, whether one is required, and its limits."""
 
@@ -342,7 +347,7 @@ class SandboxConfig:
     hide_paths: list[str] = field(default_factory=list)  # more paths commands must not see
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class TlsConfig:
     """[mqtt.tls]: CA, client certificate and key files (empty = the system's CAs, no client cert)."""
 
@@ -351,7 +356,7 @@ class TlsConfig:
     key_file: str = ""
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class MqttConfig:
     """[mqtt]: the broker, topics, protocol version, credentials and request signing."""
 
@@ -401,7 +406,7 @@ class MqttConfig:
     broadcast_admin: bool = False  # admin commands (admin/*) by broadcast or group; off = refused
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class ConsoleConfig:
     """[console]: the serial ports the technician console serves, their line settings and login."""
 
@@ -428,7 +433,7 @@ class ConsoleConfig:
     reconnect_max_s: float = 30.0
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class HardwareConfig:
     """[hardware]: deadlines and size limits for bus, probe and GPIO operations."""
 
@@ -438,7 +443,7 @@ class HardwareConfig:
     max_pulse_s: float = 10.0  # longest GPIO pulse
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class StateConfig:
     """[state]: backups of the state database and the disk space held back for it."""
 
@@ -451,7 +456,7 @@ class StateConfig:
 AgentType = Literal["open", "predefined"]
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class NamedAgentConfig:
     """One [agents.NAME] table: an agent beside "main" (or "main" itself). Unset keys take [agent]'s."""
 
@@ -462,7 +467,7 @@ class NamedAgentConfig:
     max_iterations: int | None = None  # model round trips per turn; unset = agent.max_iterations
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class MemoryConfig:
     """[memory]: the memory store, the context files routed to it, and embeddings."""
 
@@ -487,7 +492,7 @@ class MemoryConfig:
     prompt_memory_chars: int = 1500  # of which the summary of what is remembered
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class SkillsConfig:
     """[skills]: directories of NAME/SKILL.md, besides the workspace's skills/."""
 
@@ -497,7 +502,7 @@ class SkillsConfig:
     prompt_max: int = 30  # skills listed (name and description) in the system prompt
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class PushoverConfig:
     """[notify.pushover]: push notifications through Pushover (the `message` tool's "pushover" channel)."""
 
@@ -510,7 +515,7 @@ class PushoverConfig:
     timeout_s: float = 10.0
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class NtfyConfig:
     """[notify.ntfy]: notifications through an ntfy server (self-hostable)."""
 
@@ -521,7 +526,7 @@ class NtfyConfig:
     timeout_s: float = 10.0
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class NotifyConfig:
     """[notify]: the push services (Pushover, ntfy) the message tool may use."""
 
@@ -529,7 +534,7 @@ class NotifyConfig:
     ntfy: NtfyConfig | None = None
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class AutomationConfig:
     """[automation]: scheduled jobs (the cron and schedule tools) and how they treat the clock."""
 
@@ -543,7 +548,7 @@ class AutomationConfig:
     max_running: int = 4  # job runs at once; the rest wait (and count as running for overlaps)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class GatewayConfig:
     """[gateway]: administering the daemon (the gateway tool, MQTT admin/gateway): trials, updates."""
 
@@ -564,7 +569,7 @@ class GatewayConfig:
 McpTransport = Literal["stdio", "sse", "http"]
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class McpServerConfig:
     """One [mcp.servers.NAME] table: an MCP server whose tools the agent may use (`mcp_NAME_TOOL`)."""
 
@@ -587,7 +592,7 @@ class McpServerConfig:
     tool_deny: list[str] = field(default_factory=list)  # the server's tool names; wins over tool_allow
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class McpServeConfig:
     """[mcp.server]: edgeclaw's own tools served to MCP clients (channel `mcp`)."""
 
@@ -605,7 +610,7 @@ class McpServeConfig:
     approval_timeout_s: float = 120.0  # an approval asked of an MCP client (elicitation), then deny
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class McpConfig:
     """[mcp]: MCP servers whose tools the agent uses, and edgeclaw's tools served over MCP."""
 
@@ -617,7 +622,7 @@ class McpConfig:
     reconnect_attempts: int = 10  # then the server is marked failed (retried on reload or request)
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class SparkplugConfig:
     """[sparkplug]: the board as a Sparkplug B edge node, on the [mqtt] broker (own connection)."""
 
@@ -628,7 +633,7 @@ class SparkplugConfig:
     poll_s: float = 1.0  # GPIO, sensors and tool statistics are checked for a change this often
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class FleetPageConfig:
     """[fleet_page]: `edgeclaw fleet serve`, the fleet's web page (docs/fleet.md#the-fleet-page)."""
 
@@ -648,7 +653,7 @@ class FleetPageConfig:
     broadcast_wait_s: float = 10.0  # a broadcast collects answers this long at most
 
 
-@dataclass
+@dataclass(repr=False, eq=False)
 class Config:
     """The whole configuration file, as the loader checked it."""
 

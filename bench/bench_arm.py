@@ -31,15 +31,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from floors import CONFIG_STEP, FLOOR_IMPORTS
 from procs import rss_mb, stop
 
 NOT_INHERITED = ("EDGECLAW_", "NOTIFY_SOCKET", "WATCHDOG_", "INVOCATION_ID")
-# The same two commands as bench_startup.py's (kept apart: this file runs with the standard library only).
-FLOOR_IMPORTS = "import asyncio, sqlite3, ssl, json, socket, logging"
-CONFIG_STEP = (
-    FLOOR_IMPORTS + "; import sys; from edgeclaw import board; from edgeclaw.config import load_config; "
-    "board.resolve(load_config(sys.argv[1]).board)"
-)
 READY_TIMEOUT_S = 180.0  # a cold start under emulation on two shared cores takes seconds, not minutes
 
 

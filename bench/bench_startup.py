@@ -43,6 +43,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from floors import CONFIG_STEP, FLOOR_IMPORTS, MQTT_FLOOR_IMPORTS  # noqa: E402
 from harness import rss_mb, start_broker  # noqa: E402
 from procs import stop  # noqa: E402
 
@@ -50,14 +51,6 @@ READY_RATIO_TARGET = 1.5
 VERSION_RATIO_TARGET = 2.0
 IDLE_RSS_TARGET_MIB = 25.0
 
-FLOOR_IMPORTS = "import asyncio, sqlite3, ssl, json, socket, logging"
-# The same with the MQTT client the channel needs (shown beside MQTT on; the target is against the above).
-MQTT_FLOOR_IMPORTS = FLOOR_IMPORTS + ", aiomqtt"
-# The daemon's first step, as `edgeclaw run` takes it, on the MQTT-off daemon's config file.
-CONFIG_STEP = (
-    FLOOR_IMPORTS + "; import sys; from edgeclaw import board; from edgeclaw.config import load_config; "
-    "board.resolve(load_config(sys.argv[1]).board)"
-)
 NOT_INHERITED = ("EDGECLAW_", "NOTIFY_SOCKET", "WATCHDOG_", "INVOCATION_ID")
 
 

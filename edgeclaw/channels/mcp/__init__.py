@@ -5,6 +5,6 @@ elicitation for approvals, list-changed notifications); `stdio.py`,
 `http.py` (on the small HTTP/1.1 server in `httpd.py`) and `mqtt.py` carry it.
 """
 
-from edgeclaw.channels.mcp.server import CHANNEL, McpServer, McpSession
+from edgeclaw.channels.mcp.server import CHANNEL, McpServer, ServedSession
 
-__all__ = ["CHANNEL", "McpServer", "McpSession"]
+__all__ = ["CHANNEL", "McpServer", "ServedSession"]

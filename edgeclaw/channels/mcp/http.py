@@ -29,7 +29,7 @@ from typing import Any
 
 from edgeclaw.backends.mcp.protocol import INVALID_REQUEST, McpError, decode, encode, error
 from edgeclaw.channels.mcp.httpd import Exchange, Request
-from edgeclaw.channels.mcp.server import McpServer, McpSession, SessionLimit
+from edgeclaw.channels.mcp.server import McpServer, ServedSession, SessionLimit
 
 log = logging.getLogger("edgeclaw.mcp.http")
 
@@ -62,7 +62,7 @@ class _Stream:
 
 @dataclass
 class _HttpSession:
-    session: McpSession
+    session: ServedSession
     stream: _Stream | None = None
 
 
@@ -217,7 +217,7 @@ class McpHttpEndpoint:
         return entry
 
     async def _stream_answers(
-        self, exchange: Exchange, session: McpSession, requests: list[dict[str, Any]]
+        self, exchange: Exchange, session: ServedSession, requests: list[dict[str, Any]]
     ) -> None:
         """Answer on an event stream: what the calls ask of the client first, then their results."""
         await exchange.stream(200, content_type=EVENTS)

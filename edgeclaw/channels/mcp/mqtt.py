@@ -53,7 +53,7 @@ from edgeclaw.backends.mcp.protocol import (
     error,
     notification,
 )
-from edgeclaw.channels.mcp.server import McpServer, McpSession, SessionLimit
+from edgeclaw.channels.mcp.server import McpServer, ServedSession, SessionLimit
 
 log = logging.getLogger("edgeclaw.mcp.mqtt")
 
@@ -134,7 +134,7 @@ class McpMqttTransport:
         self.description = description
         self.meta = meta
         self.presence_expiry_s = presence_expiry_s
-        self.sessions: dict[str, McpSession] = {}  # by MCP client id
+        self.sessions: dict[str, ServedSession] = {}  # by MCP client id
         self._tasks: set[asyncio.Task[Any]] = set()
         self._refresher: asyncio.Task[None] | None = None
         self._connected = connected
@@ -236,7 +236,7 @@ class McpMqttTransport:
         if answer is None or "error" in answer:
             session.close("initialize failed")
 
-    def _ended(self, client: str, session: McpSession) -> None:
+    def _ended(self, client: str, session: ServedSession) -> None:
         if self.sessions.get(client) is session:
             del self.sessions[client]
         if session.label in self._departed:
@@ -245,7 +245,7 @@ class McpMqttTransport:
             goodbye = notification("notifications/disconnected")
             self._spawn(self._send_message(self.topics.rpc(client), goodbye))
 
-    def _depart(self, session: McpSession, why: str) -> None:
+    def _depart(self, session: ServedSession, why: str) -> None:
         """The client ended it (its goodbye or its Last Will): nobody to tell."""
         self._departed.add(session.label)
         session.close(why)
@@ -271,7 +271,7 @@ class McpMqttTransport:
                 continue
             self._spawn(self._answer(session, client, message))
 
-    async def _answer(self, session: McpSession, client: str, message: dict[str, Any]) -> None:
+    async def _answer(self, session: ServedSession, client: str, message: dict[str, Any]) -> None:
         response = await session.receive(message)
         if response is not None:
             await self._send_message(self.topics.rpc(client), response)

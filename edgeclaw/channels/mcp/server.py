@@ -1,8 +1,8 @@
 """The registry served over MCP: sessions, the handshake, tools/list, tools/call, approvals.
 
 One `McpServer` per process (the daemon's is shared by streamable HTTP and
-MQTT; `edgeclaw mcp serve` has its own); one `McpSession` per MCP client.
-Transports hand each message from the client to `McpSession.receive` (a
+MQTT; `edgeclaw mcp serve` has its own); one `ServedSession` per MCP client.
+Transports hand each message from the client to `ServedSession.receive` (a
 request in a task of its own, so a long call never holds up the messages
 after it, such as the answer to an approval question) and carry back what it
 returns and what the session sends on its own.
@@ -107,8 +107,9 @@ class _Call:
     cancelled: bool = False
 
 
-class McpSession:
-    """One MCP client: its negotiated revision and capabilities, its requests and ours."""
+class ServedSession:
+    """One MCP client the daemon serves (not `backends.mcp.session.McpSession`, the daemon as a client):
+    its negotiated revision and capabilities, its requests and ours."""
 
     def __init__(
         self,
@@ -134,7 +135,7 @@ class McpSession:
         self._calls: dict[str, _Call] = {}
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._listed: list[ToolInfo] | None = None  # the tools as last listed to this client
-        self._close_hooks: list[Callable[[McpSession], None]] = []
+        self._close_hooks: list[Callable[[ServedSession], None]] = []
 
     # -- state ----------------------------------------------------------------------
     @property
@@ -148,7 +149,7 @@ class McpSession:
     def touch(self) -> None:
         self.last_used = time.monotonic()
 
-    def on_close(self, hook: Callable[[McpSession], None]) -> None:
+    def on_close(self, hook: Callable[[ServedSession], None]) -> None:
         self._close_hooks.append(hook)
 
     def close(self, why: str = "closed") -> None:
@@ -431,7 +432,7 @@ class McpSession:
 class _ProgressToClient:
     """A call's progress as `notifications/progress` with the client's token (a `ProgressSink`)."""
 
-    def __init__(self, session: McpSession, token: str | int, request_id: str) -> None:
+    def __init__(self, session: ServedSession, token: str | int, request_id: str) -> None:
         self.session = session
         self.token = token
         call = session._calls.get(request_id)
@@ -480,7 +481,7 @@ class McpServer:
         self.approval_timeout_s = approval_timeout_s
         self.agent_id = agent_id
         self.instructions = instructions
-        self.sessions: dict[str, McpSession] = {}
+        self.sessions: dict[str, ServedSession] = {}
         self._request_ids = itertools.count(1)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._sweeper: asyncio.Task[None] | None = None
@@ -521,7 +522,7 @@ class McpServer:
         send: Send | None,
         *,
         on_list_changed: Callable[[], Awaitable[None]] | None = None,
-    ) -> McpSession:
+    ) -> ServedSession:
         """A new session; SessionLimit when `max_sessions` are open."""
         if len(self.sessions) >= self.max_sessions:
             raise SessionLimit(
@@ -531,11 +532,11 @@ class McpServer:
         label = secrets.token_hex(4)
         while label in self.sessions:
             label = secrets.token_hex(4)
-        session = McpSession(self, transport, identity, send, label, on_list_changed)
+        session = ServedSession(self, transport, identity, send, label, on_list_changed)
         self.sessions[label] = session
         return session
 
-    def _forget(self, session: McpSession) -> None:
+    def _forget(self, session: ServedSession) -> None:
         if self.sessions.get(session.label) is session:
             del self.sessions[session.label]
 

@@ -4,10 +4,10 @@
   console's PIN (`edgeclaw.config.pin_hash`, made by `edgeclaw console hash-pin`);
   a token (from `token_file`) is taken at the same form, and as
   `Authorization: Bearer TOKEN` by scripts. Both are compared in constant time.
-- Wrong entries are counted for the whole server, like the console's PIN: after
-  `max_failures` the form refuses everything for `lockout_s` without looking,
-  and every wrong entry costs `failure_delay_s` under one lock, so parallel
-  guesses do not overlap it.
+- Wrong entries are counted for the whole server, like the console's PIN, by
+  the same rule (`edgeclaw.lockout`): after `max_failures` the form refuses
+  everything for `lockout_s` without looking, and every wrong entry costs
+  `failure_delay_s` under one lock, so parallel guesses do not overlap it.
 - A session is a random cookie value with a fixed end (`ttl_s` after its login,
   not extended by use) and its own random CSRF token, which every POST made with
   the cookie must echo in `X-CSRF-Token`. At most `max_sessions` live at once;
@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from edgeclaw.config.pin_hash import PinHash
+from edgeclaw.lockout import LoginLockout
 
 
 @dataclass(frozen=True)
@@ -59,20 +60,19 @@ class Access:
         self._token = token.encode("utf-8")
         self.ttl_s = ttl_s
         self.max_sessions = max_sessions
-        self.max_failures = max_failures
-        self.lockout_s = lockout_s
-        self.failure_delay_s = failure_delay_s
         self.clock = clock
-        self.failures = 0
-        self.locked_until = 0.0
+        # Counted for the whole server (no key), like the console's PIN.
+        self.lockout = LoginLockout(
+            max_failures=max_failures, lockout_s=lockout_s, failure_delay_s=failure_delay_s, clock=clock
+        )
         self._sessions: dict[str, Session] = {}  # in login order, oldest first
-        self._lock = asyncio.Lock()
 
     # -- login ------------------------------------------------------------------
     async def login(self, entry: str) -> Session | None:
         """A new session for a right password or token; None for a wrong one; LockedOut while locked."""
-        async with self._lock:
-            left = self.locked_until - self.clock()
+        lockout = self.lockout
+        async with lockout.checking:
+            left = lockout.locked_for()
             if left > 0:
                 raise LockedOut(left)
             who = ""
@@ -86,14 +86,10 @@ class Access:
             ):
                 who = "password"
             if who:
-                self.failures = 0
+                lockout.succeeded()
                 return self._open(who)
-            self.failures += 1
-            if self.failures >= self.max_failures:
-                self.failures = 0
-                self.locked_until = self.clock() + self.lockout_s
-            if self.failure_delay_s > 0:
-                await asyncio.sleep(self.failure_delay_s)
+            lockout.failed()
+            await lockout.slow_down()
             return None
 
     def token_matches(self, entry: str) -> bool:

@@ -6,7 +6,8 @@ The hash format (PHC strings, scrypt or PBKDF2, constant-time checks) is in
 Failures are counted for the whole device, not per port: the PIN is the
 device's, and a second cable must not buy an attacker a second set of
 guesses. After `max_failures` wrong entries the gate refuses everything for
-`lockout_s` without even looking at the entry.
+`lockout_s` without even looking at the entry (`edgeclaw.lockout`, the rule the
+fleet page's form follows too).
 
 Every login, wrong entry, lockout, refusal while locked and logout is an
 event of the audit trail (`edgeclaw.tools.audit.AuditTrail`): one line on the
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from edgeclaw.config.pin_hash import PinHash
+from edgeclaw.lockout import LoginLockout
 from edgeclaw.tools.audit import AuditTrail
 
 
@@ -56,57 +58,46 @@ class LoginGate:
         self.pin_hash = pin_hash
         # The daemon passes its own (runtime.audit), whose sinks publish on MQTT; alone, the log line.
         self.trail = trail or AuditTrail()
-        self.max_failures = max_failures
-        self.lockout_s = lockout_s
-        self.failure_delay_s = failure_delay_s
-        self.clock = clock
-        self.failures = 0
-        self.locked_until = 0.0
-        # One check at a time: parallel guesses from several ports must not slip past the count.
-        self._lock = asyncio.Lock()
+        # Counted for the device (no key), not per port: see the module's docstring.
+        self.lockout = LoginLockout(
+            max_failures=max_failures, lockout_s=lockout_s, failure_delay_s=failure_delay_s, clock=clock
+        )
 
     def locked_for(self) -> float:
         """Seconds of lockout left (0 when open). An expired lockout starts a fresh count."""
-        left = self.locked_until - self.clock()
-        if left > 0:
-            return left
-        if self.locked_until:
-            self.locked_until = 0.0
-            self.failures = 0
-        return 0.0
+        return self.lockout.locked_for()
 
     async def attempt(self, entry: str, where: str) -> Attempt:
         """Check one entry from `where` (a port); an audit event either way."""
-        async with self._lock:
-            left = self.locked_for()
+        lockout = self.lockout
+        async with lockout.checking:
+            left = lockout.locked_for()
             if left > 0:
                 self._event("refused", where, logging.WARNING, locked_for_s=round(left))
                 return Attempt(LoginResult.LOCKED, locked_for_s=left)
             # Key derivation is deliberately slow: keep it off the event loop.
             ok = await asyncio.to_thread(self.pin_hash.matches, entry)
             if ok:
-                self.failures = 0
+                lockout.succeeded()
                 self._event("ok", where)
                 return Attempt(LoginResult.OK)
-            self.failures += 1
-            if self.failures >= self.max_failures:
-                self.locked_until = self.clock() + self.lockout_s
+            failures = lockout.failed()
+            if failures >= lockout.max_failures:
                 self._event(
                     "locked_out",
                     where,
                     logging.WARNING,
-                    failures=self.failures,
-                    lockout_s=round(self.lockout_s),
+                    failures=failures,
+                    lockout_s=round(lockout.lockout_s),
                 )
-                result = Attempt(LoginResult.WRONG, 0, self.lockout_s)
+                result = Attempt(LoginResult.WRONG, 0, lockout.lockout_s)
             else:
                 self._event(
-                    "failed", where, logging.WARNING, failures=self.failures, max_failures=self.max_failures
+                    "failed", where, logging.WARNING, failures=failures, max_failures=lockout.max_failures
                 )
-                result = Attempt(LoginResult.WRONG, self.max_failures - self.failures)
+                result = Attempt(LoginResult.WRONG, lockout.tries_left())
             # Slows guessing further, and is held under the lock so ports cannot overlap it.
-            if self.failure_delay_s > 0:
-                await asyncio.sleep(self.failure_delay_s)
+            await lockout.slow_down()
             return result
 
     def log_logout(self, where: str, reason: str) -> None:

@@ -373,7 +373,7 @@ async def test_sessions_are_serial_inside_and_concurrent_across(llm, agent_for):
     # The second turn saw the first one's exchange in its history.
     assert user_texts(llm.requests[-1]) == ["c", "d"]
     # Callers choose session keys: nothing per session may stay behind once its turns are over.
-    assert agent._locks == {}
+    assert agent.turns._locks == {}
 
 
 async def test_slash_commands_without_any_provider(agent_for):

@@ -53,7 +53,7 @@ def tool_names(body: dict) -> list[str]:
 
 
 def all_tools(loop) -> list[dict]:
-    return loop.registry.definitions(loop._context(msg("x")), "openai")
+    return loop.registry.definitions(loop.context(msg("x")), "openai")
 
 
 async def test_hello_fits_a_2048_token_context_with_room_for_the_answer(llm, agent_for):

@@ -106,7 +106,7 @@ async def test_anthropic_requests_mark_the_system_prompt_and_the_tools_as_cache_
     # The cached prefix (tools, then system) is the same bytes on the next turn.
     assert canonical([first["tools"], first["system"]]) == canonical([third["tools"], third["system"]])
     # The registry's shared definitions were not changed by the marking.
-    ctx = loop._context(msg("x"))
+    ctx = loop.context(msg("x"))
     assert all("cache_control" not in d for d in loop.registry.definitions(ctx, "anthropic"))
     # The time is at the end of the newest user turn's text.
     last = third["messages"][-1]

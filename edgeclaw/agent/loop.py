@@ -8,43 +8,41 @@ or `max_iterations` is reached.
 
 Turns are serial within a session (a lock per session key) and concurrent
 across sessions. Each turn runs in its own task so `/stop` (or Ctrl-C on a
-terminal, or shutdown) cancels just that turn. A `/call` is a turn too: a tool
-can run as long as a model turn, and must be as stoppable.
+terminal, or shutdown) cancels just that turn (`agent.turns`). A `/call` is a
+turn too: a tool can run as long as a model turn, and must be as stoppable.
+The other slash commands are answered at once (`agent.slash_commands`).
 
 One loop serves every agent: "main" (the [agent] table) and the named agents
 of [agents.NAME], each with its own provider chain, system prompt and
-iteration limit (an `AgentSpec`). Which agent answers a message is the
-message's own `agent`, else the first configured route that matches its
-channel or session, else "main". Subagents run here too (`run_child`), in a
+iteration limit (an `AgentSpec`, `agent.agents`). Which agent answers a
+message is the message's own `agent`, else the first configured route that
+matches its channel or session, else "main". Subagents run here too (`run_child`), in a
 session of their own, with the context their manager prepared.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
-import fnmatch
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from edgeclaw import __version__
-from edgeclaw.agent import context_budget, history, slash, tool_help, tool_selection
+from edgeclaw.agent import context_budget, history, slash, tool_selection
+from edgeclaw.agent.agents import AgentRoute, AgentSpec, ChildTurn, UnknownAgent
 from edgeclaw.agent.channel import InboundMessage, Reply
 from edgeclaw.agent.messages import Message, ToolCall
 from edgeclaw.agent.prompt import PromptBuilder
 from edgeclaw.agent.providers.base import Provider, ProviderError
 from edgeclaw.agent.providers.chain import ProviderChain
 from edgeclaw.agent.providers.model_info import ModelInfo
+from edgeclaw.agent.slash_commands import SlashCommands
 from edgeclaw.agent.streaming import TextSink, TurnStream
-from edgeclaw.errors import EdgeclawError
+from edgeclaw.agent.turns import SessionTurns
 from edgeclaw.store.sessions import SessionStore
 from edgeclaw.tools.base import ToolContext
 from edgeclaw.tools.outlets import DeliveryFailed, Outlets, channel_of
 from edgeclaw.tools.registry import Registry
-from edgeclaw.wording import plural
 
 log = logging.getLogger("edgeclaw.agent")
 
@@ -56,46 +54,7 @@ SHUTTING_DOWN = "The daemon is shutting down; try again in a moment."
 # channel does not list its callers' children (their parents still read them: tools.sessions).
 CHILD_CHANNEL = "subagent"
 
-
-class UnknownAgent(EdgeclawError):
-    """A message or a job named an agent that is not configured."""
-
-
-@dataclasses.dataclass
-class AgentSpec:
-    """One agent: what it answers with (its provider chain and system prompt) and how long it may go."""
-
-    id: str
-    chain: ProviderChain
-    prompt: PromptBuilder
-    max_iterations: int = 20
-    description: str = ""
-
-
-@dataclasses.dataclass(frozen=True)
-class AgentRoute:
-    """Messages of `channel`, or of the session keys the glob `session` matches, go to `agent`."""
-
-    agent: str
-    channel: str = ""
-    session: str = ""
-
-    def matches(self, msg: InboundMessage) -> bool:
-        if self.channel:
-            return msg.channel == self.channel
-        return fnmatch.fnmatchcase(msg.session_key, self.session)
-
-
-@dataclasses.dataclass(frozen=True)
-class ChildTurn:
-    """What a subagent's run needs from its manager: its session, task, agent and per-call context."""
-
-    session_key: str
-    task: str
-    agent_id: str
-    ctx: ToolContext  # channel, caller and route of the parent; the child's depth, parent and ceiling
-    max_iterations: int
-    brief: str  # added to the agent's system prompt: who the child is and where its answer goes
+__all__ = ["AgentLoop", "AgentRoute", "AgentSpec", "ChildTurn", "NamedAgent", "UnknownAgent"]
 
 
 class AgentLoop:
@@ -127,19 +86,14 @@ class AgentLoop:
         self.facts = dict(facts or {})
         # More lines for /status's device block, asked for each time (the MCP servers' states).
         self.status_sources: list[Callable[[], list[str]]] = []
-        # Per session: its lock and how many messages hold or wait for it. Dropped at zero, because
-        # session keys come from callers (MQTT's "session") and must not pile up for the daemon's life.
-        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
-        self._turns: dict[str, asyncio.Task[tuple[str, bool]]] = {}
-        self._turn_labels: dict[str, str] = {}  # what each running turn is, for /stop and /status
-        self._stopping = False
+        self.turns = SessionTurns()
+        self.slash_commands = SlashCommands(self)
         # Called with the session key and the caller's identity when a conversation ends (/new): e.g.
         # stop the background processes that caller started in it (never another caller's).
         self.session_end_hooks: list[Callable[[str, str], Awaitable[object]]] = []
         # Called with the session key and the turn's task when a turn was stopped (/stop, Ctrl-C):
         # the subagents that turn spawned are stopped with it.
-        self.turn_stop_hooks: list[Callable[[str, object], None]] = []
-        self._background: set[asyncio.Task[object]] = set()  # turns nobody waits for (deliver_later)
+        self.turn_stop_hooks: list[Callable[[str, object], None]] = self.turns.stop_hooks
         # Each provider's context size (agent.context_budget fits requests to it); None: not fitted.
         self.model_info: ModelInfo | None = None
         # Words that find a tool beside its description (the board's device names, tool_selection).
@@ -164,7 +118,7 @@ class AgentLoop:
 
     def turn_token(self, session_key: str) -> object | None:
         """The turn running in this session now (compared by identity), or None."""
-        return self._turns.get(session_key)
+        return self.turns.token(session_key)
 
     # -- entry point -------------------------------------------------------
     async def handle(self, msg: InboundMessage) -> Reply:
@@ -184,9 +138,11 @@ class AgentLoop:
         command = None if msg.origin else slash.parse(msg.text)
         if command is not None and command.name == "call":
             tool, _ = slash.split_call(command.argument)
-            return await self._as_turn(msg, f"/call {tool}".rstrip(), lambda: self._slash_reply(command, msg))
+            return await self._as_turn(
+                msg, f"/call {tool}".rstrip(), lambda: self.slash_commands.reply(command, msg)
+            )
         if command is not None:
-            text, ok = await self._slash_reply(command, msg)
+            text, ok = await self.slash_commands.reply(command, msg)
             return Reply(text, key, ok, msg)
         if not msg.text.strip():
             return Reply("(empty message) Send a question, or one of these.\n" + slash.HELP, key, False, msg)
@@ -199,26 +155,9 @@ class AgentLoop:
     ) -> Reply:
         """Run `body` as the session's turn: serial with its other turns, in its own task, stoppable."""
         key = msg.session_key
-        async with self._session_lock(key):
-            # Checked under the lock: a message queued behind a turn that shutdown cancelled must not start.
-            if self._stopping:
-                return Reply(SHUTTING_DOWN, key, False, msg)
-            turn: asyncio.Task[tuple[str, bool]] = asyncio.ensure_future(body())
-            self._turns[key] = turn
-            self._turn_labels[key] = label
-            try:
-                await asyncio.wait({turn})
-            except asyncio.CancelledError:
-                # Keep the session locked until the turn has unwound, so the next one cannot start
-                # while this one still runs its clean-up (a tool stopping its processes).
-                turn.cancel()
-                await asyncio.wait({turn})
-                raise
-            finally:
-                self._turns.pop(key, None)
-                self._turn_labels.pop(key, None)
-                if turn.cancelled():
-                    self._turn_stopped(key, turn)
+        turn = await self.turns.run(key, label, body)
+        if turn is None:
+            return Reply(SHUTTING_DOWN, key, False, msg)
         if turn.cancelled():
             return Reply("Stopped.", key, False, msg)
         error = turn.exception()
@@ -230,48 +169,19 @@ class AgentLoop:
         text, ok = turn.result()
         return Reply(text, key, ok, msg)
 
-    @contextlib.asynccontextmanager
-    async def _session_lock(self, key: str) -> AsyncIterator[None]:
-        """Turns are serial within a session: hold its lock, created on demand and dropped when unused."""
-        lock, users = self._locks.setdefault(key, (asyncio.Lock(), [0]))
-        users[0] += 1
-        try:
-            async with lock:
-                yield
-        finally:
-            users[0] -= 1
-            if not users[0]:
-                del self._locks[key]
-
-    def _turn_stopped(self, key: str, turn: object) -> None:
-        for hook in self.turn_stop_hooks:
-            try:
-                hook(key, turn)
-            except Exception:
-                log.exception("turn-stop hook failed for %s", key)
-
     def stop_turn(self, session_key: str) -> bool:
         """Cancel the turn (a model turn or a `/call`) running in this session, if any."""
-        turn = self._turns.get(session_key)
-        if turn is None or turn.done():
-            return False
-        turn.cancel()
-        return True
+        return self.turns.stop(session_key)
 
     async def shutdown(self) -> None:
         """Refuse new turns and cancel the running ones (and those nobody waits for)."""
-        self._stopping = True
-        turns = [*self._turns.values(), *self._background]
-        for turn in turns:
-            turn.cancel()
-        if turns:
-            await asyncio.wait(turns)
+        await self.turns.shutdown()
 
     def tool_names(self, msg: InboundMessage) -> list[str]:
         """The tools a message like this one may call (as /tools lists them): for completion."""
-        return [info.name for info in self.registry.infos(self._context(msg))]
+        return [info.name for info in self.registry.infos(self.context(msg))]
 
-    def _context(self, msg: InboundMessage, spec: AgentSpec | None = None) -> ToolContext:
+    def context(self, msg: InboundMessage, spec: AgentSpec | None = None) -> ToolContext:
         """The per-call values for tool calls made on behalf of this message."""
         if spec is None:
             try:
@@ -300,7 +210,7 @@ class AgentLoop:
 
     async def _turn(self, key: str, msg: InboundMessage, spec: AgentSpec) -> tuple[str, bool]:
         """The reply text, and whether the model finished (False when the iteration limit ended it)."""
-        base_ctx = self._context(msg, spec)
+        base_ctx = self.context(msg, spec)
         # The caller's own context files and memory (see agent.prompt), not another caller's.
         system = spec.prompt.build(spec.id, base_ctx.identity)
         return await self._model_turn(
@@ -431,7 +341,7 @@ class AgentLoop:
         if not spec.chain:
             raise UnknownAgent(f"agent {spec.id!r} has no language model configured")
         system = spec.prompt.build(spec.id, child.ctx.identity) + "\n\n" + child.brief
-        async with self._session_lock(child.session_key):
+        async with self.turns.session_lock(child.session_key):
             return await self._model_turn(
                 child.session_key,
                 CHILD_CHANNEL,
@@ -464,9 +374,7 @@ class AgentLoop:
 
     def deliver_later(self, msg: InboundMessage) -> None:
         """`deliver_turn` in the background (cancelled at shutdown)."""
-        task: asyncio.Task[object] = asyncio.ensure_future(self.deliver_turn(msg))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self.turns.background.spawn(self.deliver_turn(msg))
 
     def submit(self, session_key: str, text: str, sender: ToolContext) -> None:
         """A turn in another session on `sender`'s behalf (sessions_send): answered by that session's
@@ -508,107 +416,6 @@ class AgentLoop:
             if m.role == "user":
                 self.sessions.prune(key, row_id)
                 return
-
-    # -- slash commands ----------------------------------------------------
-    async def _slash_reply(self, command: slash.SlashCommand, msg: InboundMessage) -> tuple[str, bool]:
-        try:
-            return await self._slash(command, msg)
-        except Exception as e:  # the store or a hook failed: answer, never take the channel down
-            # Our own errors carry a message meant for people; anything else is a bug worth a traceback.
-            unexpected = not isinstance(e, EdgeclawError)
-            log.error("/%s failed in session %s: %s", command.name, msg.session_key, e, exc_info=unexpected)
-            return f"error: /{command.name} failed: {type(e).__name__}: {e}", False
-
-    async def _slash(self, command: slash.SlashCommand, msg: InboundMessage) -> tuple[str, bool]:
-        key = msg.session_key
-        ctx = self._context(msg)
-        name = command.name
-        if name in ("help", "?"):
-            if not command.argument:
-                return slash.HELP, True
-            wanted = command.argument.split()[0].removeprefix("/")
-            info = next((i for i in self.registry.infos(ctx) if i.name == wanted), None)
-            if info is None:
-                return f"no tool named {wanted!r} may be called here; /tools lists those that may", False
-            return tool_help.describe_tool(info), True
-        if name == "tools":
-            infos = self.registry.infos(ctx)
-            if not infos:
-                return "No tools are allowed here.", True
-            width = max(len(i.name) for i in infos)
-            return "\n".join(f"{i.name:<{width}}  {i.description.split('. ')[0]}" for i in infos), True
-        if name == "call":
-            tool, args = slash.split_call(command.argument)
-            if not tool:
-                return "usage: /call TOOL {json arguments}", False
-            outcome = await self.registry.execute(tool, args, ctx)
-            if not outcome.ok:
-                return f"error: {outcome.error}", False
-            # A command's output ends with a newline; a reply does not (it would show as a blank row).
-            text = outcome.for_user if outcome.for_user is not None else outcome.for_llm
-            return text.rstrip("\n") or "(no output)", True
-        if name == "status":
-            return self._status(key), True
-        if name == "stop":
-            label = self._turn_labels.get(key, "the turn")
-            return (f"Stopping {label}." if self.stop_turn(key) else "Nothing is running."), True
-        if name == "new":
-            if key in self._turns:
-                return "A turn is in progress; /stop it first.", False
-            archived = self.sessions.archive(key)
-            for hook in self.session_end_hooks:
-                try:
-                    await hook(key, ctx.identity)
-                except Exception:
-                    log.exception("session-end hook failed for %s", key)
-            return (
-                "Started a fresh conversation." + (f" The old one is kept as {archived}." if archived else "")
-            ), True
-        return f"unknown command /{name}\n{slash.HELP}", False
-
-    def _status(self, key: str) -> str:
-        """Two blocks: what belongs to this session, and what is the device's (every session's)."""
-        lines = [f"edgeclaw {__version__}", f"session {key} (this conversation):"]
-        if len(self.agents) > 1:
-            try:
-                lines.append(
-                    f"  agent: {self.agent_for(InboundMessage(channel_of(key), '', session=key)).id}"
-                )
-            except UnknownAgent as e:
-                lines.append(f"  agent: {e}")
-        summary = self.sessions.summary(key)
-        lines.append(
-            f"  conversation: {plural(summary.messages, 'message')}, ~{plural(summary.tokens, 'token')}"
-            if summary is not None
-            else "  conversation: empty"
-        )
-        mine = self.registry.stats.sessions.get(key)
-        calls = mine.calls if mine is not None else 0
-        failed = mine.errors if mine is not None else 0
-        lines.append(f"  tool calls: {calls}" + (f" ({failed} failed or refused)" if failed else ""))
-        label = self._turn_labels.get(key)
-        lines.append(f"  now: running {label}" if key in self._turns and label else "  now: idle")
-        lines.append("device (all sessions, since start):")
-        lines += [f"  {k}: {v}" for k, v in self.facts.items() if v]
-        for source in self.status_sources:
-            lines += [f"  {line}" for line in source()]
-        if not self.chain:
-            lines.append("  models: none configured (slash commands only)")
-        for provider in self.chain.providers:
-            h = self.chain.health[provider.name]
-            state = "not tried yet" if h.ok is None else ("ok" if h.ok else f"failing: {h.last_error}")
-            context = self.model_info.known(provider.name) if self.model_info is not None else ""
-            if context:
-                state += f"; context {context}"
-            if getattr(provider, "tools_supported", None) is False:
-                state += "; takes no tools (plain chat and slash commands only)"
-            lines.append(f"  model {provider.name} ({provider.kind}, {provider.model}): {state}")
-        totals = self.registry.stats.totals()
-        lines.append(
-            f"  tool calls: {totals['calls']} ({totals['errors']} failed, {totals['refused']} refused)"
-        )
-        lines.append(f"  sessions with a turn running: {len(self._turns)}")
-        return "\n".join(lines)
 
 
 CUT_OFF = "\n(The answer was cut off at the model's token limit, max_tokens.)"

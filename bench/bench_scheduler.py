@@ -29,7 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from edgeclaw.agent.scheduler import LoopClock, Scheduler, SchedulerSettings  # noqa: E402
+from edgeclaw.agent.scheduler import Scheduler, SchedulerSettings  # noqa: E402
+from edgeclaw.agent.scheduler_clock import LoopClock  # noqa: E402
 from edgeclaw.store.db import Database  # noqa: E402
 from edgeclaw.store.jobs import Job, JobStore, Owner, new_job_id  # noqa: E402
 

@@ -98,7 +98,8 @@ class SchedulerService:
 @contextlib.asynccontextmanager
 async def scheduler_service(runtime: Runtime) -> AsyncIterator[SchedulerService]:
     from edgeclaw.agent.job_runner import JobRunner
-    from edgeclaw.agent.scheduler import LoopClock, Scheduler, SchedulerSettings
+    from edgeclaw.agent.scheduler import Scheduler, SchedulerSettings
+    from edgeclaw.agent.scheduler_clock import LoopClock
     from edgeclaw.backends.clock import ClockSync
 
     auto = runtime.automation

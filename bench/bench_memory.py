@@ -236,7 +236,7 @@ async def main():
         await store.search(q, "cli:bench", limit=5)
 asyncio.run(main())
 after = rss_kib()
-print(json.dumps({{"before": before, "after": after, "vectors": len(store._index({model!r}))}}))
+print(json.dumps({{"before": before, "after": after, "vectors": len(store.finder._index({model!r}))}}))
 """
 
 

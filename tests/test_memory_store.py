@@ -295,15 +295,15 @@ def test_two_processes_writing_one_database_at_once_keep_it_consistent(tmp_path)
 KILL_SCRIPT = """
 import os, sys, time
 from tests.memory_support import open_store
-import edgeclaw.store.memory as m
+import edgeclaw.store.memory_index as m
 store = open_store(sys.argv[1])
 big = "\\n\\n".join(f"## Section {i}\\n\\n" + f"new text {i} " * 150 for i in range(200))
-original = m.MemoryStore._insert_chunk_rows
+original = m.ChunkIndex.insert_chunk_rows
 def slow(conn, doc_id, path, chunks):
     original(conn, doc_id, path, chunks)
     sys.stdout.write("inside\\n"); sys.stdout.flush()
     time.sleep(60)  # killed here: chunks written, the transaction not committed
-m.MemoryStore._insert_chunk_rows = staticmethod(slow)
+m.ChunkIndex.insert_chunk_rows = staticmethod(slow)
 store.put("memory/big.md", big, scope="")
 """
 

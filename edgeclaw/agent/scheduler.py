@@ -103,16 +103,7 @@ class Scheduler:
         self._runs = JobRuns(store, executor, self._tasks, max_running=self.settings.max_running, audit=audit)
         self._edges = EdgeTriggers(edges, store, self._jobs, self._runs, self._tasks)
         self._runs.on_end = self._edges.run_ended
-        s = self.settings
-        self._time = ClockWatch(
-            clock,
-            sync,
-            step_s=s.step_s,
-            sync_recheck_s=s.sync_recheck_s,
-            sync_max_wait_s=s.sync_max_wait_s,
-            on_step=self._clock_stepped,
-            on_sync_checked=self._arm,
-        )
+        self._time = ClockWatch(clock, sync, self.settings, self._clock_stepped, on_sync_checked=self._arm)
         self._timer: TimerHandle | None = None
         self._closed = False
         self.wakeups = 0

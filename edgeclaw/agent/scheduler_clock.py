@@ -19,7 +19,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from edgeclaw.agent.scheduler import SchedulerSettings
 
 log = logging.getLogger("edgeclaw.scheduler")
 
@@ -86,18 +89,13 @@ class ClockWatch:
         self,
         clock: Clock,
         sync: SyncSource | None,
-        *,
-        step_s: float,
-        sync_recheck_s: float,
-        sync_max_wait_s: float,
+        settings: SchedulerSettings,
         on_step: Callable[[float], None],
         on_sync_checked: Callable[[], None],
     ) -> None:
         self.clock = clock
         self.sync = sync
-        self.step_s = step_s
-        self.sync_recheck_s = sync_recheck_s
-        self.sync_max_wait_s = sync_max_wait_s
+        self.settings = settings  # step_s, sync_recheck_s, sync_max_wait_s
         self._on_step = on_step
         self._on_sync_checked = on_sync_checked
         self._offset = 0.0
@@ -118,7 +116,7 @@ class ClockWatch:
     def check_step(self) -> None:
         offset = self.clock.wall() - self.clock.mono()
         delta = offset - self._offset
-        if abs(delta) < self.step_s:
+        if abs(delta) < self.settings.step_s:
             return
         self._offset = offset
         self.steps += 1
@@ -140,7 +138,7 @@ class ClockWatch:
         if self.closed:
             return
         waited = self.clock.mono() - self._sync_since
-        limit = self.sync_max_wait_s
+        limit = self.settings.sync_max_wait_s
         if ok:
             if waited > 1:
                 log.info(
@@ -160,7 +158,7 @@ class ClockWatch:
                     "the clock is not synchronised (%s): jobs wait for it (automation.clock_sync)",
                     self.sync.source,
                 )
-            self.recheck_at = self.clock.mono() + self.sync_recheck_s
+            self.recheck_at = self.clock.mono() + self.settings.sync_recheck_s
         if self.synced:
             self.check_step()
             self._offset = self.clock.wall() - self.clock.mono()

@@ -364,7 +364,7 @@ class MemoryStore:
         diversify: bool = False,
     ) -> SearchOutcome:
         """The best chunks for `query` that `user` may see, with scores; hybrid when it can be."""
-        return await self.finder.search(query, user, limit=limit, category=category, diversify=diversify)
+        return await self.finder.search(query, user, limit, category, diversify)
 
 
 def _first_line(text: str) -> str:

@@ -110,15 +110,9 @@ class MemorySearch:
         self._stale = True
 
     async def search(
-        self,
-        query: str,
-        user: str,
-        *,
-        limit: int = 5,
-        category: str | None = None,
-        diversify: bool = False,
+        self, query: str, user: str, limit: int, category: str | None, diversify: bool
     ) -> SearchOutcome:
-        """The best chunks for `query` that `user` may see, with scores; hybrid when it can be."""
+        """`MemoryStore.search`: the best `limit` chunks for `query` that `user` may see, with scores."""
         keyword = self._keyword(query, user, category)
         ranked_vectors: list[int] = []
         query_vector: list[float] | None = None

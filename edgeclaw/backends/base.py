@@ -32,8 +32,9 @@ class DeviceUnavailable(BackendError):
     """The bus, device file, library or peer needed for the operation is not there."""
 
 
-class TargetError(BackendError):
-    """A debug target or a bridge peer answered with an error."""
+class DeviceReplyError(BackendError):
+    """The device at the far end of a link (a debug target, the ESP32 bridge) answered, with an error
+    or with something that is not a valid answer: the link works, the device said no."""
 
 
 def missing_library(module: str, extra: str, distro_hint: str = "") -> DeviceUnavailable:

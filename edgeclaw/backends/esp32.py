@@ -29,7 +29,7 @@ import logging
 import os
 from typing import Any
 
-from edgeclaw.backends.base import BusTimeout, DeviceUnavailable, TargetError, missing_library
+from edgeclaw.backends.base import BusTimeout, DeviceReplyError, DeviceUnavailable, missing_library
 from edgeclaw.errors import BackendError
 
 log = logging.getLogger("edgeclaw.backends.esp32")
@@ -191,7 +191,7 @@ class Esp32Bridge:
             if future.done() and not future.cancelled():
                 future.exception()  # a reset or loss during our write: reported as what ended the wait
         if not reply.get("ok"):
-            raise TargetError(f"the ESP32 refused {op!r}: {reply.get('error', 'no reason given')}")
+            raise DeviceReplyError(f"the ESP32 refused {op!r}: {reply.get('error', 'no reason given')}")
         result = reply.get("result")
         return result if isinstance(result, dict) else {}
 
@@ -205,7 +205,7 @@ class Esp32Bridge:
             except PeerReset:
                 if attempt == 2:
                     raise
-            except TargetError as e:  # it answers, but not to hello: another firmware, or an old one
+            except DeviceReplyError as e:  # it answers, but not to hello: another firmware, or an old one
                 raise DeviceUnavailable(
                     f"the ESP32 does not shake hands ({e}): flash the firmware from edgeclaw/firmware/esp32"
                 ) from None

@@ -24,7 +24,7 @@ from edgeclaw.board import BoardProfile, MemoryRegionGrant
 if TYPE_CHECKING:
     from edgeclaw.backends.esp32 import Esp32Bridge
     from edgeclaw.backends.gpio import GPIOController
-    from edgeclaw.backends.memory import MemoryAccess
+    from edgeclaw.backends.mmio import MemoryAccess
     from edgeclaw.backends.probe import DebugProbe
     from edgeclaw.backends.sensors.registry import Sensors
     from edgeclaw.backends.serial import SerialPorts
@@ -119,7 +119,7 @@ class BoardBackends:
         found = self._memory.get(region.name)
         if found is not None:
             return found
-        from edgeclaw.backends.memory import MemoryAccess, MemoryWindow, sim_region_file
+        from edgeclaw.backends.mmio import MemoryAccess, MemoryWindow, sim_region_file
 
         writable = region.access == "rw"
         if self.simulated:

@@ -148,7 +148,7 @@ class GdbRemoteClient:
             self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
         except OSError as e:
             raise DeviceUnavailable(
-                f"cannot reach the GDB server at {self.host}:{self.port}: {e.strerror or e}"
+                f"cannot reach the GDB server at {self.host}:{self.port}: {e.strerror or e}", errno=e.errno
             ) from None
         reply = await self.request(b"qSupported:multiprocess-;swbreak+;hwbreak+;xmlRegisters=arm")
         for item in reply.decode("ascii", "replace").split(";"):

@@ -65,7 +65,6 @@ class BoardBackends:
         self.state_dir = state_dir
         # Given: a test's own factory (edgeclaw.testing.SimBoard passes the sim's with its wiring).
         self.drivers = drivers if drivers is not None else drivers_for(profile, config, state_dir)
-        self.simulated = self.drivers.simulated
         self._i2c: dict[int, I2CBus] = {}
         self._spi: dict[tuple[int, int], SPIDevice] = {}
         self._gpio: GPIOController | None = None

@@ -178,6 +178,7 @@ class SimParts:
         self.spi: dict[tuple[int, int], MCP3008] = {}
         self.by_device: dict[str, Any] = {}  # the `[[devices]]` entry's name -> its model
         self.by_part: dict[str, Any] = {}  # part -> the first model of it
+        self.models: list[Any] = []  # every model, in the order built
         onewire: list[Any] = []
         declared = {_place(d): d for d in reversed(devices) if _place(d) is not None}  # first wins
         for place, part in sim_layout(devices).items():
@@ -199,6 +200,7 @@ class SimParts:
 
     def _add(self, part: str, device: DeviceSpec | None, state_dir: Path) -> Any:
         model = SIM_MODELS[part](device, state_dir)
+        self.models.append(model)
         if device is not None:
             self.by_device[device.name] = model
         self.by_part.setdefault(part, model)

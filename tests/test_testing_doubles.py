@@ -16,6 +16,7 @@ from edgeclaw.backends.i2c import I2CNoAcknowledge
 from edgeclaw.backends.sensors.base import SensorError
 from edgeclaw.backends.sim.board import I2C_BUS1_PARTS
 from edgeclaw.board import read_profile
+from edgeclaw.config.schema import HardwareConfig
 from edgeclaw.testing import SimBoard, mock_client
 
 MY_BOARD = """
@@ -66,6 +67,18 @@ async def test_an_injected_timeout_is_a_bus_timeout_carrying_etimedout(tmp_path:
             await board.sensors().read("air")
     assert "bus 1 timed out at 0x76" in str(caught.value) and caught.value.errno == errno.ETIMEDOUT
     assert sensor.value.kind == "timeout"
+
+
+async def test_a_hung_bus_is_cut_off_by_the_deadline_on_a_threaded_board(tmp_path: Path) -> None:
+    config = HardwareConfig(op_timeout_s=0.3)
+    async with SimBoard(tmp_path, config=config, threaded=True) as board:
+        board.inject(0x23, "hang")
+        try:
+            with pytest.raises(SensorError) as caught:
+                await board.sensors().read("light")
+        finally:
+            board.release()
+    assert caught.value.kind == "timeout" and "no answer within 0.3 s" in str(caught.value)
 
 
 async def test_a_corrupted_read_is_caught_by_the_parts_crc(tmp_path: Path) -> None:

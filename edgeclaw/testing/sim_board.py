@@ -29,6 +29,8 @@ class SimBoard:
     parts from: by default the sim board's own wiring (the sim profile's, as the daemon uses);
     pass `profile.devices` to have the sim answer for the parts your own profile declares (the
     sim's fixed TMP102, BME280, 24C32 and MCP3008 are there too, where nothing else sits).
+    `threaded` runs the I2C and SPI buses on worker threads, as on a board, so an injected "hang"
+    is cut off by the deadline (`config.op_timeout_s`) instead of stopping the event loop.
 
         async with SimBoard(tmp_path) as board:
             board.parts.device("board temperature").temperature_c = 30.0
@@ -43,6 +45,7 @@ class SimBoard:
         *,
         devices: Sequence[DeviceSpec] | None = None,
         config: HardwareConfig | None = None,
+        threaded: bool = False,
     ) -> None:
         if not isinstance(profile, BoardProfile):
             profile = load_profile(str(profile))
@@ -53,6 +56,7 @@ class SimBoard:
             timeout_s=config.op_timeout_s,
             flash_timeout_s=config.flash_timeout_s,
             wiring=devices,
+            threaded=threaded,
         )
         self.backends = BoardBackends(profile, config, state_dir, drivers=self.drivers)
 
@@ -72,7 +76,8 @@ class SimBoard:
     def inject(self, address: int, fault: Fault | None, *, bus: int = 1) -> None:
         """Make transfers to `address` fail from now on: "nack" (it stops acknowledging),
         "timeout" (the adapter gives up, ETIMEDOUT), "hang" (a transfer never returns until
-        `release()`) or "corrupt" (one bit of every read flipped); None heals it."""
+        `release()`; only on a `threaded` board) or "corrupt" (one bit of every read flipped);
+        None heals it."""
         self.i2c_bus(bus).inject(address, fault)
 
     def release(self, *, bus: int = 1) -> None:

@@ -4,7 +4,9 @@ I2C buses and SPI devices are the sim parts' models (`SimParts`, built from the
 wiring on first use), GPIO pins are gpiozero's MockFactory pins, a memory
 region is a file in the state directory, the 1-Wire tree is written there too,
 and `sim:NAME` serial ports are sim parts behind ptys. Sim drivers answer in
-microseconds, so every bus runs inline rather than on a worker thread.
+microseconds, so every bus runs inline rather than on a worker thread — unless
+`threaded`, which runs the I2C and SPI buses on worker threads as a board's do,
+so a test's "hang" fault is cut off by the deadline rather than stopping the loop.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ if TYPE_CHECKING:
 
 class SimDrivers(BoardDrivers):
     """The sim board's drivers. `wiring` is the `[[devices]]` its parts are built from (by default the
-    shipped sim profile's: the sim board as every simulated profile sees it)."""
+    shipped sim profile's: the sim board as every simulated profile sees it); `threaded` puts the
+    I2C and SPI buses on worker threads (see the module docstring)."""
 
     simulated = True
 
@@ -38,9 +41,11 @@ class SimDrivers(BoardDrivers):
         timeout_s: float,
         flash_timeout_s: float,
         wiring: Sequence[DeviceSpec] | None = None,
+        threaded: bool = False,
     ) -> None:
         super().__init__(state_dir, timeout_s=timeout_s, flash_timeout_s=flash_timeout_s)
         self._wiring = wiring
+        self.threaded = threaded
         self._parts: SimParts | None = None
         self._serial_parts: dict[str, Any] = {}  # sim serial parts by name, each behind a pty
 
@@ -53,7 +58,7 @@ class SimDrivers(BoardDrivers):
         return self._parts
 
     def i2c_bus(self, grant: I2CBusGrant) -> I2CBus:
-        return I2CBus(self.sim_parts().i2c_bus(grant.bus), timeout_s=self.timeout_s, threaded=False)
+        return I2CBus(self.sim_parts().i2c_bus(grant.bus), timeout_s=self.timeout_s, threaded=self.threaded)
 
     def spi_device(self, grant: SPIDeviceGrant) -> SPIDevice:
         from edgeclaw.backends.spi import SPIDevice
@@ -63,7 +68,7 @@ class SimDrivers(BoardDrivers):
             raise DeviceUnavailable(
                 f"nothing is attached to the sim board's SPI {grant.bus}.{grant.chip_select}"
             )
-        return SPIDevice(part, timeout_s=self.timeout_s, threaded=False)
+        return SPIDevice(part, timeout_s=self.timeout_s, threaded=self.threaded)
 
     def gpio(self, grants: Sequence[GPIOPinGrant]) -> GPIOController:
         from edgeclaw.backends.gpio import GPIOController, GpiozeroDriver

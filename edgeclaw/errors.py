@@ -50,4 +50,14 @@ class ToolRefused(EdgeclawError):
 
 
 class BackendError(EdgeclawError):
-    """A hardware, sandbox or store backend failed; the message is meant for people."""
+    """A hardware, sandbox or store backend failed; the message is meant for people.
+
+    `errno` keeps the operating system's error number when one caused it (None otherwise), so a
+    program can act on the value rather than parse the words.
+    """
+
+    errno: int | None = None
+
+    def __init__(self, *args: object, errno: int | None = None) -> None:
+        super().__init__(*args)
+        self.errno = errno

@@ -10,7 +10,7 @@ import tty
 
 import pytest
 
-from edgeclaw.backends.base import BusTimeout, DeviceUnavailable, TargetError
+from edgeclaw.backends.base import BusTimeout, DeviceReplyError, DeviceUnavailable
 from edgeclaw.backends.esp32 import Esp32Bridge, PeerReset
 from edgeclaw.backends.sim.i2c import SimI2CBus
 from edgeclaw.backends.sim.tmp102 import TMP102
@@ -74,7 +74,7 @@ async def test_handshake_and_commands(pty):
         assert (await bridge.request("gpio.read", {"pin": 2}))["value"] == 1
         assert (await bridge.request("adc.read", {"pin": 34}))["millivolts"] == 1000
         assert (await bridge.request("i2c.scan", {"bus": 0}))["addresses"] == [0x48]
-        with pytest.raises(TargetError, match="input-only"):
+        with pytest.raises(DeviceReplyError, match="input-only"):
             await bridge.request("gpio.write", {"pin": 35, "value": 1})
     finally:
         await bridge.close()

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from edgeclaw.backends import qemu as qemu_module
-from edgeclaw.backends.base import TargetError
+from edgeclaw.backends.base import DeviceReplyError
 from edgeclaw.backends.gdbremote import GdbRemoteClient, decode_payload, escape_binary
 from edgeclaw.backends.qemu import BOOT_COUNTER, QemuSTM32, firmware_image, qemu_available
 from tests.hw_support import call, make_runtime, ok, write_profile
@@ -178,7 +178,9 @@ async def test_gdb_client_against_qemu(qemu):
     assert await client.read_memory(0x0800_0000, 32) == firmware_image()
     await client.write_memory(0x2000_0400, bytes(range(200)))
     assert await client.read_memory(0x2000_0400, 200) == bytes(range(200))
-    with pytest.raises(TargetError, match=r"cannot read 8 bytes at 0x60000000: .*nothing is mapped there"):
+    with pytest.raises(
+        DeviceReplyError, match=r"cannot read 8 bytes at 0x60000000: .*nothing is mapped there"
+    ):
         await client.read_memory(0x6000_0000, 8)
     registers = await client.read_registers()
     assert registers["sp"] == 0x2000_2000 and registers["pc"] == 0x0800_0010
@@ -388,7 +390,7 @@ async def test_gdb_flash_refuses_an_image_that_runs_past_the_flash_region():
     client = GdbRemoteClient("127.0.0.1", server.sockets[0].getsockname()[1])
     try:
         await client.connect()
-        with pytest.raises(TargetError, match="runs past the end of the target's flash region"):
+        with pytest.raises(DeviceReplyError, match="runs past the end of the target's flash region"):
             await client.flash(0x0800_3F00, b"\x11" * 0x200)
         assert not any(p.startswith((b"vFlash", b"M", b"X")) for p in stub.log)  # nothing written
     finally:
@@ -435,9 +437,9 @@ async def test_registers_the_stub_marks_unavailable_are_left_out():
 
 
 async def test_the_g_fallback_never_makes_up_values():
-    with pytest.raises(TargetError, match="supports neither 'p' nor 'g'"):
+    with pytest.raises(DeviceReplyError, match="supports neither 'p' nor 'g'"):
         await _registers_from(FakeRegisterStub(p_packet=False))
-    with pytest.raises(TargetError, match="register reply is short"):
+    with pytest.raises(DeviceReplyError, match="register reply is short"):
         await _registers_from(FakeRegisterStub(p_packet=False, g_reply=b"00112233" * 4))
     full = b"".join(i.to_bytes(4, "little").hex().encode() for i in range(16))
     registers = await _registers_from(

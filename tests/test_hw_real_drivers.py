@@ -18,7 +18,7 @@ import types
 import pytest
 import smbus2.smbus2 as smbus2_impl
 
-from edgeclaw.backends.base import DeviceUnavailable, TargetError
+from edgeclaw.backends.base import DeviceReplyError, DeviceUnavailable
 from edgeclaw.backends.i2c import I2CBus, SMBus2Driver
 from edgeclaw.backends.probe import PyocdProbe
 from edgeclaw.backends.sim.eeprom import EEPROM24C32
@@ -239,7 +239,7 @@ async def test_spidev_driver_with_a_fake_module(monkeypatch):
 
 
 def test_device_files_that_cannot_be_opened_say_what_to_do(monkeypatch, tmp_path):
-    from edgeclaw.backends.memory import MemoryWindow
+    from edgeclaw.backends.mmio import MemoryWindow
     from edgeclaw.board import MemoryRegionGrant
 
     class DeniedSpiDev(FakeSpiDev):
@@ -341,7 +341,7 @@ async def test_pyocd_probe_memory_registers_and_faults(monkeypatch):
         assert registers["pc"] == 0x0800_0010 and len(registers) == 17
         await probe.halt()
         assert await probe.state() == "halted"
-        with pytest.raises(TargetError, match="Memory transfer fault"):
+        with pytest.raises(DeviceReplyError, match="Memory transfer fault"):
             await probe.read_memory(0x6000_0000, 4)
     finally:
         await probe.close()

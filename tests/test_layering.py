@@ -88,6 +88,7 @@ LAYERS = {
     "edgeclaw.channels": 4,
     "edgeclaw.agent": 3,
     "edgeclaw.tools": 2,
+    "edgeclaw.testing": 2,  # the doubles users' tests take: built on the backends, used by nothing above
     "edgeclaw.backends": 1,
     "edgeclaw.sandbox": 1,
     "edgeclaw.store": 1,

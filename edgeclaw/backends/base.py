@@ -32,8 +32,9 @@ class DeviceUnavailable(BackendError):
     """The bus, device file, library or peer needed for the operation is not there."""
 
 
-class TargetError(BackendError):
-    """A debug target or a bridge peer answered with an error."""
+class DeviceReplyError(BackendError):
+    """The device at the far end of a link (a debug target, the ESP32 bridge) answered, with an error
+    or with something that is not a valid answer: the link works, the device said no."""
 
 
 def missing_library(module: str, extra: str, distro_hint: str = "") -> DeviceUnavailable:
@@ -44,30 +45,41 @@ def missing_library(module: str, extra: str, distro_hint: str = "") -> DeviceUna
     )
 
 
+# The one errno -> words table every backend words an OS error with (I2C's sentences say more, since
+# on that bus an errno also tells who did not answer: `i2c.describe_i2c_error`).
+ERRNO_WORDS: dict[int, str] = {
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.ENOENT: "no such device",
+    errno.ENODEV: "no such device",
+    errno.EBUSY: "in use by a kernel driver",
+    errno.ETIMEDOUT: "timed out",
+    errno.EREMOTEIO: "no acknowledgement",
+    errno.ENXIO: "no acknowledgement",
+    errno.EIO: "input/output error",
+    errno.EOPNOTSUPP: "not supported by the adapter",
+    errno.EINVAL: "rejected as invalid by the driver",
+}
+
+
 def os_error_words(exc: OSError) -> str:
     """A short plain-words description of an errno, for messages built by the caller."""
-    return {
-        errno.EACCES: "permission denied",
-        errno.EPERM: "operation not permitted",
-        errno.ENOENT: "no such device",
-        errno.ENODEV: "no such device",
-        errno.EBUSY: "in use by a kernel driver",
-        errno.ETIMEDOUT: "timed out",
-        errno.EREMOTEIO: "no acknowledgement",
-        errno.ENXIO: "no acknowledgement",
-        errno.EIO: "input/output error",
-        errno.EOPNOTSUPP: "not supported by the adapter",
-        errno.EINVAL: "rejected as invalid by the driver",
-    }.get(exc.errno or 0, exc.strerror or str(exc))
+    return ERRNO_WORDS.get(exc.errno or 0, exc.strerror or str(exc))
+
+
+def errno_of(exc: BaseException) -> int | None:
+    """The OS error number an exception carries (an `OSError`, or a library's error wrapping one)."""
+    code = getattr(exc, "errno", None)
+    return code if isinstance(code, int) else None
 
 
 def open_error(what: str, path: str, e: OSError, *, missing: str, denied: str) -> DeviceUnavailable:
     """Opening `path` (the device file behind `what`) failed: in plain words, with what to do."""
     if e.errno in (errno.ENOENT, errno.ENODEV):
-        return DeviceUnavailable(f"{what} does not exist ({path} is missing; {missing})")
+        return DeviceUnavailable(f"{what} does not exist ({path} is missing; {missing})", errno=e.errno)
     if e.errno in (errno.EACCES, errno.EPERM):
-        return DeviceUnavailable(f"permission denied opening {path} for {what} ({denied})")
-    return DeviceUnavailable(f"cannot open {path} for {what}: {os_error_words(e)}")
+        return DeviceUnavailable(f"permission denied opening {path} for {what} ({denied})", errno=e.errno)
+    return DeviceUnavailable(f"cannot open {path} for {what}: {os_error_words(e)}", errno=e.errno)
 
 
 class BusGate(Generic[D]):
@@ -154,7 +166,7 @@ class BusGate(Generic[D]):
         except OSError as e:
             if self._describe is not None:
                 raise self._describe(e, args) from None
-            raise BackendError(f"{self.label}: {os_error_words(e)}") from None
+            raise BackendError(f"{self.label}: {os_error_words(e)}", errno=e.errno) from None
 
     def close(self) -> None:
         close = getattr(self.driver, "close", None) if self._owns_driver else None

@@ -29,7 +29,7 @@ import logging
 import os
 from typing import Any
 
-from edgeclaw.backends.base import BusTimeout, DeviceUnavailable, TargetError, missing_library
+from edgeclaw.backends.base import BusTimeout, DeviceReplyError, DeviceUnavailable, errno_of, missing_library
 from edgeclaw.errors import BackendError
 
 log = logging.getLogger("edgeclaw.backends.esp32")
@@ -74,7 +74,9 @@ class Esp32Bridge:
             # timeout=0: non-blocking reads; the event loop tells us when bytes are there.
             self._serial = serial.Serial(self.port, self.baud, timeout=0, write_timeout=self.timeout_s)
         except (serial.SerialException, OSError) as e:
-            raise DeviceUnavailable(f"cannot open the ESP32 serial port {self.port}: {e}") from None
+            raise DeviceUnavailable(
+                f"cannot open the ESP32 serial port {self.port}: {e}", errno=errno_of(e)
+            ) from None
         # Whatever the chip said before we listened (a boot event, ROM noise) answers nothing of ours.
         self._serial.reset_input_buffer()
         self._fd = self._serial.fileno()
@@ -184,14 +186,14 @@ class Esp32Bridge:
         except OSError as e:
             self._lost(f"cannot write to the ESP32 serial port: {e.strerror}")
             raise DeviceUnavailable(
-                f"cannot write to the ESP32 serial port {self.port}: {e.strerror}"
+                f"cannot write to the ESP32 serial port {self.port}: {e.strerror}", errno=e.errno
             ) from None
         finally:
             self._pending.pop(request_id, None)
             if future.done() and not future.cancelled():
                 future.exception()  # a reset or loss during our write: reported as what ended the wait
         if not reply.get("ok"):
-            raise TargetError(f"the ESP32 refused {op!r}: {reply.get('error', 'no reason given')}")
+            raise DeviceReplyError(f"the ESP32 refused {op!r}: {reply.get('error', 'no reason given')}")
         result = reply.get("result")
         return result if isinstance(result, dict) else {}
 
@@ -205,7 +207,7 @@ class Esp32Bridge:
             except PeerReset:
                 if attempt == 2:
                     raise
-            except TargetError as e:  # it answers, but not to hello: another firmware, or an old one
+            except DeviceReplyError as e:  # it answers, but not to hello: another firmware, or an old one
                 raise DeviceUnavailable(
                     f"the ESP32 does not shake hands ({e}): flash the firmware from edgeclaw/firmware/esp32"
                 ) from None

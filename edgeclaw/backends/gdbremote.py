@@ -9,7 +9,7 @@ is implemented (see "Remote Protocol" in the GDB manual):
   encoding (`*`) in replies, `%` notifications ignored;
 * `qSupported` (PacketSize, qXfer features), `?` (halt reason);
 * memory: `m` / `M`, split by the stub's packet size; `Exx` replies become
-  `TargetError`s naming the address;
+  `DeviceReplyError`s naming the address;
 * registers: `qXfer:features:read` target description (following
   `xi:include`s) for names and numbers, then `p`; `g` when `p` is missing;
 * run control: `c` (resume, no reply until the target stops), `\\x03`
@@ -33,7 +33,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from edgeclaw.backends.base import DeviceUnavailable, TargetError
+from edgeclaw.backends.base import DeviceReplyError, DeviceUnavailable
 from edgeclaw.errors import BackendError
 
 log = logging.getLogger("edgeclaw.backends.gdb")
@@ -119,7 +119,7 @@ def _register_value(hex_text: bytes, name: str) -> int | None:
     try:
         return int.from_bytes(binascii.unhexlify(hex_text), "little")
     except binascii.Error:
-        raise TargetError(
+        raise DeviceReplyError(
             f"malformed value for register {name} from the GDB server: {hex_text[:20]!r}"
         ) from None
 
@@ -148,7 +148,7 @@ class GdbRemoteClient:
             self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
         except OSError as e:
             raise DeviceUnavailable(
-                f"cannot reach the GDB server at {self.host}:{self.port}: {e.strerror or e}"
+                f"cannot reach the GDB server at {self.host}:{self.port}: {e.strerror or e}", errno=e.errno
             ) from None
         reply = await self.request(b"qSupported:multiprocess-;swbreak+;hwbreak+;xmlRegisters=arm")
         for item in reply.decode("ascii", "replace").split(";"):
@@ -240,13 +240,15 @@ class GdbRemoteClient:
             reply = await self.request(b"m%x,%x" % (at, n))
             if _is_error(reply) or not reply:
                 why = _error_words(reply) if reply else "not supported"
-                raise TargetError(f"cannot read {n} bytes at 0x{at:08x}: the target reported {why}")
+                raise DeviceReplyError(f"cannot read {n} bytes at 0x{at:08x}: the target reported {why}")
             try:
                 data = binascii.unhexlify(reply)
             except binascii.Error:
-                raise TargetError(f"malformed memory reply from the GDB server: {reply[:40]!r}") from None
+                raise DeviceReplyError(
+                    f"malformed memory reply from the GDB server: {reply[:40]!r}"
+                ) from None
             if not data:
-                raise TargetError(f"cannot read at 0x{at:08x}: the target returned no data")
+                raise DeviceReplyError(f"cannot read at 0x{at:08x}: the target returned no data")
             out += data
         return bytes(out)
 
@@ -258,7 +260,9 @@ class GdbRemoteClient:
             reply = await self.request(b"M%x,%x:" % (at, len(part)) + binascii.hexlify(part))
             if reply != b"OK":
                 why = _error_words(reply) if _is_error(reply) else f"reply {reply[:20]!r}"
-                raise TargetError(f"cannot write {len(part)} bytes at 0x{at:08x}: the target reported {why}")
+                raise DeviceReplyError(
+                    f"cannot write {len(part)} bytes at 0x{at:08x}: the target reported {why}"
+                )
 
     # -- registers ---------------------------------------------------------------------------
     async def _xfer(self, obj: bytes, annex: bytes) -> bytes:
@@ -269,7 +273,7 @@ class GdbRemoteClient:
             )
             if reply[:1] not in (b"m", b"l") or (reply == b"m"):
                 # An error, no support, or an 'm' with no data (which would ask for the same again).
-                raise TargetError(f"the GDB server could not send {obj.decode()} {annex.decode()!r}")
+                raise DeviceReplyError(f"the GDB server could not send {obj.decode()} {annex.decode()!r}")
             out += reply[1:]
             if reply[:1] == b"l":
                 return bytes(out)
@@ -325,7 +329,7 @@ class GdbRemoteClient:
             if not reply:
                 return await self._registers_from_g(layout)
             if _is_error(reply):
-                raise TargetError(
+                raise DeviceReplyError(
                     f"cannot read register {reg.name}: the target reported {_error_words(reply)}"
                 )
             value = _register_value(reply, reg.name)
@@ -339,13 +343,13 @@ class GdbRemoteClient:
         reply = await self.request(b"g")
         if not reply or _is_error(reply):
             why = _error_words(reply) if reply else "it supports neither 'p' nor 'g'"
-            raise TargetError(f"the GDB server did not send the registers: {why}")
+            raise DeviceReplyError(f"the GDB server did not send the registers: {why}")
         values: dict[str, int] = {}
         offset = 0
         for reg in sorted(layout, key=lambda r: r.regnum)[:16]:
             width = reg.bitsize // 4  # hex digits
             if offset + width > len(reply):
-                raise TargetError(f"the GDB server's register reply is short ({len(reply) // 2} bytes)")
+                raise DeviceReplyError(f"the GDB server's register reply is short ({len(reply) // 2} bytes)")
             value = _register_value(reply[offset : offset + width], reg.name)
             if value is not None:
                 values[reg.name] = value
@@ -382,7 +386,7 @@ class GdbRemoteClient:
                 output += binascii.unhexlify(reply[1:])
                 continue
             if _is_error(reply) or not reply:
-                raise TargetError(f"the GDB server refused monitor command {command!r}")
+                raise DeviceReplyError(f"the GDB server refused monitor command {command!r}")
             if reply != b"OK" and _is_hex(reply):
                 output += binascii.unhexlify(reply)
             return output.decode("utf-8", "replace")
@@ -409,7 +413,7 @@ class GdbRemoteClient:
         region = next((r for r in regions if r.start <= base < r.start + r.length), None)
         if region is not None and base + len(image) > region.start + region.length:
             # Plain memory writes past a flash region's end would land in whatever follows it.
-            raise TargetError(
+            raise DeviceReplyError(
                 f"a {len(image)}-byte image at 0x{base:08x} runs past the end of the target's flash "
                 f"region 0x{region.start:08x}-0x{region.start + region.length - 1:08x}"
             )
@@ -420,18 +424,18 @@ class GdbRemoteClient:
             report("erase", 0, end - start)
             reply = await self.request(b"vFlashErase:%x,%x" % (start, end - start))
             if reply != b"OK":
-                raise TargetError(f"flash erase failed: {_error_words(reply)}")
+                raise DeviceReplyError(f"flash erase failed: {_error_words(reply)}")
             report("erase", end - start, end - start)
             chunk = max(64, self.packet_size // 2 - 32)
             for i in range(0, len(image), chunk):
                 part = image[i : i + chunk]
                 reply = await self.request(b"vFlashWrite:%x:" % (base + i) + escape_binary(part))
                 if reply != b"OK":
-                    raise TargetError(f"flash write at 0x{base + i:08x} failed: {_error_words(reply)}")
+                    raise DeviceReplyError(f"flash write at 0x{base + i:08x} failed: {_error_words(reply)}")
                 report("write", i + len(part), len(image))
             reply = await self.request(b"vFlashDone")
             if reply != b"OK":
-                raise TargetError(f"flash programming failed to complete: {_error_words(reply)}")
+                raise DeviceReplyError(f"flash programming failed to complete: {_error_words(reply)}")
             method = "vFlash"
         else:
             step = 4096
@@ -446,7 +450,7 @@ class GdbRemoteClient:
             actual = await self.read_memory(base + i, len(expected))
             if actual != expected:
                 bad = next(j for j in range(len(expected)) if actual[j] != expected[j])
-                raise TargetError(f"flash verify failed at 0x{base + i + bad:08x}")
+                raise DeviceReplyError(f"flash verify failed at 0x{base + i + bad:08x}")
             report("verify", min(i + step, len(image)), len(image))
         return f"{method}, verified"
 
@@ -459,7 +463,7 @@ def _parse_xml(text: bytes) -> ET.Element:
     try:
         return ET.fromstring(text)
     except ET.ParseError as e:
-        raise TargetError(f"the GDB server sent malformed XML: {e}") from None
+        raise DeviceReplyError(f"the GDB server sent malformed XML: {e}") from None
 
 
 def _is_hex(data: bytes) -> bool:

@@ -18,16 +18,21 @@ if TYPE_CHECKING:
 
 
 class SharedClient:
-    """An `httpx.AsyncClient` created by the first `get()`, closed (and forgotten) by `aclose()`."""
+    """An `httpx.AsyncClient` created by the first `get()`, closed (and forgotten) by `aclose()`.
 
-    def __init__(self) -> None:
+    `transport` is httpx's seam: given (a test's `httpx.MockTransport`, see `edgeclaw.testing`),
+    every request goes to it instead of the network.
+    """
+
+    def __init__(self, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self._client: httpx.AsyncClient | None = None
+        self._transport = transport
 
     def get(self) -> httpx.AsyncClient:
         if self._client is None:
             import httpx
 
-            self._client = httpx.AsyncClient(follow_redirects=False)
+            self._client = httpx.AsyncClient(follow_redirects=False, transport=self._transport)
         return self._client
 
     async def aclose(self) -> None:

@@ -160,25 +160,27 @@ class I2CNoAcknowledge(BackendError):
 
 
 def describe_i2c_error(number: int, e: OSError, address: int | None) -> BackendError:
-    """The kernel's errno in plain words, naming the bus and the address."""
+    """The kernel's errno in plain words, naming the bus and the address (the errno kept as `.errno`)."""
     at = f" at 0x{address:02x}" if address is not None else ""
     code = e.errno
     if code in (errno.EREMOTEIO, errno.ENXIO):
-        return I2CNoAcknowledge(f"no device acknowledged{at} on bus {number}")
+        return I2CNoAcknowledge(f"no device acknowledged{at} on bus {number}", errno=code)
     if code == errno.EIO:
-        return I2CNoAcknowledge(f"I/O error{at} on bus {number} (no acknowledgement, or a noisy bus)")
+        return I2CNoAcknowledge(
+            f"I/O error{at} on bus {number} (no acknowledgement, or a noisy bus)", errno=code
+        )
     if code == errno.ETIMEDOUT:
-        return BusTimeout(f"bus {number} timed out{at} (is SDA or SCL held low?)")
+        return BusTimeout(f"bus {number} timed out{at} (is SDA or SCL held low?)", errno=code)
     if code == errno.EBUSY:
         what = f"0x{address:02x}" if address is not None else "the address"
-        return BackendError(f"{what} on bus {number} is in use by a kernel driver")
+        return BackendError(f"{what} on bus {number} is in use by a kernel driver", errno=code)
     if code == errno.EAGAIN:
-        return BackendError(f"bus {number} lost arbitration{at}; try again")
+        return BackendError(f"bus {number} lost arbitration{at}; try again", errno=code)
     if code == errno.EOPNOTSUPP:
-        return BackendError(f"the bus {number} adapter does not support this transfer")
+        return BackendError(f"the bus {number} adapter does not support this transfer", errno=code)
     if code == errno.EINVAL:
-        return BackendError(f"the bus {number} driver rejected the transfer{at} as invalid")
-    return BackendError(f"bus {number}{at}: {e.strerror or e}")
+        return BackendError(f"the bus {number} driver rejected the transfer{at} as invalid", errno=code)
+    return BackendError(f"bus {number}{at}: {e.strerror or e}", errno=code)
 
 
 class I2CBus:

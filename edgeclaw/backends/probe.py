@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from edgeclaw.backends.base import BusGate, BusTimeout, DeviceUnavailable, TargetError, missing_library
+from edgeclaw.backends.base import BusGate, BusTimeout, DeviceReplyError, DeviceUnavailable, missing_library
 from edgeclaw.backends.firmware_image import Segment
 from edgeclaw.backends.gdbremote import GdbRemoteClient
 from edgeclaw.backends.qemu import START_TIMEOUT_S as QEMU_START_TIMEOUT_S
@@ -235,7 +235,7 @@ class PyocdProbe:
         except BackendError:
             raise
         except Exception as e:  # pyocd's own exception family (TransferFaultError, ProbeError...)
-            raise TargetError(f"{what}: {type(e).__name__}: {e}") from None
+            raise DeviceReplyError(f"{what}: {type(e).__name__}: {e}") from None
 
     async def _run(self, what: str, fn: Callable[[Any], T], timeout_s: float | None = None) -> T:
         return await self._gate.run(PyocdProbe._call, what, fn, timeout_s=timeout_s)
@@ -305,7 +305,7 @@ class PyocdProbe:
                     actual = bytes(target.read_memory_block8(segment.address + at, len(expected)))
                     if actual != expected:
                         bad = next(j for j in range(len(expected)) if actual[j] != expected[j])
-                        raise TargetError(f"verify failed at 0x{segment.address + at + bad:08x}")
+                        raise DeviceReplyError(f"verify failed at 0x{segment.address + at + bad:08x}")
                     report(index, "verify", at + len(expected), len(segment.data))
             how = [*(["pyocd flash algorithm"] if flash else []), *(["memory writes"] if ram else [])]
             return ", ".join(how) + ", verified"

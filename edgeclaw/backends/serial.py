@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from edgeclaw.backends.base import BusTimeout, DeviceUnavailable, missing_library
+from edgeclaw.backends.base import BusTimeout, DeviceUnavailable, errno_of, missing_library
 from edgeclaw.errors import BackendError
 
 Parity = Literal["N", "E", "O", "M", "S"]
@@ -122,17 +122,22 @@ class SerialLink:
             try:
                 self._serial.apply_settings(options)
             except (serial.SerialException, OSError, ValueError) as e:
-                raise BackendError(f"{self.label}: cannot apply {settings.describe()}: {e}") from None
+                raise BackendError(
+                    f"{self.label}: cannot apply {settings.describe()}: {e}", errno=errno_of(e)
+                ) from None
             self.settings = settings
             return
         try:
             ser = open_port(self.path, options)
         except serial.SerialException as e:
-            raise DeviceUnavailable(f"cannot open {self.label}: {_open_problem(e)}") from None
+            raise DeviceUnavailable(
+                f"cannot open {self.label}: {_open_problem(e)}", errno=errno_of(e)
+            ) from None
         except (OSError, ValueError) as e:
-            raise DeviceUnavailable(f"cannot open {self.label}: {e}") from None
+            raise DeviceUnavailable(f"cannot open {self.label}: {e}", errno=errno_of(e)) from None
         except termios.error as e:
-            raise DeviceUnavailable(f"cannot configure {self.label}: {e}") from None
+            code = e.args[0] if e.args and isinstance(e.args[0], int) else None
+            raise DeviceUnavailable(f"cannot configure {self.label}: {e}", errno=code) from None
         self._serial, self._fd, self.settings = ser, ser.fileno(), settings
 
     def discard_input(self) -> int:

@@ -71,7 +71,9 @@ class SPIDevice:
             label=driver.label,
             timeout_s=timeout_s,
             threaded=threaded,
-            describe_error=lambda e, _args: BackendError(f"{driver.label}: {os_error_words(e)}"),
+            describe_error=lambda e, _args: BackendError(
+                f"{driver.label}: {os_error_words(e)}", errno=e.errno
+            ),
         )
 
     async def transfer(self, data: bytes, speed_hz: int, mode: int, bits_per_word: int) -> bytes:

@@ -22,6 +22,7 @@ not there), `bus` (any other bus error).
 from __future__ import annotations
 
 import asyncio
+import errno
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -96,13 +97,15 @@ class Reading:
 class SensorError(BackendError):
     """A device could not be read; the message names it, its part, where it is wired and why."""
 
-    def __init__(self, device: DeviceSpec, kind: ErrorKind, problem: str) -> None:
+    def __init__(
+        self, device: DeviceSpec, kind: ErrorKind, problem: str, *, errno: int | None = None
+    ) -> None:
         self.device = device.name
         self.part = device.part
         self.location = device.location
         self.kind: ErrorKind = kind
         self.problem = problem
-        super().__init__(f"{device.name!r} ({device.part} {device.location}): {problem}")
+        super().__init__(f"{device.name!r} ({device.part} {device.location}): {problem}", errno=errno)
 
 
 def crc8(data: bytes, polynomial: int = 0x31, init: int = 0xFF, final_xor: int = 0x00) -> int:
@@ -133,8 +136,8 @@ class SensorDriver(ABC):
             values = [Value(q, float(v), self.measures[q].unit) for q, v in values.items()]
         return Reading(self.device.name, self.device.part, tuple(values), time.time(), bytes(raw))
 
-    def fail(self, kind: ErrorKind, problem: str) -> SensorError:
-        return SensorError(self.device, kind, problem)
+    def fail(self, kind: ErrorKind, problem: str, *, errno: int | None = None) -> SensorError:
+        return SensorError(self.device, kind, problem, errno=errno)
 
     def check_crc(self, what: str, data: bytes, received: int, **crc_args: int) -> None:
         """Raise a `crc` error unless `received` is the CRC-8 of `data`."""
@@ -203,14 +206,16 @@ class I2CSensor(SensorDriver):
         return I2CPartTransaction(self, self.bus.transaction())
 
     def bus_error(self, e: BackendError) -> SensorError:
-        """A bus backend's error as this device's."""
+        """A bus backend's error as this device's (its errno kept)."""
+        code = e.errno
         if isinstance(e, I2CNoAcknowledge):
-            return self.fail("nack", f"no acknowledgement (is it wired, powered and at this address?): {e}")
+            why = f"no acknowledgement (is it wired, powered and at this address?): {e}"
+            return self.fail("nack", why, errno=code)
         if isinstance(e, BusTimeout):
-            return self.fail("timeout", str(e))
+            return self.fail("timeout", str(e), errno=code)
         if isinstance(e, DeviceUnavailable):
-            return self.fail("unavailable", str(e))
-        return self.fail("bus", str(e))
+            return self.fail("unavailable", str(e), errno=code)
+        return self.fail("bus", str(e), errno=code)
 
 
 class SPISensor(SensorDriver):
@@ -236,11 +241,11 @@ class SPISensor(SensorDriver):
         try:
             return await self.spi.transfer(data, self.speed_hz, self.spi_mode, 8)
         except BusTimeout as e:
-            raise self.fail("timeout", str(e)) from None
+            raise self.fail("timeout", str(e), errno=e.errno) from None
         except DeviceUnavailable as e:
-            raise self.fail("unavailable", str(e)) from None
+            raise self.fail("unavailable", str(e), errno=e.errno) from None
         except BackendError as e:
-            raise self.fail("bus", str(e)) from None
+            raise self.fail("bus", str(e), errno=e.errno) from None
 
 
 class OneWireBus:
@@ -265,10 +270,11 @@ class OneWireBus:
             raise BusTimeout(f"1-Wire: no answer from {w1_id} within {self.timeout_s:g} s") from None
         except FileNotFoundError:
             raise DeviceUnavailable(
-                f"{path} does not exist (is the w1-gpio overlay loaded and the sensor connected?)"
+                f"{path} does not exist (is the w1-gpio overlay loaded and the sensor connected?)",
+                errno=errno.ENOENT,
             ) from None
         except OSError as e:
-            raise BackendError(f"1-Wire: reading {path} failed: {e.strerror or e}") from None
+            raise BackendError(f"1-Wire: reading {path} failed: {e.strerror or e}", errno=e.errno) from None
 
 
 class OneWireSensor(SensorDriver):
@@ -282,11 +288,11 @@ class OneWireSensor(SensorDriver):
         try:
             return await self.bus.read(self.device.w1_id, name)
         except BusTimeout as e:
-            raise self.fail("timeout", str(e)) from None
+            raise self.fail("timeout", str(e), errno=e.errno) from None
         except DeviceUnavailable as e:
-            raise self.fail("unavailable", str(e)) from None
+            raise self.fail("unavailable", str(e), errno=e.errno) from None
         except BackendError as e:
-            raise self.fail("bus", str(e)) from None
+            raise self.fail("bus", str(e), errno=e.errno) from None
 
 
 class ADCDriver(ABC):

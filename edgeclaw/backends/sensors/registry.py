@@ -7,6 +7,11 @@ profile's `[[devices]]`, each device's driver built once on its first read with
 the bus backend its form names, and `read_all`, which reads devices on
 different buses at once and devices sharing a bus one after the other (their
 bus lock would serialise them anyway; doing it here saves a task per device).
+
+What `Sensors` needs of the board is `SensorBuses`: an I2C bus by number, an
+SPI device, the 1-Wire root and the operation deadline (`hub.BoardBackends`
+is one; a test may pass its own). An ADC a channel is read through is another
+declared device, whose driver `Sensors` builds itself.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from edgeclaw.backends.base import DeviceUnavailable
 from edgeclaw.backends.sensors.base import (
@@ -28,7 +33,8 @@ from edgeclaw.board import BoardProfile, DeviceSpec
 from edgeclaw.errors import BackendError
 
 if TYPE_CHECKING:
-    from edgeclaw.backends.hub import BoardBackends
+    from edgeclaw.backends.i2c import I2CBus
+    from edgeclaw.backends.spi import SPIDevice
 
 # part name -> "module:Class" in edgeclaw.backends.sensors
 DRIVERS: dict[str, str] = {
@@ -67,10 +73,23 @@ def driver_class(part: str) -> type[SensorDriver]:
     return cls
 
 
+class SensorBuses(Protocol):
+    """The buses the declared devices are read over, opened on first use and only where granted."""
+
+    @property
+    def timeout_s(self) -> float:
+        """Every read's deadline."""
+        ...
+
+    def i2c(self, bus: int) -> I2CBus: ...
+    def spi(self, bus: int, chip_select: int) -> SPIDevice: ...
+    def onewire_root(self) -> Path: ...
+
+
 class Sensors:
     """The board profile's devices and their drivers."""
 
-    def __init__(self, profile: BoardProfile, backends: BoardBackends) -> None:
+    def __init__(self, profile: BoardProfile, backends: SensorBuses) -> None:
         self.profile = profile
         self.backends = backends
         self._drivers: dict[str, SensorDriver] = {}
@@ -98,11 +117,7 @@ class Sensors:
 
     def onewire_bus(self) -> OneWireBus:
         if self._onewire is None:
-            if self.backends.simulated:
-                root: Path = self.backends.sim.onewire_root
-            else:
-                root = Path(self.backends.spec.onewire.root)
-            self._onewire = OneWireBus(root, timeout_s=self.backends.config.op_timeout_s)
+            self._onewire = OneWireBus(self.backends.onewire_root(), timeout_s=self.backends.timeout_s)
         return self._onewire
 
     def _build(self, device: DeviceSpec) -> SensorDriver:
@@ -182,4 +197,4 @@ def _bus_of(profile: BoardProfile, device: DeviceSpec) -> tuple[object, ...]:
     return (device.form,)
 
 
-__all__ = ["DRIVERS", "Sensors", "driver_class"]
+__all__ = ["DRIVERS", "SensorBuses", "Sensors", "driver_class"]

@@ -17,7 +17,7 @@ from edgeclaw.tools.hardware.esp32 import ESP32Tool
 from edgeclaw.tools.hardware.gpio import GPIOTool
 from edgeclaw.tools.hardware.i2c import I2CTool
 from edgeclaw.tools.hardware.info import HardwareInfoTool
-from edgeclaw.tools.hardware.memory import HardwareMemoryTool
+from edgeclaw.tools.hardware.mmio import HardwareMemoryTool
 from edgeclaw.tools.hardware.probe import ProbeTool
 from edgeclaw.tools.hardware.sensor import SensorTool
 from edgeclaw.tools.hardware.serial import SerialTool

@@ -14,7 +14,7 @@ import mmap
 import os
 from pathlib import Path
 
-from edgeclaw.backends.base import BusGate, DeviceUnavailable, open_error
+from edgeclaw.backends.base import BusGate, DeviceUnavailable, errno_of, open_error
 from edgeclaw.board import MemoryRegionGrant
 from edgeclaw.errors import BackendError
 
@@ -50,7 +50,9 @@ class MemoryWindow:
             self._map = mmap.mmap(fd, length, mmap.MAP_SHARED, prot, offset=start)
         except (OSError, ValueError) as e:
             why = e.strerror if isinstance(e, OSError) else str(e)
-            raise DeviceUnavailable(f"cannot map {path} at 0x{start:x} for {self.label}: {why}") from None
+            raise DeviceUnavailable(
+                f"cannot map {path} at 0x{start:x} for {self.label}: {why}", errno=errno_of(e)
+            ) from None
         finally:
             os.close(fd)
         self._view = memoryview(self._map)

@@ -41,13 +41,6 @@ import aiomqtt
 from edgeclaw import __version__
 from edgeclaw.agent.channel import InboundMessage, Reply
 from edgeclaw.channels.mqtt.approvals import NO_APPROVER, MqttApprover
-from edgeclaw.channels.mqtt.connection import (
-    Connection,
-    ConnectionSettings,
-    PublishFailed,
-    TlsSettings,
-    publish_properties,
-)
 from edgeclaw.channels.mqtt.dedup import (
     PURGE_CHUNK,
     Lookup,
@@ -91,12 +84,19 @@ from edgeclaw.channels.mqtt.protocol import (
     tool_error,
 )
 from edgeclaw.channels.mqtt.sender import Outgoing, Sender
-from edgeclaw.channels.mqtt.signing import Verifier
 from edgeclaw.channels.mqtt.status import machine_status
 from edgeclaw.channels.mqtt.telemetry import HealthSources, TelemetryCollector
 from edgeclaw.channels.mqtt.topics import DeviceTopics, FleetTopics, group_problem
 from edgeclaw.config.schema import MqttConfig
 from edgeclaw.errors import ConfigError, ConfigErrors
+from edgeclaw.net.mqtt_connection import (
+    Connection,
+    ConnectionSettings,
+    PublishFailed,
+    TlsSettings,
+    publish_properties,
+)
+from edgeclaw.net.signing import Verifier
 from edgeclaw.store.db import Database, StorageFull
 from edgeclaw.tools.approval import ApprovalBroker, ApprovalRequest, Decision, Verdict
 from edgeclaw.tools.audit import AuditRecord, AuditTrail

@@ -29,8 +29,8 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from edgeclaw.channels.mqtt.connection import Connection, PublishFailed, publish_properties
 from edgeclaw.channels.mqtt.outbox import Kind, Outbox, OutMessage, StoredMessage
+from edgeclaw.net.mqtt_connection import Connection, PublishFailed, publish_properties
 
 log = logging.getLogger("edgeclaw.mqtt")
 

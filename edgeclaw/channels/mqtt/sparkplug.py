@@ -55,8 +55,8 @@ from typing import Any
 
 import aiomqtt
 
-from edgeclaw.channels.mqtt.connection import Connection, ConnectionSettings, PublishFailed
 from edgeclaw.channels.mqtt.homeassistant import tmp102_celsius
+from edgeclaw.net.mqtt_connection import Connection, ConnectionSettings, PublishFailed
 from edgeclaw.tools.base import ToolContext
 from edgeclaw.tools.registry import Registry
 

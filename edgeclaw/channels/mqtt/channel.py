@@ -98,6 +98,7 @@ from edgeclaw.net.mqtt_connection import (
 )
 from edgeclaw.net.signing import Verifier
 from edgeclaw.store.db import Database, StorageFull
+from edgeclaw.tasks import TaskSet
 from edgeclaw.tools.approval import ApprovalBroker, ApprovalRequest, Decision, Verdict
 from edgeclaw.tools.audit import AuditRecord, AuditTrail
 from edgeclaw.tools.automation.targets import Delivery, DeliveryError, topic_problem
@@ -335,9 +336,9 @@ class MqttChannel:
         self.counters = {"requests": 0, "answered": 0, "busy": 0, "replayed": 0, "rejected": 0}
         self._slots = asyncio.Semaphore(config.max_concurrent)
         self._admitted = 0
-        self._requests: set[asyncio.Task[None]] = set()
+        self._requests = TaskSet()
         self._background: list[asyncio.Task[None]] = []
-        self._spawned: set[asyncio.Task[None]] = set()
+        self._spawned = TaskSet()
         self._runner: asyncio.Task[None] | None = None
         self._events: list[AuditRecord | dict[str, Any]] = []
         # Tool calls by request id, while they may still be cancelled.
@@ -425,16 +426,16 @@ class MqttChannel:
         self._closing = True
         if self.outlets is not None:
             self.outlets.unregister(CHANNEL, self)
-        if self._requests:
-            _, running = await asyncio.wait(set(self._requests), timeout=STOP_GRACE_S)
-            for task in running:
-                task.cancel()
-            if running:
-                await asyncio.wait(running)
-        for task in [*self._background, *self._spawned]:
+        running = await self._requests.wait(STOP_GRACE_S)
+        for task in running:
             task.cancel()
-        if self._background or self._spawned:
-            await asyncio.wait([*self._background, *self._spawned])
+        await self._requests.wait()
+        for task in self._background:
+            task.cancel()
+        self._spawned.cancel()
+        if self._background:
+            await asyncio.wait(self._background)
+        await self._spawned.wait()
         self.registry.remove_audit_sink(self._audit)
         if self.audit is not None:
             self.audit.remove_sink(self._trail_event)
@@ -995,9 +996,7 @@ class MqttChannel:
         self._admitted += 1
         if cancel is not None:
             self._cancellable.setdefault(cancel[0], []).append(cancel[1])
-        task = asyncio.get_running_loop().create_task(self._serve(key, route, work, error, cancel))
-        self._requests.add(task)
-        task.add_done_callback(self._requests.discard)
+        self._requests.spawn(self._serve(key, route, work, error, cancel))
 
     def _answered_from_ledger(self, key: str, found: Lookup, route: Route, error: ErrorAnswer) -> bool:
         """Handle a request the ledger already knows; False when it is new (and must run)."""
@@ -1377,6 +1376,4 @@ class MqttChannel:
         return encode(answer)
 
     def _spawn(self, coro: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._spawned.add(task)
-        task.add_done_callback(self._spawned.discard)
+        self._spawned.spawn(coro)

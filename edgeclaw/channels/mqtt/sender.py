@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from edgeclaw.channels.mqtt.outbox import Kind, Outbox, OutMessage, StoredMessage
 from edgeclaw.net.mqtt_connection import Connection, PublishFailed, publish_properties
+from edgeclaw.tasks import TaskSet
 
 log = logging.getLogger("edgeclaw.mqtt")
 
@@ -65,7 +66,7 @@ class Sender:
         self._acked: set[int] = set()  # outbox rows the broker confirmed, deleted at the next flush
         self._delete_handle: asyncio.TimerHandle | None = None
         self._volatile = 0  # messages without an outbox row awaiting their PUBACK
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet()
         self._forwarder: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -96,9 +97,7 @@ class Sender:
     def launch(self, out: Outgoing | None) -> None:
         """Publish what `store` handed out, in a task of its own (`close` waits for it)."""
         if out is not None:
-            task = asyncio.get_running_loop().create_task(self.publish(out))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._tasks.spawn(self.publish(out))
 
     async def deliver(
         self,
@@ -279,13 +278,9 @@ class Sender:
     # -- stopping ------------------------------------------------------------
     async def close(self, timeout_s: float = 5.0) -> None:
         """Give in-flight publishes `timeout_s` to be confirmed; whatever is not stays in the outbox."""
-        if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=timeout_s)
+        await self._tasks.wait(timeout_s)
         self._closed = True
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.wait(set(self._tasks))
+        await self._tasks.close()
         if self._forwarder is not None and not self._forwarder.done():
             self._forwarder.cancel()
             await asyncio.wait((self._forwarder,))

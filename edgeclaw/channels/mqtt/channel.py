@@ -83,7 +83,7 @@ from edgeclaw.channels.mqtt.protocol import (
     tool_answer,
     tool_error,
 )
-from edgeclaw.channels.mqtt.sender import Outgoing, Sender
+from edgeclaw.channels.mqtt.sender import Sender, StoredPublish
 from edgeclaw.channels.mqtt.status import machine_status
 from edgeclaw.channels.mqtt.telemetry import HealthSources, TelemetryCollector
 from edgeclaw.channels.mqtt.topics import DeviceTopics, FleetTopics, group_problem
@@ -104,8 +104,7 @@ from edgeclaw.tools.audit import AuditRecord, AuditTrail
 from edgeclaw.tools.automation.targets import Delivery, DeliveryError, topic_problem
 from edgeclaw.tools.base import ToolContext
 from edgeclaw.tools.custom import CustomTools, InvalidDefinition
-from edgeclaw.tools.outlets import DeliveryFailed, Outlets
-from edgeclaw.tools.outlets import Outgoing as OutletMessage
+from edgeclaw.tools.outlets import DeliveryFailed, Outgoing, Outlets
 from edgeclaw.tools.registry import Registry
 
 if TYPE_CHECKING:
@@ -482,7 +481,7 @@ class MqttChannel:
         )
         return f"queued on {self.topics.chat_out} for session {session_key}"
 
-    async def to_target(self, target: str, message: OutletMessage) -> str:
+    async def to_target(self, target: str, message: Outgoing) -> str:
         """A message on `{prefix}/{dev}/message/{target}`: {"text", "from", "title", "priority", "ts"}."""
         try:
             topic = self.topics.message(target)
@@ -1116,7 +1115,7 @@ class MqttChannel:
             if not entries:
                 del self._cancellable[request_id]
 
-    def _conclude(self, key: str | None, route: Route, answer: bytes, *, ran: bool) -> Outgoing | None:
+    def _conclude(self, key: str | None, route: Route, answer: bytes, *, ran: bool) -> StoredPublish | None:
         """Store the answer in the outbox and conclude the request in the ledger, in one transaction
         (so a crash leaves the request either unfinished or with its answer on the way, never both),
         then answer the copies that waited on it. Returns what to publish now (see Sender.store)."""

@@ -49,7 +49,7 @@ Record = Callable[[sqlite3.Connection], None]
 
 
 @dataclass(frozen=True, slots=True)
-class Outgoing:
+class StoredPublish:
     """A message on its way out now; `seq` is its outbox row when it has one."""
 
     message: OutMessage
@@ -94,7 +94,7 @@ class Sender:
         """
         self.launch(self.store(kind, topic, payload, correlation=correlation, record=record))
 
-    def launch(self, out: Outgoing | None) -> None:
+    def launch(self, out: StoredPublish | None) -> None:
         """Publish what `store` handed out, in a task of its own (`close` waits for it)."""
         if out is not None:
             self._tasks.spawn(self.publish(out))
@@ -125,7 +125,7 @@ class Sender:
         *,
         correlation: bytes | None = None,
         record: Record | None = None,
-    ) -> Outgoing | None:
+    ) -> StoredPublish | None:
         """Take a message in: synchronous, so it is durable when this returns (answers always; other
         kinds when they cannot go now). `record` (another table's write, e.g. the request ledger's)
         is committed in the same transaction as the message's row.
@@ -144,7 +144,7 @@ class Sender:
             return None
         if kind not in DURABLE and record is None:
             self._volatile += 1
-            return Outgoing(message, None)
+            return StoredPublish(message, None)
         # Rows the broker has confirmed since the last flush go in the same transaction.
         delivered, self._acked = self._acked, set()
         try:
@@ -155,13 +155,13 @@ class Sender:
             log.error("cannot store the message for %s (%s); publishing it without a copy", topic, e)
             self._acked |= delivered
             self._volatile += 1
-            return Outgoing(message, None)
+            return StoredPublish(message, None)
         if seq is None:
             return None
         self._in_flight.add(seq)
-        return Outgoing(message, seq)
+        return StoredPublish(message, seq)
 
-    async def publish(self, out: Outgoing) -> None:
+    async def publish(self, out: StoredPublish) -> None:
         """Publish a message `store` handed out; on success its row goes, on failure it waits."""
         m = out.message
         try:
@@ -192,7 +192,7 @@ class Sender:
             if self._delete_handle is None:
                 self._delete_handle = asyncio.get_running_loop().call_later(ACK_FLUSH_S, self._delete_acked)
 
-    def _failed(self, out: Outgoing) -> None:
+    def _failed(self, out: StoredPublish) -> None:
         if out.seq is None:
             self._volatile -= 1
             self._keep(out.message, None)

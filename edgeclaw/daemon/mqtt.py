@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from edgeclaw.channels.mqtt import MqttChannel
+from edgeclaw.channels.mqtt.keys import Keys
 from edgeclaw.daemon.fleet import install_fleet
 from edgeclaw.daemon.runtime import Runtime
 from edgeclaw.tools.custom import custom_tools_for
@@ -95,9 +96,13 @@ def mqtt_service(runtime: Runtime) -> MqttChannel:
         db=runtime.db,
         agent_factory=agent_source(runtime),
         password=runtime.secrets.get("mqtt", ""),
-        hmac_secret=runtime.secrets.get("mqtt.hmac", ""),
-        approver_secret=runtime.secrets.get("mqtt.approver", ""),
-        admin_secret=runtime.secrets.get("mqtt.admin", ""),
+        keys=Keys(
+            runtime.config.mqtt,
+            command_secret=runtime.secrets.get("mqtt.hmac", ""),
+            approver_secret=runtime.secrets.get("mqtt.approver", ""),
+            admin_secret=runtime.secrets.get("mqtt.admin", ""),
+            source=runtime.config._source,
+        ),
         audit=runtime.audit,
         outlets=runtime.outlets,
         source=runtime.config._source,

@@ -89,6 +89,34 @@ class MqttExtension(Protocol):
     async def before_disconnect(self) -> None: ...
 
 
+def connection_settings(
+    config: MqttConfig,
+    device_id: str,
+    password: str,
+    subscriptions: tuple[str, ...],
+    will: tuple[str, Callable[[], bytes]],
+) -> ConnectionSettings:
+    """The broker connection of `[mqtt]`: its subscriptions, and its Last Will (topic, payload)."""
+    tls = None
+    if config.tls is not None:
+        tls = TlsSettings(config.tls.ca_file, config.tls.cert_file, config.tls.key_file)
+    return ConnectionSettings(
+        host=config.host,
+        port=config.port,
+        client_id=config.client_id or device_id,
+        protocol=config.protocol,
+        username=config.username,
+        password=password,
+        keepalive_s=config.keepalive_s,
+        connect_timeout_s=config.connect_timeout_s,
+        session_expiry_s=config.session_expiry_s,
+        tls=tls,
+        subscriptions=subscriptions,
+        will_topic=will[0],
+        will_payload=will[1],
+    )
+
+
 class MqttChannel:
     """An async context manager: entering starts the connection loop, leaving stops it cleanly."""
 
@@ -106,13 +134,11 @@ class MqttChannel:
         agent: AgentLoop | None = None,
         agent_factory: Callable[[], AgentLoop] | None = None,
         password: str = "",
-        hmac_secret: str = "",
+        keys: Keys | None = None,
         version: str = __version__,
         health: HealthSources | None = None,
         source: str = "<config>",
         custom_tools: CustomToolCatalog | None = None,
-        approver_secret: str = "",
-        admin_secret: str = "",
         audit: AuditTrail | None = None,
         outlets: Outlets | None = None,
         status_facts: Callable[[], dict[str, Any]] | None = None,
@@ -132,34 +158,14 @@ class MqttChannel:
         if any(problems):
             raise ConfigErrors([ConfigError(source, "mqtt.groups", p) for p in problems if p])
         self.fleet = FleetTopics(config.topic_prefix, tuple(dict.fromkeys(config.groups)))
-        self.keys = Keys(
+        self.keys = keys if keys is not None else Keys(config)  # no keys: nothing is signed
+        self.settings = connection_settings(
             config,
-            command_secret=hmac_secret,
-            approver_secret=approver_secret,
-            admin_secret=admin_secret,
-            source=source,
-        )
-        tls = None
-        if config.tls is not None:
-            tls = TlsSettings(config.tls.ca_file, config.tls.cert_file, config.tls.key_file)
-        self.settings = ConnectionSettings(
-            host=config.host,
-            port=config.port,
-            client_id=config.client_id or device_id,
-            protocol=config.protocol,
-            username=config.username,
-            password=password,
-            keepalive_s=config.keepalive_s,
-            connect_timeout_s=config.connect_timeout_s,
-            session_expiry_s=config.session_expiry_s,
-            tls=tls,
+            device_id,
+            password,
             # admin/tools is always subscribed, so that even a refused admin command is answered.
-            subscriptions=(
-                *self.topics.subscriptions(admin=True, discovery=config.discovery),
-                *self.fleet.subscriptions(),
-            ),
-            will_topic=self.topics.status,
-            will_payload=lambda: self.reporter.status_payload("offline"),
+            (*self.topics.subscriptions(admin=True, discovery=config.discovery), *self.fleet.subscriptions()),
+            will=(self.topics.status, lambda: self.reporter.status_payload("offline")),
         )
         self.connection = Connection(self.settings, self._on_message, on_connect=self._on_connect)
         self.outbox = Outbox(db, config.outbox_max)

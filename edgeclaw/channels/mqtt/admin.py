@@ -13,6 +13,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from edgeclaw.channels.mqtt.inbound import CHANNEL
 from edgeclaw.channels.mqtt.protocol import (
     AdminCall,
     AdminRequest,
@@ -27,7 +28,6 @@ from edgeclaw.tools.registry import Registry
 
 log = logging.getLogger("edgeclaw.mqtt")
 
-CHANNEL = "mqtt"
 # Calls over admin/cron and admin/gateway run as this channel: its policy is [tools.channels.mqtt-admin]
 # (no built-in restriction: the admin topics take signed commands only, unless mqtt.admin_unsigned).
 ADMIN_CHANNEL = "mqtt-admin"

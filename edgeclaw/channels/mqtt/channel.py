@@ -32,7 +32,7 @@ from edgeclaw.channels.mqtt.admin import ADMIN_CHANNEL, AdminTopics, CustomToolC
 from edgeclaw.channels.mqtt.approvals import NO_APPROVER, MqttApprover
 from edgeclaw.channels.mqtt.dedup import RequestLedger
 from edgeclaw.channels.mqtt.discovery import discovery_topic_usable
-from edgeclaw.channels.mqtt.inbound import Incoming
+from edgeclaw.channels.mqtt.inbound import CHANNEL, Incoming
 from edgeclaw.channels.mqtt.keys import Keys
 from edgeclaw.channels.mqtt.outbox import Kind, Outbox
 from edgeclaw.channels.mqtt.protocol import (
@@ -66,7 +66,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("edgeclaw.mqtt")
 
-CHANNEL = "mqtt"
 # On a clean stop, requests still running get this long before they are cancelled (and answered so).
 STOP_GRACE_S = 5.0
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from edgeclaw.agent.channel import InboundMessage
 
+CHANNEL = "mqtt"  # the channel name requests from MQTT carry (ToolContext.channel, InboundMessage.channel)
 # The commands by topic: a tool call, its cancel, a chat message, an admin request.
 CommandKind = Literal["tool", "chat", "admin", "cancel"]
 # Builds the error answer for one request: (code, message) -> payload.

@@ -8,7 +8,7 @@ and returns the `Command` it asks for, or raises the `WireError` it is refused w
 from __future__ import annotations
 
 from edgeclaw.agent.channel import InboundMessage
-from edgeclaw.channels.mqtt.inbound import Command, CommandKind, Incoming
+from edgeclaw.channels.mqtt.inbound import CHANNEL, Command, CommandKind, Incoming
 from edgeclaw.channels.mqtt.keys import Keys
 from edgeclaw.channels.mqtt.protocol import (
     ChatRequest,
@@ -27,7 +27,6 @@ from edgeclaw.channels.mqtt.topics import DeviceTopics, FleetTopics
 from edgeclaw.config.schema import MqttConfig
 from edgeclaw.net.wire import WireError
 
-CHANNEL = "mqtt"
 WHAT = {"tool": "tool/call", "cancel": "tool/cancel", "chat": "chat/in", "admin": "admin/tools"}
 
 

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from edgeclaw.channels.mqtt.discovery import discovery_payload
+from edgeclaw.channels.mqtt.inbound import CHANNEL
 from edgeclaw.channels.mqtt.outbox import Kind, Outbox
 from edgeclaw.channels.mqtt.protocol import encode
 from edgeclaw.channels.mqtt.sender import Sender
@@ -30,7 +31,6 @@ from edgeclaw.tools.registry import Registry
 
 log = logging.getLogger("edgeclaw.mqtt")
 
-CHANNEL = "mqtt"
 # Events wait this long after an answer (see Reporter.after_answers).
 AFTER_ANSWERS_S = 0.002
 # Commands refused for a bad signature are reported on `events` at most this often (with a count):

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgeclaw.agent.channel import InboundMessage
 from edgeclaw.channels.mqtt.admin import AdminTopics
-from edgeclaw.channels.mqtt.inbound import Command
+from edgeclaw.channels.mqtt.inbound import CHANNEL, Command
 from edgeclaw.channels.mqtt.partials import PartialPublisher
 from edgeclaw.channels.mqtt.progress import ProgressPublisher
 from edgeclaw.channels.mqtt.protocol import (
@@ -30,8 +30,6 @@ from edgeclaw.tools.registry import Registry
 
 if TYPE_CHECKING:
     from edgeclaw.agent.loop import AgentLoop
-
-CHANNEL = "mqtt"
 
 
 class RequestWork:

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from edgeclaw.channels.mqtt.signing import envelope
 from edgeclaw.daemon.control import ControlError, ask_status, socket_path
+from edgeclaw.net.signing import envelope
 from tests.mqtt_support import Caller, Mosquitto, needs_mosquitto
 
 DEV = "dev-auto"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeclaw.channels.mqtt.connection import Backoff, BrokerError, Connection, ConnectionSettings
+from edgeclaw.net.mqtt_connection import BrokerError, Connection, ConnectionSettings, ReconnectBackoff
 from tests.mqtt_support import Mosquitto, needs_mosquitto, poll
 
 pytestmark = needs_mosquitto
@@ -108,7 +108,7 @@ async def test_the_daemons_connection_keeps_the_brokers_reason_code(guarded_brok
             "127.0.0.1", guarded_broker.port, "reason-test", username="device", password="wrong-password"
         ),
         lambda message: None,
-        backoff=Backoff(first_s=0.05, cap_s=0.1),
+        backoff=ReconnectBackoff(first_s=0.05, cap_s=0.1),
     )
     conn.open()
     task = asyncio.create_task(conn.run())

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from edgeclaw import __version__
-from edgeclaw.channels.mqtt.signing import envelope
+from edgeclaw.net.signing import envelope
 from tests.fleet_support import Fleet, FleetDaemon, fleet_size
 from tests.mqtt_support import Caller, Mosquitto, needs_mosquitto
 

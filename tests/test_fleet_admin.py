@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from edgeclaw.channels.mqtt.signing import envelope
+from edgeclaw.net.signing import envelope
 from tests.mqtt_support import Caller, Mosquitto, daemon_env, free_port, needs_mosquitto
 
 pytestmark = needs_mosquitto

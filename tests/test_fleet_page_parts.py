@@ -181,8 +181,8 @@ def test_fleet_serve_refuses_what_it_cannot_use(tmp_path: Path, config: str, arg
 async def fleet_broker(tmp_path: Path):
     import asyncio
 
-    from edgeclaw.channels.mqtt.connection import ConnectionSettings
     from edgeclaw.fleetpage.broker import FleetBroker
+    from edgeclaw.net.mqtt_connection import ConnectionSettings
     from tests.mqtt_support import MOSQUITTO, Mosquitto
 
     if MOSQUITTO is None:
@@ -210,7 +210,7 @@ async def _device(port: int, device: str, forge_as: str = ""):
     from paho.mqtt.packettypes import PacketTypes
     from paho.mqtt.properties import Properties
 
-    from edgeclaw.channels.mqtt.signing import Verifier
+    from edgeclaw.net.signing import Verifier
 
     verifier = Verifier("command-key")
     async with aiomqtt.Client("127.0.0.1", port, protocol=aiomqtt.ProtocolVersion.V5) as c:
@@ -269,8 +269,8 @@ async def test_a_broadcast_ends_when_every_online_device_has_answered(fleet_brok
 async def test_two_pages_on_one_broker_each_get_their_own_answers(fleet_broker):
     import asyncio
 
-    from edgeclaw.channels.mqtt.connection import ConnectionSettings
     from edgeclaw.fleetpage.broker import FleetBroker
+    from edgeclaw.net.mqtt_connection import ConnectionSettings
     from tests.mqtt_support import poll
 
     broker, first = fleet_broker

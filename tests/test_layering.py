@@ -90,6 +90,7 @@ LAYERS = {
     "edgeclaw.tools": 2,
     "edgeclaw.testing": 2,  # the doubles users' tests take: built on the backends, used by nothing above
     "edgeclaw.backends": 1,
+    "edgeclaw.net": 1,  # what the daemon and the fleet page share: MQTT connection, signing, HTTP server
     "edgeclaw.sandbox": 1,
     "edgeclaw.store": 1,
     "edgeclaw.firmware": 0,  # the ESP32's own program: imports nothing of the daemon
@@ -114,3 +115,16 @@ def test_imports_point_down_only():
         if _layer(target) > _layer(name)
     ]
     assert upward == []
+
+
+def test_the_fleet_page_speaks_only_the_mqtt_contract():
+    """`edgeclaw fleet serve` could run on another machine: it imports none of the daemon's insides."""
+    banned = ("edgeclaw.channels", "edgeclaw.daemon", "edgeclaw.agent", "edgeclaw.tools")
+    reached = [
+        f"{name} -> {target}"
+        for name, targets in _graph().items()
+        if name == "edgeclaw.fleetpage" or name.startswith("edgeclaw.fleetpage.")
+        for target in targets
+        if any(target == b or target.startswith(b + ".") for b in banned)
+    ]
+    assert reached == []

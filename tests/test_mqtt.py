@@ -27,11 +27,11 @@ import pytest
 from edgeclaw.agent.channel import Reply
 from edgeclaw.channels.mqtt import MqttChannel
 from edgeclaw.channels.mqtt.outbox import Kind
-from edgeclaw.channels.mqtt.signing import envelope, mac
 from edgeclaw.config.loader import config_from_dict
 from edgeclaw.daemon.lifecycle import Daemon
 from edgeclaw.daemon.mqtt import mqtt_service
 from edgeclaw.errors import ConfigErrors
+from edgeclaw.net.signing import envelope, mac
 from edgeclaw.tools.approval import ApprovalBroker
 from edgeclaw.tools.base import Tool, ToolContext, ToolResult
 from tests.llm_server import ScriptedLLM, openai_text, openai_tools, without_note

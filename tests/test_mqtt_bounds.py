@@ -84,7 +84,7 @@ async def test_steady_traffic_leaves_nothing_behind(tmp_path):
             await poll(lambda: ch.sender.pending == 0, 10, "the outbox to drain")
             assert ch.outbox.depth == 0 and ch.sender.in_flight == 0
             assert ch.ledger.in_memory == (0, 0)
-            assert ch._admitted == 0 and not ch._requests
+            assert ch.requests.admitted == 0 and not ch.requests.tasks
             # The ledger keeps the answers for its window, then the purge removes them.
             rows = ch.db.query("SELECT count(*) FROM mqtt_requests")[0][0]
             assert rows > 0

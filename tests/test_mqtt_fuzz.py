@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from edgeclaw.channels.mqtt.signing import envelope
+from edgeclaw.net.signing import envelope
 from tests.mqtt_support import Caller, needs_mosquitto
 from tests.test_mqtt import BASE, broker, daemon_config, running_daemon
 

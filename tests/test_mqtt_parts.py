@@ -13,7 +13,6 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.reasoncodes import ReasonCode
 
-from edgeclaw.channels.mqtt.connection import Backoff, Connection, ConnectionSettings
 from edgeclaw.channels.mqtt.discovery import SENSORS, discovery_payload, discovery_topic_usable
 from edgeclaw.channels.mqtt.outbox import MAX_ATTEMPTS, Kind, Outbox, OutMessage
 from edgeclaw.channels.mqtt.protocol import (
@@ -28,12 +27,13 @@ from edgeclaw.channels.mqtt.protocol import (
     safe_response_topic,
     tool_answer,
 )
-from edgeclaw.channels.mqtt.signing import Verifier, envelope, mac
 from edgeclaw.channels.mqtt.telemetry import HealthSources, TelemetryCollector, cpu_temperature_c
 from edgeclaw.channels.mqtt.topics import DeviceTopics
 from edgeclaw.config.loader import config_from_dict
 from edgeclaw.config.secrets import resolve_secrets
 from edgeclaw.errors import ConfigErrors
+from edgeclaw.net.mqtt_connection import Connection, ConnectionSettings, ReconnectBackoff
+from edgeclaw.net.signing import Verifier, envelope, mac
 from edgeclaw.store.db import Database
 from edgeclaw.tools.approval import Decision
 from edgeclaw.tools.audit import ToolStats
@@ -49,8 +49,8 @@ def db(tmp_path: Path):
 
 # -- backoff ----------------------------------------------------------------------
 def test_backoff_doubles_from_one_second_to_sixty_with_jitter_and_resets():
-    low = Backoff(rng=lambda: 0.0)
-    high = Backoff(rng=lambda: 1.0)
+    low = ReconnectBackoff(rng=lambda: 0.0)
+    high = ReconnectBackoff(rng=lambda: 1.0)
     lows = [low.next() for _ in range(9)]
     highs = [high.next() for _ in range(9)]
     assert highs == [1, 2, 4, 8, 16, 32, 60, 60, 60]

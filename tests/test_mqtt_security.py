@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from edgeclaw.backends.sim.board import I2C_BUS1_PARTS
-from edgeclaw.channels.mqtt.signing import envelope, mac
 from edgeclaw.errors import ConfigErrors
+from edgeclaw.net.signing import envelope, mac
 from tests.mqtt_support import Caller, needs_mosquitto, poll
 from tests.test_mqtt import ANSWERS, BASE, broker, call, daemon_config, running_daemon
 

@@ -12,9 +12,6 @@ import sys
 import pytest
 
 from edgeclaw.channels.mqtt.protocol import (
-    MAX_JSON_DEPTH,
-    WireError,
-    load_json,
     parse_admin,
     parse_approval,
     parse_cancel,
@@ -25,9 +22,10 @@ from edgeclaw.channels.mqtt.protocol import (
     response_topic_problem,
     tool_answer,
 )
-from edgeclaw.channels.mqtt.signing import Verifier, envelope, mac, signed_input
 from edgeclaw.config.loader import config_from_dict
 from edgeclaw.errors import ConfigErrors
+from edgeclaw.net.signing import Verifier, envelope, mac, signed_input
+from edgeclaw.net.wire import MAX_JSON_DEPTH, WireError, load_json
 from edgeclaw.tools.approval import ApprovalBroker, ApprovalUnavailable, Decision, Verdict
 from edgeclaw.tools.audit import AuditTrail
 from edgeclaw.tools.base import ToolContext

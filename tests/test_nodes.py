@@ -20,8 +20,8 @@ import pytest
 
 from edgeclaw.backends.sim.tmp102 import decode_temperature
 from edgeclaw.channels.mqtt.peers import PeerDirectory
-from edgeclaw.channels.mqtt.signing import envelope
 from edgeclaw.channels.mqtt.topics import DeviceTopics
+from edgeclaw.net.signing import envelope
 from edgeclaw.tools.nodes import NodesPolicy
 from tests.llm_server import Scripted, ScriptedLLM, openai_text, openai_tools
 from tests.mqtt_support import Caller, Mosquitto, daemon_env, needs_mosquitto, run_daemon, stop_daemon

@@ -245,9 +245,9 @@ async def broker_finding(runtime: Runtime) -> Finding | None:
     disturbed."""
     import ssl
 
-    from edgeclaw.channels.mqtt.connection import ConnectionSettings, TlsSettings, check_broker
     from edgeclaw.config.secrets import secret_refs
     from edgeclaw.errors import ConfigError
+    from edgeclaw.net.mqtt_connection import ConnectionSettings, TlsSettings, check_broker
 
     m = runtime.config.mqtt
     if not m.enabled:

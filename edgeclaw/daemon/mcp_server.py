@@ -12,11 +12,11 @@ from typing import IO, TYPE_CHECKING, Any
 from edgeclaw import __version__
 from edgeclaw.backends.mcp.protocol import MAX_MESSAGE_BYTES
 from edgeclaw.channels.mcp.http import McpHttpEndpoint
-from edgeclaw.channels.mcp.httpd import HttpServer
 from edgeclaw.channels.mcp.server import McpServer
 from edgeclaw.config.schema import McpServeConfig
 from edgeclaw.daemon.runtime import Runtime
 from edgeclaw.errors import ConfigError, ConfigErrors
+from edgeclaw.net.httpd import HttpServer
 
 if TYPE_CHECKING:
     from edgeclaw.channels.mcp.mqtt import McpMqttTransport

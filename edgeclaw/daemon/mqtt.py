@@ -6,14 +6,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from edgeclaw.channels.mqtt import MqttChannel
+from edgeclaw.channels.mqtt.keys import Keys
 from edgeclaw.daemon.fleet import install_fleet
 from edgeclaw.daemon.runtime import Runtime
 from edgeclaw.tools.custom import custom_tools_for
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from edgeclaw.agent.loop import AgentLoop
+    from edgeclaw.tools.automation.targets import Delivery
 
 
 def attach_peers(runtime: Runtime, channel: MqttChannel) -> None:
@@ -94,9 +96,13 @@ def mqtt_service(runtime: Runtime) -> MqttChannel:
         db=runtime.db,
         agent_factory=agent_source(runtime),
         password=runtime.secrets.get("mqtt", ""),
-        hmac_secret=runtime.secrets.get("mqtt.hmac", ""),
-        approver_secret=runtime.secrets.get("mqtt.approver", ""),
-        admin_secret=runtime.secrets.get("mqtt.admin", ""),
+        keys=Keys(
+            runtime.config.mqtt,
+            command_secret=runtime.secrets.get("mqtt.hmac", ""),
+            approver_secret=runtime.secrets.get("mqtt.approver", ""),
+            admin_secret=runtime.secrets.get("mqtt.admin", ""),
+            source=runtime.config._source,
+        ),
         audit=runtime.audit,
         outlets=runtime.outlets,
         source=runtime.config._source,
@@ -136,5 +142,23 @@ def mqtt_service(runtime: Runtime) -> MqttChannel:
         channel.collector.extra_sources["mcp"] = runtime.mcp.telemetry  # each MCP server's state
     if runtime.automation is not None:
         # Scheduled jobs' `mqtt:TOPIC` targets: published under the device while the channel runs.
-        runtime.automation.outlets.register("mqtt", channel.publish_job_output)
+        runtime.automation.outlets.register("mqtt", job_outlet(channel))
     return channel
+
+
+def job_outlet(channel: MqttChannel) -> Callable[[str, Delivery], Awaitable[None]]:
+    """A job's output on `{prefix}/{dev}/SUBTOPIC`, through the channel's store-and-forward sender like
+    telemetry: kept while the broker is away (within the outbox bound), dropped first when full."""
+    from edgeclaw.channels.mqtt.channel import ChannelNotRunning
+    from edgeclaw.tools.automation.targets import DeliveryError, topic_problem
+
+    async def publish(subtopic: str, delivery: Delivery) -> None:
+        problem = topic_problem(subtopic)
+        if problem is not None:
+            raise DeliveryError(problem)
+        try:
+            channel.publish_under(subtopic, delivery.payload())
+        except ChannelNotRunning as e:
+            raise DeliveryError(str(e)) from None
+
+    return publish

@@ -36,9 +36,9 @@ import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from edgeclaw.channels.mqtt.connection import Connection, ConnectionSettings, PublishFailed
-from edgeclaw.channels.mqtt.signing import USER_PROPERTY, mac
 from edgeclaw.fleetpage.window import FleetWindow, Update
+from edgeclaw.net.mqtt_connection import Connection, ConnectionSettings, PublishFailed
+from edgeclaw.net.signing import USER_PROPERTY, mac
 
 log = logging.getLogger("edgeclaw.fleetpage")
 

@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from edgeclaw.channels.mcp.httpd import Exchange, Request
 from edgeclaw.fleetpage.access import Access, LockedOut, Session
 from edgeclaw.fleetpage.broker import DECISIONS, CommandRefused, FleetBroker
 from edgeclaw.fleetpage.window import FleetWindow, Update
+from edgeclaw.net.httpd import Exchange, Request
 
 log = logging.getLogger("edgeclaw.fleetpage")
 

@@ -21,8 +21,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from edgeclaw.channels.mcp.httpd import HttpServer
-from edgeclaw.channels.mqtt.connection import ConnectionSettings, TlsSettings
 from edgeclaw.config.pin_hash import PinHash, parse_pin_hash
 from edgeclaw.config.schema import Config
 from edgeclaw.config.secrets import SecretRef, secret_refs
@@ -31,6 +29,8 @@ from edgeclaw.fleetpage.access import Access
 from edgeclaw.fleetpage.broker import FleetBroker
 from edgeclaw.fleetpage.server import COOKIE, FleetPage
 from edgeclaw.fleetpage.window import FleetWindow
+from edgeclaw.net.httpd import HttpServer
+from edgeclaw.net.mqtt_connection import ConnectionSettings, TlsSettings
 
 log = logging.getLogger("edgeclaw.fleetpage")
 

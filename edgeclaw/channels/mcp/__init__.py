@@ -2,7 +2,7 @@
 
 `server.py` is the protocol (sessions, initialize, tools/list, tools/call,
 elicitation for approvals, list-changed notifications); `stdio.py`,
-`http.py` (on the small HTTP/1.1 server in `httpd.py`) and `mqtt.py` carry it.
+`http.py` (on the small HTTP/1.1 server in `edgeclaw/net/httpd.py`) and `mqtt.py` carry it.
 """
 
 from edgeclaw.channels.mcp.server import CHANNEL, McpServer, ServedSession

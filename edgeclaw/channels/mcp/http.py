@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgeclaw.backends.mcp.protocol import INVALID_REQUEST, McpError, decode, encode, error
-from edgeclaw.channels.mcp.httpd import Exchange, Request
 from edgeclaw.channels.mcp.server import McpServer, ServedSession, SessionLimit
+from edgeclaw.net.httpd import Exchange, Request
 
 log = logging.getLogger("edgeclaw.mcp.http")
 

@@ -54,6 +54,7 @@ from edgeclaw.backends.mcp.protocol import (
     notification,
 )
 from edgeclaw.channels.mcp.server import McpServer, ServedSession, SessionLimit
+from edgeclaw.tasks import TaskSet
 
 log = logging.getLogger("edgeclaw.mcp.mqtt")
 
@@ -135,7 +136,7 @@ class McpMqttTransport:
         self.meta = meta
         self.presence_expiry_s = presence_expiry_s
         self.sessions: dict[str, ServedSession] = {}  # by MCP client id
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskSet()
         self._refresher: asyncio.Task[None] | None = None
         self._connected = connected
         self._list_changed_pending = False
@@ -174,8 +175,7 @@ class McpMqttTransport:
             session.close("the daemon is stopping")
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._send(self.topics.presence, b"", retain=True), 5.0)
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=5.0)
+        await self._tasks.wait(5.0)
 
     def on_message(
         self, topic: str, payload: bytes, user_properties: UserProperties | None, retained: bool
@@ -320,9 +320,7 @@ class McpMqttTransport:
             log.warning("MCP over MQTT: could not publish on %s: %s", topic, e)
 
     def _spawn(self, work: Awaitable[Any]) -> None:
-        task = asyncio.ensure_future(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(work)
 
 
 def _decode(payload: bytes) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from edgeclaw.backends.mcp.protocol import (
     error,
 )
 from edgeclaw.channels.mcp.server import McpServer
+from edgeclaw.tasks import TaskSet
 
 log = logging.getLogger("edgeclaw.mcp.stdio")
 
@@ -65,7 +66,7 @@ async def serve_stdio(server: McpServer, identity: str, reader: asyncio.StreamRe
             await write(encode(message) + b"\n")
 
     session = server.open("stdio", identity, send)
-    requests: set[asyncio.Task[None]] = set()
+    requests = TaskSet()
 
     async def answer(message: dict[str, Any]) -> None:
         response = await session.receive(message)
@@ -91,19 +92,14 @@ async def serve_stdio(server: McpServer, identity: str, reader: asyncio.StreamRe
                 continue
             for message in messages:
                 if "method" in message and "id" in message:
-                    task = asyncio.ensure_future(answer(message))
-                    requests.add(task)
-                    task.add_done_callback(requests.discard)
+                    requests.spawn(answer(message))
                 else:  # notifications and responses at once, in their order
                     refusal = await session.receive(message)  # an error for what is neither
                     if refusal is not None:
                         await send(refusal)
     finally:
         session.close("the client closed stdin")
-        for task in requests:
-            task.cancel()
-        if requests:
-            await asyncio.wait(requests)
+        await requests.close()
 
 
 async def open_stdio(stdin: IO[bytes], stdout: IO[bytes]) -> tuple[asyncio.StreamReader, Write]:

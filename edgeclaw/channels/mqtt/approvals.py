@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from edgeclaw.channels.mqtt.connection import Connection, PublishFailed
 from edgeclaw.channels.mqtt.protocol import ApprovalAnswer, encode
+from edgeclaw.net.mqtt_connection import Connection, PublishFailed
 from edgeclaw.tools.approval import ApprovalRequest, ApprovalUnavailable, Verdict
 
 log = logging.getLogger("edgeclaw.mqtt")

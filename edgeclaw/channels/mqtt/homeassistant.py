@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from edgeclaw.channels.mqtt.topics import DeviceTopics
+from edgeclaw.tasks import TaskSet
 from edgeclaw.tools.base import ToolContext
 from edgeclaw.tools.registry import Registry
 
@@ -103,7 +104,7 @@ class HomeAssistantEntities:
         self._last: dict[str, str] = {}  # state topic -> the payload last published
         self._last_full = float("-inf")
         self._commands: dict[str, Entity] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet()
         self._poller: asyncio.Task[None] | None = None
         # Set at the first connection: before it, states could not be published, and reading them
         # would only open the board's devices (and import their drivers) during start-up.
@@ -273,11 +274,13 @@ class HomeAssistantEntities:
         self._connected_once.set()
 
     async def before_disconnect(self) -> None:
-        for task in [*self._tasks, *([self._poller] if self._poller else [])]:
-            task.cancel()
-        for task in [*self._tasks, *([self._poller] if self._poller else [])]:
+        self._tasks.cancel()
+        if self._poller is not None:
+            self._poller.cancel()
+        await self._tasks.wait()
+        if self._poller is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+                await self._poller
         self._poller = None
 
     # -- states -----------------------------------------------------------------
@@ -288,9 +291,7 @@ class HomeAssistantEntities:
             except Exception:
                 log.exception("Home Assistant command failed")
 
-        task = asyncio.get_running_loop().create_task(run())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(run())
 
     async def _poll(self) -> None:
         await self._connected_once.wait()

@@ -36,9 +36,9 @@ from typing import Any
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from edgeclaw.channels.mqtt.connection import Connection, PublishFailed
-from edgeclaw.channels.mqtt.signing import USER_PROPERTY, mac
 from edgeclaw.channels.mqtt.topics import DeviceTopics
+from edgeclaw.net.mqtt_connection import Connection, PublishFailed
+from edgeclaw.net.signing import USER_PROPERTY, mac
 from edgeclaw.tools.nodes import Peer, PeerUnavailable
 
 log = logging.getLogger("edgeclaw.mqtt.peers")

@@ -29,8 +29,9 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from edgeclaw.channels.mqtt.connection import Connection, PublishFailed, publish_properties
 from edgeclaw.channels.mqtt.outbox import Kind, Outbox, OutMessage, StoredMessage
+from edgeclaw.net.mqtt_connection import Connection, PublishFailed, publish_properties
+from edgeclaw.tasks import TaskSet
 
 log = logging.getLogger("edgeclaw.mqtt")
 
@@ -48,7 +49,7 @@ Record = Callable[[sqlite3.Connection], None]
 
 
 @dataclass(frozen=True, slots=True)
-class Outgoing:
+class StoredPublish:
     """A message on its way out now; `seq` is its outbox row when it has one."""
 
     message: OutMessage
@@ -65,7 +66,7 @@ class Sender:
         self._acked: set[int] = set()  # outbox rows the broker confirmed, deleted at the next flush
         self._delete_handle: asyncio.TimerHandle | None = None
         self._volatile = 0  # messages without an outbox row awaiting their PUBACK
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet()
         self._forwarder: asyncio.Task[None] | None = None
         self._closed = False
 
@@ -93,12 +94,10 @@ class Sender:
         """
         self.launch(self.store(kind, topic, payload, correlation=correlation, record=record))
 
-    def launch(self, out: Outgoing | None) -> None:
+    def launch(self, out: StoredPublish | None) -> None:
         """Publish what `store` handed out, in a task of its own (`close` waits for it)."""
         if out is not None:
-            task = asyncio.get_running_loop().create_task(self.publish(out))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._tasks.spawn(self.publish(out))
 
     async def deliver(
         self,
@@ -126,7 +125,7 @@ class Sender:
         *,
         correlation: bytes | None = None,
         record: Record | None = None,
-    ) -> Outgoing | None:
+    ) -> StoredPublish | None:
         """Take a message in: synchronous, so it is durable when this returns (answers always; other
         kinds when they cannot go now). `record` (another table's write, e.g. the request ledger's)
         is committed in the same transaction as the message's row.
@@ -145,7 +144,7 @@ class Sender:
             return None
         if kind not in DURABLE and record is None:
             self._volatile += 1
-            return Outgoing(message, None)
+            return StoredPublish(message, None)
         # Rows the broker has confirmed since the last flush go in the same transaction.
         delivered, self._acked = self._acked, set()
         try:
@@ -156,13 +155,13 @@ class Sender:
             log.error("cannot store the message for %s (%s); publishing it without a copy", topic, e)
             self._acked |= delivered
             self._volatile += 1
-            return Outgoing(message, None)
+            return StoredPublish(message, None)
         if seq is None:
             return None
         self._in_flight.add(seq)
-        return Outgoing(message, seq)
+        return StoredPublish(message, seq)
 
-    async def publish(self, out: Outgoing) -> None:
+    async def publish(self, out: StoredPublish) -> None:
         """Publish a message `store` handed out; on success its row goes, on failure it waits."""
         m = out.message
         try:
@@ -193,7 +192,7 @@ class Sender:
             if self._delete_handle is None:
                 self._delete_handle = asyncio.get_running_loop().call_later(ACK_FLUSH_S, self._delete_acked)
 
-    def _failed(self, out: Outgoing) -> None:
+    def _failed(self, out: StoredPublish) -> None:
         if out.seq is None:
             self._volatile -= 1
             self._keep(out.message, None)
@@ -279,13 +278,9 @@ class Sender:
     # -- stopping ------------------------------------------------------------
     async def close(self, timeout_s: float = 5.0) -> None:
         """Give in-flight publishes `timeout_s` to be confirmed; whatever is not stays in the outbox."""
-        if self._tasks:
-            await asyncio.wait(set(self._tasks), timeout=timeout_s)
+        await self._tasks.wait(timeout_s)
         self._closed = True
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.wait(set(self._tasks))
+        await self._tasks.close()
         if self._forwarder is not None and not self._forwarder.done():
             self._forwarder.cancel()
             await asyncio.wait((self._forwarder,))

@@ -55,8 +55,9 @@ from typing import Any
 
 import aiomqtt
 
-from edgeclaw.channels.mqtt.connection import Connection, ConnectionSettings, PublishFailed
 from edgeclaw.channels.mqtt.homeassistant import tmp102_celsius
+from edgeclaw.net.mqtt_connection import Connection, ConnectionSettings, PublishFailed
+from edgeclaw.tasks import TaskSet
 from edgeclaw.tools.base import ToolContext
 from edgeclaw.tools.registry import Registry
 
@@ -169,7 +170,7 @@ class SparkplugNode:
         )
         self.connection = Connection(self.settings, self._on_message, on_connect=self._on_connect)
         self._lock = asyncio.Lock()  # one NBIRTH/NDATA at a time, so seq goes out in order
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks = TaskSet()
         self._runner: asyncio.Task[None] | None = None
         self._poller: asyncio.Task[None] | None = None
         self._born = asyncio.Event()  # an NBIRTH went out on the current connection
@@ -448,9 +449,7 @@ class SparkplugNode:
             except Exception:
                 log.exception("Sparkplug edge node failed")
 
-        task = asyncio.get_running_loop().create_task(run())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(run())
 
     async def _poll(self) -> None:
         last_full = time.monotonic()
@@ -494,11 +493,13 @@ class SparkplugNode:
 
     async def before_disconnect(self) -> None:
         """A clean stop: the broker will not send the Will, so the NDEATH is published here."""
-        for task in [*self._tasks, *([self._poller] if self._poller else [])]:
-            task.cancel()
-        for task in [*self._tasks, *([self._poller] if self._poller else [])]:
+        self._tasks.cancel()
+        if self._poller is not None:
+            self._poller.cancel()
+        await self._tasks.wait()
+        if self._poller is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+                await self._poller
         self._poller = None
         if self._runner is None:
             return

@@ -33,7 +33,7 @@ import json
 import time
 from typing import Any
 
-from edgeclaw.channels.mqtt.protocol import WireError, load_json
+from edgeclaw.net.wire import WireError, load_json
 
 USER_PROPERTY = "hmac"
 

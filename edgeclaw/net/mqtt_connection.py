@@ -188,7 +188,7 @@ class ConnectionSettings:
         return self.protocol == "5"
 
 
-class Backoff:
+class ReconnectBackoff:
     """Exponential backoff with "equal jitter": half the delay fixed, half random.
 
     The jitter spreads a fleet's reconnects after a broker restart instead of
@@ -259,12 +259,12 @@ class Connection:
         on_message: Callable[[aiomqtt.Message], None],
         *,
         on_connect: Callable[[], None] | None = None,
-        backoff: Backoff | None = None,
+        backoff: ReconnectBackoff | None = None,
     ) -> None:
         self.settings = settings
         self._on_message = on_message
         self._on_connect = on_connect
-        self.backoff = backoff or Backoff()
+        self.backoff = backoff or ReconnectBackoff()
         # The client of the current connection, or the one the next attempt will use.
         self._client: aiomqtt.Client | None = None
         self._client_used = False

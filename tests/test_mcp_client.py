@@ -23,7 +23,7 @@ import pytest
 
 from edgeclaw.channels.mqtt.telemetry import TelemetryCollector
 from edgeclaw.config.loader import config_from_dict
-from edgeclaw.daemon.doctor import mcp_findings
+from edgeclaw.cli.doctor import mcp_findings
 from edgeclaw.daemon.gateway import reload_custom_tools
 from edgeclaw.daemon.runtime import Runtime, build_runtime
 from edgeclaw.errors import ConfigErrors

@@ -941,7 +941,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     import asyncio
 
-    from edgeclaw.daemon.doctor import Finding, diagnose
+    from edgeclaw.cli.doctor import Finding, diagnose
     from edgeclaw.daemon.runtime import build_runtime
     from edgeclaw.errors import BackendError, ConfigErrors
 
@@ -956,7 +956,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         # The state database could not be opened (a newer format, a full disk): say why, and
         # what the database itself looks like, without a runtime.
         from edgeclaw.config.paths import state_dir
-        from edgeclaw.daemon.doctor import database_findings
+        from edgeclaw.cli.doctor import database_findings
         from edgeclaw.store.state import StateStore
 
         print(Finding("FAIL", "runtime", str(e)))

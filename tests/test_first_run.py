@@ -24,7 +24,7 @@ import pytest
 
 from edgeclaw.config.paths import device_id
 from edgeclaw.config.schema import Config
-from edgeclaw.daemon.first_run import (
+from edgeclaw.cli.first_run import (
     BrokerChoice,
     FirstRunError,
     choose_broker,

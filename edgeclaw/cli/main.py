@@ -780,7 +780,7 @@ def _report_trial(state: dict[str, Any] | None) -> None:
 
 
 def cmd_try(args: argparse.Namespace) -> int:
-    from edgeclaw.daemon.first_run import FirstRunError, run_try
+    from edgeclaw.cli.first_run import FirstRunError, run_try
 
     try:
         return run_try(

@@ -880,7 +880,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
     import asyncio
     from pathlib import Path
 
-    from edgeclaw.daemon.memory_files import ExportError, export_memory, import_memory
+    from edgeclaw.cli.memory_files import ExportError, export_memory, import_memory
     from edgeclaw.daemon.runtime import build_runtime
 
     # The embeddings provider's key may be missing from this shell: reindex then says it could not embed.

@@ -22,8 +22,6 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from edgeclaw.config.paths import device_id
-from edgeclaw.config.schema import Config
 from edgeclaw.cli.first_run import (
     BrokerChoice,
     FirstRunError,
@@ -33,6 +31,8 @@ from edgeclaw.cli.first_run import (
     parse_address,
     try_state_dir,
 )
+from edgeclaw.config.paths import device_id
+from edgeclaw.config.schema import Config
 from tests.mqtt_support import NOT_INHERITED, Mosquitto, free_port, needs_mosquitto
 
 ROOT = Path(__file__).resolve().parents[1]

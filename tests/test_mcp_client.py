@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from edgeclaw.channels.mqtt.telemetry import TelemetryCollector
-from edgeclaw.config.loader import config_from_dict
 from edgeclaw.cli.doctor import mcp_findings
+from edgeclaw.config.loader import config_from_dict
 from edgeclaw.daemon.gateway import reload_custom_tools
 from edgeclaw.daemon.runtime import Runtime, build_runtime
 from edgeclaw.errors import ConfigErrors

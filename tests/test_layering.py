@@ -83,6 +83,7 @@ LAYERS = {
     "edgeclaw.cli": 6,
     "edgeclaw.__main__": 6,
     "edgeclaw.daemon": 5,
+    "edgeclaw.admin": 5,  # operator actions the daemon's gateway wiring and `edgeclaw run` use
     "edgeclaw.fleet": 5,
     "edgeclaw.fleetpage": 5,  # `edgeclaw fleet serve`: a process of its own, beside the daemon
     "edgeclaw.channels": 4,
@@ -113,3 +114,15 @@ def test_imports_point_down_only():
         if _layer(target) > _layer(name)
     ]
     assert upward == []
+
+
+def test_admin_does_not_reach_into_the_daemon():
+    """`admin` sits beside `daemon` so the daemon can wire its actions in; the edges go one way only."""
+    into_daemon = [
+        f"{name} -> {target}"
+        for name, targets in _graph().items()
+        if name.startswith("edgeclaw.admin")
+        for target in targets
+        if target.startswith("edgeclaw.daemon")
+    ]
+    assert into_daemon == []

@@ -367,7 +367,7 @@ def _tail(path: Path, n: int, block: int = 65536) -> list[str]:
 # -- the hooks -----------------------------------------------------------------------------------------
 def offline_hooks(runtime: Runtime) -> GatewayHooks:
     """What the gateway tool can do in any process: read and check the config."""
-    from edgeclaw.daemon.update import versions
+    from edgeclaw.admin.update import versions
 
     return GatewayHooks(
         config_get=lambda key: effective(runtime.config, key),
@@ -392,7 +392,7 @@ def attach_daemon(runtime: Runtime, hooks: GatewayHooks, status: Any, restart: A
         return await apply_update(runtime, args, by, restart)
 
     def chunk(args: dict[str, Any]) -> dict[str, Any]:
-        from edgeclaw.daemon.update import store_chunk
+        from edgeclaw.admin.update import store_chunk
 
         return store_chunk(
             runtime.state_dir,
@@ -409,7 +409,7 @@ def attach_daemon(runtime: Runtime, hooks: GatewayHooks, status: Any, restart: A
 
 async def apply_update(runtime: Runtime, args: dict[str, Any], by: str, restart: Any) -> dict[str, Any]:
     """A wheel by URL or from an upload: checked, installed in its slot, switched to, restarted onto."""
-    from edgeclaw.daemon import update as updates
+    from edgeclaw.admin import update as updates
     from edgeclaw.errors import ToolError
 
     config = runtime.config.gateway

@@ -13,8 +13,7 @@ from edgeclaw.cli.common import config_of, setup_logging
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from edgeclaw.config import find_config_path
-    from edgeclaw.daemon.gateway import (
+    from edgeclaw.admin.config_apply import (
         EXIT_RESTART,
         ConfigTrial,
         hang_guard,
@@ -22,6 +21,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         restart_in_place,
         supervised,
     )
+    from edgeclaw.config import find_config_path
     from edgeclaw.daemon.lifecycle import run_daemon
     from edgeclaw.errors import ConfigErrors
 

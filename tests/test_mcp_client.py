@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from edgeclaw.admin.config_apply import reload_custom_tools
+from edgeclaw.admin.tools_reload import reload_custom_tools
 from edgeclaw.channels.mqtt.telemetry import TelemetryCollector
 from edgeclaw.cli.doctor import mcp_findings
 from edgeclaw.config.loader import config_from_dict

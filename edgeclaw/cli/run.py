@@ -13,14 +13,9 @@ from edgeclaw.cli.common import config_of, setup_logging
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from edgeclaw.admin.config_apply import (
-        EXIT_RESTART,
-        ConfigTrial,
-        hang_guard,
-        install_log_ring,
-        restart_in_place,
-        supervised,
-    )
+    from edgeclaw.admin.config_apply import ConfigTrial
+    from edgeclaw.admin.logs import install_log_ring
+    from edgeclaw.admin.restart import EXIT_RESTART, hang_guard, restart_in_place, supervised
     from edgeclaw.config import find_config_path
     from edgeclaw.daemon.lifecycle import run_daemon
     from edgeclaw.errors import ConfigErrors

@@ -105,7 +105,7 @@ def install_automation(runtime: Runtime) -> Automation:
         default_tz=a.timezone,
         default_jitter_s=a.jitter_s,
     )
-    from edgeclaw.admin.config_apply import offline_hooks
+    from edgeclaw.daemon.gateway import offline_hooks
 
     hooks = offline_hooks(runtime)
     registry.register_all([CronTool(jobs), ScheduleTool(jobs), GatewayTool(hooks)])

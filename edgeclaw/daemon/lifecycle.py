@@ -174,7 +174,7 @@ class Daemon:
             # loop was built on demand; without it the loop's first use does that.
             agent_on_demand(runtime, recover_at_start=self.config.mqtt.enabled)
             if runtime.automation is not None:
-                from edgeclaw.admin.config_apply import attach_daemon
+                from edgeclaw.daemon.gateway import attach_daemon
 
                 attach_daemon(runtime, runtime.automation.gateway, self.status, self.request_restart)
             log.info(
@@ -220,7 +220,7 @@ class Daemon:
                 await runtime.aclose()
             log.info("stopped")
             if self.restart_reason is not None:
-                from edgeclaw.admin.config_apply import EXIT_RESTART
+                from edgeclaw.admin.restart import EXIT_RESTART
 
                 return EXIT_RESTART
             return 0

@@ -1,0 +1,54 @@
+"""The gateway tool's hooks from the runtime: reading and checking the config in any process,
+and the admin actions (edgeclaw.admin) only a running daemon can take.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from edgeclaw.admin.config_apply import apply_config, effective, validate_text
+from edgeclaw.admin.logs import read_logs
+from edgeclaw.admin.tools_reload import reload_custom_tools
+from edgeclaw.admin.update import apply_update, store_chunk, versions
+from edgeclaw.tools.automation.gateway import GatewayHooks
+
+if TYPE_CHECKING:
+    from edgeclaw.daemon.runtime import Runtime
+
+
+def offline_hooks(runtime: Runtime) -> GatewayHooks:
+    """What the gateway tool can do in any process: read and check the config."""
+    return GatewayHooks(
+        config_get=lambda key: effective(runtime.config, key),
+        config_validate=lambda text: validate_text(text, runtime.config._source)[1],
+        slots=lambda: versions(runtime.state_dir),
+    )
+
+
+def attach_daemon(runtime: Runtime, hooks: GatewayHooks, status: Any, restart: Any) -> None:
+    """The actions only a running daemon can take."""
+    hooks.status = status
+    hooks.restart = restart
+    hooks.logs = read_logs
+    hooks.reload_tools = lambda: reload_custom_tools(runtime)
+
+    async def apply(text: str, by: str) -> dict[str, Any]:
+        return await apply_config(runtime, text, by, restart)
+
+    hooks.config_apply = apply
+
+    async def update(args: dict[str, Any], by: str) -> dict[str, Any]:
+        return await apply_update(runtime, args, by, restart)
+
+    def chunk(args: dict[str, Any]) -> dict[str, Any]:
+        return store_chunk(
+            runtime.state_dir,
+            runtime.config.gateway,
+            args["upload"],
+            args["index"],
+            args["total"],
+            args["data"],
+        )
+
+    hooks.update = update
+    hooks.update_chunk = chunk

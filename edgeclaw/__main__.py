@@ -3,7 +3,7 @@
 What needs no parser is answered before one is loaded: `edgeclaw --version`
 prints from here, so it costs the interpreter's start and nothing more
 (argparse alone takes as long as starting Python). Everything else goes to
-`edgeclaw.cli`.
+`edgeclaw.cli.main`.
 """
 
 import sys
@@ -15,7 +15,7 @@ def main() -> int:
 
         print(f"edgeclaw {__version__}")  # what argparse's version action prints
         return 0
-    from edgeclaw.cli import main as cli_main
+    from edgeclaw.cli.main import main as cli_main
 
     return cli_main()
 

@@ -147,7 +147,7 @@ def test_a_command_parsed_with_only_its_own_parser_reads_as_with_the_whole_one()
     arguments, --help and errors must read as they do with every command's part built."""
     import pytest
 
-    from edgeclaw.cli import COMMAND_PARSERS, build_parser
+    from edgeclaw.cli.parser import COMMAND_PARSERS, build_parser
 
     whole = build_parser()
     shown = _parsed(whole, ["--help"])

@@ -22,9 +22,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from edgeclaw.config.paths import device_id
-from edgeclaw.config.schema import Config
-from edgeclaw.daemon.first_run import (
+from edgeclaw.cli.first_run import (
     BrokerChoice,
     FirstRunError,
     choose_broker,
@@ -33,6 +31,8 @@ from edgeclaw.daemon.first_run import (
     parse_address,
     try_state_dir,
 )
+from edgeclaw.config.paths import device_id
+from edgeclaw.config.schema import Config
 from tests.mqtt_support import NOT_INHERITED, Mosquitto, free_port, needs_mosquitto
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -496,7 +496,7 @@ async def test_update_in_chunks_of_a_version_that_fails_to_start_is_rolled_back(
 
 
 def test_old_slots_are_pruned_but_never_the_current_or_the_previous(tmp_path, monkeypatch):
-    from edgeclaw.daemon.update import Slots, prune
+    from edgeclaw.admin.update import Slots, prune
 
     monkeypatch.delenv("EDGECLAW_SLOT", raising=False)
     slots = Slots(tmp_path)
@@ -517,8 +517,8 @@ def test_a_zip_that_is_not_an_edgeclaw_wheel_is_refused(tmp_path):
     import io
     import zipfile
 
+    from edgeclaw.admin.update import check_wheel
     from edgeclaw.config.schema import GatewayConfig
-    from edgeclaw.daemon.update import check_wheel
     from edgeclaw.errors import ToolError
 
     buf = io.BytesIO()

@@ -83,6 +83,7 @@ LAYERS = {
     "edgeclaw.cli": 6,
     "edgeclaw.__main__": 6,
     "edgeclaw.daemon": 5,
+    "edgeclaw.admin": 5,  # operator actions the daemon's gateway wiring and `edgeclaw run` use
     "edgeclaw.fleet": 5,
     "edgeclaw.fleetpage": 5,  # `edgeclaw fleet serve`: a process of its own, beside the daemon
     "edgeclaw.channels": 4,
@@ -128,3 +129,15 @@ def test_the_fleet_page_speaks_only_the_mqtt_contract():
         if any(target == b or target.startswith(b + ".") for b in banned)
     ]
     assert reached == []
+
+
+def test_admin_does_not_reach_into_the_daemon():
+    """`admin` sits beside `daemon` so the daemon can wire its actions in; the edges go one way only."""
+    into_daemon = [
+        f"{name} -> {target}"
+        for name, targets in _graph().items()
+        if name.startswith("edgeclaw.admin")
+        for target in targets
+        if target.startswith("edgeclaw.daemon")
+    ]
+    assert into_daemon == []

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
+from edgeclaw.admin.tools_reload import reload_custom_tools
 from edgeclaw.channels.mqtt.telemetry import TelemetryCollector
+from edgeclaw.cli.doctor import mcp_findings
 from edgeclaw.config.loader import config_from_dict
-from edgeclaw.daemon.doctor import mcp_findings
-from edgeclaw.daemon.gateway import reload_custom_tools
 from edgeclaw.daemon.runtime import Runtime, build_runtime
 from edgeclaw.errors import ConfigErrors
 from edgeclaw.tools.base import ToolContext

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeclaw.daemon.memory_files import ExportError, export_memory, import_memory
+from edgeclaw.cli.memory_files import ExportError, export_memory, import_memory
 from edgeclaw.store.context_files import ContextFileStore
 from edgeclaw.store.db import Database
 from edgeclaw.store.memory import GLOBAL, MemoryStore
@@ -112,7 +112,7 @@ def test_an_import_with_any_bad_file_changes_nothing_and_names_each(tmp_path):
 
 @pytest.mark.parametrize("identity", ["console:/dev/ttyGS0", "mqtt:sender:a=b c", "..", ".x", "ünï/%2e", ""])
 def test_identities_become_file_names_and_come_back_exactly(identity):
-    from edgeclaw.daemon.memory_files import escape, unescape
+    from edgeclaw.cli.memory_files import escape, unescape
 
     name = escape(identity)
     assert "/" not in name and "%" not in name and not name.startswith(".") and name

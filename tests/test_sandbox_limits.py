@@ -106,7 +106,7 @@ def test_the_memory_bound_is_reported_for_doctor() -> None:
 
 
 async def test_doctor_says_what_bounds_the_sandbox(tmp_path: Path) -> None:
-    from edgeclaw.daemon.doctor import sandbox_limits_finding
+    from edgeclaw.cli.doctor import sandbox_limits_finding
 
     without = make_runtime(tmp_path / "a", sandbox={"pids_cgroup": "", "disk_reserve_mb": 16})
     try:

@@ -345,7 +345,7 @@ def test_a_daemon_without_protobuf_says_which_extra_it_needs(tmp_path):
     daemon = sparkplug_daemon(tmp_path, "spb-np", 1)
     # As on a board where the extra is not installed: the import of protobuf fails.
     code = (
-        "import sys; sys.modules['google.protobuf'] = None; from edgeclaw.cli import main; "
+        "import sys; sys.modules['google.protobuf'] = None; from edgeclaw.cli.main import main; "
         "sys.exit(main(['run', '--board', 'sim']))"
     )
     done = subprocess.run(

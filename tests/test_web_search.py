@@ -715,8 +715,8 @@ async def test_built_by_the_runtime_with_keys_scrubbed_and_each_agents_guard(ser
 
 
 async def test_doctor_checks_each_provider_without_searching(server, tmp_path):
+    from edgeclaw.cli.doctor import web_search_findings
     from edgeclaw.config.loader import config_from_dict
-    from edgeclaw.daemon.doctor import web_search_findings
     from edgeclaw.daemon.runtime import build_runtime
 
     port = int(server.url.rsplit(":", 1)[1])

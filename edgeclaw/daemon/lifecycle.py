@@ -220,7 +220,7 @@ class Daemon:
                 await runtime.aclose()
             log.info("stopped")
             if self.restart_reason is not None:
-                from edgeclaw.daemon.gateway import EXIT_RESTART
+                from edgeclaw.admin.restart import EXIT_RESTART
 
                 return EXIT_RESTART
             return 0

@@ -28,7 +28,7 @@ actions that need one say so.
 - `update`: a new version from a wheel (`url`, or the parts of an `upload`
   sent with `update_chunk`), its `sha256` checked, installed in a slot of its
   own beside the running version, switched to, and rolled back when it does
-  not come up healthy (edgeclaw.daemon.update).
+  not come up healthy (edgeclaw.admin.update).
 - `update_chunk`: one base64 part (`index` of `total`) of an `upload`.
 """
 

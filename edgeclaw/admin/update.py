@@ -27,6 +27,7 @@ and a signature that is not checked must not look as if it had been.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import contextlib
@@ -42,10 +43,13 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeclaw.config.schema import GatewayConfig
 from edgeclaw.errors import ToolError
+
+if TYPE_CHECKING:
+    from edgeclaw.daemon.runtime import Runtime
 
 log = logging.getLogger("edgeclaw.update")
 
@@ -458,4 +462,37 @@ def versions(state_dir: Path) -> dict[str, Any]:
         "current": slots.current() or BASE,
         "slots": slots.installed(),
         "trial": slots.trial(),
+    }
+
+
+async def apply_update(runtime: Runtime, args: dict[str, Any], by: str, restart: Any) -> dict[str, Any]:
+    """A wheel by URL or from an upload: checked, installed in its slot, switched to, restarted onto."""
+    config = runtime.config.gateway
+    url, upload, sha256 = args.get("url"), args.get("upload"), args.get("sha256")
+    if not sha256:
+        raise ToolError("update: give the wheel's sha256")
+    if bool(url) == bool(upload):
+        raise ToolError(
+            "update: give either url (a wheel to download) or upload (one sent with update_chunk)"
+        )
+    if url:
+        data, name = await download(url, config)
+    else:
+        data, name = assemble(runtime.state_dir, upload), None
+    wheel = check_wheel(data, sha256, name, config)
+    signed = check_signature(data, args.get("signature"), config)
+    staged = await asyncio.to_thread(stage, runtime.state_dir, wheel, by, config.update_slots)
+    if upload:
+        shutil.rmtree(runtime.state_dir / "updates" / upload, ignore_errors=True)
+    runtime.audit.emit(
+        "update", by=by, version=wheel.version, slot=wheel.slot, previous=staged["previous"], signed=signed
+    )
+    asyncio.get_running_loop().call_later(0.2, restart, f"update to {wheel.slot} by {by}")
+    return {
+        "ok": True,
+        "text": f"edgeclaw {wheel.version} installed in slot {wheel.slot}; restarting onto it. It is "
+        f"rolled back to {staged['previous']} unless it is healthy within {config.health_deadline_s:g} s",
+        "how": "restart",
+        "signed": signed,
+        **staged,
     }

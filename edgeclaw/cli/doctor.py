@@ -9,6 +9,7 @@ language model provider (reachable over the network?).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import os
@@ -18,7 +19,8 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from edgeclaw.daemon.runtime import Runtime
+from edgeclaw.cli.common import EXIT_OK, EXIT_TOOL_ERROR, config_of
+from edgeclaw.daemon.runtime import Runtime, build_runtime
 from edgeclaw.store.state import StateStore
 from edgeclaw.tools.base import ToolContext
 
@@ -507,3 +509,36 @@ def mcp_serve_findings(runtime: Runtime) -> list[Finding]:
         else:
             out.append(Finding("ok", "mcp tools", f"{tools} (no shell)"))
     return out
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from edgeclaw.errors import BackendError, ConfigErrors
+
+    try:
+        config = config_of(args)
+        # Missing secrets are reported per provider below rather than stopping the whole check.
+        runtime = build_runtime(config, board=args.board, require_secrets=False)
+    except ConfigErrors as e:
+        print(Finding("FAIL", "config", str(e).replace("\n", "; ")))
+        return EXIT_TOOL_ERROR
+    except BackendError as e:
+        # The state database could not be opened (a newer format, a full disk): say why, and
+        # what the database itself looks like, without a runtime.
+        from edgeclaw.config.paths import state_dir
+
+        print(Finding("FAIL", "runtime", str(e)))
+        store = StateStore(state_dir(config.state_dir), reserve_bytes=config.state.reserve_bytes)
+        for finding in database_findings(store, config.state.backup_interval_s):
+            print(finding)
+        return EXIT_TOOL_ERROR
+
+    async def run() -> list[Finding]:
+        try:
+            return await diagnose(runtime)
+        finally:
+            await runtime.aclose()
+
+    findings = [Finding("ok", "config", runtime.config._source), *asyncio.run(run())]
+    for finding in findings:
+        print(finding)
+    return EXIT_TOOL_ERROR if any(f.level == "FAIL" for f in findings) else EXIT_OK

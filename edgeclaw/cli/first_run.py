@@ -22,6 +22,7 @@ terminal would land in the middle of the console.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import dataclasses
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from edgeclaw.cli.common import EXIT_REFUSED, config_of
 from edgeclaw.config.paths import device_id
 from edgeclaw.config.schema import Config
 from edgeclaw.errors import EdgeclawError
@@ -399,3 +401,17 @@ def _serve(config: Config, board: str, environ: Mapping[str, str]) -> int:
         return await daemon.run()
 
     return asyncio.run(main())
+
+
+def cmd_try(args: argparse.Namespace) -> int:
+    try:
+        return run_try(
+            config_of(args),
+            board=args.board,
+            broker=args.broker,
+            no_broker=args.no_broker,
+            log_level=args.log_level,
+        )
+    except FirstRunError as e:
+        print(f"edgeclaw try: {e}", file=sys.stderr)
+        return EXIT_REFUSED

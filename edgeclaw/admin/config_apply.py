@@ -1,0 +1,251 @@
+"""Applying a config through the gateway tool: checked, written with the previous file kept,
+reloaded in place or restarted onto, and on trial until the daemon is healthy on it.
+
+Applying a config, step by step:
+
+1. The new text is checked as `config check` checks a file (TOML, types,
+   ranges, names, the board profile); a problem refuses it, nothing written.
+2. The running file is copied to `FILE.previous`, the new text written to
+   `FILE.new`, fsync'd and renamed over `FILE` (a power cut leaves the old
+   file or the new one, never half of one).
+3. When only what can change at run time differs (the tool policy, the log
+   level), it is reloaded in place. Anything else restarts the daemon, with
+   `FILE.apply` saying a new file is on trial.
+4. At the next start `ConfigTrial.before_start` marks the trial as running.
+   Being healthy confirms it (the marker goes): READY, and connected to the
+   broker when MQTT is on, within `gateway.health_deadline_s`. A start that
+   fails (the file is refused, a channel cannot start), one that is not
+   healthy by the deadline (the broker named cannot be reached, a start that
+   hangs) restores `FILE.previous` and starts again; so does a start that
+   finds the trial still running, which means the last one died before it
+   was healthy (killed, out of memory, a crash).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import time
+import tomllib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgeclaw.config.schema import Config
+from edgeclaw.errors import ConfigErrors
+
+if TYPE_CHECKING:
+    from edgeclaw.daemon.runtime import Runtime
+
+
+log = logging.getLogger("edgeclaw.gateway")
+
+# What a config change may touch and still be taken in without a restart.
+RELOADABLE = frozenset({"log_level", "tools.profile", "tools.allow", "tools.deny", "tools.also_allow",
+                        "tools.providers", "tools.channels", "tools.agents"})  # fmt: skip
+
+
+# -- checking and rendering ------------------------------------------------------------------------
+def validate_text(text: str, source: str) -> tuple[Config | None, list[str]]:
+    """The config a text describes and every problem with it (`config check`'s checks)."""
+    from edgeclaw.config.loader import config_from_dict
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        return None, [f"{source}: not valid TOML: {e}"]
+    try:
+        config = config_from_dict(data, source, text)
+    except ConfigErrors as e:
+        return None, [str(err) for err in e.errors]
+    return config, []
+
+
+def effective(config: Config, key: str) -> dict[str, Any]:
+    from edgeclaw.config.render import render_effective
+    from edgeclaw.tools.scrub import Scrubber
+
+    text = Scrubber().scrub(render_effective(config, [f"effective configuration from {config._source}"]))
+    if not key:
+        return {"text": text}
+    value: Any = tomllib.loads(text)
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            from edgeclaw.errors import ToolError
+
+            raise ToolError(f"config_get: no key {key!r} in the effective configuration")
+        value = value[part]
+    shown = json.dumps(value, ensure_ascii=False, indent=1) if isinstance(value, dict | list) else str(value)
+    return {"text": f"{key} = {shown}", "key": key, "value": value}
+
+
+def changed_keys(old: Config, new: Config) -> list[str]:
+    """Dotted keys (two levels deep) whose values differ."""
+    a, b = dataclasses.asdict(old), dataclasses.asdict(new)
+    out = []
+    for top in sorted(set(a) | set(b)):
+        if top.startswith("_"):
+            continue
+        x, y = a.get(top), b.get(top)
+        if isinstance(x, dict) and isinstance(y, dict) and top not in ("providers", "agents"):
+            out += [f"{top}.{k}" for k in sorted(set(x) | set(y)) if x.get(k) != y.get(k)]
+        elif x != y:
+            out.append(top)
+    return out
+
+
+# -- the trial of a newly applied file ---------------------------------------------------------------
+class ConfigTrial:
+    """`FILE.apply`: a new config file on trial, and `FILE.previous` to go back to."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.marker = path.with_name(path.name + ".apply")
+        self.previous = path.with_name(path.name + ".previous")
+        self.state: dict[str, Any] | None = None
+
+    def read(self) -> dict[str, Any] | None:
+        try:
+            value = json.loads(self.marker.read_text())
+        except (OSError, ValueError):
+            return None
+        return value if isinstance(value, dict) else None
+
+    def _write(self, state: dict[str, Any]) -> None:
+        _atomic_write(self.marker, json.dumps(state).encode())
+        self.state = state
+
+    def begin(self, by: str, changed: list[str]) -> None:
+        self._write({"state": "pending", "at": time.time(), "by": by, "changed": changed})
+
+    @property
+    def trying(self) -> bool:
+        return self.state is not None and self.state.get("state") == "trying"
+
+    def before_start(self) -> str | None:
+        """At start-up, before the file is read. Returns what was rolled back, if anything."""
+        state = self.read()
+        if state is None:
+            return None
+        if state.get("state") == "pending":
+            self._write({**state, "state": "trying", "started": time.time()})
+            return None
+        if state.get("state") == "trying":
+            return self.roll_back("the daemon did not come back after the new config was applied")
+        return None  # "rolled_back": reported by `report`, kept until then
+
+    def restore(self) -> None:
+        _atomic_write(self.path, self.previous.read_bytes())
+
+    def roll_back(self, reason: str) -> str:
+        if not self.previous.exists():
+            log.error("config trial failed (%s) and there is no %s to go back to", reason, self.previous)
+            self._write({"state": "rolled_back", "at": time.time(), "reason": reason, "restored": False})
+            return reason
+        _atomic_write(self.path, self.previous.read_bytes())
+        self._write({"state": "rolled_back", "at": time.time(), "reason": reason, "restored": True})
+        log.error("the new config did not start (%s): %s restored from %s", reason, self.path, self.previous)
+        return reason
+
+    def confirm(self) -> dict[str, Any] | None:
+        """READY: the trial passed (or a rollback is being reported). Returns the finished state."""
+        state = self.read()
+        if state is None:
+            return None
+        with contextlib.suppress(FileNotFoundError):
+            self.marker.unlink()
+        if state.get("state") == "trying":
+            state["state"] = "applied"
+        return state
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".new")
+    mode = 0o600
+    with contextlib.suppress(OSError):
+        mode = path.stat().st_mode & 0o777
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dirfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dirfd)
+    finally:
+        os.close(dirfd)
+
+
+def _replace_keeping_previous(trial: ConfigTrial, text: str) -> None:
+    _atomic_write(trial.previous, trial.path.read_bytes())
+    _atomic_write(trial.path, text.encode("utf-8"))
+
+
+async def apply_config(runtime: Runtime, text: str, by: str, restart: Any) -> dict[str, Any]:
+    source = runtime.config._source
+    if source.startswith("<"):
+        return {
+            "ok": False,
+            "text": "this daemon runs on built-in defaults: there is no config file to replace "
+            "(start it with --config FILE or $EDGECLAW_CONFIG)",
+        }
+    path = Path(source)
+    new, problems = validate_text(text, source)
+    if new is None:
+        text = "the new config is refused; nothing was written:\n" + "\n".join(problems)
+        return {"ok": False, "text": text, "problems": problems}
+    changed = changed_keys(runtime.config, new)
+    if not changed:
+        return {
+            "ok": True,
+            "text": "the new config is the same as the running one: nothing to do",
+            "changed": [],
+        }
+    trial = ConfigTrial(path)
+    try:
+        _replace_keeping_previous(trial, text)
+    except OSError as e:
+        return {"ok": False, "text": f"cannot write {path}: {e.strerror or e} (nothing changed)"}
+    reloadable = all(k in RELOADABLE for k in changed)
+    runtime.audit.emit("config_apply", by=by, changed=changed, how="reload" if reloadable else "restart")
+    if reloadable:
+        problem = _reload(runtime, new)
+        if problem is not None:
+            trial.restore()
+            _reload(runtime, runtime.config)
+            runtime.audit.emit("config_apply", by=by, outcome="rolled_back", reason=problem)
+            return {"ok": False, "text": f"the new config could not be taken in ({problem}); "
+                    f"{path} restored", "changed": changed}  # fmt: skip
+        runtime.config.tools = new.tools
+        runtime.config.log_level = new.log_level
+        return {"ok": True, "text": f"applied and reloaded in place: {', '.join(changed)} (previous file "
+                f"kept as {trial.previous})", "changed": changed, "how": "reload"}  # fmt: skip
+    trial.begin(by, changed)
+    asyncio.get_running_loop().call_later(0.2, restart, f"config applied by {by}")
+    return {
+        "ok": True,
+        "text": f"written; restarting to take in {', '.join(changed)}. The previous file is kept as "
+        f"{trial.previous} and restored if the daemon does not come back healthy",
+        "changed": changed,
+        "how": "restart",
+    }
+
+
+def _reload(runtime: Runtime, config: Config) -> str | None:
+    """The policy and the log level from `config`, in place; a problem (unknown tool names) or None."""
+    from edgeclaw.config.loader import policy_rules
+
+    policy = runtime.registry.policy
+    old = policy.rules
+    policy.replace_rules(policy_rules(config))
+    problems = policy.validate()
+    if problems:
+        policy.replace_rules(old)
+        return "; ".join(f"{k}: {p}" for k, p in problems)
+    logging.getLogger().setLevel(config.log_level.upper())
+    return None

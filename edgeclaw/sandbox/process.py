@@ -106,8 +106,10 @@ def parent_death_launcher() -> str | None:
 
 
 @dataclass(frozen=True)
-class DiskReserve:
-    """Free space a command must leave on the workspace's file system, for the daemon's own state."""
+class WorkspaceSpaceFloor:
+    """The free space a command must leave on the workspace's file system (sandbox.disk_reserve_mb), so
+    the daemon's own state can still be written. Not `store.reserve.DiskReserve`, the file that holds
+    space back for the database."""
 
     path: Path
     reserve_bytes: int
@@ -138,7 +140,7 @@ class Launch:
     noise_lines: frozenset[str] = frozenset()
     # setpriv, to give the first process a parent-death signal; None: commands outlive the daemon.
     parent_death: str | None = None
-    disk_reserve: DiskReserve | None = None
+    space_floor: WorkspaceSpaceFloor | None = None
     memory_bound_bytes: int = 0  # what all sandboxed commands together may use (0: not bounded)
 
     def full_argv(self) -> list[str]:
@@ -256,7 +258,7 @@ class ChildProcess:
         child = cls(launch, proc)
         cgroup = launch.cgroup
         v1_memory = cgroup is not None and cgroup.memory_dir is not None and not cgroup.v2
-        if launch.disk_reserve is not None or v1_memory:
+        if launch.space_floor is not None or v1_memory:
             child._watch = asyncio.create_task(child._watch_limits(), name=f"limits of command {proc.pid}")
         return child
 
@@ -319,7 +321,7 @@ class ChildProcess:
     def _limit_breach(self) -> tuple[str | None, float]:
         """A limit of the sandbox as a whole that the command has crossed, and when to look again."""
         delay = _DISK_WATCH_MAX_S
-        reserve = self.launch.disk_reserve
+        reserve = self.launch.space_floor
         if reserve is not None:
             free = reserve.free_bytes()
             if free is not None:

@@ -44,6 +44,14 @@ DEFAULT_ETC_ALLOW: tuple[str, ...] = (
 )
 
 
+# The top-level directories a command sees as on the host, read-only: the programs and their
+# libraries. Besides them only /etc (reduced to `etc_allow`), a private /dev, /proc and /tmp, and
+# the workspace and `visible` paths exist; /var, /home, /root, /srv, /opt, /mnt, /media, /boot,
+# /sys and whatever else lies in / are out of sight. An allowlist: a directory that appears in /
+# later, or that this list does not know, is hidden, not shown.
+SYSTEM_DIRS: tuple[str, ...] = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Resource limits for one sandboxed command (and everything it starts)."""
@@ -62,9 +70,9 @@ class SandboxSpec:
     invisible (directories become empty, files become empty and unreadable
     where the backend can manage it). `etc_allow` names the /etc entries that
     stay visible; the rest of /etc is replaced. `visible` are paths the command
-    must be able to read (read-only) even where the backend puts an empty
-    directory in place of the real one (/tmp, or the top directory a whitelisted
-    workspace lies in): a program's own installation, say a virtualenv under /tmp.
+    must be able to read (read-only) outside the system directories
+    (`SYSTEM_DIRS`): a program's own installation, say a virtualenv under /tmp
+    or an interpreter under the daemon user's home.
     """
 
     workspace: Path

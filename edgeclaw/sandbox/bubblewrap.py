@@ -17,7 +17,16 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from edgeclaw.sandbox.base import SYSTEM_DIRS, SandboxBackend, SandboxSpec, prlimit_prefix, split_hidden
+from edgeclaw.sandbox.base import (
+    SYSTEM_DIRS,
+    SandboxBackend,
+    SandboxSpec,
+    only_trusted_can_swap,
+    open_unfollowed,
+    prlimit_prefix,
+    split_hidden,
+    unfollowed,
+)
 
 
 @functools.cache
@@ -42,6 +51,20 @@ class BubblewrapBackend(SandboxBackend):
         super().__init__(binary)
 
     def wrap(self, argv: Sequence[str], spec: SandboxSpec) -> list[str]:
+        """Visible paths bound by name (checked for symlinks, not race-free): `Sandbox.launch`
+        uses `wrap_with_fds`, which binds them from descriptors."""
+        return self._wrap(argv, spec, None)
+
+    def wrap_with_fds(self, argv: Sequence[str], spec: SandboxSpec) -> tuple[list[str], tuple[int, ...]]:
+        fds: list[int] = []
+        try:
+            return self._wrap(argv, spec, fds), tuple(fds)
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+
+    def _wrap(self, argv: Sequence[str], spec: SandboxSpec, fds: list[int] | None) -> list[str]:
         ws = str(spec.workspace)
         binary = self.locate() or self.binary
         args = [
@@ -78,8 +101,24 @@ class BubblewrapBackend(SandboxBackend):
             target = Path("/etc/resolv.conf").resolve()
             args += ["--ro-bind-try", str(target), str(target)]
         for path in spec.visible:
-            if path.is_absolute() and not _shown(path):
-                args += ["--ro-bind-try", str(path), str(path)]
+            if not path.is_absolute() or _shown(path):
+                continue
+            # Bound from a descriptor opened without following a symlink, not by name: a name
+            # swapped for a symlink (before the check or after it) cannot bind what it points at.
+            real = Path(os.path.realpath(path))
+            if real != path and not only_trusted_can_swap(path):
+                continue  # reached through a symlink someone else could change: not shown
+            if fds is None:
+                if unfollowed(real):
+                    args += ["--ro-bind-try", str(real), str(real)]
+            elif (fd := open_unfollowed(real)) is not None:
+                fds.append(fd)
+                args += ["--ro-bind-fd", str(fd), str(real)]
+            else:
+                continue
+            if real != path:
+                # The link as it was resolved (a virtualenv linked from a checkout), made by us.
+                args += ["--symlink", str(real), str(path)]
         ancestors, others = split_hidden(spec.hidden, spec.workspace)
         # Directories holding the workspace become empty first (one may lie in a visible path);
         # binding the workspace then makes its path inside them. Other hidden paths come after

@@ -23,7 +23,14 @@ import pwd
 from collections.abc import Sequence
 from pathlib import Path
 
-from edgeclaw.sandbox.base import SYSTEM_DIRS, SandboxBackend, SandboxSpec, entries_beside, split_hidden
+from edgeclaw.sandbox.base import (
+    SYSTEM_DIRS,
+    SandboxBackend,
+    SandboxSpec,
+    entries_beside,
+    only_trusted_can_swap,
+    split_hidden,
+)
 
 # Top-level directories firejail cannot (or must not) replace for a whitelist: a workspace
 # under one of them falls back to blacklisting what is beside it.
@@ -107,7 +114,16 @@ def _host_view(spec: SandboxSpec) -> list[str]:
     listing is a snapshot: an entry made in / or /run after the command starts is not hidden.
     """
     ws = spec.workspace
-    kept = [p for p in spec.visible if p.is_absolute() and len(p.parts) > 2]
+    # firejail whitelists a symlink's target too, which whoever can change the link chooses, and
+    # looks the path up by name, after this check. So a visible path is left out when it lies in
+    # the workspace (the command's own to change; shown anyway) or could be swapped, or reached
+    # through a symlink, that anyone but root and the daemon's user could change. bubblewrap
+    # binds from a descriptor instead.
+    kept = [
+        p
+        for p in spec.visible
+        if p.is_absolute() and len(p.parts) > 2 and not p.is_relative_to(ws) and only_trusted_can_swap(p)
+    ]  # fmt: skip
     args: list[str] = []
     whitelist = len(ws.parts) > 2 and ws.parts[1] not in _NO_WHITELIST_TOP
     if whitelist:

@@ -275,8 +275,10 @@ class Sandbox:
             except OSError as e:
                 where = cgroups.run_dir
                 raise BackendError(f"cannot create a command cgroup under {where}: {e.strerror}") from None
+        wrapped, fds = backend.wrap_with_fds(list(argv), spec)
         return Launch(
-            argv=backend.wrap(list(argv), spec),
+            argv=wrapped,
+            pass_fds=fds,
             env=dict(env),
             cwd=cwd,
             backend=backend.name,

@@ -142,6 +142,8 @@ class Launch:
     parent_death: str | None = None
     space_floor: WorkspaceSpaceFloor | None = None
     memory_bound_bytes: int = 0  # what all sandboxed commands together may use (0: not bounded)
+    # Descriptors the command inherits (what the backend binds from them); closed here once started.
+    pass_fds: tuple[int, ...] = ()
 
     def full_argv(self) -> list[str]:
         procs = [str(p) for p in self.cgroup.procs_files] if self.cgroup is not None else []
@@ -249,12 +251,17 @@ class ChildProcess:
                 env=dict(launch.env),
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=launch.pass_fds,
                 limit=read_limit,
             )
         except OSError as e:
             if launch.cgroup is not None:
                 launch.cgroup.remove()
             raise BackendError(f"cannot start the command ({launch.backend}): {e.strerror or e}") from None
+        finally:
+            for fd in launch.pass_fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         child = cls(launch, proc)
         cgroup = launch.cgroup
         v1_memory = cgroup is not None and cgroup.memory_dir is not None and not cgroup.v2

@@ -192,3 +192,29 @@ def test_the_view_is_the_same_for_the_unprivileged_service_user() -> None:
     passed = int(m.group(1)) if (m := re.search(r"(\d+) passed", summary)) else 0
     # Every backend's case ran as that user (only the root-only directory in / is skipped).
     assert passed >= 2 * 16 + 3 + 2, summary
+
+
+def test_firejail_keeps_a_symlinked_resolv_conf_target_only_with_the_network(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With systemd-resolved, /etc/resolv.conf points into /run: that one file's way stays visible
+    when the network is granted; the rest of /run is hidden either way."""
+    import edgeclaw.sandbox.firejail as firejail
+    from edgeclaw.sandbox.base import SandboxSpec
+
+    stub = Path("/run/systemd/resolve/stub-resolv.conf")
+    monkeypatch.setattr(firejail, "_resolver", lambda spec: [stub] if spec.network else [])
+    monkeypatch.setattr(
+        firejail,
+        "_entries",
+        lambda d: [d / n for n in (("systemd", "dbus", "firejail") if d == Path("/run") else ())],
+    )
+    monkeypatch.setattr(
+        firejail, "entries_beside", lambda a, p: [Path("/run/dbus"), Path("/run/systemd/users")]
+    )
+    ws = tmp_path / "ws"
+    offline = firejail._host_view(SandboxSpec(workspace=ws, cwd=ws, network=False))
+    online = firejail._host_view(SandboxSpec(workspace=ws, cwd=ws, network=True))
+    assert "--blacklist=/run/systemd" in offline and "--blacklist=/run/dbus" in offline
+    assert "--blacklist=/run/systemd" not in online and "--blacklist=/run/systemd/users" in online
+    assert "--blacklist=/run/dbus" in online and not any("/run/firejail" in a for a in offline + online)

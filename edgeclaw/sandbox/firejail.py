@@ -151,13 +151,15 @@ def _host_view(spec: SandboxSpec) -> list[str]:
             continue  # holds what must be seen where no whitelist can be made (/boot, /sys)
         blacklisted.append(top)
     run = Path("/run")
+    # In /run: the workspace, kept paths and, with the network granted, the resolver file a
+    # symlinked /etc/resolv.conf points at (systemd-resolved's stub) stay, and what lies beside
+    # the way down to each of them goes.
+    needed = [p for p in (ws, *kept, *_resolver(spec)) if p.is_relative_to(run) and p != run]
     for entry in _entries(run):
-        if (
-            entry.name != "firejail"
-            and not ws.is_relative_to(entry)
-            and not any(k.is_relative_to(entry) for k in kept)
-        ):
+        if entry.name != "firejail" and not any(p.is_relative_to(entry) for p in needed):
             blacklisted.append(entry)
+    for path in needed:
+        blacklisted.extend(p for p in entries_beside(run, path) if p.parent != run)
     args.extend(f"--blacklist={p}" for p in blacklisted)
     ancestors, others = split_hidden(spec.hidden, ws)
     if not whitelist:
@@ -169,6 +171,11 @@ def _host_view(spec: SandboxSpec) -> list[str]:
     # be blacklisted again).
     args.extend(f"--blacklist={p}" for p in others if not any(p.is_relative_to(b) for b in blacklisted))
     return args
+
+
+def _resolver(spec: SandboxSpec) -> list[Path]:
+    resolv = Path("/etc/resolv.conf")
+    return [Path(os.path.realpath(resolv))] if spec.network and resolv.is_symlink() else []
 
 
 def _entries(directory: Path) -> list[Path]:

@@ -13,20 +13,12 @@ import os
 import re
 import secrets
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from shell_helpers import (
-    AS_SERVICE_USER_ENV,
-    SERVICE_USER,
-    as_service_user,
-    ensure_service_user,
-    service_user_problem,
-    service_user_python,
-)
+from shell_helpers import SERVICE_USER, pytest_as_service_user
 from test_sandbox import BACKENDS
 
 from edgeclaw.sandbox import Sandbox, SandboxSettings
@@ -161,34 +153,9 @@ async def test_ordinary_commands_still_work(workspace: Path, backend: str) -> No
 
 def test_the_view_is_the_same_for_the_unprivileged_service_user() -> None:
     """This file again, as the service user the daemon runs as in production."""
-    problem = service_user_problem()
-    if problem is not None:
-        pytest.skip(problem)
-    if os.environ.get(AS_SERVICE_USER_ENV):
-        pytest.skip("already acting as the service user")
-    user = ensure_service_user()
-    scratch = Path(tempfile.mkdtemp(prefix="edgeclaw-svc-view-"))
-    scratch.chmod(0o755)
-    try:
-        how = service_user_python(scratch)
-        if isinstance(how, str):
-            pytest.skip(how)
-        python, env, checkout = how
-        (scratch / "t").mkdir()
-        os.chown(scratch / "t", user.pw_uid, user.pw_gid)
-        where = [f"--basetemp={scratch}/t/run", "tests/test_sandbox_view.py"]
-        done = subprocess.run(
-            as_service_user([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *where]),
-            env=env,
-            cwd=checkout,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    assert done.returncode == 0, f"as {SERVICE_USER}:\n{done.stdout[-6000:]}{done.stderr[-2000:]}"
-    summary = done.stdout.strip().splitlines()[-1]
+    status, output = pytest_as_service_user(["-rs", "tests/test_sandbox_view.py"], "edgeclaw-svc-view-")
+    assert status == 0, f"as {SERVICE_USER}:\n{output}"
+    summary = output.strip().splitlines()[-1]
     passed = int(m.group(1)) if (m := re.search(r"(\d+) passed", summary)) else 0
     # Every backend's case ran as that user (only the root-only directory in / is skipped).
     assert passed >= 2 * 16 + 3 + 2, summary

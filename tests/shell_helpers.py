@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -176,3 +177,52 @@ def service_user_python(scratch: Path) -> tuple[str, dict[str, str], Path] | str
             if _runs_as_service_user(python, env):
                 return python, env, checkout
     return f"no Python {version} interpreter with this checkout's packages is usable by {SERVICE_USER}"
+
+
+def service_user_scratch(prefix: str) -> tuple[pwd.struct_passwd, Path]:
+    """The service user and a fresh scratch directory it can enter, or pytest.skip saying why not
+    (the caller removes the directory)."""
+    import pytest
+
+    problem = service_user_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    if os.environ.get(AS_SERVICE_USER_ENV):
+        pytest.skip("already acting as the service user")
+    user = ensure_service_user()
+    scratch = Path(tempfile.mkdtemp(prefix=prefix))
+    scratch.chmod(0o755)
+    return user, scratch
+
+
+def pytest_as_service_user(files: list[str], prefix: str, *, own_home: bool = False) -> tuple[int, str]:
+    """Run test files of this checkout as the service user: (exit status, the output's tail).
+
+    Skips (pytest.skip) where the user cannot be set up or already acts as it. `own_home`: a home
+    of its own outside /tmp (the production-layout tests put a state directory in ~/.cache).
+    """
+    import pytest
+
+    user, scratch = service_user_scratch(prefix)
+    home: Path | None = None
+    try:
+        how = service_user_python(scratch)
+        if isinstance(how, str):
+            pytest.skip(how)
+        python, env, checkout = how
+        # Its own temporary directories (pytest remakes --basetemp, so one level down).
+        (scratch / "t").mkdir()
+        os.chown(scratch / "t", user.pw_uid, user.pw_gid)
+        if own_home:
+            home = Path(tempfile.mkdtemp(prefix="edgeclaw-svc-home-", dir="/var/tmp"))
+            os.chown(home, user.pw_uid, user.pw_gid)
+            env = dict(env, HOME=str(home))
+        argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={scratch}/t/run", *files]
+        done = subprocess.run(
+            as_service_user(argv), env=env, cwd=checkout, capture_output=True, text=True, timeout=900
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        if home is not None:
+            shutil.rmtree(home, ignore_errors=True)
+    return done.returncode, done.stdout[-6000:] + done.stderr[-2000:]

@@ -321,6 +321,30 @@ async def test_argument_text_cannot_break_out_of_its_quotes(tmp_path: Path) -> N
         await runtime.aclose()
 
 
+@pytest.mark.parametrize("mode", [0o640, 0o620, 0o604, 0o602, 0o610])
+def test_a_key_file_its_group_or_others_can_read_or_write_is_refused_saying_how_to_fix(
+    tmp_path: Path, mode: int
+) -> None:
+    box = SecretBox.in_state_dir(tmp_path)
+    sealed = box.seal(b"x", "ctx")
+    (tmp_path / "secrets.key").chmod(mode)
+    with pytest.raises(BackendError, match=rf"mode {mode:04o}: readable by others .*chmod 600"):
+        SecretBox.in_state_dir(tmp_path).open(sealed, "ctx")
+    with pytest.raises(BackendError, match="chmod 600"):
+        box.open(sealed, "ctx")  # the box that made the key trusts no copy of it in memory
+    (tmp_path / "secrets.key").chmod(0o600)
+    assert box.open(sealed, "ctx") == b"x"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give the key file to another user")
+def test_a_root_daemon_refuses_a_key_file_another_user_owns(tmp_path: Path) -> None:
+    box = SecretBox.in_state_dir(tmp_path)
+    sealed = box.seal(b"x", "ctx")
+    os.chown(tmp_path / "secrets.key", 1, 1)  # planted, or readable and changeable, by uid 1
+    with pytest.raises(BackendError, match=r"belongs to uid 1, not to this user \(uid 0\).*chown"):
+        SecretBox.in_state_dir(tmp_path).open(sealed, "ctx")
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root can give the key file to another user")
 def test_a_key_file_owned_by_another_user_is_refused(tmp_path: Path, monkeypatch) -> None:
     box = SecretBox.in_state_dir(tmp_path)

@@ -692,7 +692,10 @@ async def test_an_installation_under_tmp_is_readable_only_when_kept_visible(
                 cwd=launch.cwd,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
+                pass_fds=launch.pass_fds,  # what bubblewrap binds the installation from
             )
+            for fd in launch.pass_fds:
+                os.close(fd)
             out, _ = await proc.communicate()
             if launch.cgroup is not None:
                 launch.cgroup.remove()

@@ -12,20 +12,18 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from shell_helpers import (
-    AS_SERVICE_USER_ENV,
     HARDWARE_GROUPS,
     SERVICE_USER,
     as_service_user,
-    ensure_service_user,
     hardware_gids,
-    service_user_problem,
+    pytest_as_service_user,
     service_user_python,
+    service_user_scratch,
 )
 from test_sandbox import BACKENDS, Layout, make_runner, run
 
@@ -95,14 +93,7 @@ asyncio.run(main())
 
 @pytest.fixture
 def service_user_run() -> Iterator[tuple[str, dict[str, str], Path]]:
-    problem = service_user_problem()
-    if problem is not None:
-        pytest.skip(problem)
-    if os.environ.get(AS_SERVICE_USER_ENV):
-        pytest.skip("already acting as the service user")
-    user = ensure_service_user()
-    scratch = Path(tempfile.mkdtemp(prefix="edgeclaw-svc-"))
-    scratch.chmod(0o755)
+    user, scratch = service_user_scratch("edgeclaw-svc-")
     try:
         how = service_user_python(scratch)
         if isinstance(how, str):
@@ -152,57 +143,15 @@ def test_the_daemons_hardware_groups_do_not_reach_the_command(
 
 
 def test_the_sandbox_suite_passes_as_the_service_user() -> None:
-    problem = service_user_problem()
-    if problem is not None:
-        pytest.skip(problem)
-    if os.environ.get(AS_SERVICE_USER_ENV):
-        pytest.skip("already acting as the service user")
-    user = ensure_service_user()
-    scratch = Path(tempfile.mkdtemp(prefix="edgeclaw-svc-suite-"))
-    scratch.chmod(0o755)
-    try:
-        how = service_user_python(scratch)
-        if isinstance(how, str):
-            pytest.skip(how)
-        python, env, checkout = how
-        # Its own temporary directories (pytest remakes --basetemp, so one level down) and a home
-        # outside /tmp: the production-layout tests put a state directory in ~/.cache.
-        (scratch / "t").mkdir()
-        os.chown(scratch / "t", user.pw_uid, user.pw_gid)
-        home = Path(tempfile.mkdtemp(prefix="edgeclaw-svc-home-", dir="/var/tmp"))
-        os.chown(home, user.pw_uid, user.pw_gid)
-        env = dict(env, HOME=str(home))
-        suite = [
-            "tests/test_sandbox.py",
-            "tests/test_sandbox_limits.py",
-            "tests/test_sandbox_leftovers.py",
-            "tests/test_sandbox_privileges.py",
-        ]
-        done = subprocess.run(
-            as_service_user(
-                [
-                    python,
-                    "-m",
-                    "pytest",
-                    "-q",
-                    "-p",
-                    "no:cacheprovider",
-                    f"--basetemp={scratch}/t/run",
-                    *suite,
-                ]
-            ),
-            env=env,
-            cwd=checkout,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        if "home" in locals():
-            shutil.rmtree(home, ignore_errors=True)
-    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:]
-    assert done.returncode == 0, f"as {SERVICE_USER} ({', '.join(HARDWARE_GROUPS)}):\n{done.stdout[-6000:]}"
+    suite = [
+        "tests/test_sandbox.py",
+        "tests/test_sandbox_limits.py",
+        "tests/test_sandbox_leftovers.py",
+        "tests/test_sandbox_privileges.py",
+    ]
+    status, output = pytest_as_service_user(suite, "edgeclaw-svc-suite-", own_home=True)
+    summary = output.strip().splitlines()[-1] if output.strip() else ""
+    assert status == 0, f"as {SERVICE_USER} ({', '.join(HARDWARE_GROUPS)}):\n{output}"
     passed = int(m.group(1)) if (m := re.search(r"(\d+) passed", summary)) else 0
     # Most of it must really run, not skip, as the service user.
     assert passed >= 40, summary

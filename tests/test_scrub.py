@@ -147,6 +147,11 @@ KEY_VALUES = [
     case("if password == 'hunter2':", f"if password == '{R}':", "comparison"),
     case("f(token=abc, n=1)", f"f(token={R}, n=1)", "call-argument"),
     case("curl -H 'Bearer abcdefghijklmnop0123'", f"curl -H 'Bearer {R}'", "bare-bearer"),
+    # A key=value in a path or file name: right after "/" too (only ":" after "/" is a path's own).
+    case("/tmp/PASSWORD=hunter2abc/x", f"/tmp/PASSWORD={R}", "after-slash-in-path"),
+    case("open failed: data/API_KEY=sk-abc123", f"open failed: data/API_KEY={R}", "after-slash-in-error"),
+    case("rm: cannot remove 'w/token=abc': no", f"rm: cannot remove 'w/token={R}': no", "quoted-path"),
+    case("cp /a/secret:=s3cr3t /b", f"cp /a/secret:={R} /b", "after-slash-colon-equals"),
 ]
 
 
@@ -204,6 +209,9 @@ ORDINARY = [
     "already clean: password=[REDACTED] and mqtt://bob:[REDACTED]@broker",
     "",
     "Grüße aus Zürich, 温度 21 °C",
+    # A secret's name in a path followed by ":" is the path, not a key: no value to take.
+    "ls: cannot access 'data/password': No such file or directory",
+    "/srv/token: is a directory",
 ]
 
 

@@ -137,6 +137,54 @@ def test_damage_is_moved_aside_kept_and_the_backup_restored(tmp_path: Path, kind
     assert examine(db) is None
 
 
+def _drop(db: Path, table: str) -> None:
+    conn = sqlite3.connect(db)
+    conn.execute(f"DROP TABLE {table}")
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["tables-recorded", "only-the-backup-knows"])
+def test_a_dropped_table_is_damage_set_aside_and_recovered(tmp_path: Path, recorded: bool) -> None:
+    state = tmp_path / "state"
+    _populate(state)
+    identity = state / "edgeclaw.db.id"
+    assert json.loads(identity.read_text())["tables"] == ["messages", "schema_migrations", "sessions"]
+    if not recorded:  # an identity file from before tables were recorded: the backup's count
+        identity.write_text(
+            json.dumps({k: v for k, v in json.loads(identity.read_text()).items() if k != "tables"})
+        )
+    db = state / "edgeclaw.db"
+    _drop(db, "messages")
+    _clear_side_files(db)
+    assert examine(db) is None  # sound as a file: only what it had before tells
+    store = StateStore(state)
+    store.open()
+    health = store.health
+    assert health is not None and health.outcome == "restored", health
+    assert "tables it had are missing: messages" in health.problem
+    assert health.moved_to[0].name.startswith("edgeclaw.db.damaged-") and health.moved_to[0].exists()
+    store.close()
+    bodies = _messages(state)  # the table is back, from the backup
+    assert any(BEFORE in b for b in bodies)
+
+
+def test_a_dropped_table_without_a_backup_starts_empty(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    _populate(state, backup=False)
+    _drop(state / "edgeclaw.db", "sessions")
+    store = StateStore(state)
+    db = store.open()
+    assert store.health is not None and store.health.outcome == "replaced"
+    assert "tables it had are missing: sessions" in store.health.problem
+    SessionStore(db).append("cli:new", "cli", json.dumps({"content": "fresh"}), 5)  # no traceback: usable
+    store.close()
+    again = StateStore(state)
+    again.open()
+    assert again.health is not None and again.health.outcome == "ok"  # the fresh one's tables recorded
+    again.close()
+
+
 def test_without_a_backup_a_damaged_database_is_replaced_by_an_empty_one(tmp_path: Path) -> None:
     state = tmp_path / "state"
     _populate(state, backup=False)
@@ -324,6 +372,24 @@ def test_a_good_database_starts_quietly_and_keeps_everything(tmp_path: Path, env
     doctor = _cli(env, "doctor").stdout
     assert "state database recovery" not in doctor
     assert _finding(doctor, "state backup").startswith("ok")
+
+
+def test_the_daemon_starts_past_a_dropped_table_without_a_traceback(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    state = tmp_path / "state"
+    _populate(state)
+    with _daemon(env, tmp_path / "first.log"):
+        pass  # every store's tables made, and recorded at the clean stop
+    _drop(state / "edgeclaw.db", "custom_tools")  # read while the runtime is built
+    log = tmp_path / "daemon.log"
+    with _daemon(env, log):
+        status = json.loads(_cli(env, "status", "--json").stdout)["state_db"]
+    text = log.read_text()
+    assert "Traceback" not in text and "no such table" not in text, text
+    assert status["outcome"] == "restored" and "custom_tools" in status["problem"], status
+    [error] = [line for line in text.splitlines() if "ERROR edgeclaw.store.state" in line]
+    assert "tables it had are missing: custom_tools" in error and "moved aside" in error
 
 
 def test_a_newer_database_stops_the_start_with_a_reason(tmp_path: Path, env: dict[str, str]) -> None:

@@ -423,6 +423,19 @@ async def test_a_redirect_to_a_blocked_address_is_refused(server: PageServer) ->
     assert out.refused and "169.254.169.254" in out.for_llm and "link-local" in out.for_llm
 
 
+@pytest.mark.parametrize(
+    "location", ["http:127.0.0.1:{port}/", "data:text/html,<p>x</p>", "jar:file:///x.jar!/"]
+)
+async def test_a_redirect_to_an_unusable_location_is_refused_not_an_exception(
+    server: PageServer, location: str
+) -> None:
+    server.pages["/hop"] = Page(b"", status=302, headers={"Location": location.format(port=server.port)})
+    out = await fetch_page(server, {"url": server.url("/hop")})
+    assert out.refused, out.for_llm
+    assert "redirect" in out.for_llm and location.split(":")[0] in out.for_llm, out.for_llm
+    assert "exception" not in out.for_llm.lower(), out.for_llm
+
+
 @pytest.mark.parametrize("port", ["99999", "abc", "-1"])
 async def test_a_url_with_a_bad_port_is_refused_naming_it(server: PageServer, port: str) -> None:
     out = await fetch_page(server, {"url": f"http://example.com:{port}/"})

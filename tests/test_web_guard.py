@@ -331,6 +331,33 @@ async def test_a_redirect_to_a_refused_port_or_scheme_is_refused(site: Site) -> 
         await fetch(WebRequest(site.url("/file")), p)
 
 
+@pytest.mark.parametrize(
+    ("location", "problem"),
+    [
+        (
+            "http:127.0.0.1:{port}/",
+            r"Location 'http:127\.0\.0\.1:\d+/' has a scheme but no '//' before the host",
+        ),
+        ("https:/127.0.0.1:{port}/", r"has a scheme but no '//' before the host"),
+        (
+            "data:text/plain,hello",
+            r"scheme 'data' \(only http and https\): the 302 redirect to 'data:text/plain",
+        ),
+        ("jar:http://127.0.0.1/x.jar!/a", r"scheme 'jar' \(only http and https\)"),
+        ("javascript:alert(1)", r"scheme 'javascript' \(only http and https\)"),
+        ("http://", r"Location 'http://' names no host"),
+        ("//user@:{port}/", r"names no host"),
+        ("http://[::1", r"Location 'http://\[::1' is not a valid URL"),
+    ],
+)
+async def test_an_unusable_location_is_a_refusal_naming_it(site: Site, location: str, problem: str) -> None:
+    site.routes["/go"] = lambda seen: Page(302, headers={"Location": location.format(port=site.port)})
+    site.routes["/"] = lambda seen: Page(body=b"followed")
+    with pytest.raises(WebBlocked, match=problem):
+        await fetch(WebRequest(site.url("/go")), policy(site, allow_networks=LOOPBACK))
+    assert [seen.path for seen in site.seen] == ["/go"]  # nothing was followed
+
+
 async def test_at_most_five_redirects(site: Site) -> None:
     for i in range(7):
         site.routes[f"/r{i}"] = lambda seen, i=i: Page(302, headers={"Location": f"/r{i + 1}"})

@@ -16,6 +16,7 @@ import pytest
 
 from edgeclaw.backends.web.guard import NetworkPolicy
 from edgeclaw.backends.web.search import (
+    DUCKDUCKGO_REFUSED,
     MAX_RESULTS,
     ProviderSettings,
     SearchChain,
@@ -24,7 +25,6 @@ from edgeclaw.backends.web.search import (
     brave_parse,
     clean_text,
     perplexity_parse,
-    search_duckduckgo,
     searxng_parse,
 )
 from edgeclaw.config.policy_rules import PolicyRules
@@ -358,30 +358,16 @@ def test_an_unknown_provider_is_an_error():
         SearchChain([ProviderSettings("google")])
 
 
-# --- DuckDuckGo through the ddgs extra ------------------------------------------------------------
-
-
-async def test_ddgs_missing_is_a_clear_error(monkeypatch):
-    monkeypatch.setitem(sys.modules, "ddgs", None)  # what an absent package looks like to import
-    with pytest.raises(SearchFailed, match=r"needs the ddgs package.*pip install 'edgeclaw\[ddg\]'"):
-        await search_duckduckgo("q", 5, ProviderSettings("duckduckgo"))
-
-
-async def test_ddgs_missing_falls_back(monkeypatch, server):
-    monkeypatch.setitem(sys.modules, "ddgs", None)
-    server.reply("/search", Reply(body=documented_searxng(1)))
-    chain = SearchChain([ProviderSettings("duckduckgo"), at(server, "searxng", "", key="")])
-    outcome = await chain.search("q", 5, loopback(server))
-    assert outcome.answer.provider == "searxng"
-    assert outcome.failures[0][0] == "duckduckgo" and "ddgs" in outcome.failures[0][1]
+# --- DuckDuckGo: refused, since ddgs connects outside the guard ------------------------------------
 
 
 def _fake_ddgs(monkeypatch, rows: list[dict[str, str]] | Exception) -> list[dict[str, Any]]:
+    """An installed `ddgs` that records every client made: none may be."""
     calls: list[dict[str, Any]] = []
 
     class DDGS:
-        def __init__(self, timeout: int = 5) -> None:
-            calls.append({"timeout": timeout})
+        def __init__(self, timeout: int = 5, **kwargs: Any) -> None:
+            calls.append({"timeout": timeout, **kwargs})
 
         def text(self, query: str, max_results: int = 10, backend: str = "auto") -> list[dict[str, str]]:
             calls[-1].update(query=query, max_results=max_results, backend=backend)
@@ -396,29 +382,22 @@ def _fake_ddgs(monkeypatch, rows: list[dict[str, str]] | Exception) -> list[dict
     return calls
 
 
-async def test_ddgs_results_are_normalised(monkeypatch):
-    calls = _fake_ddgs(
-        monkeypatch,
-        [
-            {"title": "Result one", "href": "https://one.example/", "body": "First."},
-            {"title": "Result two", "href": "https://two.example/", "body": "Second."},
-        ],
-    )
-    answer = await search_duckduckgo("pi gpio", 2, ProviderSettings("duckduckgo", timeout_s=7))
-    assert calls == [{"timeout": 7, "query": "pi gpio", "max_results": 2, "backend": "duckduckgo"}]
-    assert [h.as_dict() for h in answer.hits] == [
-        {"title": "Result one", "url": "https://one.example/", "snippet": "First."},
-        {"title": "Result two", "url": "https://two.example/", "snippet": "Second."},
-    ]
+async def test_duckduckgo_is_refused_naming_the_guard_and_ddgs_never_runs(monkeypatch, server):
+    calls = _fake_ddgs(monkeypatch, [{"title": "Result", "href": "https://one.example/", "body": "x"}])
+    server.reply("/search", Reply(body=documented_searxng(1)))
+    chain = SearchChain([ProviderSettings("duckduckgo"), at(server, "searxng", "", key="")])
+    outcome = await chain.search("q", 5, loopback(server))
+    assert outcome.answer.provider == "searxng"
+    assert outcome.failures == [("duckduckgo", DUCKDUCKGO_REFUSED)]
+    assert "outside the SSRF guard" in DUCKDUCKGO_REFUSED and "ddgs" in DUCKDUCKGO_REFUSED
+    assert calls == []  # no ddgs client, so no connection the guard did not vet
 
-
-async def test_ddgs_failure_is_a_provider_failure(monkeypatch):
-    class RatelimitException(Exception):
-        pass
-
-    _fake_ddgs(monkeypatch, RatelimitException("https://duckduckgo.com 202 Ratelimit"))
-    with pytest.raises(SearchFailed, match="RatelimitException"):
-        await search_duckduckgo("q", 2, ProviderSettings("duckduckgo"))
+    alone = SearchChain([ProviderSettings("duckduckgo")])
+    with pytest.raises(SearchExhausted, match="outside the SSRF guard"):
+        await alone.search("q", 5, loopback(server))
+    [(name, usable, why)] = await alone.probe(loopback(server))
+    assert (name, usable, why) == ("duckduckgo", False, DUCKDUCKGO_REFUSED)
+    assert calls == []
 
 
 # --- the tool -----------------------------------------------------------------------------------

@@ -9,8 +9,10 @@ and do, independent of the backend that enforces it.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
+import stat
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -44,6 +46,14 @@ DEFAULT_ETC_ALLOW: tuple[str, ...] = (
 )
 
 
+# The top-level directories a command sees as on the host, read-only: the programs and their
+# libraries. Besides them only /etc (reduced to `etc_allow`), a private /dev, /proc and /tmp, and
+# the workspace and `visible` paths exist; /var, /home, /root, /srv, /opt, /mnt, /media, /boot,
+# /sys and whatever else lies in / are out of sight. An allowlist: a directory that appears in /
+# later, or that this list does not know, is hidden, not shown.
+SYSTEM_DIRS: tuple[str, ...] = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Resource limits for one sandboxed command (and everything it starts)."""
@@ -62,9 +72,9 @@ class SandboxSpec:
     invisible (directories become empty, files become empty and unreadable
     where the backend can manage it). `etc_allow` names the /etc entries that
     stay visible; the rest of /etc is replaced. `visible` are paths the command
-    must be able to read (read-only) even where the backend puts an empty
-    directory in place of the real one (/tmp, or the top directory a whitelisted
-    workspace lies in): a program's own installation, say a virtualenv under /tmp.
+    must be able to read (read-only) outside the system directories
+    (`SYSTEM_DIRS`): a program's own installation, say a virtualenv under /tmp
+    or an interpreter under the daemon user's home.
     """
 
     workspace: Path
@@ -98,6 +108,71 @@ class SandboxBackend(ABC):
     @abstractmethod
     def wrap(self, argv: Sequence[str], spec: SandboxSpec) -> list[str]:
         """The argument vector that runs `argv` confined by `spec`."""
+
+    def wrap_with_fds(self, argv: Sequence[str], spec: SandboxSpec) -> tuple[list[str], tuple[int, ...]]:
+        """`wrap`, plus the descriptors the wrapped command must inherit (the caller closes them
+        once it has started the command). For a backend that binds what it opened itself."""
+        return self.wrap(argv, spec), ()
+
+
+def unfollowed(path: Path) -> bool:
+    """Whether `path` names what it is without a symlink anywhere on the way (it is its real path).
+
+    A visible path must be: one that is, or passes, a symlink shows whatever the link points at
+    when the sandbox is made, which whoever can change the link chooses.
+    """
+    return os.path.isabs(path) and os.path.realpath(path) == os.path.normpath(path)
+
+
+def only_trusted_can_swap(path: Path) -> bool:
+    """Whether only root or this process's user could replace `path` (or a directory on the way)
+    with a symlink: every directory from / down to its parent is owned by one of them and writable
+    by no one else, save a sticky one (such as /tmp) whose entry on the way is theirs.
+
+    A symlink on the way counts as its directory (only whoever may write there may change it) and
+    its target is checked the same way. For a path looked up by name after the check (firejail),
+    or reached through a symlink: a swap by someone else would show what they chose.
+    """
+    return _swappable_only_by_trusted(path) and _swappable_only_by_trusted(Path(os.path.realpath(path)))
+
+
+def _swappable_only_by_trusted(path: Path) -> bool:
+    trusted = {0, os.geteuid()}
+    parts = Path(os.path.normpath(path)).parts
+    for depth in range(1, len(parts)):
+        directory = Path(*parts[:depth])
+        try:
+            info = os.stat(directory)  # the directory a lookup goes through, a symlink followed
+            entry = os.lstat(directory / parts[depth])
+        except OSError:
+            return False
+        if info.st_uid not in trusted:
+            return False
+        shared = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        if shared and (not info.st_mode & stat.S_ISVTX or entry.st_uid not in trusted):
+            return False
+    return True
+
+
+def open_unfollowed(path: Path) -> int | None:
+    """An O_PATH descriptor for `path`, or None when reaching it meant following a symlink.
+
+    What is opened is checked after opening (/proc/self/fd names what the descriptor holds), so
+    a symlink swapped in before or after the check cannot change what a bind of the descriptor
+    shows. The descriptor is placed at 64 or above, clear of the low numbers shells use.
+    """
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if os.readlink(f"/proc/self/fd/{fd}") != os.path.normpath(path):
+            return None
+        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 64)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def prlimit_prefix(limits: Limits, *, nproc: bool = True) -> list[str]:

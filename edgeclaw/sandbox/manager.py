@@ -25,7 +25,7 @@ from edgeclaw.sandbox.bubblewrap import BubblewrapBackend
 from edgeclaw.sandbox.cgroup import SandboxCgroups, layout_reason
 from edgeclaw.sandbox.firejail import FirejailBackend
 from edgeclaw.sandbox.host import HostBackend
-from edgeclaw.sandbox.process import MIB, ChildProcess, DiskReserve, Launch, parent_death_launcher
+from edgeclaw.sandbox.process import MIB, ChildProcess, Launch, WorkspaceSpaceFloor, parent_death_launcher
 
 log = logging.getLogger("edgeclaw.sandbox")
 
@@ -210,7 +210,7 @@ class Sandbox:
         parts = [f"memory: {self.memory_bound()}"]
         disk_ok = True
         if s.disk_reserve_bytes > 0:
-            free = DiskReserve(workspace, s.disk_reserve_bytes).free_bytes()
+            free = WorkspaceSpaceFloor(workspace, s.disk_reserve_bytes).free_bytes()
             now = "" if free is None else f", {free // MIB} MiB free now"
             reserve = s.disk_reserve_bytes // MIB
             parts.append(f"disk: {reserve} MiB kept free on the workspace's file system{now}")
@@ -226,7 +226,7 @@ class Sandbox:
         reserve = self.settings.disk_reserve_bytes
         if reserve <= 0:
             return
-        free = DiskReserve(workspace, reserve).free_bytes()
+        free = WorkspaceSpaceFloor(workspace, reserve).free_bytes()
         if free is not None and free < reserve:
             raise NoRoomToRun(
                 f"the workspace's file system has {free // MIB} MiB free, under the {reserve // MIB} MiB "
@@ -275,15 +275,19 @@ class Sandbox:
             except OSError as e:
                 where = cgroups.run_dir
                 raise BackendError(f"cannot create a command cgroup under {where}: {e.strerror}") from None
+        wrapped, fds = backend.wrap_with_fds(list(argv), spec)
         return Launch(
-            argv=backend.wrap(list(argv), spec),
+            argv=wrapped,
+            pass_fds=fds,
             env=dict(env),
             cwd=cwd,
             backend=backend.name,
             cgroup=cgroup,
             noise_lines=backend.noise_lines,
             parent_death=parent_death_launcher(),
-            disk_reserve=DiskReserve(workspace, s.disk_reserve_bytes) if s.disk_reserve_bytes > 0 else None,
+            space_floor=WorkspaceSpaceFloor(workspace, s.disk_reserve_bytes)
+            if s.disk_reserve_bytes > 0
+            else None,
             memory_bound_bytes=cgroups.memory_max if cgroups is not None else 0,
         )
 

@@ -106,8 +106,10 @@ def parent_death_launcher() -> str | None:
 
 
 @dataclass(frozen=True)
-class DiskReserve:
-    """Free space a command must leave on the workspace's file system, for the daemon's own state."""
+class WorkspaceSpaceFloor:
+    """The free space a command must leave on the workspace's file system (sandbox.disk_reserve_mb), so
+    the daemon's own state can still be written. Not `store.reserve.DiskReserve`, the file that holds
+    space back for the database."""
 
     path: Path
     reserve_bytes: int
@@ -138,8 +140,10 @@ class Launch:
     noise_lines: frozenset[str] = frozenset()
     # setpriv, to give the first process a parent-death signal; None: commands outlive the daemon.
     parent_death: str | None = None
-    disk_reserve: DiskReserve | None = None
+    space_floor: WorkspaceSpaceFloor | None = None
     memory_bound_bytes: int = 0  # what all sandboxed commands together may use (0: not bounded)
+    # Descriptors the command inherits (what the backend binds from them); closed here once started.
+    pass_fds: tuple[int, ...] = ()
 
     def full_argv(self) -> list[str]:
         procs = [str(p) for p in self.cgroup.procs_files] if self.cgroup is not None else []
@@ -247,16 +251,21 @@ class ChildProcess:
                 env=dict(launch.env),
                 start_new_session=True,
                 close_fds=True,
+                pass_fds=launch.pass_fds,
                 limit=read_limit,
             )
         except OSError as e:
             if launch.cgroup is not None:
                 launch.cgroup.remove()
             raise BackendError(f"cannot start the command ({launch.backend}): {e.strerror or e}") from None
+        finally:
+            for fd in launch.pass_fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         child = cls(launch, proc)
         cgroup = launch.cgroup
         v1_memory = cgroup is not None and cgroup.memory_dir is not None and not cgroup.v2
-        if launch.disk_reserve is not None or v1_memory:
+        if launch.space_floor is not None or v1_memory:
             child._watch = asyncio.create_task(child._watch_limits(), name=f"limits of command {proc.pid}")
         return child
 
@@ -319,7 +328,7 @@ class ChildProcess:
     def _limit_breach(self) -> tuple[str | None, float]:
         """A limit of the sandbox as a whole that the command has crossed, and when to look again."""
         delay = _DISK_WATCH_MAX_S
-        reserve = self.launch.disk_reserve
+        reserve = self.launch.space_floor
         if reserve is not None:
             free = reserve.free_bytes()
             if free is not None:

@@ -4,7 +4,9 @@ Checked before the daemon uses it (`examine`), cheaply: SQLite's header,
 `PRAGMA application_id` (edgeclaw's, `db.APPLICATION_ID`; 0 with edgeclaw's
 `schema_migrations` table is a file from before the id was stamped),
 `PRAGMA user_version` (not newer than this daemon reads) and
-`PRAGMA quick_check`. A file that fails is moved aside under a timestamped
+`PRAGMA quick_check`, and that the tables it had when last opened are still
+there (a dropped table is never made again: its schema change is recorded as
+done). A file that fails is moved aside under a timestamped
 name, with its -wal and -shm files (`move_aside`), and kept for whoever
 wants to look at it; the daemon then starts from the last good backup
 (`store.backup`) or, without one, from a fresh database. A 0-byte or
@@ -21,6 +23,7 @@ import os
 import shutil
 import sqlite3
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -60,10 +63,12 @@ class CannotCheck(BackendError):
 _DAMAGE_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
 
 
-def examine(path: Path) -> Problem | None:
+def examine(path: Path, tables: Iterable[str] = ()) -> Problem | None:
     """What is wrong with the existing, non-empty file at `path` (None: a sound edgeclaw database).
 
-    Opens it read-only: a doctor run next to a running daemon changes nothing.
+    `tables`: tables the database is known to have had (`StateStore` records them); one missing
+    is damage too, since the schema changes that made it are recorded as done and would not make
+    it again. Opens the file read-only: a doctor run next to a running daemon changes nothing.
     Raises `NewerFormat` for a database of a newer format.
     """
     try:
@@ -78,7 +83,7 @@ def examine(path: Path) -> Problem | None:
     except sqlite3.Error as e:
         raise CannotCheck(f"cannot open the state database {path} to check it: {e}") from None
     try:
-        return _examine(conn, path)
+        return _examine(conn, path) or _missing_tables(conn, tables)
     except sqlite3.Error as e:
         if getattr(e, "sqlite_errorcode", None) in _DAMAGE_CODES:
             return Problem("damaged", f"damaged (SQLite: {e})")
@@ -115,6 +120,21 @@ def _examine(conn: sqlite3.Connection, path: Path) -> Problem | None:
         said = "; ".join(" ".join(str(f).split()) for f in findings)  # one line: SQLite's have newlines
         return Problem("damaged", f"damaged (quick_check: {said})")
     return None
+
+
+# The database's own tables (SQLite's internal ones left out).
+TABLES_SQL = "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+
+
+def _missing_tables(conn: sqlite3.Connection, tables: Iterable[str]) -> Problem | None:
+    expected = set(tables)
+    if not expected:
+        return None
+    missing = sorted(expected - {r[0] for r in conn.execute(TABLES_SQL)})
+    if not missing:
+        return None
+    shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
+    return Problem("damaged", f"damaged (tables it had are missing: {shown})")
 
 
 def move_aside(path: Path, kind: Kind) -> list[Path]:

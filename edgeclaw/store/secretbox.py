@@ -6,11 +6,13 @@ secret is actually sealed or opened; without it sealing and opening raise
 `CryptoUnavailable`, naming the extra, and nothing else in edgeclaw needs
 it. The format does not depend on how edgeclaw was installed: values sealed
 before stay readable once the package is there. The 32-byte key lives in a file of its own in the
-state directory, created with mode 0600; a key file that others may read, or
-that another user owns (who could have planted it), is refused rather than
-used. Each sealed value is `nonce (12 bytes) || ciphertext+tag`, and the
-caller's `context` (the tool name) is bound in as associated data, so a value
-copied to another row does not decrypt.
+state directory, created with mode 0600; a key file that others may read or
+write (any group or other permission bit), or that another user owns (who
+could have planted it; for a root daemon too), is refused rather than used,
+at every use, saying how to fix it (chmod 600). Each sealed value is
+`nonce (12 bytes) || ciphertext+tag`, and the caller's `context` (the tool
+name) is bound in as associated data, so a value copied to another row does
+not decrypt.
 """
 
 from __future__ import annotations
@@ -47,42 +49,45 @@ def _aesgcm() -> tuple[Any, type[Exception]]:
 class SecretBox:
     def __init__(self, key_path: Path) -> None:
         self.key_path = key_path
-        self._key: bytes | None = None
 
     @classmethod
     def in_state_dir(cls, state_dir: Path) -> SecretBox:
         return cls(state_dir / KEY_FILENAME)
 
     def _load_key(self) -> bytes:
-        if self._key is not None:
-            return self._key
+        """The key, read and checked at every use: a key file made readable to others, or swapped
+        for another user's, after the first use is refused from then on, not trusted from memory."""
         path = self.key_path
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
-            self._key = self._create_key()
-            return self._key
+            return self._create_key()
         except OSError as e:
             raise BackendError(f"cannot open the key file {path}: {e.strerror}") from None
         try:
             info = os.fstat(fd)
             euid = os.geteuid()
-            if euid != 0 and info.st_uid not in (euid, 0):
+            if info.st_uid != euid:
+                # Also for a root daemon: a key another user owns is one that user could have
+                # planted, or can read and change.
                 raise BackendError(
                     f"the key file {path} belongs to uid {info.st_uid}, not to this user (uid {euid}); "
-                    "refusing to use it"
+                    f"refusing to use it: chown it to uid {euid} and chmod 600 it, or remove it "
+                    "(secrets sealed with it are then lost)"
                 )
+            if not stat.S_ISREG(info.st_mode):
+                raise BackendError(f"the key file {path} is not a regular file; refusing to use it")
             if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
                 raise BackendError(
-                    f"the key file {path} is readable by others (mode {stat.S_IMODE(info.st_mode):04o}); "
-                    "refusing to use it: chmod 0600 it, or remove it (secrets sealed with it are then lost)"
+                    f"the key file {path} has mode {stat.S_IMODE(info.st_mode):04o}: readable by others "
+                    "(its group or anyone) or writable by them; refusing to use it: chmod 600 it, or "
+                    "remove it (secrets sealed with it are then lost)"
                 )
             key = os.read(fd, KEY_BYTES + 1)
         finally:
             os.close(fd)
         if len(key) != KEY_BYTES:
             raise BackendError(f"the key file {path} is not a {KEY_BYTES}-byte key")
-        self._key = key
         return key
 
     def _create_key(self) -> bytes:

@@ -21,6 +21,7 @@ import errno
 import json
 import logging
 import os
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +30,7 @@ from typing import Any, Literal
 from edgeclaw.errors import BackendError
 from edgeclaw.store.backup import BackupFailed, backup_path, write_backup
 from edgeclaw.store.db import APPLICATION_ID, DB_FILENAME, Database
-from edgeclaw.store.recovery import CannotCheck, Problem, examine, move_aside, restore
+from edgeclaw.store.recovery import TABLES_SQL, CannotCheck, Problem, examine, move_aside, restore
 from edgeclaw.store.reserve import RESERVE_SUFFIX, DiskReserve, free_bytes
 
 log = logging.getLogger("edgeclaw.store.state")
@@ -139,8 +140,9 @@ class StateStore:
             app, _ = db.identity()
             if app != APPLICATION_ID:  # fresh, or from before the identity was stamped
                 db.stamp()
-            if health.recovered or not self.identity_file.exists():
-                self._write_identity(health)
+            tables = self._tables(db)
+            if health.recovered or not self.identity_file.exists() or tables != self._recorded_tables():
+                self._write_identity(health, tables)
         except BaseException:
             db.close()
             raise
@@ -165,7 +167,8 @@ class StateStore:
             what = "missing" if size is None else "truncated to 0 bytes"
             problem = Problem("damaged", f"{what} although a database existed before")
         else:
-            problem = examine(self.path)  # NewerFormat propagates: such a file is left alone
+            # NewerFormat propagates: such a file is left alone.
+            problem = examine(self.path, self._expected_tables())
             if problem is None:
                 return StateHealth(self.path, "ok")
         try:
@@ -209,15 +212,18 @@ class StateStore:
         free = free_bytes(self.path.parent)
         return free is not None and free < FULL_BELOW_BYTES
 
-    def _write_identity(self, health: StateHealth) -> None:
+    def _write_identity(self, health: StateHealth | None, tables: list[str] | None) -> None:
         """The identity file: proof, outside the database, that one existed (a 0-byte file is then
-        damage), and a record of the last recovery for `doctor`."""
+        damage), the tables it had (one dropped is damage too), and a record of the last recovery
+        for `doctor`."""
         record: dict[str, Any] = {"application_id": APPLICATION_ID, "database": self.path.name}
         with contextlib.suppress(OSError, ValueError):
             record.update(json.loads(self.identity_file.read_text(encoding="utf-8")))
         record.setdefault("created", _iso(time.time()))
-        if health.recovered:
+        if health is not None and health.recovered:
             record["last_recovery"] = health.as_dict()
+        if tables is not None:
+            record["tables"] = tables
         tmp = self.identity_file.with_name(f"{self.identity_file.name}.tmp-{os.getpid()}")
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -230,6 +236,49 @@ class StateStore:
             with contextlib.suppress(OSError):
                 tmp.unlink()
             log.warning("cannot write %s: %s", self.identity_file, e.strerror or e)
+
+    def _recorded_tables(self) -> list[str]:
+        """The tables the database had when last opened, backed up or closed (the identity file's)."""
+        try:
+            record = json.loads(self.identity_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return []
+        tables = record.get("tables") if isinstance(record, dict) else None
+        return sorted(t for t in tables if isinstance(t, str)) if isinstance(tables, list) else []
+
+    def _expected_tables(self) -> list[str]:
+        """What the database must have: the recorded tables or, where none are recorded (an identity
+        file from before tables were, or none at all), the backup's; the live database is never
+        older than its backup, and no schema change drops a table."""
+        recorded = self._recorded_tables()
+        if recorded or not self.backup_file.exists():
+            return recorded
+        try:
+            conn = sqlite3.connect(f"file:{self.backup_file}?mode=ro", uri=True, timeout=5.0)
+        except sqlite3.Error:
+            return []
+        try:
+            return sorted(row[0] for row in conn.execute(TABLES_SQL))
+        except sqlite3.Error:
+            return []  # a damaged backup is examined, and refused, when it is needed
+        finally:
+            conn.close()
+
+    @staticmethod
+    def _tables(db: Database) -> list[str] | None:
+        try:
+            return sorted(row[0] for row in db.query(TABLES_SQL))
+        except sqlite3.Error as e:
+            log.warning("cannot list the state database's tables: %s", e)
+            return None
+
+    def _note_tables(self) -> None:
+        """Record the tables as they are now (schema changes make them as stores are first used)."""
+        if self._db is None:
+            return
+        tables = self._tables(self._db)
+        if tables is not None and tables != self._recorded_tables():
+            self._write_identity(None, tables)
 
     def last_recovery(self) -> dict[str, Any] | None:
         """The last recovery recorded in the identity file (None when there was none)."""
@@ -261,6 +310,7 @@ class StateStore:
             return False
         self.last_backup = time.time()
         self.backup_error = ""
+        self._note_tables()
         log.info("state database backed up to %s (%d bytes)", self.backup_file, size)
         return True
 
@@ -270,6 +320,8 @@ class StateStore:
             return
         if self.backup_on_close and self.backup_interval_s > 0:
             self.backup()
+        else:
+            self._note_tables()
         self._db.close()
 
     def snapshot(self) -> dict[str, Any]:

@@ -103,7 +103,9 @@ _WEBHOOK = (
 # Key names whose value is a secret. A keyword may be the last part of a
 # compound name (MQTT_PASSWORD, client.secret, x-auth-token, mqttPassword,
 # AccountKey) but not the middle of a word (max_tokens, passwords, secretary).
-# "/" may not precede it either, so "/etc/passwd: Permission denied" survives.
+# "/" may not precede it either, so "/etc/passwd: Permission denied" survives,
+# unless "=" follows: a key=value in a path or file name (/tmp/PASSWORD=x/y,
+# "open failed: data/API_KEY=sk...") carries its value as much as anywhere.
 # "pass" counts only as the end of a compound name (DB_PASS, smtp.pass), since
 # a bare "PASS: test_gpio" is a test report.
 _KEYWORDS = (
@@ -122,7 +124,8 @@ _KEYWORDS = (
 # An empty value (``password = ""``, "Enter password:") does not match.
 _KEY_VALUE = (
     r"(?=[AaBbCcEeMmPpSsTt])"  # first letters of _KEYWORDS: a cheap gate before the lookbehinds
-    r"(?:(?<![A-Za-z0-9/])|(?<=[a-z0-9])(?=[A-Z]))"
+    r"(?:(?<![A-Za-z0-9/])|(?<=[a-z0-9])(?=[A-Z])"
+    rf"|(?<=/)(?=(?i:{_KEYWORDS})[\"']?[ \t]*(?::=|=>|=)))"
     rf"(?P<kv>(?i:{_KEYWORDS})[\"']?[ \t]*(?::=|=>|==?|:)[ \t]*"
     r"(?:(?i:bearer|basic|token|digest)[ \t]+)?(?P<q>[\"'])?)"
     r"(?(q)(?:(?!(?P=q))[^\\\n]|\\.)++|(?:\[REDACTED\]|[^\s\"'&,;<>()\[\]{}])++)"

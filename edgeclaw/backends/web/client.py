@@ -15,6 +15,7 @@ a server dripping a byte a second is cut off too.
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 import zlib
 from collections.abc import Callable, Mapping
@@ -59,6 +60,10 @@ _REDIRECTS: Final = frozenset({301, 302, 303, 307, 308})
 _CROSS_ORIGIN_HEADERS: Final = frozenset({"accept", "accept-language", "user-agent", "content-type"})
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 _ACCEPT_ENCODING: Final = "gzip, deflate"  # what the decoder below reads; never br or zstd
+_SCHEME: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
+_AUTHORITY_HOST: Final = re.compile(r"//(?:[^/?#@]*@)?[^/?#:@]")  # "//", any user info, a host
+# Where the transport puts a redirect's Location (see GuardedTransport), for `_exchange` to read.
+_LOCATION: Final = "edgeclaw.location"
 
 
 @dataclass(frozen=True)
@@ -199,12 +204,12 @@ def _guarded_transport(policy: NetworkPolicy, first: Vetted | None = None) -> ht
             self.last = target
             if target.proxy is None:
                 self._pins[(target.host, target.port)] = (target.address, *target.alternatives)
-                return await self._direct.handle_async_request(request)
+                return _location_aside(await self._direct.handle_async_request(request))
             transport = self._proxied.get(target.proxy)
             if transport is None:
                 transport = httpx.AsyncHTTPTransport(verify=ssl_context, trust_env=False, proxy=target.proxy)
                 self._proxied[target.proxy] = transport
-            return await transport.handle_async_request(request)
+            return _location_aside(await transport.handle_async_request(request))
 
         async def aclose(self) -> None:
             await self._direct.aclose()
@@ -212,6 +217,57 @@ def _guarded_transport(policy: NetworkPolicy, first: Vetted | None = None) -> ht
                 await transport.aclose()
 
     return GuardedTransport()
+
+
+def _location_aside(response: httpx.Response) -> httpx.Response:
+    """A redirect's Location moved from the headers to the response's extensions.
+
+    httpx builds a redirect's next request even when it does not follow it, and raises its own
+    InvalidURL on a Location it cannot build one from (`http:127.0.0.1:8080/`, `data:...`,
+    `jar:...`); `_redirect_target` reads the Location instead and refuses it by name.
+    """
+    location = response.headers.get("location")
+    if response.status_code in _REDIRECTS and location is not None:
+        del response.headers["location"]
+        response.extensions = {**response.extensions, _LOCATION: location}
+    return response
+
+
+def _redirect_target(url: httpx.URL, location: str, status: int) -> httpx.URL:
+    """Where a redirect leads, or WebBlocked naming what makes its Location unusable."""
+    import httpx
+
+    shown = location if len(location) <= 200 else location[:200] + "..."
+    scheme = _SCHEME.match(location)
+    if scheme is not None and scheme[1].lower() not in _DEFAULT_PORTS:
+        raise WebBlocked(
+            f"blocked: scheme {scheme[1].lower()!r} (only http and https): the {status} redirect to "
+            f"{shown!r} is not followed"
+        )
+    if scheme is not None and not location[scheme.end() :].startswith("//"):
+        # "http:host:port/" is a path on this server to one parser and another host to a browser's.
+        raise WebBlocked(
+            f"not followed: the {status} redirect's Location {shown!r} has a scheme but no '//' before "
+            "the host, which clients read differently"
+        )
+    rest = location[scheme.end() :] if scheme is not None else location
+    if rest.startswith("//") and not _AUTHORITY_HOST.match(rest):
+        raise WebBlocked(f"not followed: the {status} redirect's Location {shown!r} names no host")
+    try:
+        target = url.join(location)
+        httpx.URL(str(target))  # what the next request is built from must parse again
+    except (httpx.InvalidURL, ValueError, TypeError) as e:
+        raise WebBlocked(
+            f"not followed: the {status} redirect's Location {shown!r} is not a valid URL: {e}"
+        ) from None
+    if target.scheme not in _DEFAULT_PORTS:
+        raise WebBlocked(
+            f"blocked: scheme {target.scheme!r} (only http and https): the {status} redirect to "
+            f"{shown!r} is not followed"
+        )
+    if not target.host:
+        raise WebBlocked(f"not followed: the {status} redirect's Location {shown!r} names no host")
+    return target
 
 
 def _same_target(target: Vetted, scheme: str, host: str, port: int | None) -> bool:
@@ -253,14 +309,11 @@ async def _exchange(request: WebRequest, policy: NetworkPolicy) -> WebResponse:
             check_target(url.scheme, url.host, url.port, policy)  # before httpx sees a file:// URL
             try:
                 async with client.stream(method, url, headers=headers, content=body or None) as response:
-                    location = response.headers.get("location")
+                    location = response.extensions.get(_LOCATION)
                     if response.status_code in _REDIRECTS and location:
                         if len(redirects) >= policy.max_redirects:
                             raise WebError(f"too many redirects (more than {policy.max_redirects})")
-                        try:
-                            target = url.join(location)
-                        except httpx.InvalidURL as e:
-                            raise WebError(f"redirect to an invalid URL: {e}") from None
+                        target = _redirect_target(url, location, response.status_code)
                         if response.status_code == 303 or (
                             response.status_code in (301, 302) and method == "POST"
                         ):

@@ -10,9 +10,9 @@ URL, so they cannot end up in a proxy's or a server's access log; they are read 
 environment or a file by `config.secrets` and registered with the scrubber there. Nothing
 here logs a request, a header or a body.
 
-DuckDuckGo has no API: it is searched through the optional `ddgs` package (imported only
-when used), which makes its own connections to DuckDuckGo's fixed endpoints, outside the
-guard (the model cannot choose where those go).
+DuckDuckGo has no API; the `ddgs` package that searched it makes its own connections,
+outside the guard, so the "duckduckgo" provider now refuses every search, naming why
+(`DUCKDUCKGO_REFUSED`), and the chain moves on to the next provider.
 
 Results are normalised to title, URL and snippet; a hit without an http(s) URL is dropped.
 """
@@ -34,7 +34,7 @@ from edgeclaw.backends.web.guard import NetworkPolicy, WebBlocked, WebError, vet
 from edgeclaw.config.schema import SEARCH_PROVIDERS_KEYED, SearchProviderName
 from edgeclaw.errors import BackendError
 
-# The providers, in the order the docs list them. "duckduckgo" needs the `ddgs` extra.
+# The providers, in the order the docs list them. "duckduckgo" is refused (DUCKDUCKGO_REFUSED).
 PROVIDERS: tuple[str, ...] = get_args(SearchProviderName)
 # Each provider's public endpoint; SearXNG has none (it is the owner's own instance).
 DEFAULT_URLS = {
@@ -391,39 +391,14 @@ async def search_http(
     return parse(response.body, n)
 
 
-def _ddgs_class() -> Any:
-    try:
-        from ddgs import DDGS  # the optional extra: edgeclaw[ddg]
-    except ImportError:
-        raise SearchUnavailable(
-            "the duckduckgo provider needs the ddgs package, which is not installed "
-            "(pip install 'edgeclaw[ddg]')"
-        ) from None
-    return DDGS
-
-
-async def search_duckduckgo(query: str, n: int, settings: ProviderSettings) -> SearchAnswer:
-    """DuckDuckGo through `ddgs` (synchronous, so in a worker thread), under our own deadline."""
-    ddgs_class = _ddgs_class()
-
-    def run() -> object:
-        # ddgs is a metasearch library; "duckduckgo" keeps it to the engine this provider names.
-        client = ddgs_class(timeout=max(1, round(settings.timeout_s)))
-        return client.text(query, max_results=n, backend="duckduckgo")
-
-    try:
-        async with asyncio.timeout(settings.timeout_s + 1.0):
-            rows = await asyncio.to_thread(run)
-    except TimeoutError:
-        raise SearchFailed(f"no answer within {settings.timeout_s:g} s") from None
-    except Exception as e:  # ddgs raises its own kinds for rate limits, timeouts, no results
-        text = str(e)
-        if "no results" in text.lower():
-            return SearchAnswer("duckduckgo", [])
-        raise SearchFailed(f"{type(e).__name__}: {clean_text(text, MAX_DETAIL_CHARS)}") from None
-    return SearchAnswer(
-        "duckduckgo", _hits(rows, n, lambda r: _hit(r.get("title"), r.get("href"), r.get("body")))
-    )
+# Why the "duckduckgo" provider answers nothing: its only way in was the `ddgs` package, whose
+# own HTTP client connects wherever it is pointed, past the SSRF guard (no pinned address, no
+# allow_networks, no proxy rule), so a search could not be held to the same rules as a fetch.
+DUCKDUCKGO_REFUSED = (
+    "the duckduckgo provider is disabled: it searched through the ddgs package, whose own HTTP "
+    "client connects outside the SSRF guard (tools.web); use searxng, brave, tavily, jina, exa "
+    "or perplexity instead"
+)
 
 
 async def probe(settings: ProviderSettings, policy: NetworkPolicy, timeout_s: float = 3.0) -> str:
@@ -431,8 +406,7 @@ async def probe(settings: ProviderSettings, policy: NetworkPolicy, timeout_s: fl
     package, the guard's verdict on its endpoint, and a TCP connection to the address the guard
     vetted (or to the proxy). Returns what was found; raises SearchFailed naming the problem."""
     if settings.kind == "duckduckgo":
-        _ddgs_class()
-        return "the ddgs package is installed (it reaches DuckDuckGo itself, outside the guard)"
+        raise SearchUnavailable(DUCKDUCKGO_REFUSED)
     _check_ready(settings)
     parts = urlsplit(settings.endpoint)
     try:
@@ -513,9 +487,8 @@ class SearchChain:
         for settings in self.providers:
             try:
                 if settings.kind == "duckduckgo":
-                    answer = await search_duckduckgo(query, n, settings)
-                else:
-                    answer = await search_http(query, n, settings, policy, self._fetch)
+                    raise SearchUnavailable(DUCKDUCKGO_REFUSED)
+                answer = await search_http(query, n, settings, policy, self._fetch)
             except SearchFailed as e:
                 failures.append((settings.kind, str(e)))
                 continue

@@ -158,7 +158,7 @@ def test_a_memory_import_with_files_swapped_for_symlinks_never_reads_outside(
     tmp_path: Path, secret_dir: Path
 ) -> None:
     # Reads through the workspace walk (each component opened with O_NOFOLLOW from the one above).
-    from edgeclaw.daemon.memory_files import export_memory, import_memory
+    from edgeclaw.cli.memory_files import export_memory, import_memory
     from edgeclaw.store.context_files import ContextFileStore
     from edgeclaw.store.db import Database
     from edgeclaw.store.memory import GLOBAL, MemoryStore

@@ -5,19 +5,25 @@ edgeclaw's ~35 tool definitions (several thousand tokens) with any prompt
 at all: the server refuses the request ("context length exceeded") before
 the model sees "hello". `fit` shapes the request instead, in this order:
 
-1. Room for the answer: the provider's `max_tokens`, at most half the
-   context, plus a margin for the chat template's own tokens.
-2. The system prompt: kept whole unless it alone takes more than half of
-   what is left, then cut (the same cut every turn, so it stays cacheable).
+1. Room for the answer: a quarter of the context at least (less when the
+   provider's `max_tokens` is less), plus a margin for the chat template's
+   own tokens. The answer then gets what the prompt leaves, up to
+   `max_tokens` (`Fitted.answer_tokens`, sent as the request's max_tokens).
+2. The system prompt: whole unless it alone takes more than half of what
+   is left; then shorter parts instead (`prompt.shorter`: the skills list,
+   the memory summary and the context files left out whole, the head cut
+   after a whole sentence), the same every turn, so it stays cacheable.
 3. The newest turn (the message being answered and this turn's tool calls
    and results): always sent; its longest texts are shortened when even it
    does not fit.
-4. The tool definitions: all of them when they fit beside the history;
-   else all with compact descriptions (the first sentence of each); else
-   the most relevant ones (`tool_selection.rank`: the tools in use, then
-   BM25 against what people said), compact, as many as fit. Tools get at
-   least half of what is left when the history competes for it.
-5. The older history, whole turns, newest first, in what remains.
+4. The tools and the older history: everything when it fits; else every
+   tool with compact descriptions (the first sentence of each) beside the
+   whole history; else, in this order, the tools the conversation needs
+   (`tool_selection.rank`: the tools in use, then those that share words
+   with what people said, compact, up to three quarters of what is left), the older
+   history (whole turns, newest first: the oldest goes first), and in what
+   still remains more tools by rank. So a follow-up question ("and the
+   humidity?") keeps its tools and the turns before it.
 
 Tokens are estimated, not counted: the tokenizer is the server's.
 `estimate_tokens` takes 3 characters a token for text and 2.7 for a tool
@@ -42,7 +48,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from edgeclaw.agent import history, tool_selection
+from edgeclaw.agent import history, prompt, tool_selection
 from edgeclaw.agent.messages import Message
 
 CHARS_PER_TOKEN = 3.0
@@ -53,7 +59,8 @@ TOOLS_PREAMBLE = 120  # the template's text introducing the tools ("You may call
 REQUEST_OVERHEAD = 32  # start/end markers, the generation prompt
 MARGIN = 0.05  # of the context: the estimate is an estimate
 SYSTEM_SHARE = 0.5  # the system prompt may take at most this share of the prompt's room
-SYSTEM_CUT = "\n[the rest of the system prompt was left out to fit the model's context]"
+ANSWER_SHARE = 0.25  # of the context: the answer's room kept before the prompt is fitted
+NEEDED_TOOLS_SHARE = 0.75  # of what the system prompt and newest turn leave: the needed tools' most
 MIN_TEXT_CHARS = 200  # a text of the newest turn is never cut shorter than this
 
 
@@ -86,11 +93,23 @@ class Limits:
     answer_tokens: int
 
     @property
+    def margin(self) -> int:
+        return int(self.context_tokens * MARGIN) + REQUEST_OVERHEAD
+
+    @property
+    def answer_reserve(self) -> int:
+        """The answer's room kept whatever the prompt: `answer_tokens`, at most a quarter of the context."""
+        return min(self.answer_tokens, int(self.context_tokens * ANSWER_SHARE))
+
+    @property
     def prompt_tokens(self) -> int:
-        """Tokens left for the prompt: the context less the answer's room and a margin."""
-        answer = min(self.answer_tokens, self.context_tokens // 2)
-        margin = int(self.context_tokens * MARGIN) + REQUEST_OVERHEAD
-        return max(0, self.context_tokens - answer - margin)
+        """Tokens left for the prompt: the context less the answer's reserve and a margin."""
+        return max(0, self.context_tokens - self.answer_reserve - self.margin)
+
+    def answer_room(self, prompt_tokens: int) -> int:
+        """The max_tokens for a prompt of `prompt_tokens`: what it leaves, up to `answer_tokens`."""
+        left = self.context_tokens - self.margin - prompt_tokens
+        return max(self.answer_reserve, min(self.answer_tokens, left))
 
 
 @dataclass
@@ -104,6 +123,8 @@ class Fitted:
     tools_compacted: bool = False
     turns_dropped: int = 0
     cut: list[str] = field(default_factory=list)  # what was shortened ("system prompt", "a tool result")
+    sections_dropped: list[str] = field(default_factory=list)  # of the system prompt ("Skills")
+    answer_tokens: int | None = None  # the request's max_tokens (None: the provider's own)
 
     @property
     def estimated_tokens(self) -> int:
@@ -117,7 +138,9 @@ class Fitted:
     @property
     def changed(self) -> bool:
         dropped = len(self.tools) < self.tools_offered
-        return dropped or self.tools_compacted or bool(self.turns_dropped or self.cut)
+        return (
+            dropped or self.tools_compacted or bool(self.turns_dropped or self.cut or self.sections_dropped)
+        )
 
     def summary(self) -> str:
         """In words, for the log: what did not go in whole."""
@@ -128,6 +151,8 @@ class Fitted:
             parts.append("tool descriptions shortened")
         if self.turns_dropped:
             parts.append(f"{self.turns_dropped} older turns left out")
+        if self.sections_dropped:
+            parts.append(f"left out of the system prompt: {', '.join(self.sections_dropped)}")
         parts += [f"{what} shortened" for what in self.cut]
         return ", ".join(parts) or "everything fits"
 
@@ -141,7 +166,7 @@ def fit(
     query: str | None = None,
 ) -> Fitted:
     """The request cut to `limits` (see the module's docstring). Never fails: at worst the system
-    prompt is cut, no tools go and only the newest turn is sent.
+    prompt is its first sentences, no tools go and only the newest turn is sent.
 
     `query` is what the tools are ranked against; default: what people said in the recent turns
     (`tool_selection.query_text`). The agent loop passes it without the volatile note.
@@ -150,10 +175,11 @@ def fit(
     fitted = Fitted(system, list(messages), list(tools), tools_offered=len(tools))
 
     system_cost = estimate_tokens(system) + MESSAGE_OVERHEAD
-    if system_cost > room * SYSTEM_SHARE:
-        keep = int(room * SYSTEM_SHARE * CHARS_PER_TOKEN) - 80
-        fitted.system = system[: max(0, keep)] + SYSTEM_CUT
-        fitted.cut.append("system prompt")
+    system_room = int(room * SYSTEM_SHARE) - MESSAGE_OVERHEAD
+    if system_cost > system_room + MESSAGE_OVERHEAD:
+        fitted.system, fitted.sections_dropped = prompt.shorter(system, int(system_room * CHARS_PER_TOKEN))
+        if not fitted.system.startswith(system.split(prompt.SECTION)[0]):
+            fitted.cut.append("system prompt")
         system_cost = estimate_tokens(fitted.system) + MESSAGE_OVERHEAD
     room -= system_cost
 
@@ -164,13 +190,14 @@ def fit(
     room -= newest_cost
 
     older_costs = [sum(message_tokens(m) for m in turn) for turn in older]
-    history_cost = sum(older_costs)
-    full_cost = definitions_tokens(tools)
-    if full_cost + history_cost > room:
-        tools_room = room - min(history_cost, room // 2)
-        if query is None:
-            query = tool_selection.query_text(messages)
-        fitted.tools = _fit_tools(list(tools), tools_room, messages, query, vocabulary, fitted)
+    if definitions_tokens(tools) + sum(older_costs) > room and tools:
+        compacted = [tool_selection.compact(d) for d in tools]
+        fitted.tools_compacted = True
+        fitted.tools = compacted
+        if definitions_tokens(compacted) + sum(older_costs) > room:
+            if query is None:
+                query = tool_selection.query_text(messages)
+            fitted.tools = _fit_tools_and_history(compacted, older_costs, room, messages, query, vocabulary)
     room -= definitions_tokens(fitted.tools)
 
     kept: list[list[Message]] = []
@@ -181,6 +208,7 @@ def fit(
         room -= cost
     fitted.turns_dropped = len(older) - len(kept)
     fitted.messages = [m for turn in reversed(kept) for m in turn] + newest
+    fitted.answer_tokens = limits.answer_room(fitted.estimated_tokens)
     return fitted
 
 
@@ -206,36 +234,43 @@ def _fit_newest(turn: list[Message], room: int, fitted: Fitted) -> tuple[list[Me
     return turn, cost
 
 
-def _fit_tools(
-    tools: list[dict[str, Any]],
+def _fit_tools_and_history(
+    compacted: list[dict[str, Any]],
+    older_costs: list[int],
     room: int,
     messages: Sequence[Message],
     query: str,
     vocabulary: Mapping[str, str] | None,
-    fitted: Fitted,
 ) -> list[dict[str, Any]]:
-    """All the tools if they fit in `room`; else all compact; else the best-ranked compact ones that fit,
-    in the order they were given (so the same subset is the same bytes)."""
-    if definitions_tokens(tools) <= room:
-        return tools
-    compacted = [tool_selection.compact(d) for d in tools]
-    fitted.tools_compacted = True
-    if definitions_tokens(compacted) <= room:
-        return compacted
+    """The compact tools to send when they do not all fit beside the history: the needed ones (in use,
+    or sharing words with what people said) up to NEEDED_TOOLS_SHARE of `room`; then the room the
+    newest older turns take that fit in the rest; then more tools by rank in what remains. In the order
+    they were given (so the same subset is the same bytes)."""
     costs = [definition_tokens(d) for d in compacted]
-    order = tool_selection.rank(
-        tools,
-        query,
-        tool_selection.tools_in_use(messages),
-        vocabulary,
-        costs,
-    )
-    chosen: set[int] = set()
-    used = TOOLS_PREAMBLE
+    in_use = tool_selection.tools_in_use(messages)
+    newest = prompt.without_note(tool_selection.query_text(messages, turns=0))
+    order = tool_selection.rank(compacted, query, in_use, vocabulary, costs, newest)
+    score = tool_selection.scores(compacted, query, vocabulary)
+    names = [tool_selection.definition_parts(d)[0] for d in compacted]
+
+    def block(chosen: list[int]) -> int:
+        return TOOLS_PREAMBLE + sum(costs[i] for i in chosen) if chosen else 0
+
+    chosen: list[int] = []
     for i in order:
-        if used + costs[i] <= room:
-            chosen.add(i)
-            used += costs[i]
+        if names[i] not in in_use and score[i] <= 0:
+            break  # rank puts the needed ones first
+        if block([*chosen, i]) <= int(room * NEEDED_TOOLS_SHARE):
+            chosen.append(i)
+    left = room - block(chosen)
+    for cost in reversed(older_costs):  # the history's claim: the newest whole turns that fit
+        if cost > left:
+            break
+        left -= cost
+    history_cost = room - block(chosen) - left
+    for i in order:
+        if i not in chosen and block([*chosen, i]) + history_cost <= room:
+            chosen.append(i)
     return [compacted[i] for i in sorted(chosen)]
 
 

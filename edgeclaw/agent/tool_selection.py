@@ -196,14 +196,19 @@ def rank(
     in_use: Iterable[str] = (),
     vocabulary: Mapping[str, str] | None = None,
     cost: Sequence[int] | None = None,
+    newest: str = "",
 ) -> list[int]:
-    """Indexes of `definitions`, best first: the tools in use, then by BM25 score; among equals the
-    cheaper (`cost`, e.g. tokens) first, so more of them fit; then as given."""
+    """Indexes of `definitions`, best first: the tools in use, then by BM25 score against `newest` (the
+    message being answered: what it asks for comes before what the turns before it did), then against
+    `query`; among equals the cheaper (`cost`, e.g. tokens) first, so more of them fit; then as given."""
     used = set(in_use)
     score = scores(definitions, query, vocabulary)
+    now = scores(definitions, newest, vocabulary) if newest else [0.0] * len(definitions)
     names = [definition_parts(d)[0] for d in definitions]
     costs = cost or [0] * len(definitions)
-    return sorted(range(len(definitions)), key=lambda i: (names[i] not in used, -score[i], costs[i], i))
+    return sorted(
+        range(len(definitions)), key=lambda i: (names[i] not in used, -now[i], -score[i], costs[i], i)
+    )
 
 
 def first_sentence(text: str) -> str:

@@ -20,21 +20,23 @@ the model sees "hello". `fit` shapes the request instead, in this order:
    tool with compact descriptions (the first sentence of each) beside the
    whole history; else, in this order, the tools the conversation needs
    (`tool_selection.rank`: the tools in use, then those that share words
-   with what people said, compact, up to three quarters of what is left), the older
+   with what people said, compact, up to half of what is left), the older
    history (whole turns, newest first: the oldest goes first), and in what
    still remains more tools by rank. So a follow-up question ("and the
    humidity?") keeps its tools and the turns before it.
 
 Tokens are estimated, not counted: the tokenizer is the server's.
-`estimate_tokens` takes 3 characters a token for text and 2.7 for a tool
-definition's JSON (as a chat template prints it, with spaces after `:` and
-`,`). Measured with SmolLM2's tokenizer (a small vocabulary, so more tokens
-than most): English prose runs at 3.3-4.4 characters a token, edgeclaw's
-definitions at 2.6-4.4 (the hardware tools' hex patterns are the dense
-end); the whole set is ~9,600 tokens, estimated ~11,900. The 5 % margin
-covers what the densest definitions take beyond the estimate. Each message
-and each tool costs a few tokens more for the template's markers, and the
-tool block ~110 for the template's preamble.
+`estimate_tokens` takes 3 characters a token, and a token for each digit,
+each punctuation mark between digits and each character beyond ASCII (a
+small model's tokenizer splits numbers digit by digit: an answer such as
+"20.26.24.24..." is a token a character). Measured with SmolLM2's tokenizer
+through llama-server's Qwen2.5 template (a small vocabulary, so more tokens
+than most): the system prompt 498 tokens, estimated 534; the sim board's
+tool definitions 11,600 compact, estimated 13,300 (each between 1.0 and
+1.3 times its count), the template's preamble ~106. The 5 % margin covers
+what the estimate misses. Each message and each tool costs a few tokens
+more for the template's markers, and the tool block ~110 for the
+template's preamble.
 
 `tool_definition_tokens(...)` is what the benchmark calls: the estimated
 tokens of the tool definitions one request would carry for a message.
@@ -44,6 +46,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -52,7 +55,6 @@ from edgeclaw.agent import history, prompt, tool_selection
 from edgeclaw.agent.messages import Message
 
 CHARS_PER_TOKEN = 3.0
-DEFINITION_CHARS_PER_TOKEN = 2.7  # schemas: quotes, braces, hex patterns and numbers split finely
 MESSAGE_OVERHEAD = 6  # role markers and separators the chat template adds around each message
 TOOL_OVERHEAD = 10  # per definition: the template's wrapping
 TOOLS_PREAMBLE = 120  # the template's text introducing the tools ("You may call one or more functions...")
@@ -60,23 +62,32 @@ REQUEST_OVERHEAD = 32  # start/end markers, the generation prompt
 MARGIN = 0.05  # of the context: the estimate is an estimate
 SYSTEM_SHARE = 0.5  # the system prompt may take at most this share of the prompt's room
 ANSWER_SHARE = 0.25  # of the context: the answer's room kept before the prompt is fitted
-NEEDED_TOOLS_SHARE = 0.75  # of what the system prompt and newest turn leave: the needed tools' most
+NEEDED_TOOLS_SHARE = 0.5  # of what the system prompt and newest turn leave: the needed tools' most
 MIN_TEXT_CHARS = 200  # a text of the newest turn is never cut shorter than this
 
 
+# Characters a tokenizer gives a token each (or more): digits (SmolLM2's and Qwen's split numbers digit
+# by digit), the punctuation between them ("21.50", "20:15"), anything beyond ASCII ("°C"). Measured
+# against SmolLM2's tokenizer: a model's answer of numbers, 573 characters, is 561 tokens (estimated
+# 563; 191 at 3 characters a token); a sensor read-out 367 (377); the system prompt 498 (534).
+_DENSE = re.compile(r"[0-9]|(?<=[0-9])[.,:;/-]|[^\x00-\x7f]")
+
+
 def estimate_tokens(text: str) -> int:
-    return math.ceil(len(text) / CHARS_PER_TOKEN)
+    """Prose at CHARS_PER_TOKEN; a dense character (see _DENSE) a token each: a model's answer of
+    numbers ("20.26.24.24...") or a sensor read-out takes a token a character."""
+    dense = len(_DENSE.findall(text))
+    return math.ceil((len(text) - dense) / CHARS_PER_TOKEN) + dense
 
 
 def message_tokens(m: Message) -> int:
-    size = len(m.content) + sum(len(c.id) + len(c.name) + len(c.arguments) for c in m.tool_calls)
-    return math.ceil(size / CHARS_PER_TOKEN) + MESSAGE_OVERHEAD * (1 + len(m.tool_calls))
+    calls = "".join(c.id + c.name + c.arguments for c in m.tool_calls)
+    return estimate_tokens(m.content) + estimate_tokens(calls) + MESSAGE_OVERHEAD * (1 + len(m.tool_calls))
 
 
 def definition_tokens(definition: Mapping[str, Any]) -> int:
     # Measured as chat templates render it (Python's json.dumps spacing, as in Qwen's and Hermes').
-    text = json.dumps(definition, ensure_ascii=False)
-    return math.ceil(len(text) / DEFINITION_CHARS_PER_TOKEN) + TOOL_OVERHEAD
+    return estimate_tokens(json.dumps(definition, ensure_ascii=False)) + TOOL_OVERHEAD
 
 
 def definitions_tokens(definitions: Sequence[Mapping[str, Any]]) -> int:
@@ -190,6 +201,8 @@ def fit(
     room -= newest_cost
 
     older_costs = [sum(message_tokens(m) for m in turn) for turn in older]
+    # A subset: (the compact tools, their indexes best first, those chosen so far)
+    ranked: tuple[list[dict[str, Any]], list[int], list[int]] | None = None
     if definitions_tokens(tools) + sum(older_costs) > room and tools:
         compacted = [tool_selection.compact(d) for d in tools]
         fitted.tools_compacted = True
@@ -197,23 +210,40 @@ def fit(
         if definitions_tokens(compacted) + sum(older_costs) > room:
             if query is None:
                 query = tool_selection.query_text(messages)
-            fitted.tools = _fit_tools_and_history(compacted, older_costs, room, messages, query, vocabulary)
+            order, needed = _needed_tools(compacted, room, messages, query, vocabulary)
+            ranked = compacted, order, needed
+            fitted.tools = [compacted[i] for i in sorted(needed)]
     room -= definitions_tokens(fitted.tools)
 
     kept: list[list[Message]] = []
     for turn, cost in zip(reversed(older), reversed(older_costs), strict=True):
+        if cost > room and not kept:  # the turn before the newest: shortened rather than left out
+            turn, cost = _shorten(turn, room, fitted, "an earlier turn")
         if cost > room:
             break
         kept.append(turn)
         room -= cost
     fitted.turns_dropped = len(older) - len(kept)
     fitted.messages = [m for turn in reversed(kept) for m in turn] + newest
+    if ranked is not None:  # more tools, by rank, in what the history left
+        compacted, order, chosen = ranked
+        budget = room + _block(compacted, chosen)
+        for i in order:
+            if i not in chosen and _block(compacted, [*chosen, i]) <= budget:
+                chosen.append(i)
+        fitted.tools = [compacted[i] for i in sorted(chosen)]
     fitted.answer_tokens = limits.answer_room(fitted.estimated_tokens)
     return fitted
 
 
 def _fit_newest(turn: list[Message], room: int, fitted: Fitted) -> tuple[list[Message], int]:
     """The newest turn, its longest texts shortened until it fits `room` (or none is long any more)."""
+    return _shorten(turn, room, fitted)
+
+
+def _shorten(turn: list[Message], room: int, fitted: Fitted, whose: str = "") -> tuple[list[Message], int]:
+    """`turn` with its longest texts shortened until it fits `room` (or none is long any more). A
+    model's own answer ends at a whole sentence; a tool result or a person's message says it was cut."""
     cost = sum(message_tokens(m) for m in turn)
     turn = list(turn)
     uncut = set(range(len(turn)))  # each text is cut once, to what the whole turn must lose
@@ -225,53 +255,54 @@ def _fit_newest(turn: list[Message], room: int, fitted: Fitted) -> tuple[list[Me
         m = turn[longest]
         over_chars = int((cost - room) * CHARS_PER_TOKEN) + 100
         keep = max(MIN_TEXT_CHARS, len(m.content) - over_chars)
-        note = f"\n[cut to fit the model's context: {keep} of {len(m.content)} characters]"
-        turn[longest] = replace(m, content=m.content[:keep] + note)
+        if m.role == "assistant":
+            content = prompt.whole_sentences(m.content, keep)
+        else:
+            content = (
+                m.content[:keep]
+                + f"\n[cut to fit the model's context: {keep} of {len(m.content)} characters]"
+            )
+        turn[longest] = replace(m, content=content)
         what = "a tool result" if m.role == "tool" else f"the {m.role} message"
+        what = f"{what} of {whose}" if whose else what
         if what not in fitted.cut:
             fitted.cut.append(what)
         cost = sum(message_tokens(x) for x in turn)
     return turn, cost
 
 
-def _fit_tools_and_history(
+def _block(compacted: list[dict[str, Any]], chosen: list[int]) -> int:
+    return definitions_tokens([compacted[i] for i in chosen])
+
+
+def _needed_tools(
     compacted: list[dict[str, Any]],
-    older_costs: list[int],
     room: int,
     messages: Sequence[Message],
     query: str,
     vocabulary: Mapping[str, str] | None,
-) -> list[dict[str, Any]]:
-    """The compact tools to send when they do not all fit beside the history: the needed ones (in use,
-    or sharing words with what people said) up to NEEDED_TOOLS_SHARE of `room`; then the room the
-    newest older turns take that fit in the rest; then more tools by rank in what remains. In the order
-    they were given (so the same subset is the same bytes)."""
+) -> tuple[list[int], list[int]]:
+    """(every tool's index in the order the room the history leaves is filled: by tier, the most score
+    a token first; the needed ones): the tools in use and those that share words with what people said
+    (the message being answered first), as many as NEEDED_TOOLS_SHARE of `room` takes (the best of them
+    in any case)."""
     costs = [definition_tokens(d) for d in compacted]
     in_use = tool_selection.tools_in_use(messages)
     newest = prompt.without_note(tool_selection.query_text(messages, turns=0))
-    order = tool_selection.rank(compacted, query, in_use, vocabulary, costs, newest)
+    current = tool_selection.tools_in_use(messages, turns=0)
+    order = tool_selection.rank(compacted, query, in_use, vocabulary, costs, newest, current)
+    fill = tool_selection.rank(compacted, query, in_use, vocabulary, costs, newest, current, per_cost=True)
     score = tool_selection.scores(compacted, query, vocabulary)
     names = [tool_selection.definition_parts(d)[0] for d in compacted]
-
-    def block(chosen: list[int]) -> int:
-        return TOOLS_PREAMBLE + sum(costs[i] for i in chosen) if chosen else 0
-
-    chosen: list[int] = []
+    needed: list[int] = []
     for i in order:
         if names[i] not in in_use and score[i] <= 0:
             break  # rank puts the needed ones first
-        if block([*chosen, i]) <= int(room * NEEDED_TOOLS_SHARE):
-            chosen.append(i)
-    left = room - block(chosen)
-    for cost in reversed(older_costs):  # the history's claim: the newest whole turns that fit
-        if cost > left:
-            break
-        left -= cost
-    history_cost = room - block(chosen) - left
-    for i in order:
-        if i not in chosen and block([*chosen, i]) + history_cost <= room:
-            chosen.append(i)
-    return [compacted[i] for i in sorted(chosen)]
+        # The best one whenever it fits at all: a 1024-token context may hold one tool and no more.
+        cap = room if not needed else int(room * NEEDED_TOOLS_SHARE)
+        if _block(compacted, [*needed, i]) <= cap:
+            needed.append(i)
+    return fill, needed
 
 
 def tool_definition_tokens(

@@ -489,3 +489,29 @@ def test_template_note_for_doctor():
     assert "--jinja" in template_note(NO_TOOLS_PROPS)
     assert template_note({"chat_template_caps": {"supports_tools": True}}) == ""
     assert template_note({"default_generation_settings": {"n_ctx": 2048}}) == ""  # an older server: not said
+
+
+def test_the_turn_a_follow_up_answers_is_shortened_rather_than_left_out(sim):
+    """A sensor read-out of numbers (a token a character) and a long answer in the turn before: it is
+    kept, shortened (the answer to a whole sentence, the result saying it was cut), not dropped."""
+    defs, vocab, system = sim
+    limits = context_budget.Limits(2048, 1024)
+    call = ToolCall("c1", "sensor", '{"action": "read"}')
+    readout = "\n".join(
+        f"device {i}: temperature {20 + i / 10:.2f} C, humidity {40 + i:.2f} %" for i in range(40)
+    )
+    before = [
+        Message("user", "read every sensor"),
+        Message("assistant", "", [call]),
+        Message("tool", readout, tool_call_id="c1", name="sensor"),
+        Message("assistant", "All forty devices answered. " * 80),
+    ]
+    messages = [Message("user", "an old question"), Message("assistant", "An old answer. " * 40), *before]
+    messages.append(Message("user", "and the humidity?"))
+    fitted = context_budget.fit(limits, system, messages, defs, vocab)
+    assert fitted.turns_dropped == 1 and fitted.messages[0].content == "read every sensor"
+    assert [m.role for m in fitted.messages] == ["user", "assistant", "tool", "assistant", "user"]
+    assert "cut to fit the model's context" in fitted.messages[2].content
+    assert fitted.messages[3].content.endswith("answered.") and len(fitted.messages[3].content) < 80 * 28
+    assert "sensor" in names(fitted.tools)
+    assert fitted.estimated_tokens <= limits.prompt_tokens

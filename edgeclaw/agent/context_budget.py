@@ -19,11 +19,14 @@ the model sees "hello". `fit` shapes the request instead, in this order:
 4. The tools and the older history: everything when it fits; else every
    tool with compact descriptions (the first sentence of each) beside the
    whole history; else, in this order, the tools the conversation needs
-   (`tool_selection.rank`: the tools in use, then those that share words
-   with what people said, compact, up to half of what is left), the older
-   history (whole turns, newest first: the oldest goes first), and in what
-   still remains more tools by rank. So a follow-up question ("and the
-   humidity?") keeps its tools and the turns before it.
+   (`tool_selection.rank`: those the newest turn called, those whose words
+   the message being answered uses, the others in use, those that share
+   words with what people said; compact, up to half of what is left), the
+   older history (whole turns, newest first: the oldest goes first; the
+   turn just before the newest is shortened rather than left out), and in
+   what still remains more tools, the most relevant a token first. So a
+   follow-up question ("and the humidity?") keeps its tools and the turn
+   it follows.
 
 Tokens are estimated, not counted: the tokenizer is the server's.
 `estimate_tokens` takes 3 characters a token, and a token for each digit,
@@ -197,7 +200,8 @@ def fit(
     groups = history.turns(messages)
     newest = groups[-1] if groups else []
     older = groups[:-1]
-    newest, newest_cost = _fit_newest(newest, room, fitted)
+    newest, newest_cost, cut = _shorten(newest, room)
+    fitted.cut += cut
     room -= newest_cost
 
     older_costs = [sum(message_tokens(m) for m in turn) for turn in older]
@@ -217,10 +221,12 @@ def fit(
 
     kept: list[list[Message]] = []
     for turn, cost in zip(reversed(older), reversed(older_costs), strict=True):
+        cut = []
         if cost > room and not kept:  # the turn before the newest: shortened rather than left out
-            turn, cost = _shorten(turn, room, fitted, "an earlier turn")
+            turn, cost, cut = _shorten(turn, room)
         if cost > room:
             break
+        fitted.cut += [f"{what} of an earlier turn" for what in cut]
         kept.append(turn)
         room -= cost
     fitted.turns_dropped = len(older) - len(kept)
@@ -236,14 +242,27 @@ def fit(
     return fitted
 
 
-def _fit_newest(turn: list[Message], room: int, fitted: Fitted) -> tuple[list[Message], int]:
-    """The newest turn, its longest texts shortened until it fits `room` (or none is long any more)."""
-    return _shorten(turn, room, fitted)
+CUT_NOTE_TOKENS = 30  # the "[cut to fit ...]" note, with room to spare
 
 
-def _shorten(turn: list[Message], room: int, fitted: Fitted, whose: str = "") -> tuple[list[Message], int]:
-    """`turn` with its longest texts shortened until it fits `room` (or none is long any more). A
-    model's own answer ends at a whole sentence; a tool result or a person's message says it was cut."""
+def _keep_chars(text: str, tokens: int) -> int:
+    """The longest start of `text` (at least MIN_TEXT_CHARS) estimated at most `tokens`: found by
+    halving, since a read-out of digits takes a token a character and prose one in three."""
+    low, high = MIN_TEXT_CHARS, len(text)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if estimate_tokens(text[:middle]) <= tokens:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _shorten(turn: list[Message], room: int) -> tuple[list[Message], int, list[str]]:
+    """`turn` with its longest texts shortened until it fits `room` (or none is long any more), its
+    cost, and what was shortened ("a tool result"). A model's own answer ends at a whole sentence; a
+    tool result or a person's message says it was cut."""
+    cut: list[str] = []
     cost = sum(message_tokens(m) for m in turn)
     turn = list(turn)
     uncut = set(range(len(turn)))  # each text is cut once, to what the whole turn must lose
@@ -253,8 +272,7 @@ def _shorten(turn: list[Message], room: int, fitted: Fitted, whose: str = "") ->
             break
         uncut.discard(longest)
         m = turn[longest]
-        over_chars = int((cost - room) * CHARS_PER_TOKEN) + 100
-        keep = max(MIN_TEXT_CHARS, len(m.content) - over_chars)
+        keep = _keep_chars(m.content, estimate_tokens(m.content) - (cost - room) - CUT_NOTE_TOKENS)
         if m.role == "assistant":
             content = prompt.whole_sentences(m.content, keep)
         else:
@@ -264,11 +282,10 @@ def _shorten(turn: list[Message], room: int, fitted: Fitted, whose: str = "") ->
             )
         turn[longest] = replace(m, content=content)
         what = "a tool result" if m.role == "tool" else f"the {m.role} message"
-        what = f"{what} of {whose}" if whose else what
-        if what not in fitted.cut:
-            fitted.cut.append(what)
+        if what not in cut:
+            cut.append(what)
         cost = sum(message_tokens(x) for x in turn)
-    return turn, cost
+    return turn, cost, cut
 
 
 def _block(compacted: list[dict[str, Any]], chosen: list[int]) -> int:

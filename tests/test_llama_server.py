@@ -5,6 +5,8 @@ SmolLM2-135M-Instruct and a 2048-token context. Nothing here depends on what so 
 decides: where a test needs a particular model reply (a tool call, a call cut off by the token
 limit), the recording proxy in front of the server gives that one answer itself, and the requests
 that follow -- which carry it in their history -- go to the real server, which must answer HTTP 200.
+The five-turn conversation at the end asserts on what edgeclaw sent (the tools and history of each
+request) and on the server's own count of the prompt, never on what the model said.
 """
 
 from __future__ import annotations

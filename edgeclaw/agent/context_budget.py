@@ -205,17 +205,18 @@ def fit(
     room -= newest_cost
 
     older_costs = [sum(message_tokens(m) for m in turn) for turn in older]
-    # A subset: (the compact tools, their indexes best first, those chosen so far)
-    ranked: tuple[list[dict[str, Any]], list[int], list[int]] | None = None
+    # A subset: (the compact tools, their costs, their indexes best first, those chosen so far)
+    ranked: tuple[list[dict[str, Any]], list[int], list[int], list[int]] | None = None
     if definitions_tokens(tools) + sum(older_costs) > room and tools:
         compacted = [tool_selection.compact(d) for d in tools]
         fitted.tools_compacted = True
         fitted.tools = compacted
-        if definitions_tokens(compacted) + sum(older_costs) > room:
+        costs = [definition_tokens(d) for d in compacted]
+        if _block(costs, list(range(len(costs)))) + sum(older_costs) > room:
             if query is None:
                 query = tool_selection.query_text(messages)
-            order, needed = _needed_tools(compacted, room, messages, query, vocabulary)
-            ranked = compacted, order, needed
+            order, needed = _needed_tools(compacted, costs, room, messages, query, vocabulary)
+            ranked = compacted, costs, order, needed
             fitted.tools = [compacted[i] for i in sorted(needed)]
     room -= definitions_tokens(fitted.tools)
 
@@ -232,10 +233,10 @@ def fit(
     fitted.turns_dropped = len(older) - len(kept)
     fitted.messages = [m for turn in reversed(kept) for m in turn] + newest
     if ranked is not None:  # more tools, by rank, in what the history left
-        compacted, order, chosen = ranked
-        budget = room + _block(compacted, chosen)
+        compacted, costs, order, chosen = ranked
+        budget = room + _block(costs, chosen)
         for i in order:
-            if i not in chosen and _block(compacted, [*chosen, i]) <= budget:
+            if i not in chosen and _block(costs, [*chosen, i]) <= budget:
                 chosen.append(i)
         fitted.tools = [compacted[i] for i in sorted(chosen)]
     fitted.answer_tokens = limits.answer_room(fitted.estimated_tokens)
@@ -288,12 +289,14 @@ def _shorten(turn: list[Message], room: int) -> tuple[list[Message], int, list[s
     return turn, cost, cut
 
 
-def _block(compacted: list[dict[str, Any]], chosen: list[int]) -> int:
-    return definitions_tokens([compacted[i] for i in chosen])
+def _block(costs: list[int], chosen: list[int]) -> int:
+    """definitions_tokens of the chosen tools, from their costs."""
+    return TOOLS_PREAMBLE + sum(costs[i] for i in chosen) if chosen else 0
 
 
 def _needed_tools(
     compacted: list[dict[str, Any]],
+    costs: list[int],
     room: int,
     messages: Sequence[Message],
     query: str,
@@ -303,7 +306,6 @@ def _needed_tools(
     a token first; the needed ones): the tools in use and those that share words with what people said
     (the message being answered first), as many as NEEDED_TOOLS_SHARE of `room` takes (the best of them
     in any case)."""
-    costs = [definition_tokens(d) for d in compacted]
     in_use = tool_selection.tools_in_use(messages)
     newest = prompt.without_note(tool_selection.query_text(messages, turns=0))
     current = tool_selection.tools_in_use(messages, turns=0)
@@ -317,7 +319,7 @@ def _needed_tools(
             break  # rank puts the needed ones first
         # The best one whenever it fits at all: a 1024-token context may hold one tool and no more.
         cap = room if not needed else int(room * NEEDED_TOOLS_SHARE)
-        if _block(compacted, [*needed, i]) <= cap:
+        if _block(costs, [*needed, i]) <= cap:
             needed.append(i)
     return fill, needed
 

@@ -196,7 +196,8 @@ def test_a_huge_newest_turn_and_system_prompt_are_cut_rather_than_refused():
     ]
     fitted = context_budget.fit(limits, "S" * 50000, messages, [])
     assert fitted.estimated_tokens <= limits.prompt_tokens
-    assert fitted.system.startswith("SSS") and "left out to fit" in fitted.system
+    # No marker the model could repeat: a text without a sentence's end is cut where it must be.
+    assert fitted.system.startswith("SSS") and set(fitted.system) == {"S"}
     assert "cut to fit the model's context" in fitted.messages[-1].content
     assert [m.role for m in fitted.messages] == ["user", "assistant", "tool"]
 
@@ -210,11 +211,13 @@ def test_tool_definition_tokens_for_the_bench(tmp_path):
         defs = runtime.registry.definitions(ToolContext(channel="cli", peer_kind="local"), "openai")
         vocab = tool_selection.board_vocabulary(runtime.board)
         full, n_full = context_budget.tool_definition_tokens("hello", defs)
+        limits = context_budget.Limits(2048, 1024)
         small, n_small = context_budget.tool_definition_tokens(
-            "read the temperature", defs, context_budget.Limits(2048, 1024), vocabulary=vocab
+            "read the temperature", defs, limits, vocabulary=vocab
         )
         assert n_full == len(defs) and full > 2048
-        assert 0 < n_small < n_full and small < 2048 - 1024
+        # The answer keeps a quarter of the context (it gets more when the prompt leaves more).
+        assert 0 < n_small < n_full and small < limits.prompt_tokens == 2048 - 512 - 134
         assert json.dumps(defs)  # the registry's definitions are still whole
     finally:
         import asyncio
@@ -308,3 +311,207 @@ def test_a_newest_turn_of_many_results_is_cut_result_by_result_and_the_fit_ends(
     crowded = context_budget.fit(limits, "system", many, [])
     assert len(crowded.messages) == len(many)
     assert all(len(m.content) < 400 for m in crowded.messages[2:])
+
+
+# -- a small context spent well ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    """The sim board's tool definitions, board vocabulary and system prompt, as the daemon builds them."""
+    from edgeclaw.tools.base import ToolContext
+
+    state = tmp_path_factory.mktemp("sim") / "state"
+    local = {"kind": "openai", "model": "smol", "base_url": "http://127.0.0.1:9/v1"}
+    config = config_from_dict(
+        {"board": "sim", "state_dir": str(state), "providers": {"local": local}, "agent": {"providers": []}},
+        "t.toml",
+    )
+    runtime = build_runtime(config, environ={})
+    try:
+        loop = build_agent(runtime)
+        defs = runtime.registry.definitions(ToolContext(channel="cli", peer_kind="local"), "openai")
+        yield defs, tool_selection.board_vocabulary(runtime.board), loop.prompt.build("main", "cli:t")
+    finally:
+        import asyncio
+
+        asyncio.run(runtime.aclose())
+
+
+def names(tools: list[dict]) -> set[str]:
+    return {tool_selection.definition_parts(t)[0] for t in tools}
+
+
+def first_turn() -> list[Message]:
+    """A finished turn: asked, the sensor read, answered in a few sentences."""
+    call = ToolCall("c1", "sensor", '{"action": "read", "name": "greenhouse"}')
+    return [
+        Message("user", "read the temperature in the greenhouse"),
+        Message("assistant", "", [call]),
+        Message("tool", '{"temperature_c": 21.5, "humidity_pct": 48.0}', tool_call_id="c1", name="sensor"),
+        Message("assistant", "The greenhouse is at 21.5 C. " * 6),
+    ]
+
+
+@pytest.mark.parametrize("context", [2048, 1024])
+def test_turn_two_keeps_its_tools_and_the_newest_history(sim, context):
+    defs, vocab, system = sim
+    limits = context_budget.Limits(context, 1024)
+    messages = [*first_turn(), Message("user", "and the humidity?")]
+    fitted = context_budget.fit(limits, system, messages, defs, vocab)
+    assert "sensor" in names(fitted.tools), "a follow-up question keeps the tools of its conversation"
+    assert fitted.messages == messages, "the turn before it is kept whole"
+    assert fitted.estimated_tokens <= limits.prompt_tokens
+    # The answer gets what the prompt leaves, up to max_tokens, and never less than its reserve.
+    assert fitted.answer_tokens == min(1024, context - limits.margin - fitted.estimated_tokens)
+    assert fitted.answer_tokens >= limits.answer_reserve == context // 4
+
+
+@pytest.mark.parametrize("context", [2048, 1024])
+def test_the_oldest_history_goes_first_and_the_tools_in_use_stay(sim, context):
+    defs, vocab, system = sim
+    limits = context_budget.Limits(context, 1024)
+    messages: list[Message] = []
+    for i in range(8):
+        turn = first_turn()
+        messages += [Message("user", f"question {i}: read the temperature"), *turn[1:]]
+    messages.append(Message("user", "once more?"))
+    fitted = context_budget.fit(limits, system, messages, defs, vocab)
+    asked = [m.content.split(":")[0] for m in fitted.messages if m.role == "user"]
+    assert asked[-1] == "once more?"
+    kept = asked[:-1]
+    assert kept == [f"question {i}" for i in range(8)][8 - len(kept) :], "the newest older turns, in order"
+    assert fitted.turns_dropped == 8 - len(kept) > 0
+    assert "sensor" in names(fitted.tools)
+    assert fitted.estimated_tokens <= limits.prompt_tokens
+
+
+def sections_prompt() -> str:
+    soul = "Be calm. Answer in one sentence when you can. Name the tool you used. " * 13
+    skills = "- gpio-output-check: Check that a GPIO output really switches. (skills/x/SKILL.md)\n" * 15
+    brief = "## Subagent\nYou are subagent 7. Work with your tools, then end with your answer."
+    return "\n\n".join(
+        [
+            "You are edgeclaw. You act through tools. Keep answers short.",
+            "Device facts:\n- device: vm\n- board: sim",
+            f"## SOUL.md\n{soul.strip()}",
+            f"## Skills\n{skills.strip()}",
+            brief,
+        ]
+    )
+
+
+@pytest.mark.parametrize(("context", "dropped"), [(2048, ["Skills"]), (1024, ["Skills", "SOUL.md"])])
+def test_the_system_prompt_loses_whole_sections_not_half_a_sentence(context, dropped):
+    system = sections_prompt()
+    limits = context_budget.Limits(context, 1024)
+    fitted = context_budget.fit(limits, system, [Message("user", "hello")], [])
+    assert fitted.sections_dropped == dropped
+    assert fitted.cut == []
+    # What is left is whole parts of the prompt, in order; the subagent's brief is always among them.
+    parts = [p for p in system.split("\n\n") if not any(p.startswith(f"## {t}") for t in dropped)]
+    assert fitted.system == "\n\n".join(parts)
+    assert fitted.system.endswith("then end with your answer.")
+    assert "[" not in fitted.system and "cut" not in fitted.system
+
+
+def test_a_system_prompt_too_long_even_alone_ends_at_a_whole_sentence():
+    system = "You are edgeclaw. " + "Check the wiring before you blame the software. " * 200
+    fitted = context_budget.fit(context_budget.Limits(1024, 256), system, [Message("user", "hi")], [])
+    assert fitted.cut == ["system prompt"]
+    assert len(fitted.system) < len(system) and system.startswith(fitted.system)
+    assert fitted.system.endswith("software.")
+    assert fitted.estimated_tokens <= context_budget.Limits(1024, 256).prompt_tokens
+
+
+async def test_max_tokens_is_sized_to_what_the_prompt_leaves(llm, agent_for):
+    """The provider's max_tokens (1024 here) on a 2048 context: the answer gets what the prompt leaves,
+    not half the context whatever the prompt."""
+    llm.context_tokens = 2048
+    loop = agent_for(llm, context_tokens=2048, max_tokens=1024)
+    llm.reply(openai_text("hi"), openai_text("hi again"))
+    await loop.handle(msg("hello"))
+    await loop.handle(msg("and the humidity in the greenhouse?"))
+    for body in llm.requests:
+        assert 2048 // 4 <= body["max_tokens"] <= 1024
+        assert prompt_tokens(body) + body["max_tokens"] <= 2048
+    assert len(tool_names(llm.requests[1])) > 1, "the second turn has its tools"
+    assert llm.requests[1]["messages"][1] == {"role": "user", "content": "hello"}, "and its history"
+
+
+# -- a chat template that cannot take tools -------------------------------------------------------------
+
+NO_TOOLS_PROPS = {
+    "default_generation_settings": {"n_ctx": 4096},
+    "chat_template_caps": {"supports_tools": False},
+}
+
+
+@pytest.mark.parametrize("configured", [0, 4096])
+async def test_a_template_that_cannot_take_tools_is_sent_none_and_said_once(
+    llm, agent_for, caplog, configured
+):
+    """llama-server drops the tools its template cannot render without a word: they are not sent, and
+    the log (once, at first contact) and /status say why and what fixes it. With the context configured
+    the server is still asked, once, for its template."""
+    caplog.set_level(logging.INFO, "edgeclaw")
+    llm.props = NO_TOOLS_PROPS
+    loop = agent_for(llm, **({"context_tokens": configured} if configured else {}))
+    llm.reply(openai_text("hi"), openai_text("hi again"))
+    await loop.handle(msg("read the temperature"))
+    await loop.handle(msg("and the humidity?"))
+    assert [tool_names(body) for body in llm.requests] == [[], []]
+    assert all("tool_choice" not in body for body in llm.requests)
+    assert llm.info_paths == ["/props"]
+    said = [r.getMessage() for r in caplog.records if "chat template cannot take" in r.getMessage()]
+    assert len(said) == 1 and "--jinja" in said[0] and "--chat-template-file" in said[0]
+    status = (await loop.handle(msg("/status"))).text
+    line = next(x for x in status.splitlines() if x.startswith("  model local"))
+    assert "tools unavailable: the server's chat template cannot take them" in line and "--jinja" in line
+    # For the console's banner and doctor: the provider says it takes none, the note says why.
+    assert await loop.chain.providers[0].probe_tools() is False
+    assert "--jinja" in loop.model_info.tools_note("local")
+
+
+async def test_a_template_that_takes_tools_gets_them(llm, agent_for):
+    llm.props = {**NO_TOOLS_PROPS, "chat_template_caps": {"supports_tools": True}}
+    loop = agent_for(llm)
+    llm.reply(openai_text("hi"))
+    await loop.handle(msg("read the temperature"))
+    assert "sensor" in tool_names(llm.requests[0])
+    assert loop.model_info.tools_note("local") == ""
+    assert "tools unavailable" not in (await loop.handle(msg("/status"))).text
+
+
+def test_template_note_for_doctor():
+    from edgeclaw.agent.providers.model_info import template_note
+
+    assert "--jinja" in template_note(NO_TOOLS_PROPS)
+    assert template_note({"chat_template_caps": {"supports_tools": True}}) == ""
+    assert template_note({"default_generation_settings": {"n_ctx": 2048}}) == ""  # an older server: not said
+
+
+def test_the_turn_a_follow_up_answers_is_shortened_rather_than_left_out(sim):
+    """A sensor read-out of numbers (a token a character) and a long answer in the turn before: it is
+    kept, shortened (the answer to a whole sentence, the result saying it was cut), not dropped."""
+    defs, vocab, system = sim
+    limits = context_budget.Limits(2048, 1024)
+    call = ToolCall("c1", "sensor", '{"action": "read"}')
+    readout = "\n".join(
+        f"device {i}: temperature {20 + i / 10:.2f} C, humidity {40 + i:.2f} %" for i in range(40)
+    )
+    before = [
+        Message("user", "read every sensor"),
+        Message("assistant", "", [call]),
+        Message("tool", readout, tool_call_id="c1", name="sensor"),
+        Message("assistant", "All forty devices answered. " * 80),
+    ]
+    messages = [Message("user", "an old question"), Message("assistant", "An old answer. " * 40), *before]
+    messages.append(Message("user", "and the humidity?"))
+    fitted = context_budget.fit(limits, system, messages, defs, vocab)
+    assert fitted.turns_dropped == 1 and fitted.messages[0].content == "read every sensor"
+    assert [m.role for m in fitted.messages] == ["user", "assistant", "tool", "assistant", "user"]
+    assert "cut to fit the model's context" in fitted.messages[2].content
+    assert fitted.messages[3].content.endswith("answered.") and len(fitted.messages[3].content) < 80 * 28
+    assert "sensor" in names(fitted.tools)
+    assert fitted.estimated_tokens <= limits.prompt_tokens

@@ -205,3 +205,30 @@ async def test_an_ollama_provider_embeds_memory_through_api_embed(tmp_path, llm)
     finally:
         await runtime.aclose()
     assert llm.embed_paths == ["/api/embed"] and llm.embed_requests[0]["model"] == "nomic-embed-text"
+
+
+async def test_num_predict_is_what_a_small_context_leaves_for_the_answer(llm, agent_for):
+    """On a 2048-token context with max_tokens 1024 the answer's room is what the fitted prompt leaves:
+    at least a quarter of the context, never past max_tokens, and with the prompt inside num_ctx."""
+    from edgeclaw.agent.context_budget import Limits
+
+    llm.reply(ollama_text("hi"))
+    agent = agent_for(max_tokens=1024, stream=False, context_tokens=2048)
+    assert (await agent.handle(msg("read the temperature"))).ok
+    (body,) = llm.requests
+    options = body["options"]
+    assert options["num_ctx"] == 2048
+    assert 2048 // 4 <= options["num_predict"] < 1024
+    assert options["num_predict"] == 2048 - Limits(2048, 1024).margin - estimated(body)
+
+
+def estimated(body: dict) -> int:
+    """edgeclaw's own estimate of the request's prompt, from what went over the wire."""
+    from edgeclaw.agent import context_budget
+
+    messages = body["messages"]
+    system = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""
+    rest = [m for m in messages if m is not messages[0]] if system else messages
+    text = sum(context_budget.estimate_tokens(m["content"]) + context_budget.MESSAGE_OVERHEAD for m in rest)
+    tools = context_budget.definitions_tokens(body.get("tools", []))
+    return context_budget.estimate_tokens(system) + context_budget.MESSAGE_OVERHEAD + text + tools

@@ -301,15 +301,19 @@ class AgentLoop:
         tools: list[dict[str, Any]],
         *,
         query: str | None = None,
-    ) -> tuple[str, Sequence[Message], list[dict[str, Any]]]:
-        """The request shaped to the provider's context size, when it is known (agent.context_budget)."""
+    ) -> tuple[str, Sequence[Message], list[dict[str, Any]], int | None]:
+        """The request shaped to the provider's context size, when it is known (agent.context_budget),
+        and the answer's room in it; no tools to a server whose chat template would drop them."""
         info = self.model_info
         model = info.model(provider.name) if info is not None else None
         if info is None or model is None:
-            return system, messages, tools
+            return system, messages, tools, None
+        if tools and await info.takes_tools(provider.name) is False:
+            provider.tools_supported = False  # from now on the chain sends none (/status says why)
+            tools = []
         size = await info.context_tokens(provider.name)
         if size is None:
-            return system, messages, tools
+            return system, messages, tools, None
         limits = context_budget.Limits(size, model.answer_tokens)
         fitted = context_budget.fit(limits, system, messages, tools, self.tool_vocabulary, query)
         if fitted.changed:
@@ -323,7 +327,7 @@ class AgentLoop:
                 fitted.summary(),
                 fitted.estimated_tokens,
             )
-        return fitted.system, fitted.messages, fitted.tools
+        return fitted.system, fitted.messages, fitted.tools, fitted.answer_tokens
 
     # -- subagents and messages nobody waits for ---------------------------
     async def run_child(self, child: ChildTurn) -> tuple[str, bool]:

@@ -23,6 +23,12 @@ from turn to turn (the instructions, the board's facts, the context files),
 and what changes each turn (the current time) is `volatile_note`, which the
 agent loop appends to the newest user message as it is sent: after the
 system prompt, the tool definitions and the earlier history.
+
+A model whose context cannot hold the whole prompt gets `shorter`: whole
+sections left out (the skills list and the memory summary first, then the
+context files from the last), and only then the head cut after its last
+whole sentence. Never a marker such as "[cut]": a small model repeats it as
+its answer.
 """
 
 from __future__ import annotations
@@ -43,6 +49,13 @@ MAX_FILE_CHARS = 8000  # a context file is guidance, not a data dump: keep the p
 # Read no more than is used: the prompt is built every turn, and the model or a command can make these
 # files large. UTF-8 takes at most 4 bytes a character.
 MAX_FILE_BYTES = 4 * MAX_FILE_CHARS
+
+NOTE_START = "[current time (UTC): "  # volatile_note's start: without_note finds it by this
+SECTION = "\n\n## "  # how build() starts each titled section ("## SOUL.md", "## Skills")
+# The sections `shorter` leaves out first, least needed first; the other titled sections follow, the
+# last first. A section in KEPT is never left out: a subagent's brief is its task.
+DROP_FIRST = ("Skills", "Memory")
+KEPT = frozenset({"Subagent"})
 
 BASE = (
     "You are edgeclaw, an assistant running on an embedded Linux board. You act through tools; "
@@ -105,7 +118,7 @@ class PromptBuilder:
     def volatile_note(self) -> str:
         """What changes every turn, for the end of the newest user message: the current time."""
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock()))
-        return f"[current time (UTC): {stamp}]"
+        return f"{NOTE_START}{stamp}]"
 
     def _sections(self, sections: list[tuple[str, str]]) -> list[str]:
         """Each section cut to MAX_FILE_CHARS, all of them together to `budget_chars`."""
@@ -149,3 +162,47 @@ class PromptBuilder:
         if content.truncated or len(text) > MAX_FILE_CHARS:
             text = text[:MAX_FILE_CHARS] + f"\n[{name} truncated]"
         return text
+
+
+def shorter(system: str, max_chars: int) -> tuple[str, list[str]]:
+    """`system` in at most `max_chars`, of whole parts (see the module's docstring), and the titles of
+    the sections left out."""
+    if len(system) <= max_chars:
+        return system, []
+    head, *rest = system.split(SECTION)
+    sections = [(part.partition("\n")[0].strip(), SECTION + part) for part in rest]
+    order = sorted(
+        (i for i, (title, _) in enumerate(sections) if title not in KEPT),
+        key=lambda i: (
+            DROP_FIRST.index(sections[i][0]) if sections[i][0] in DROP_FIRST else len(DROP_FIRST),
+            -i,
+        ),
+    )
+    left_out: list[str] = []
+    kept = dict(enumerate(sections))
+    for i in order:
+        if len(head) + sum(len(text) for _, text in kept.values()) <= max_chars:
+            break
+        left_out.append(kept.pop(i)[0])
+    tail = "".join(text for _, text in kept.values())
+    if len(head) + len(tail) > max_chars:
+        head = whole_sentences(head, max(0, max_chars - len(tail)))
+    return head + tail, left_out
+
+
+def whole_sentences(text: str, max_chars: int) -> str:
+    """The longest start of `text` within `max_chars` that ends at the end of a sentence or a line
+    (else of a word; a text of neither is cut where it must be)."""
+    if len(text) <= max_chars:
+        return text
+    window = text[: max_chars + 1]
+    ends = [i + 1 for i, c in enumerate(window[:-1]) if c in ".!?" and window[i + 1] in " \n"]
+    ends += [i for i, c in enumerate(window) if c == "\n"]
+    end = max(ends, default=0) or window.rfind(" ")
+    return text[: end if end > 0 else max_chars].rstrip()
+
+
+def without_note(text: str) -> str:
+    """A user message as the person wrote it: the volatile note the loop appended taken off."""
+    head, sep, tail = text.rpartition("\n\n" + NOTE_START)
+    return head if sep and "\n" not in tail else text

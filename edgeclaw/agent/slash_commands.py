@@ -123,7 +123,10 @@ class SlashCommands:
             context = loop.model_info.known(provider.name) if loop.model_info is not None else ""
             if context:
                 state += f"; context {context}"
-            if getattr(provider, "tools_supported", None) is False:
+            note = loop.model_info.tools_note(provider.name) if loop.model_info is not None else ""
+            if note:
+                state += f"; {note}"
+            elif getattr(provider, "tools_supported", None) is False:
                 state += "; takes no tools (plain chat and slash commands only)"
             lines.append(f"  model {provider.name} ({provider.kind}, {provider.model}): {state}")
         totals = stats.totals()

@@ -37,8 +37,32 @@ K1 = 1.2
 B = 0.75
 NAME_WEIGHT = 2  # a word of the tool's name counts as this many words of its description
 RECENT_TURNS = 3  # the turns before the newest one whose user text and tool calls count
+# Besides the usual stop words, a follow-up's fillers ("once more?", "and now?", "thanks"): matched
+# against tool descriptions they would put an unrelated tool ahead of the ones in use.
 _STOP = frozenset(
     {
+        "about",
+        "again",
+        "all",
+        "also",
+        "any",
+        "just",
+        "more",
+        "much",
+        "now",
+        "ok",
+        "okay",
+        "once",
+        "same",
+        "some",
+        "still",
+        "thank",
+        "thanks",
+        "then",
+        "there",
+        "too",
+        "very",
+        "yes",
         "a",
         "an",
         "and",
@@ -196,14 +220,37 @@ def rank(
     in_use: Iterable[str] = (),
     vocabulary: Mapping[str, str] | None = None,
     cost: Sequence[int] | None = None,
+    newest: str = "",
+    current: Iterable[str] = (),
+    per_cost: bool = False,
 ) -> list[int]:
-    """Indexes of `definitions`, best first: the tools in use, then by BM25 score; among equals the
-    cheaper (`cost`, e.g. tokens) first, so more of them fit; then as given."""
-    used = set(in_use)
+    """Indexes of `definitions`, best first: the tools the newest turn called (`current`: the model is
+    halfway through a task), those whose words the message being answered (`newest`) uses, the other
+    tools in use, those whose words the recent turns (`query`) use, the rest; within each, by BM25
+    score (against `newest`, then `query`), or with `per_cost` by that score a token (to fill a room:
+    two cheap tools before one dear one); among equals the cheaper (`cost`, e.g. tokens) first, so
+    more of them fit; then as given."""
+    used, now_used = set(in_use), set(current)
     score = scores(definitions, query, vocabulary)
+    now = scores(definitions, newest, vocabulary) if newest else [0.0] * len(definitions)
     names = [definition_parts(d)[0] for d in definitions]
     costs = cost or [0] * len(definitions)
-    return sorted(range(len(definitions)), key=lambda i: (names[i] not in used, -score[i], costs[i], i))
+
+    def tier(i: int) -> int:
+        if names[i] in now_used:
+            return 0
+        if now[i] > 0:
+            return 1
+        if names[i] in used:
+            return 2
+        return 3 if score[i] > 0 else 4
+
+    def worth(i: int) -> tuple[float, float]:
+        if per_cost:
+            return -(now[i] or score[i]) / max(1, costs[i]), 0.0
+        return -now[i], -score[i]
+
+    return sorted(range(len(definitions)), key=lambda i: (tier(i), *worth(i), costs[i], i))
 
 
 def first_sentence(text: str) -> str:

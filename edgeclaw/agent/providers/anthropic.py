@@ -120,10 +120,12 @@ class AnthropicProvider(HttpProvider):
                 add("user", [*pictures, {"type": "text", "text": m.content}])
         return out
 
-    def _body(self, system: str, messages: Sequence[Message], tools: list[dict[str, Any]]) -> dict[str, Any]:
+    def _body(
+        self, system: str, messages: Sequence[Message], tools: list[dict[str, Any]], max_tokens: int
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
-            "max_tokens": self._max_tokens,
+            "max_tokens": max_tokens,
             "messages": self._wire_messages(messages),
         }
         system_blocks, tools = cache_marked(system, tools)

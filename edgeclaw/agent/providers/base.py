@@ -79,8 +79,10 @@ class Provider(Protocol):
         messages: Sequence[Message],
         tools: list[dict[str, Any]],
         on_text: TextSink | None = None,
+        max_tokens: int | None = None,
     ) -> Completion:
-        """One request; the answer's text also goes to `on_text` as it arrives. Raises ProviderError."""
+        """One request; the answer's text also goes to `on_text` as it arrives; `max_tokens` (when
+        given) bounds the answer below the configured limit. Raises ProviderError."""
         ...
 
     async def probe_tools(self) -> bool | None:

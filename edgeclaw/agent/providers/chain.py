@@ -26,10 +26,11 @@ log = logging.getLogger("edgeclaw.providers")
 
 # (provider name, definition format) -> tool definitions filtered for that provider
 ToolsFor = Callable[[str, str], list[dict[str, Any]]]
-# (provider, system, messages, tools) -> the same, shaped to that provider's model (its context size)
+# (provider, system, messages, tools) -> the same, shaped to that provider's model (its context size),
+# and the answer's room in what the context leaves (None: the provider's configured max_tokens)
 FitRequest = Callable[
     [Provider, str, Sequence[Message], list[dict[str, Any]]],
-    Awaitable[tuple[str, Sequence[Message], list[dict[str, Any]]]],
+    Awaitable[tuple[str, Sequence[Message], list[dict[str, Any]], int | None]],
 ]
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -116,9 +117,9 @@ class ProviderChain:
             supported = await provider.probe_tools()
             tools = tools_for(provider.name, provider.tool_format) if supported is not False else []
             refused: tuple[int, str] | None = None
-            sent_system, sent = system, messages
+            sent_system, sent, answer_tokens = system, messages, None
             if fit is not None:  # each provider's own context: a fallback may take more than the first
-                sent_system, sent, tools = await fit(provider, system, messages, tools)
+                sent_system, sent, tools, answer_tokens = await fit(provider, system, messages, tools)
             for attempt in range(self.retry.attempts):
                 health.requests += 1
                 if streamed:
@@ -128,7 +129,7 @@ class ProviderChain:
                         restart()
                 try:
                     completion = await provider.complete(
-                        sent_system, sent, tools, deliver if on_text is not None else None
+                        sent_system, sent, tools, deliver if on_text is not None else None, answer_tokens
                     )
                 except ProviderError as e:
                     health.ok, health.last_error = False, str(e)

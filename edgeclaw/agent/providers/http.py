@@ -280,16 +280,20 @@ class HttpProvider:
         messages: Sequence[Message],
         tools: list[dict[str, Any]],
         on_text: TextSink | None = None,
+        max_tokens: int | None = None,
     ) -> Completion:
         """One request, its system prompt and messages scrubbed first. Raises ProviderError.
 
         With `stream` on, the answer is asked for as a stream and its text goes to `on_text` as it
         arrives; otherwise (or when the server answers in one piece) `on_text` gets it whole.
+        `max_tokens` is this request's answer room (fitted to the model's context), at most the
+        configured one.
         """
+        answer = min(max_tokens, self._max_tokens) if max_tokens else self._max_tokens
         scrub = self._scrub
         system, messages = scrub(system), [scrub_message(m, scrub) for m in messages]
         try:
-            return await self._complete(system, messages, tools, on_text)
+            return await self._complete(system, messages, tools, on_text, answer)
         except ProviderError as e:
             # A server that refuses tools for this model: remember it, and ask again without them (the
             # model then answers in plain chat; the banner and /status say so).
@@ -299,12 +303,17 @@ class HttpProvider:
             log.warning(
                 "%s: model %s takes no tools: plain chat and slash commands only", self.name, self.model
             )
-            return await self._complete(system, messages, [], on_text)
+            return await self._complete(system, messages, [], on_text, answer)
 
     async def _complete(
-        self, system: str, messages: Sequence[Message], tools: list[dict[str, Any]], on_text: TextSink | None
+        self,
+        system: str,
+        messages: Sequence[Message],
+        tools: list[dict[str, Any]],
+        on_text: TextSink | None,
+        max_tokens: int,
     ) -> Completion:
-        body = self._body(system, messages, tools)
+        body = self._body(system, messages, tools, max_tokens)
         try:
             async with asyncio.timeout(self._timeout_s):
                 if self._stream:
@@ -346,7 +355,9 @@ class HttpProvider:
     def _headers(self) -> dict[str, str]:
         return {}
 
-    def _body(self, system: str, messages: Sequence[Message], tools: list[dict[str, Any]]) -> dict[str, Any]:
+    def _body(
+        self, system: str, messages: Sequence[Message], tools: list[dict[str, Any]], max_tokens: int
+    ) -> dict[str, Any]:
         raise NotImplementedError(f"{type(self).__name__} does not define its wire format (_body)")
 
     def _stream_body(self, body: dict[str, Any]) -> dict[str, Any]:

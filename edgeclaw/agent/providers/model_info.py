@@ -14,6 +14,13 @@ asked once:
   `num_ctx` is taken when the model sets it, else the smaller of the
   model's length and `OLLAMA_DEFAULT_CONTEXT`.
 
+The same answers say whether the server's chat template takes tools at
+all: llama.cpp's `/props` has `chat_template_caps.supports_tools`. A template that cannot render tools makes
+llama-server drop every definition without a word, so the model never
+sees them; edgeclaw then sends none, says so once in the log at first
+contact and in `/status` (`tools_note`), with the fix (`TEMPLATE_FIX`).
+With `context_tokens` configured the server is still asked, once, for this.
+
 `{root}` is the provider's `base_url` without its `/v1`. Public endpoints
 are not asked (their models' contexts dwarf any request edgeclaw makes).
 Anything that goes wrong (no such endpoint, a timeout, an answer without
@@ -42,6 +49,19 @@ OLLAMA_DEFAULT_URL = "http://127.0.0.1:11434"  # where kind "ollama" talks when 
 ASK_TIMEOUT_S = 5.0
 RETRY_S = 60.0
 PUBLIC_ENDPOINTS = frozenset(u.rstrip("/") for u in (OPENAI_BASE_URL, ANTHROPIC_BASE_URL))
+TOOLS_UNAVAILABLE = "tools unavailable: the server's chat template cannot take them"
+TEMPLATE_FIX = (
+    "start llama-server with --jinja, and with --chat-template-file naming a template that takes "
+    "tools when the model's own does not (edgeclaw sends none until then: plain chat and slash commands)"
+)
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    """What a local server said of its model: its context (tokens) and whether its template takes tools."""
+
+    context: int | None = None
+    tools: bool | None = None  # None: not said (assumed yes)
 
 
 @dataclass(frozen=True)
@@ -75,6 +95,19 @@ def llama_cpp_context(props: Any) -> int | None:
     return None
 
 
+def llama_cpp_tools(props: Any) -> bool | None:
+    """Whether the chat template takes tools, from llama.cpp's `/props` (`chat_template_caps`)."""
+    caps = props.get("chat_template_caps") if isinstance(props, dict) else None
+    supports = caps.get("supports_tools") if isinstance(caps, dict) else None
+    return supports if isinstance(supports, bool) else None
+
+
+def template_note(props: Any) -> str:
+    """For doctor and the console's banner: "" when llama.cpp's `/props` answer shows a template that
+    takes tools (or says nothing of it), else what is wrong and the fix."""
+    return f"{TOOLS_UNAVAILABLE}; {TEMPLATE_FIX}" if llama_cpp_tools(props) is False else ""
+
+
 def ollama_context(show: Any) -> int | None:
     """The context Ollama runs the model with, from its `/api/show` answer (see the module's docstring)."""
     if not isinstance(show, dict):
@@ -95,18 +128,21 @@ def ollama_context(show: Any) -> int | None:
 
 async def ask_server(
     client: httpx.AsyncClient, base_url: str, model: str, kind: str = "openai", api_key: str = ""
-) -> int | None:
-    """The context size a local server reports for `model`: llama.cpp's `/props`, else Ollama's
-    `/api/show`; None when neither answers with one."""
+) -> ServerFacts:
+    """What a local server reports for `model`: llama.cpp's `/props`, else Ollama's `/api/show`;
+    empty facts when neither answers."""
     import httpx
 
     root = server_root(base_url)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    attempts: list[tuple[str, str, dict[str, Any] | None, Callable[[Any], int | None]]] = []
+    Read = Callable[[Any], int | None]
+    attempts: list[tuple[str, str, dict[str, Any] | None, Read, Callable[[Any], bool | None]]] = []
     if kind != "ollama":
-        attempts.append(("GET", "/props", None, llama_cpp_context))
-    attempts.append(("POST", "/api/show", {"model": model}, ollama_context))
-    for method, path, body, read in attempts:
+        attempts.append(("GET", "/props", None, llama_cpp_context, llama_cpp_tools))
+    # Ollama's own "no tools" (its capabilities) is the Ollama provider's to tell (providers.ollama).
+    attempts.append(("POST", "/api/show", {"model": model}, ollama_context, lambda _: None))
+    tools: bool | None = None
+    for method, path, body, read, read_tools in attempts:
         try:
             response = await client.request(
                 method, root + path, json=body, headers=headers, timeout=ASK_TIMEOUT_S
@@ -114,17 +150,20 @@ async def ask_server(
         except httpx.HTTPError as e:
             log.debug("context size: %s%s: %s", root, path, e)
             if isinstance(e, httpx.TransportError) and not isinstance(e, httpx.TimeoutException):
-                return None  # nobody listens there: the other endpoint is on the same server
+                break  # nobody listens there: the other endpoint is on the same server
             continue
         if response.status_code != 200:
             continue
         try:
-            size = read(response.json())
+            answer = response.json()
         except ValueError:
             continue
+        said = read_tools(answer)
+        tools = said if said is not None else tools
+        size = read(answer)
         if size is not None:
-            return size
-    return None
+            return ServerFacts(size, tools)
+    return ServerFacts(None, tools)
 
 
 class ModelInfo:
@@ -136,6 +175,8 @@ class ModelInfo:
         self._models: dict[str, ProviderModel] = {}
         self._known: dict[str, int] = {}
         self._source: dict[str, str] = {}  # "configured" or "from the server", for /status
+        self._tools: dict[str, bool] = {}  # whether the server's template takes tools, when it said
+        self._settled: set[str] = set()  # providers whose server need not be asked again
         self._failed_at: dict[str, float] = {}
 
     def add(self, model: ProviderModel) -> None:
@@ -152,21 +193,44 @@ class ModelInfo:
     def model(self, name: str) -> ProviderModel | None:
         return self._models.get(name)
 
+    def tools_note(self, name: str) -> str:
+        """For /status, doctor and the console's banner: "" unless the server said its chat template
+        cannot take tools; then that, and the fix."""
+        return f"{TOOLS_UNAVAILABLE}; {TEMPLATE_FIX}" if self._tools.get(name) is False else ""
+
+    async def takes_tools(self, name: str) -> bool | None:
+        """Whether the provider's server takes tools (asked at first contact); None: it did not say."""
+        await self._learn(name)
+        return self._tools.get(name)
+
     async def context_tokens(self, name: str) -> int | None:
         """The provider's context size; None when it is not configured and its server does not say."""
-        if name in self._known:
-            return self._known[name]
+        await self._learn(name)
+        return self._known.get(name)
+
+    async def _learn(self, name: str) -> None:
+        """Ask the provider's server once what it knows (see the module's docstring)."""
+        if name in self._settled:
+            return
         model = self._models.get(name)
-        if model is None or model.kind == "anthropic":
-            return None
-        base = (model.base_url or (OLLAMA_DEFAULT_URL if model.kind == "ollama" else "")).rstrip("/")
-        if not base or base in PUBLIC_ENDPOINTS:
-            return None
+        base = ""
+        if model is not None and model.kind != "anthropic":
+            base = (model.base_url or (OLLAMA_DEFAULT_URL if model.kind == "ollama" else "")).rstrip("/")
+        if model is None or not base or base in PUBLIC_ENDPOINTS:
+            self._settled.add(name)
+            return
         failed = self._failed_at.get(name)
         if failed is not None and self._clock() - failed < RETRY_S:
-            return None
-        size = await ask_server(self._client(), base, model.model, model.kind, model.api_key)
-        if size is None:
+            return
+        facts = await ask_server(self._client(), base, model.model, model.kind, model.api_key)
+        if facts.tools is not None and name not in self._tools:
+            self._tools[name] = facts.tools
+            if not facts.tools:
+                log.warning("%s: %s; %s", name, TOOLS_UNAVAILABLE, TEMPLATE_FIX)
+        if name in self._known:  # configured: the server was asked for its template only, once
+            self._settled.add(name)
+            return
+        if facts.context is None:
             if failed is None:
                 log.info(
                     "%s: the server did not say its context size (llama.cpp /props, Ollama /api/show); "
@@ -175,9 +239,9 @@ class ModelInfo:
                     name,
                 )
             self._failed_at[name] = self._clock()
-            return None
-        log.info("%s: context size %d tokens (from the server)", name, size)
-        self._known[name] = size
+            return
+        log.info("%s: context size %d tokens (from the server)", name, facts.context)
+        self._known[name] = facts.context
         self._source[name] = "from the server"
         self._failed_at.pop(name, None)
-        return size
+        self._settled.add(name)

@@ -85,12 +85,14 @@ class OllamaProvider(HttpProvider):
             )
         return self.tools_supported
 
-    def _body(self, system: str, messages: Sequence[Message], tools: list[dict[str, Any]]) -> dict[str, Any]:
+    def _body(
+        self, system: str, messages: Sequence[Message], tools: list[dict[str, Any]], max_tokens: int
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
             "messages": wire_messages(system, messages),
             "stream": False,
-            "options": {"num_predict": self._max_tokens},
+            "options": {"num_predict": max_tokens},
         }
         if self._num_ctx:
             body["options"]["num_ctx"] = self._num_ctx

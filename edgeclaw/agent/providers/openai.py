@@ -90,11 +90,13 @@ class OpenAIProvider(HttpProvider):
     def _wire_messages(self, system: str, messages: Sequence[Message]) -> list[dict[str, Any]]:
         return wire_messages(system, messages)
 
-    def _body(self, system: str, messages: Sequence[Message], tools: list[dict[str, Any]]) -> dict[str, Any]:
+    def _body(
+        self, system: str, messages: Sequence[Message], tools: list[dict[str, Any]], max_tokens: int
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
             "messages": wire_messages(system, messages),
-            "max_tokens": self._max_tokens,
+            "max_tokens": max_tokens,
         }
         if tools:
             body["tools"] = tools

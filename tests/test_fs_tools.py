@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from edgeclaw.errors import ToolError, ToolRefused
-from edgeclaw.tools import fs
 from edgeclaw.tools.base import Tool, ToolContext, ToolResult
-from edgeclaw.tools.fs import (
+from edgeclaw.tools.fs import files as fs
+from edgeclaw.tools.fs.files import (
     EditFileTool,
     FileAppendTool,
     GlobTool,
@@ -23,8 +23,8 @@ from edgeclaw.tools.fs import (
     WriteFileTool,
     fs_tools,
 )
+from edgeclaw.tools.fs.workspace import Workspace
 from edgeclaw.tools.schema import ArgumentError, compile_schema
-from edgeclaw.tools.workspace import Workspace
 
 CTX = ToolContext()
 LIMIT = 4096  # a small max_file_bytes keeps the size tests fast

@@ -13,11 +13,12 @@ import pytest
 from packaging.requirements import Requirement
 
 from edgeclaw.errors import ToolError
-from edgeclaw.tools import fs, pattern_match
 from edgeclaw.tools.base import ToolContext
-from edgeclaw.tools.fs import GlobTool, SearchTool
-from edgeclaw.tools.pattern_match import Deadline, Matcher, MatchTimeout, PatternError
-from edgeclaw.tools.workspace import Workspace
+from edgeclaw.tools.fs import files as fs
+from edgeclaw.tools.fs import pattern_match
+from edgeclaw.tools.fs.files import GlobTool, SearchTool
+from edgeclaw.tools.fs.pattern_match import Deadline, Matcher, MatchTimeout, PatternError
+from edgeclaw.tools.fs.workspace import Workspace
 
 pytestmark = pytest.mark.arm_smoke
 CTX = ToolContext()

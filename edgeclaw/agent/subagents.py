@@ -42,7 +42,7 @@ from edgeclaw.agent.providers.base import ProviderError
 from edgeclaw.errors import ToolRefused
 from edgeclaw.store.subagents import SubagentRow, SubagentStore
 from edgeclaw.tools.base import ToolContext
-from edgeclaw.tools.subagents import SpawnRequest, describe
+from edgeclaw.tools.sessions.subagents import SpawnRequest, describe
 
 log = logging.getLogger("edgeclaw.subagents")
 

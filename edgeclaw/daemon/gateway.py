@@ -444,7 +444,7 @@ async def apply_update(runtime: Runtime, args: dict[str, Any], by: str, restart:
 
 
 def reload_custom_tools(runtime: Runtime) -> dict[str, Any]:
-    from edgeclaw.tools.custom import custom_tools_for
+    from edgeclaw.tools.runtime.custom import custom_tools_for
 
     custom = custom_tools_for(runtime.registry)
     if custom is None and runtime.mcp is not None:

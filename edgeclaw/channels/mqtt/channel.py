@@ -102,10 +102,10 @@ from edgeclaw.tools.approval import ApprovalBroker, ApprovalRequest, Decision, V
 from edgeclaw.tools.audit import AuditRecord, AuditTrail
 from edgeclaw.tools.automation.targets import Delivery, DeliveryError, topic_problem
 from edgeclaw.tools.base import ToolContext
-from edgeclaw.tools.custom import CustomTools, InvalidDefinition
 from edgeclaw.tools.outlets import DeliveryFailed, Outlets
 from edgeclaw.tools.outlets import Outgoing as OutletMessage
 from edgeclaw.tools.registry import Registry
+from edgeclaw.tools.runtime.custom import CustomTools, InvalidDefinition
 
 if TYPE_CHECKING:
     from edgeclaw.agent.loop import AgentLoop
@@ -1258,7 +1258,7 @@ class MqttChannel:
 
     async def _run_admin(self, admin: AdminRequest, caller: str) -> bytes:
         """Define, remove or list runtime custom tools. Definitions take effect at once and are kept
-        across restarts (edgeclaw.tools.custom); environment values are never echoed back. Every
+        across restarts (edgeclaw.tools.runtime.custom); environment values are never echoed back. Every
         change is an event of the audit trail (who, what, which tool; never the definition)."""
         custom = self.custom_tools
         if custom is None:

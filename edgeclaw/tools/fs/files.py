@@ -31,7 +31,7 @@ from typing import Any, ClassVar, ParamSpec, Protocol, TypeVar
 
 from edgeclaw.errors import ToolError, ToolRefused
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
-from edgeclaw.tools.pattern_match import (
+from edgeclaw.tools.fs.pattern_match import (
     Deadline,
     MatchEngineFailed,
     Matcher,
@@ -39,7 +39,7 @@ from edgeclaw.tools.pattern_match import (
     Pattern,
     PatternError,
 )
-from edgeclaw.tools.workspace import FileTooLarge, IsADirectory, Workspace, format_size, refuse_hard_links
+from edgeclaw.tools.fs.workspace import FileTooLarge, IsADirectory, Workspace, format_size, refuse_hard_links
 
 __all__ = [
     "EditFileTool",

@@ -36,7 +36,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from edgeclaw.tools.shell_syntax import Command, Word, parse
+from edgeclaw.tools.runtime.shell_syntax import Command, Word, parse
 
 Role = Literal["program", "code", "unknown", "data", "syntax"]
 

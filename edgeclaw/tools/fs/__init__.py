@@ -1,0 +1,7 @@
+"""The fs group: read_file, write_file, edit_file, file_append, list_files, search, glob and read_bytes.
+
+- `workspace`: path scoping (NUL, `..`, encoded traversal, symlink escape) and the one safe read;
+- `files`: the file tools; a `PathRouter` (the virtual file system) may claim paths first;
+- `read_bytes`: chunks of a file for programs;
+- `pattern_match` (and `pattern_worker`): regular expressions under a deadline for search and glob.
+"""

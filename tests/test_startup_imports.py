@@ -26,7 +26,7 @@ NOT_AT_START = (
     "edgeclaw.tools.mcp.bridge",
     "click",  # httpx's command line, dragged in by a top-level `import httpx`
     "edgeclaw.backends.web.extract",  # web_fetch's body readers: on the first fetch
-    # The tool families built on first use (daemon.tool_families), and what only they import:
+    # The tool families built on first use (edgeclaw.tool_groups), and what only they import:
     "edgeclaw.tools.hardware",
     "edgeclaw.tools.media",
     "edgeclaw.backends.media",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from edgeclaw.config.schema import Config
-from edgeclaw.daemon.tool_families import AGENT_TOOLS
+from edgeclaw.tool_groups import AGENT_TOOLS
 from edgeclaw.tools.sessions.listing import SessionsHistoryTool
 
 if TYPE_CHECKING:

@@ -40,7 +40,7 @@ class MemoryRuntime:
     prompt: PromptContext
     skills: SkillLibrary | None
     embedder: HttpEmbedder | None
-    # memory_* and, with skills on, skill_search: the names `daemon.tool_families` gives for them.
+    # memory_* and, with skills on, skill_search: the names `edgeclaw.tool_groups` gives for them.
     tools: list[Tool]
 
 

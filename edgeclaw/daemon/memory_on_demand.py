@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from edgeclaw.daemon.tool_families import memory_tool_groups
+from edgeclaw.tool_groups import memory_tool_groups
 from edgeclaw.tools.fs.files import ROUTED_TOOLS
 
 if TYPE_CHECKING:

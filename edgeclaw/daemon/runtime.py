@@ -218,7 +218,7 @@ def build_runtime(
     from edgeclaw.backends.hub import BoardBackends
     from edgeclaw.config.loader import policy_rules
     from edgeclaw.config.secrets import resolve_secrets
-    from edgeclaw.daemon.tool_families import HARDWARE_TOOLS, MEDIA_TOOLS, web_tool_groups
+    from edgeclaw.tool_groups import HARDWARE_TOOLS, MEDIA_TOOLS, web_tool_groups
     from edgeclaw.tools.fs.files import fs_tools
     from edgeclaw.tools.fs.workspace import Workspace
     from edgeclaw.tools.policy import PolicyEngine

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgeclaw.errors import BackendError, ToolError, ToolRefused
+from edgeclaw.tool_groups import declared_group_problem
 from edgeclaw.tools.audit import AuditRecord, ToolStats, args_digest
 from edgeclaw.tools.base import PendingApproval, ProgressSink, Tool, ToolContext, ToolInfo, ToolResult
 from edgeclaw.tools.model_schema import for_models
@@ -155,7 +156,10 @@ class Registry:
     def _add(self, tool: Tool) -> None:
         validate = compile_schema(tool.parameters)
         timeout = tool.timeout_s if tool.timeout_s is not None else self.default_timeout_s
-        self._tools[tool.name] = _Registered(tool, validate, timeout)
+        registered = _Registered(tool, validate, timeout)
+        if problem := declared_group_problem(tool.name, registered.info.group):
+            raise ValueError(problem)
+        self._tools[tool.name] = registered
 
     def register_all(self, tools: Iterable[Tool]) -> None:
         for tool in tools:

@@ -38,6 +38,7 @@ from edgeclaw.config.schema import Config
 from edgeclaw.errors import ConfigError, ToolRefused
 from edgeclaw.store.custom_tools import CustomToolStore
 from edgeclaw.store.secretbox import CryptoUnavailable, SecretBox
+from edgeclaw.tool_groups import RESERVED_NAMES
 from edgeclaw.tools.base import Args, PendingApproval, Tool, ToolContext, ToolResult
 from edgeclaw.tools.policy import KNOWN_TOOL_NAMES
 from edgeclaw.tools.runtime.command_text import normalise
@@ -146,7 +147,7 @@ def parse_definition(data: Mapping[str, Any], *, source: str = "runtime") -> Cus
         raise InvalidDefinition(
             f"name {name!r}: expected lowercase letters, digits and '_', starting with a letter (at most 64)"
         )
-    if name in KNOWN_TOOL_NAMES:
+    if name in KNOWN_TOOL_NAMES or name in RESERVED_NAMES:
         raise InvalidDefinition(f"name {name!r} is a built-in tool's name")
     description = data.get("description", "")
     if not isinstance(description, str) or len(description) > 2000:

@@ -41,7 +41,7 @@ from edgeclaw.channels.console.port import PacedWriter, PortGone, SerialPort
 from edgeclaw.channels.console.progress import ConsoleProgress
 from edgeclaw.channels.console.render import Bounded, RowStream, encode_rows, layout, to_rows
 from edgeclaw.tools.approval import ApprovalRequest, Decision
-from edgeclaw.tools.registry import TRUNCATION_NOTE
+from edgeclaw.tools.outcome import TRUNCATION_NOTE
 from edgeclaw.wording import plural
 
 CHANNEL = "console"

@@ -2,6 +2,7 @@
 
 - `workspace`: path scoping (NUL, `..`, encoded traversal, symlink escape) and the one safe read;
 - `files`: the file tools; a `PathRouter` (the virtual file system) may claim paths first;
-- `read_bytes`: chunks of a file for programs;
-- `pattern_match` (and `pattern_worker`): regular expressions under a deadline for search and glob.
+- `file_io`: their reads and atomic writes; `walk`: bounded directory walks; `globs`: globs as
+  patterns and matching under a deadline, through `pattern_match` (and `pattern_worker`);
+- `read_bytes`: chunks of a file for programs.
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from edgeclaw.tools.fs.files import write_atomically
+from edgeclaw.tools.fs.file_io import write_atomically
 from edgeclaw.tools.fs.workspace import Workspace
 
 MEDIA_DIR = "media"

@@ -69,3 +69,8 @@ def test_the_registry_refuses_a_tool_whose_group_disagrees() -> None:
 
     with pytest.raises(ValueError, match="lists it under 'runtime'"):
         Registry(PolicyEngine(PolicyRules())).register(Misfiled())
+
+
+def test_the_registry_refuses_a_deferred_family_whose_groups_disagree() -> None:
+    with pytest.raises(ValueError, match="lists it under 'hardware'"):
+        Registry(PolicyEngine(PolicyRules())).register_deferred({"camera": "media"}, list)

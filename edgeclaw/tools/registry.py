@@ -115,6 +115,8 @@ class Registry:
         for name in groups:
             if name in self._tools or name in self._deferred:
                 raise ValueError(f"a tool named {name!r} is already registered")
+            if problem := declared_group_problem(name, groups[name]):
+                raise ValueError(problem)
         family = _Deferred(groups, load)
         for name in groups:
             self._deferred[name] = family

@@ -86,7 +86,7 @@ def rss_kib() -> int:
 # -- latency ------------------------------------------------------------------------------------------
 async def latency(samples: int) -> tuple[float, float]:
     from edgeclaw.agent.channel import InboundMessage
-    from edgeclaw.tools.subagents import SpawnRequest
+    from edgeclaw.tools.sessions.subagents import SpawnRequest
 
     arrivals: dict[str, float] = {}
 
@@ -142,7 +142,7 @@ def script_memory(llm: ScriptedLLM, steps: list[int]) -> None:
 async def memory_child(url: str) -> dict[str, float]:
     """RSS of the parent alone, then with 8 idle children, then with 8 running children."""
     from edgeclaw.agent.channel import InboundMessage
-    from edgeclaw.tools.subagents import SpawnRequest
+    from edgeclaw.tools.sessions.subagents import SpawnRequest
 
     class Remote:
         pass
@@ -194,7 +194,7 @@ def memory() -> dict[str, float]:
 
 # -- announce batching ----------------------------------------------------------------------------------
 async def batching(children: int = 50) -> tuple[int, float, float, int]:
-    from edgeclaw.tools.subagents import SpawnRequest
+    from edgeclaw.tools.sessions.subagents import SpawnRequest
 
     with ScriptedLLM() as llm, tempfile.TemporaryDirectory() as state:
         runtime, _agent = build(

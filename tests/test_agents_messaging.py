@@ -24,7 +24,7 @@ from edgeclaw.errors import ConfigErrors
 from edgeclaw.store.context_files import AGENT_SCOPE
 from edgeclaw.tools.base import ToolContext
 from edgeclaw.tools.outlets import DeliveryFailed, Outgoing
-from edgeclaw.tools.subagents import SpawnRequest
+from edgeclaw.tools.sessions.subagents import SpawnRequest
 from tests.llm_server import Scripted, ScriptedLLM, openai_text, openai_tools, system_text, task_is
 
 SESSION = "cli:tech"

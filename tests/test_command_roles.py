@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from edgeclaw.tools.command_roles import analyse, stdin_runner
-from edgeclaw.tools.shell_syntax import Expansion, Slot, parse
+from edgeclaw.tools.runtime.command_roles import analyse, stdin_runner
+from edgeclaw.tools.runtime.shell_syntax import Expansion, Slot, parse
 
 
 def words(text: str) -> list[list[str]]:

@@ -18,7 +18,7 @@ from shell_helpers import ctx, make_runtime
 from edgeclaw.errors import BackendError
 from edgeclaw.store.custom_tools import CustomToolStore
 from edgeclaw.store.secretbox import SecretBox
-from edgeclaw.tools.custom import InvalidDefinition, custom_tools_for, parse_definition
+from edgeclaw.tools.runtime.custom import InvalidDefinition, custom_tools_for, parse_definition
 
 pytestmark = pytest.mark.skipif(
     not (os.path.exists("/usr/bin/firejail") or os.path.exists("/usr/bin/bwrap")),

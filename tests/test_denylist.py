@@ -8,8 +8,8 @@ import re
 import pytest
 
 from edgeclaw.errors import ToolRefused
-from edgeclaw.tools.command_text import analysis_views, normalise, program_of, simple_commands
-from edgeclaw.tools.denylist import DENY_GROUPS, DenyList, Risk, canonical_group
+from edgeclaw.tools.runtime.command_text import analysis_views, normalise, program_of, simple_commands
+from edgeclaw.tools.runtime.denylist import DENY_GROUPS, DenyList, Risk, canonical_group
 
 ZWSP = "\u200b"
 ZWJ = "\u200d"

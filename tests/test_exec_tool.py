@@ -20,7 +20,7 @@ from edgeclaw.errors import ToolRefused
 from edgeclaw.store.approvals import ApprovalStore
 from edgeclaw.tools.approval import Decision
 from edgeclaw.tools.base import ToolContext
-from edgeclaw.tools.custom import custom_tools_for
+from edgeclaw.tools.runtime.custom import custom_tools_for
 
 pytestmark = pytest.mark.skipif(
     not (os.path.exists("/usr/bin/firejail") or os.path.exists("/usr/bin/bwrap")),

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from edgeclaw.errors import ToolError, ToolRefused
-from edgeclaw.tools import fs
 from edgeclaw.tools.base import Tool, ToolContext, ToolResult
-from edgeclaw.tools.fs import (
+from edgeclaw.tools.fs import file_io, globs
+from edgeclaw.tools.fs import files as fs
+from edgeclaw.tools.fs.files import (
     EditFileTool,
     FileAppendTool,
     GlobTool,
@@ -23,8 +24,8 @@ from edgeclaw.tools.fs import (
     WriteFileTool,
     fs_tools,
 )
+from edgeclaw.tools.fs.workspace import Workspace
 from edgeclaw.tools.schema import ArgumentError, compile_schema
-from edgeclaw.tools.workspace import Workspace
 
 CTX = ToolContext()
 LIMIT = 4096  # a small max_file_bytes keeps the size tests fast
@@ -229,7 +230,7 @@ async def test_special_files_are_refused_before_they_are_opened(
 
 
 async def test_read_big_file_goes_through_thread(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fs, "INLINE_IO_BYTES", 10)
+    monkeypatch.setattr(file_io, "INLINE_IO_BYTES", 10)
     out = await run(ReadFileTool(ws), path="lines.txt", start_line=10)
     assert out.endswith("line 10")
 
@@ -269,7 +270,7 @@ async def test_write_is_atomic_on_failure(ws: Workspace, monkeypatch: pytest.Mon
     def broken_replace(*args: Any, **kwargs: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(fs.os, "replace", broken_replace)
+    monkeypatch.setattr(file_io.os, "replace", broken_replace)
     with pytest.raises(ToolError, match="previous content is unchanged"):
         await WriteFileTool(ws).execute({"path": "pyproject.toml", "content": "garbage"}, CTX)
     monkeypatch.undo()
@@ -373,7 +374,7 @@ async def test_append_that_fails_half_way_leaves_the_file_as_it_was(
             return real_write(fd, data[:4])  # a short write, then the disk is full
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(fs.os, "write", disk_fills_up)
+    monkeypatch.setattr(file_io.os, "write", disk_fills_up)
     with pytest.raises(ToolError, match="No space left"):
         await FileAppendTool(ws).execute({"path": "log.txt", "content": "half of this\n"}, CTX)
     monkeypatch.undo()
@@ -386,19 +387,19 @@ async def test_racing_appends_cannot_pass_the_size_limit_together(
     # Big appends run in threads; make a second one start while the first is writing.
     (ws.root / "grow.txt").write_text("x" * (LIMIT - 10))
     path, shown = ws.resolve("grow.txt"), "grow.txt"
-    real_write_all = fs._write_all
+    real_write_all = file_io.write_all
     second: list[BaseException | int] = []
 
     def write_all_with_a_rival(fd: int, data: bytes) -> None:
         if not second:
             try:
-                second.append(fs._append(ws, path, b"y" * 8, shown))
+                second.append(file_io.append_to(ws, path, b"y" * 8, shown))
             except (ToolError, ToolRefused) as exc:
                 second.append(exc)
         real_write_all(fd, data)
 
-    monkeypatch.setattr(fs, "_write_all", write_all_with_a_rival)
-    fs._append(ws, path, b"z" * 8, shown)
+    monkeypatch.setattr(file_io, "write_all", write_all_with_a_rival)
+    file_io.append_to(ws, path, b"z" * 8, shown)
     assert isinstance(second[0], ToolError) and "another call" in str(second[0])
     assert (ws.root / "grow.txt").stat().st_size <= LIMIT
 
@@ -413,7 +414,7 @@ async def test_parent_directories_are_not_made_through_a_symlink_raced_in(
     path, shown, data = tool._prepare(args)
     (ws.root / "new").symlink_to(outside)
     with pytest.raises(ToolRefused):
-        fs.write_atomically(ws, path, data, shown)
+        file_io.write_atomically(ws, path, data, shown)
     assert not (outside / "sub").exists()
 
 
@@ -575,7 +576,7 @@ async def test_a_pathological_search_neither_freezes_the_loop_nor_runs_forever(
 ) -> None:
     # Nested alternation: with `re` this holds the interpreter lock for far longer than anyone waits.
     (ws.root / "minified.js").write_text("a" * 200 + "!\n")
-    monkeypatch.setattr(fs, "MATCH_BUDGET_S", 0.5)
+    monkeypatch.setattr(globs, "MATCH_BUDGET_S", 0.5)
     loop = asyncio.get_running_loop()
     ticks = 0
 

@@ -22,7 +22,7 @@ from edgeclaw.backends.sim.tmp102 import decode_temperature
 from edgeclaw.channels.mqtt.peers import PeerDirectory
 from edgeclaw.channels.mqtt.topics import DeviceTopics
 from edgeclaw.net.signing import envelope
-from edgeclaw.tools.nodes import NodesPolicy
+from edgeclaw.tools.nodes.tool import NodesPolicy
 from tests.llm_server import Scripted, ScriptedLLM, openai_text, openai_tools
 from tests.mqtt_support import Caller, Mosquitto, daemon_env, needs_mosquitto, run_daemon, stop_daemon
 
@@ -369,7 +369,7 @@ def test_only_other_devices_reports_are_taken():
 def test_no_link_says_why():
     from edgeclaw.config.schema import NodesToolConfig
     from edgeclaw.tools.base import ToolContext
-    from edgeclaw.tools.nodes import PeerUnavailable, nodes_tool
+    from edgeclaw.tools.nodes.tool import PeerUnavailable, nodes_tool
 
     tool = nodes_tool(NodesToolConfig())
     with pytest.raises(PeerUnavailable, match=r"no MQTT connection"):
@@ -393,7 +393,7 @@ def test_the_restricted_profiles_leave_the_nodes_tool_out():
 
 
 def test_calls_need_mqtt_5_and_another_device():
-    from edgeclaw.tools.nodes import PeerUnavailable
+    from edgeclaw.tools.nodes.tool import PeerUnavailable
 
     v311 = PeerDirectory(None, DeviceTopics("edgeclaw", "me"), v5=False)  # type: ignore[arg-type]
     with pytest.raises(PeerUnavailable, match=r"needs MQTT 5"):

@@ -13,11 +13,11 @@ import pytest
 from packaging.requirements import Requirement
 
 from edgeclaw.errors import ToolError
-from edgeclaw.tools import fs, pattern_match
 from edgeclaw.tools.base import ToolContext
-from edgeclaw.tools.fs import GlobTool, SearchTool
-from edgeclaw.tools.pattern_match import Deadline, Matcher, MatchTimeout, PatternError
-from edgeclaw.tools.workspace import Workspace
+from edgeclaw.tools.fs import globs, pattern_match
+from edgeclaw.tools.fs.files import GlobTool, SearchTool
+from edgeclaw.tools.fs.pattern_match import Deadline, Matcher, MatchTimeout, PatternError
+from edgeclaw.tools.fs.workspace import Workspace
 
 pytestmark = pytest.mark.arm_smoke
 CTX = ToolContext()
@@ -83,7 +83,7 @@ async def test_a_pathological_pattern_is_stopped_and_the_loop_keeps_running(
     ws: Workspace, engine: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (ws.root / "minified.js").write_text("a" * 5000 + "!\n")
-    monkeypatch.setattr(fs, "MATCH_BUDGET_S", 1.0)
+    monkeypatch.setattr(globs, "MATCH_BUDGET_S", 1.0)
     before = _children()
     ticks = 0
 

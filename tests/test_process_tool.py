@@ -289,7 +289,7 @@ async def test_a_finished_command_leaves_nothing_behind(tmp_path: Path) -> None:
 
 
 async def test_finished_processes_are_forgotten_so_the_table_stays_bounded(tmp_path: Path) -> None:
-    from edgeclaw.tools.process import MAX_FINISHED_PER_CALLER, MAX_FINISHED_TOTAL
+    from edgeclaw.tools.runtime.process import MAX_FINISHED_PER_CALLER, MAX_FINISHED_TOTAL
 
     runtime = make_runtime(tmp_path, tools={"exec": {"security": "full"}, "rate_limit": 0})
     reg = runtime.registry

@@ -19,7 +19,7 @@ from edgeclaw.tools.base import Tool, ToolContext, ToolResult
 from edgeclaw.tools.policy import PolicyEngine, PolicyLayer, PolicyRules
 from edgeclaw.tools.ratelimit import MAX_TRACKED, RateLimiter
 from edgeclaw.tools.registry import Registry
-from edgeclaw.tools.session_status import SessionStatusTool
+from edgeclaw.tools.sessions.status import SessionStatusTool
 
 DEFAULTS = ToolsConfig()
 

@@ -11,9 +11,10 @@ import pytest
 from edgeclaw.errors import BackendError, ToolError, ToolRefused
 from edgeclaw.tools.audit import AuditRecord, args_digest
 from edgeclaw.tools.base import Tool, ToolContext, ToolResult
+from edgeclaw.tools.outcome import cap_text
 from edgeclaw.tools.policy import PolicyEngine, PolicyLayer, PolicyRules
 from edgeclaw.tools.ratelimit import RateLimiter
-from edgeclaw.tools.registry import Registry, cap_text
+from edgeclaw.tools.registry import Registry
 from edgeclaw.tools.schema import SchemaError
 from edgeclaw.tools.scrub import Scrubber
 

@@ -9,8 +9,9 @@ import pytest
 
 from edgeclaw.channels.console.render import layout, to_rows
 from edgeclaw.tools.base import Tool, ToolContext, ToolResult
+from edgeclaw.tools.outcome import TRUNCATION_NOTE, cap_text
 from edgeclaw.tools.policy import PolicyEngine, PolicyRules
-from edgeclaw.tools.registry import TRUNCATION_NOTE, Registry, cap_text
+from edgeclaw.tools.registry import Registry
 from edgeclaw.tools.scrub import Scrubber
 
 CTX = ToolContext(session_key="results")

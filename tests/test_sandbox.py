@@ -26,8 +26,8 @@ from edgeclaw.sandbox.cgroup import SandboxCgroups
 from edgeclaw.sandbox.firejail import FirejailBackend
 from edgeclaw.sandbox.manager import _PROBE_CACHE, probe
 from edgeclaw.sandbox.process import HeadTailBuffer, StreamBuffer
-from edgeclaw.tools.shell import ShellRunner
-from edgeclaw.tools.workspace import Workspace
+from edgeclaw.tools.fs.workspace import Workspace
+from edgeclaw.tools.runtime.shell import ShellRunner
 
 BACKENDS = [
     pytest.param(

@@ -1,6 +1,6 @@
-"""The shell tools' imports point one way: exec, process and custom use `tools/shell.py`; it uses none of
-them (not even behind a function or TYPE_CHECKING); `tools/shell_setup.py` is the one module that knows them
-all."""
+"""The shell tools' imports point one way: exec, process and custom use `tools/runtime/shell.py`; it
+uses none of them (not even behind a function or TYPE_CHECKING); `tools/runtime/shell_setup.py` is the
+one module that knows them all."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-TOOLS = Path(__file__).resolve().parent.parent / "edgeclaw" / "tools"
+TOOLS = Path(__file__).resolve().parent.parent / "edgeclaw" / "tools" / "runtime"
 TOOL_MODULES = {
-    "edgeclaw.tools.exec",
-    "edgeclaw.tools.process",
-    "edgeclaw.tools.custom",
-    "edgeclaw.tools.shell_setup",
+    "edgeclaw.tools.runtime.exec",
+    "edgeclaw.tools.runtime.process",
+    "edgeclaw.tools.runtime.custom",
+    "edgeclaw.tools.runtime.shell_setup",
 }
 
 
@@ -32,15 +32,17 @@ def imported_modules(path: Path) -> set[str]:
 def test_shell_imports_none_of_the_tools_that_use_it() -> None:
     assert imported_modules(TOOLS / "shell.py") & TOOL_MODULES == set()
     for user in ("exec.py", "process.py", "custom.py"):
-        assert "edgeclaw.tools.shell_setup" not in imported_modules(TOOLS / user)
-    assert {"edgeclaw.tools.exec", "edgeclaw.tools.process", "edgeclaw.tools.custom"} <= imported_modules(
-        TOOLS / "shell_setup.py"
-    )
+        assert "edgeclaw.tools.runtime.shell_setup" not in imported_modules(TOOLS / user)
+    assert {
+        "edgeclaw.tools.runtime.exec",
+        "edgeclaw.tools.runtime.process",
+        "edgeclaw.tools.runtime.custom",
+    } <= imported_modules(TOOLS / "shell_setup.py")
 
 
 def test_loading_shell_loads_no_tool_module() -> None:
     probe = (
-        "import sys, edgeclaw.tools.shell; "
+        "import sys, edgeclaw.tools.runtime.shell; "
         f"print(sorted(m for m in sys.modules if m in {sorted(TOOL_MODULES)!r}))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)

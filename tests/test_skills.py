@@ -11,8 +11,8 @@ import pytest
 from edgeclaw.config.loader import config_from_dict
 from edgeclaw.daemon.runtime import build_runtime
 from edgeclaw.tools.base import ToolContext
+from edgeclaw.tools.fs.workspace import Workspace
 from edgeclaw.tools.skills.library import BUILTIN_DIR, SkillLibrary, SkillRoot, parse_skill
-from edgeclaw.tools.workspace import Workspace
 from tests.llm_server import ScriptedLLM
 from tests.memory_support import LoopbackEmbedder
 

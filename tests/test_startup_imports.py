@@ -28,7 +28,7 @@ NOT_AT_START = (
     "edgeclaw.backends.web.extract",  # web_fetch's body readers: on the first fetch
     "edgeclaw.backends.web.body",
     "edgeclaw.backends.web.html_tree",
-    # The tool families built on first use (daemon.tool_families), and what only they import:
+    # The tool families built on first use (edgeclaw.tool_groups), and what only they import:
     "edgeclaw.tools.hardware",
     "edgeclaw.tools.media",
     "edgeclaw.backends.media",
@@ -36,7 +36,7 @@ NOT_AT_START = (
     "edgeclaw.tools.web.search",
     "edgeclaw.tools.web.http_request",
     "edgeclaw.tools.messaging",
-    "edgeclaw.tools.sessions_send",
+    "edgeclaw.tools.sessions.send",
     # Memory, context files and skills (daemon.memory_on_demand): on the first fs or memory call.
     "edgeclaw.daemon.memory",
     "edgeclaw.store.memory",
@@ -48,7 +48,7 @@ NOT_AT_START = (
 MQTT_MODULES = ("aiomqtt", "paho", "edgeclaw.channels.mqtt", "zipfile")
 # The agent loop and its subagents: built by the first chat, spawn or sessions_send turn (or at
 # start when a previous run left subagents to recover), even with MQTT on.
-AGENT_LOOP_MODULES = ("edgeclaw.agent.loop", "edgeclaw.agent.subagents", "edgeclaw.tools.subagents")
+AGENT_LOOP_MODULES = ("edgeclaw.agent.loop", "edgeclaw.agent.subagents", "edgeclaw.tools.sessions.subagents")
 # With no channel up (MQTT off), neither the messages a channel and the agent exchange (the scheduler
 # and the heartbeat import them when they hand a prompt to the agent) nor `platform` (the gateway
 # tool's `version` action; MQTT's status and its client use it at start).
@@ -66,7 +66,7 @@ os.environ["NOTIFY_SOCKET"] = notify
 def watch():
     while b"READY=1" not in sock.recv(4096).split(b"\n"):
         pass
-    deny = sys.modules.get("edgeclaw.tools.denylist")
+    deny = sys.modules.get("edgeclaw.tools.runtime.denylist")
     compiled = [g.name for g in deny.DENY_GROUPS if "patterns" in vars(g)] if deny else []
     with open(out, "w") as f:
         json.dump({"modules": sorted(sys.modules), "deny_groups_compiled": compiled}, f)
@@ -141,9 +141,9 @@ def test_daemon_without_mqtt_starts_without_per_tool_or_mqtt_modules(tmp_path: P
 
 def test_exec_deny_patterns_are_compiled_on_the_first_check_not_at_start(tmp_path: Path) -> None:
     seen = daemon_at_ready(tmp_path, "")
-    assert "edgeclaw.tools.denylist" in seen["modules"]  # exec is registered...
+    assert "edgeclaw.tools.runtime.denylist" in seen["modules"]  # exec is registered...
     assert seen["deny_groups_compiled"] == []  # ...but has checked no command yet
-    from edgeclaw.tools.denylist import DenyList
+    from edgeclaw.tools.runtime.denylist import DenyList
 
     # The first check compiles them, and still refuses what it refused before.
     hits = DenyList().check("rm -rf /")

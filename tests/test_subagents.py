@@ -206,7 +206,7 @@ def hang(seconds: float = 30) -> Scripted:
 
 
 async def spawn(manager, task: str, ctx: ToolContext | None = None, **kw: Any):
-    from edgeclaw.tools.subagents import SpawnRequest
+    from edgeclaw.tools.sessions.subagents import SpawnRequest
 
     return manager.spawn(
         SpawnRequest(task=task, **kw), ctx or ToolContext(channel="cli", session_key=SESSION)

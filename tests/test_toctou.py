@@ -27,8 +27,8 @@ from edgeclaw.agent.prompt import PromptBuilder
 from edgeclaw.backends.qemu import qemu_available
 from edgeclaw.errors import ToolError, ToolRefused
 from edgeclaw.tools.base import ToolContext
-from edgeclaw.tools.fs import ReadFileTool, SearchTool
-from edgeclaw.tools.workspace import Workspace
+from edgeclaw.tools.fs.files import ReadFileTool, SearchTool
+from edgeclaw.tools.fs.workspace import Workspace
 from tests.hw_support import call, make_runtime, ok, write_profile
 from tests.llm_server import ScriptedLLM, openai_text
 

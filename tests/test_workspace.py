@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from edgeclaw.errors import ToolError, ToolRefused
-from edgeclaw.tools import workspace
-from edgeclaw.tools.workspace import Workspace
+from edgeclaw.tools.fs import workspace
+from edgeclaw.tools.fs.workspace import Workspace
 
 
 @pytest.fixture

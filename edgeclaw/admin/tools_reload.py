@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
 
 def reload_custom_tools(runtime: Runtime) -> dict[str, Any]:
-    from edgeclaw.tools.custom import custom_tools_for
+    from edgeclaw.tools.runtime.custom import custom_tools_for
 
     custom = custom_tools_for(runtime.registry)
     if custom is None and runtime.mcp is not None:

@@ -247,7 +247,7 @@ class AgentLoop:
         sent_user = dataclasses.replace(user, content=f"{text}\n\n{note}") if note else user
 
         def tools_for(provider: str, fmt: str) -> list[dict[str, Any]]:
-            return self.registry.definitions(dataclasses.replace(base_ctx, provider=provider), fmt)
+            return self.registry.definitions(base_ctx.derive(provider=provider), fmt)
 
         # The answer as it is written, scrubbed, to the channel that shows it (agent.streaming).
         stream = TurnStream(on_text, self.registry.scrubber.scrub) if on_text is not None else None
@@ -266,7 +266,7 @@ class AgentLoop:
                 if not reply.tool_calls:
                     answer = completion.text.strip() or "(the model gave an empty answer)"
                     return answer + (CUT_OFF if completion.truncated else ""), True
-                ctx = dataclasses.replace(base_ctx, provider=completion.provider)
+                ctx = base_ctx.derive(provider=completion.provider)
                 for call in reply.tool_calls:
                     # A call cut off by the token limit, or whose arguments are no JSON object, is not
                     # run; its result tells the model why, so it can make the call again.

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Protocol
 
 from edgeclaw.errors import ToolError, ToolRefused
-from edgeclaw.tools.workspace import Workspace
+from edgeclaw.tools.fs.workspace import Workspace
 
 log = logging.getLogger("edgeclaw.agent.prompt")
 

@@ -42,7 +42,7 @@ from edgeclaw.agent.providers.base import ProviderError
 from edgeclaw.errors import ToolRefused
 from edgeclaw.store.subagents import SubagentRow, SubagentStore
 from edgeclaw.tools.base import ToolContext
-from edgeclaw.tools.subagents import SpawnRequest, describe
+from edgeclaw.tools.sessions.subagents import SpawnRequest, describe
 
 log = logging.getLogger("edgeclaw.subagents")
 
@@ -137,19 +137,7 @@ class SubagentManager:
             parent_agent=ctx.agent_id,
             session_prefix=SESSION_PREFIX,
         )
-        child_ctx = ToolContext(
-            channel=ctx.channel,
-            chat_id=ctx.chat_id,
-            peer_kind=ctx.peer_kind,
-            session_key=row.session_key,
-            agent_id=agent_id,
-            sender=ctx.sender,
-            caller=ctx.caller,
-            request_id=ctx.request_id,
-            subagent_depth=depth,
-            parent_session=ctx.session_key,
-            tool_ceiling=frozenset(ceiling),
-        )
+        child_ctx = ctx.for_subagent(row.session_key, agent_id, depth, frozenset(ceiling))
         token = self.loop.turn_token(ctx.session_key)
         if token is not None:
             self._spawned_in[row.id] = token

@@ -45,8 +45,8 @@ from edgeclaw.store.memory import (
     check_path,
     default_category,
 )
+from edgeclaw.tools.fs.workspace import Workspace
 from edgeclaw.tools.memory.context import CONTEXT_FILES
-from edgeclaw.tools.workspace import Workspace
 
 MANIFEST = "manifest.json"
 FORMAT = 1

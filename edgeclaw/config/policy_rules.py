@@ -11,66 +11,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from edgeclaw.tool_groups import TOOL_GROUPS
+
 if TYPE_CHECKING:
     from edgeclaw.config.schema import Config
 
-# Groups and their members as the inventory defines them. A tool registered
-# with one of these group names joins it; runtime groups (`mcp`, `mcp:server`,
-# custom) are added with PolicyEngine.register_group.
-BUILTIN_GROUPS: dict[str, tuple[str, ...]] = {
-    "fs": (
-        "read_file",
-        "read_bytes",
-        "write_file",
-        "edit_file",
-        "file_append",
-        "list_files",
-        "search",
-        "glob",
-    ),
-    "runtime": ("exec", "process"),
-    "web": ("web_search", "web_fetch", "http_request"),
-    "memory": (
-        "memory_search",
-        "memory_get",
-        "memory_store",
-        "memory_recall",
-        "memory_list",
-        "memory_forget",
-    ),
-    "sessions": (
-        "sessions_list",
-        "sessions_history",
-        "sessions_send",
-        "sessions_spawn",
-        "spawn",
-        "subagents",
-        "session_status",
-        "agents_list",
-        "delegate",
-    ),
-    "ui": ("browser", "canvas"),
-    "automation": ("cron", "gateway", "schedule"),
-    "messaging": ("message",),
-    "hardware": (
-        "hardware_info",
-        "hardware_memory",
-        "i2c",
-        "spi",
-        "gpio",
-        "sensor",
-        "probe",
-        "esp32",
-        "serial",
-        "camera",
-    ),
-    # Peers on the broker: listing them and calling their tools ([tools.nodes] says which).
-    "nodes": ("nodes",),
-    "media": ("image", "tts"),
-    "skills": ("skill_search",),
-    "mcp": (),
-    "custom": (),
-}
+# Groups and their members, as `edgeclaw.tool_groups` declares them. A tool registered with one of
+# these group names joins it; runtime groups (`mcp`, `mcp:server`, custom) are added with
+# PolicyEngine.register_group.
+BUILTIN_GROUPS: dict[str, tuple[str, ...]] = TOOL_GROUPS
 
 # None = no restriction (every tool).
 PROFILES: dict[str, tuple[str, ...] | None] = {
@@ -119,7 +68,6 @@ SUBAGENT_ALWAYS_DENY: tuple[str, ...] = (
     "memory_search",
     "memory_get",
     "memory_store",
-    "memory_recall",
     "memory_list",
     "memory_forget",
 )

@@ -22,7 +22,7 @@ from edgeclaw.daemon.providers import provider_from_config as _provider
 from edgeclaw.daemon.runtime import Runtime
 from edgeclaw.store.subagents import SubagentStore
 from edgeclaw.tools.memory.context import reads_disk
-from edgeclaw.tools.process import ProcessTool
+from edgeclaw.tools.runtime.process import ProcessTool
 
 
 def shared_agent(runtime: Runtime) -> AgentLoop:

@@ -12,21 +12,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from edgeclaw.config.schema import Config
-from edgeclaw.daemon.tool_families import AGENT_TOOLS
-from edgeclaw.tools.sessions import SessionsHistoryTool
+from edgeclaw.tool_groups import AGENT_TOOLS
+from edgeclaw.tools.sessions.listing import SessionsHistoryTool
 
 if TYPE_CHECKING:
     from edgeclaw.daemon.runtime import Runtime
-    from edgeclaw.tools.agents import AgentInfo
     from edgeclaw.tools.base import Tool
-    from edgeclaw.tools.sessions_send import SessionInbox
-    from edgeclaw.tools.subagents import SubagentControl
+    from edgeclaw.tools.sessions.agents import AgentInfo
+    from edgeclaw.tools.sessions.send import SessionInbox
+    from edgeclaw.tools.sessions.subagents import SubagentControl
 
 
 def agent_infos(config: Config) -> list[AgentInfo]:
     """Every agent the config defines, "main" first, as agents_list shows them."""
     from edgeclaw.daemon.memory import agent_types
-    from edgeclaw.tools.agents import AgentInfo
+    from edgeclaw.tools.sessions.agents import AgentInfo
 
     types = agent_types(config)
     base = config.agent
@@ -80,11 +80,11 @@ def install_agent_tools(runtime: Runtime) -> None:
         return runtime._agent
 
     def build() -> list[Tool]:
-        from edgeclaw.tools.agents import AgentsListTool
-        from edgeclaw.tools.messaging.delegate import DelegateTool
         from edgeclaw.tools.messaging.message import MessageTool
-        from edgeclaw.tools.sessions_send import SessionsSendTool
-        from edgeclaw.tools.subagents import SpawnAliasTool, SpawnTool, SubagentsTool
+        from edgeclaw.tools.sessions.agents import AgentsListTool
+        from edgeclaw.tools.sessions.delegate import DelegateTool
+        from edgeclaw.tools.sessions.send import SessionsSendTool
+        from edgeclaw.tools.sessions.subagents import SpawnAliasTool, SpawnTool, SubagentsTool
 
         infos = agent_infos(config)
         return [

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from edgeclaw.backends.http_client import SharedClient
 from edgeclaw.errors import ToolError
-from edgeclaw.tools.workspace import Workspace
+from edgeclaw.tools.fs.workspace import Workspace
 
 if TYPE_CHECKING:
     from edgeclaw.backends.media.camera import LampState
@@ -56,10 +56,10 @@ def media_tools(runtime: Runtime, ws: Workspace) -> list[Tool]:
     from edgeclaw.backends.media.camera import Camera
     from edgeclaw.backends.media.images import GeneratorSettings, ImageGenerator
     from edgeclaw.backends.media.tts import SpeechChain, VoiceSettings, make_provider
-    from edgeclaw.tools.media.camera import CameraTool
+    from edgeclaw.tools.fs.read_bytes import ReadBytesTool
+    from edgeclaw.tools.hardware.camera import CameraTool
     from edgeclaw.tools.media.image import ImageTool
     from edgeclaw.tools.media.tts import TtsTool
-    from edgeclaw.tools.read_bytes import ReadBytesTool
 
     media = runtime.config.tools.media
     client = SharedClient()  # made on the first request of any media service

@@ -18,6 +18,7 @@ from edgeclaw.backends.embeddings import HttpEmbedder, embeddings_url
 from edgeclaw.config.schema import AgentType, Config
 from edgeclaw.store.context_files import ContextFileStore
 from edgeclaw.store.memory import MemorySettings, MemoryStore
+from edgeclaw.tools.fs.workspace import Workspace
 from edgeclaw.tools.memory.adopt import adopt_workspace_memory
 from edgeclaw.tools.memory.context import AgentTypes, ContextFiles
 from edgeclaw.tools.memory.prompt_context import PromptContext
@@ -25,7 +26,6 @@ from edgeclaw.tools.memory.tools import memory_tools
 from edgeclaw.tools.memory.vfs import VirtualFiles
 from edgeclaw.tools.skills.library import BUILTIN_DIR, SkillLibrary, SkillRoot
 from edgeclaw.tools.skills.tool import SkillSearchTool
-from edgeclaw.tools.workspace import Workspace
 
 if TYPE_CHECKING:
     from edgeclaw.daemon.runtime import Runtime
@@ -40,7 +40,7 @@ class MemoryRuntime:
     prompt: PromptContext
     skills: SkillLibrary | None
     embedder: HttpEmbedder | None
-    # memory_* and, with skills on, skill_search: the names `daemon.tool_families` gives for them.
+    # memory_* and, with skills on, skill_search: the names `edgeclaw.tool_groups` gives for them.
     tools: list[Tool]
 
 

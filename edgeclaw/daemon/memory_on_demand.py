@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from edgeclaw.daemon.tool_families import memory_tool_groups
-from edgeclaw.tools.fs import ROUTED_TOOLS
+from edgeclaw.tool_groups import memory_tool_groups
+from edgeclaw.tools.fs.files import ROUTED_TOOLS
 
 if TYPE_CHECKING:
     from edgeclaw.daemon.memory import MemoryRuntime
     from edgeclaw.daemon.runtime import Runtime
     from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
-    from edgeclaw.tools.fs import PathRouter
-    from edgeclaw.tools.workspace import Workspace
+    from edgeclaw.tools.fs.files import PathRouter
+    from edgeclaw.tools.fs.workspace import Workspace
 
 
 def install_memory_on_demand(runtime: Runtime, ws: Workspace) -> None:

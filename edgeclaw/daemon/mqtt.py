@@ -9,7 +9,7 @@ from edgeclaw.channels.mqtt import MqttChannel
 from edgeclaw.channels.mqtt.keys import Keys
 from edgeclaw.daemon.fleet import install_fleet
 from edgeclaw.daemon.runtime import Runtime
-from edgeclaw.tools.custom import custom_tools_for
+from edgeclaw.tools.runtime.custom import custom_tools_for
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -22,7 +22,7 @@ def attach_peers(runtime: Runtime, channel: MqttChannel) -> None:
     """The `nodes` tool's way to the other devices: a peer directory on the channel's connection,
     signing calls with this device's command key."""
     from edgeclaw.channels.mqtt.peers import PeerDirectory
-    from edgeclaw.tools.nodes import NodesTool
+    from edgeclaw.tools.nodes.tool import NodesTool
 
     tool = runtime.registry.get("nodes")
     if not isinstance(tool, NodesTool):

@@ -218,14 +218,14 @@ def build_runtime(
     from edgeclaw.backends.hub import BoardBackends
     from edgeclaw.config.loader import policy_rules
     from edgeclaw.config.secrets import resolve_secrets
-    from edgeclaw.daemon.tool_families import HARDWARE_TOOLS, MEDIA_TOOLS, web_tool_groups
-    from edgeclaw.tools.fs import fs_tools
+    from edgeclaw.tool_groups import HARDWARE_TOOLS, MEDIA_TOOLS, web_tool_groups
+    from edgeclaw.tools.fs.files import fs_tools
+    from edgeclaw.tools.fs.workspace import Workspace
     from edgeclaw.tools.policy import PolicyEngine
     from edgeclaw.tools.ratelimit import RateLimiter
     from edgeclaw.tools.scrub import Scrubber
-    from edgeclaw.tools.session_status import SessionStatusTool
-    from edgeclaw.tools.sessions import SessionsHistoryTool, SessionsListTool
-    from edgeclaw.tools.workspace import Workspace
+    from edgeclaw.tools.sessions.listing import SessionsHistoryTool, SessionsListTool
+    from edgeclaw.tools.sessions.status import SessionStatusTool
 
     source = config._source
     profile = boards.resolve(board or config.board, "--board" if board else source)
@@ -280,7 +280,7 @@ def build_runtime(
         workspace, tuple(Path(p) for p in t.allowed_paths), t.max_file_bytes, keep_free_bytes=keep_free
     )
     registry.register_all(fs_tools(ws))
-    from edgeclaw.tools.shell_setup import install_shell_tools  # exec, process and custom tools
+    from edgeclaw.tools.runtime.shell_setup import install_shell_tools  # exec, process and custom tools
 
     install_shell_tools(registry, config, ws, state, secrets, scrubber, environ).attach(
         approvals=runtime.approvals, database=lambda: runtime.db, on_close=runtime.on_close
@@ -305,7 +305,7 @@ def build_runtime(
     registry.register_deferred(HARDWARE_TOOLS, hardware_family)
     runtime.on_close(hardware.aclose)
     runtime.hardware = hardware
-    from edgeclaw.tools.nodes import nodes_tool  # peers on the broker; the MQTT channel attaches it
+    from edgeclaw.tools.nodes.tool import nodes_tool  # peers on the broker; the MQTT channel attaches it
 
     registry.register(nodes_tool(config.tools.nodes))
     from edgeclaw.daemon.memory_on_demand import install_memory_on_demand  # memory, skills, the VFS

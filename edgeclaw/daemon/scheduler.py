@@ -41,7 +41,7 @@ def _agent(runtime: Runtime, name: str) -> Any:
 
 
 def _read_heartbeat(runtime: Runtime) -> str | None:
-    from edgeclaw.tools.workspace import Workspace
+    from edgeclaw.tools.fs.workspace import Workspace
 
     ws = Workspace(runtime.workspace)
 

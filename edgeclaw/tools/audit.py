@@ -125,6 +125,44 @@ class AuditRecord:
         )
 
 
+AuditSink = Callable[[AuditRecord], None]
+audit_log = logging.getLogger("edgeclaw.audit")
+# A sink that fails is the registry's trouble, logged where its other faults are.
+_registry_log = logging.getLogger("edgeclaw.tools")
+
+
+class AuditSinks:
+    """Where each tool call's audit record goes: an info line on the `edgeclaw.audit` log, and
+    every sink added (the daemon's event stream, tests)."""
+
+    __slots__ = ("_sinks",)
+
+    def __init__(self) -> None:
+        self._sinks: list[AuditSink] = []
+
+    def add(self, sink: AuditSink) -> None:
+        self._sinks.append(sink)
+
+    def remove(self, sink: AuditSink) -> None:
+        if sink in self._sinks:
+            self._sinks.remove(sink)
+
+    @property
+    def wanted(self) -> bool:
+        """Would a record go anywhere? (Otherwise the registry does not build one.)"""
+        return bool(self._sinks) or audit_log.isEnabledFor(logging.INFO)
+
+    def emit(self, record: AuditRecord) -> None:
+        if audit_log.isEnabledFor(logging.INFO):
+            audit_log.info("%s", record.log_line())
+        for sink in self._sinks:
+            try:
+                sink(record)
+            except Exception:
+                # An audit sink failing must not turn a good call into a failed one.
+                _registry_log.exception("audit sink failed")
+
+
 @dataclass(slots=True)
 class ToolCounters:
     """Calls of one tool since start: how many, how many failed or were refused, total time."""

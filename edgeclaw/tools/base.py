@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 Args = dict[str, Any]
@@ -46,6 +46,28 @@ class ToolContext:
     def identity(self) -> str:
         """The caller's identity, falling back to the channel name when the channel gave none."""
         return self.caller or self.channel
+
+    def derive(self, **changes: Any) -> ToolContext:
+        """This context with `changes` (the same call, seen by another provider or progress sink)."""
+        return replace(self, **changes)
+
+    def for_subagent(
+        self, session_key: str, agent_id: str, depth: int, tool_ceiling: frozenset[str]
+    ) -> ToolContext:
+        """The context of a subagent this call spawns: the caller's channel, chat and identity, the
+        child's own session and agent under this session, its depth and ceiling. Neither the
+        provider (the child asks its own) nor the progress sink (nobody waits on a child's calls)
+        carries over."""
+        return replace(
+            self,
+            session_key=session_key,
+            agent_id=agent_id,
+            subagent_depth=depth,
+            parent_session=self.session_key,
+            tool_ceiling=tool_ceiling,
+            provider="",
+            progress=None,
+        )
 
 
 @dataclass(slots=True)

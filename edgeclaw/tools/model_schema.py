@@ -20,7 +20,10 @@ beyond a bound it was not shown is refused with the bound named.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from edgeclaw.tools.base import ToolInfo
 
 MAX_BOUND = 256
 _BOUNDS = {
@@ -63,3 +66,15 @@ def for_models(schema: dict[str, Any]) -> dict[str, Any]:
 
 def _plain(pattern: str) -> bool:
     return bool(_PLAIN_PATTERN.fullmatch(pattern)) and "(?" not in pattern
+
+
+def model_definition(info: ToolInfo, fmt: str) -> dict[str, Any]:
+    """A tool's definition for a provider request: OpenAI function format or Anthropic tool format."""
+    # What every server's grammar builder accepts; calls are still checked against the real schema.
+    parameters = for_models(info.parameters)
+    if fmt == "openai":
+        function = {"name": info.name, "description": info.description, "parameters": parameters}
+        return {"type": "function", "function": function}
+    if fmt == "anthropic":
+        return {"name": info.name, "description": info.description, "input_schema": parameters}
+    raise ValueError(f"unknown definition format {fmt!r} (expected 'openai' or 'anthropic')")

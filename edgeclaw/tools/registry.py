@@ -14,85 +14,27 @@ map to "refused before running" (exit status 2 for `edgeclaw tool call`).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
-import math
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from edgeclaw.errors import BackendError, ToolError, ToolRefused
-from edgeclaw.tools.audit import AuditRecord, ToolStats, args_digest
-from edgeclaw.tools.base import PendingApproval, ProgressSink, Tool, ToolContext, ToolInfo, ToolResult
-from edgeclaw.tools.model_schema import for_models
+from edgeclaw.tool_groups import declared_group_problem
+from edgeclaw.tools.audit import AuditRecord, AuditSink, AuditSinks, ToolStats, args_digest
+from edgeclaw.tools.base import PendingApproval, Tool, ToolContext, ToolInfo, ToolResult
+from edgeclaw.tools.model_schema import model_definition
+from edgeclaw.tools.outcome import CallOutcome, clean_data, clean_text, json_copy, scrubbed_progress
 from edgeclaw.tools.policy import PolicyEngine
 from edgeclaw.tools.ratelimit import RateLimiter
 from edgeclaw.tools.schema import ArgumentError, compile_schema
 from edgeclaw.tools.scrub import Scrubber
 
 log = logging.getLogger("edgeclaw.tools")
-audit_log = logging.getLogger("edgeclaw.audit")
-
-# Output beyond this many characters is never scrubbed, because it is never shown.
-SCRUB_WINDOW_CHARS = 1 << 20
 
 # An unknown tool name is shown this long at most in audit records.
 MAX_UNKNOWN_NAME_CHARS = 64
-
-AuditSink = Callable[[AuditRecord], None]
-
-
-@dataclass(slots=True)
-class CallOutcome:
-    """The result of one call through the registry, in the shape every channel reports."""
-
-    tool: str
-    ok: bool
-    for_llm: str
-    for_user: str | None
-    error: str | None
-    duration_ms: float
-    refused: bool = False
-    stage: str = "ok"
-    data: dict[str, Any] | None = None  # the tool's structured result, scrubbed like the texts
-
-    def as_dict(self) -> dict[str, Any]:
-        shape = {
-            "ok": self.ok,
-            "tool": self.tool,
-            "for_llm": self.for_llm,
-            "for_user": self.for_user,
-            "error": self.error,
-            "duration_ms": round(self.duration_ms, 3),
-        }
-        if self.data is not None:  # only when there is some: the documented keys stay as they are
-            shape["data"] = self.data
-        return shape
-
-
-# How the cut announces itself, as the last line of a capped text. Channels that cut again for their
-# own reasons (the console's row limit) look for it, so the note survives their cut.
-TRUNCATION_NOTE = re.compile(r"\[output truncated: \d+ of \d+ bytes not shown\]")
-# Structured data nested deeper than this is a tool's bug, not a result.
-MAX_DATA_DEPTH = 32
-
-
-def cap_text(text: str, max_bytes: int) -> str:
-    """Cut text to at most `max_bytes` of UTF-8, on a character boundary, saying how much was cut."""
-    # Fast path: a character is at most 4 bytes, so short text cannot be over.
-    if len(text) * 4 <= max_bytes:
-        return text
-    data = text.encode("utf-8", "surrogatepass")
-    if len(data) <= max_bytes:
-        return text
-    note = f"\n[output truncated: {len(data) - max_bytes} of {len(data)} bytes not shown]"
-    if len(note) >= max_bytes:  # no room for the note (it is ASCII: characters are bytes)
-        return data[:max_bytes].decode("utf-8", "ignore")
-    keep = data[: max_bytes - len(note)]
-    return keep.decode("utf-8", "ignore") + note
 
 
 class _Registered:
@@ -134,7 +76,7 @@ class Registry:
         self.stats = ToolStats()
         self._tools: dict[str, _Registered] = {}
         self._deferred: dict[str, _Deferred] = {}  # name -> its family, until the family is loaded
-        self._sinks: list[AuditSink] = []
+        self._audit = AuditSinks()
         # Told after every change of the tool table (MCP clients are sent list_changed from it).
         self._change_listeners: list[Callable[[], None]] = []
         self._in_flight: set[asyncio.Timeout] = set()
@@ -155,7 +97,10 @@ class Registry:
     def _add(self, tool: Tool) -> None:
         validate = compile_schema(tool.parameters)
         timeout = tool.timeout_s if tool.timeout_s is not None else self.default_timeout_s
-        self._tools[tool.name] = _Registered(tool, validate, timeout)
+        registered = _Registered(tool, validate, timeout)
+        if problem := declared_group_problem(tool.name, registered.info.group):
+            raise ValueError(problem)
+        self._tools[tool.name] = registered
 
     def register_all(self, tools: Iterable[Tool]) -> None:
         for tool in tools:
@@ -170,6 +115,8 @@ class Registry:
         for name in groups:
             if name in self._tools or name in self._deferred:
                 raise ValueError(f"a tool named {name!r} is already registered")
+            if problem := declared_group_problem(name, groups[name]):
+                raise ValueError(problem)
         family = _Deferred(groups, load)
         for name in groups:
             self._deferred[name] = family
@@ -251,34 +198,15 @@ class Registry:
         cached = self._definitions.get(key)
         if cached is not None:
             return cached
-        out: list[dict[str, Any]] = []
-        for info in self.infos(ctx):
-            # What every server's grammar builder accepts; calls are still checked against the real schema.
-            parameters = for_models(info.parameters)
-            if fmt == "openai":
-                out.append(
-                    {
-                        "type": "function",
-                        "function": {
-                            "name": info.name,
-                            "description": info.description,
-                            "parameters": parameters,
-                        },
-                    }
-                )
-            elif fmt == "anthropic":
-                out.append({"name": info.name, "description": info.description, "input_schema": parameters})
-            else:
-                raise ValueError(f"unknown definition format {fmt!r} (expected 'openai' or 'anthropic')")
+        out = [model_definition(info, fmt) for info in self.infos(ctx)]
         self._definitions[key] = out
         return out
 
     def add_audit_sink(self, sink: AuditSink) -> None:
-        self._sinks.append(sink)
+        self._audit.add(sink)
 
     def remove_audit_sink(self, sink: AuditSink) -> None:
-        if sink in self._sinks:
-            self._sinks.remove(sink)
+        self._audit.remove(sink)
 
     # -- the call path -----------------------------------------------------
     async def execute(
@@ -335,7 +263,7 @@ class Registry:
             )
         if ctx.progress is not None:
             # What a tool says of its progress reaches the caller as its answer does: scrubbed.
-            ctx = dataclasses.replace(ctx, progress=_scrubbed_progress(ctx.progress, self.scrubber.scrub))
+            ctx = ctx.derive(progress=scrubbed_progress(ctx.progress, self.scrubber.scrub))
         try:
             return await self._run(entry, parsed, ctx, started, dry_run)
         except asyncio.CancelledError:
@@ -370,7 +298,7 @@ class Registry:
                 # Caught here, in the tool's own stage, rather than as a TypeError in the scrubber.
                 raise TypeError("the tool's result text is not a str")
             if result.data is not None:
-                result.data = _json_copy(result.data)  # a TypeError here is the tool's bug
+                result.data = json_copy(result.data)  # a TypeError here is the tool's bug
             if result.is_error:
                 stage, reason = "tool_error", "the tool reported an error"
         except ToolRefused as e:
@@ -417,18 +345,7 @@ class Registry:
         )
 
     def _clean(self, text: str) -> str:
-        """Scrub, then cap: scrubbing first means the cut never leaves half a secret showing.
-
-        A huge output is first trimmed (at whitespace, where secrets do not run on)
-        so the scrubber's work stays bounded.
-        """
-        limit = max(2 * self.max_output_bytes, SCRUB_WINDOW_CHARS)
-        if len(text) > limit:
-            text = text[:limit]
-            cut = max(text.rfind(" "), text.rfind("\n"))
-            if cut > 0:
-                text = text[:cut]
-        return cap_text(self.scrubber.scrub(text), self.max_output_bytes)
+        return clean_text(text, self.scrubber.scrub, self.max_output_bytes)
 
     def _refuse(
         self,
@@ -476,7 +393,7 @@ class Registry:
         """Scrub and cap the outputs, count and audit the call. `error` is the caller's own answer;
         `reason` what the audit record says instead: the stage's cause without the caller's values
         (paths, commands, output), which events and logs must never quote."""
-        data, dropped = self._clean_data(data, binary)
+        data, dropped = clean_data(data, binary, self.scrubber.scrub, self.max_output_bytes)
         if dropped:  # said where people and the model look, not only in the missing field
             for_llm += dropped
             if for_user is not None:
@@ -492,67 +409,28 @@ class Registry:
         # Unknown names come from the outside world: count them under one key so the table stays
         # bounded, and record them cut short and scrubbed like any other text from outside.
         self.stats.record(name if known else "(unknown)", ctx.session_key, ok, refused, duration_ms, now)
-        logged = audit_log.isEnabledFor(logging.INFO)
-        if self._sinks or logged:
+        if self._audit.wanted:
             if not ok and reason is None:
                 reason = stage  # fail closed: a path that gave no reason records only where it stopped
             scrub = self.scrubber.scrub
-            record = AuditRecord(
-                ts=now,
-                tool=name if known else scrub(name[:MAX_UNKNOWN_NAME_CHARS]),
-                session=scrub(ctx.session_key),
-                channel=ctx.channel,
-                agent_id=ctx.agent_id,
-                ok=ok,
-                stage=stage,
-                duration_ms=duration_ms,
-                args_digest=args_digest(args),
-                error=scrub(reason) if reason is not None and not ok else None,
-                caller=scrub(ctx.identity),
-                request_id=scrub(ctx.request_id),
-                refused=refused,
+            self._audit.emit(
+                AuditRecord(
+                    ts=now,
+                    tool=name if known else scrub(name[:MAX_UNKNOWN_NAME_CHARS]),
+                    session=scrub(ctx.session_key),
+                    channel=ctx.channel,
+                    agent_id=ctx.agent_id,
+                    ok=ok,
+                    stage=stage,
+                    duration_ms=duration_ms,
+                    args_digest=args_digest(args),
+                    error=scrub(reason) if reason is not None and not ok else None,
+                    caller=scrub(ctx.identity),
+                    request_id=scrub(ctx.request_id),
+                    refused=refused,
+                )
             )
-            if logged:
-                audit_log.info("%s", record.log_line())
-            for sink in self._sinks:
-                try:
-                    sink(record)
-                except Exception:
-                    # An audit sink failing must not turn a good call into a failed one.
-                    log.exception("audit sink failed")
         return CallOutcome(name, ok, for_llm, for_user, error, duration_ms, refused, stage, data)
-
-    def _clean_data(
-        self, data: dict[str, Any] | None, binary: bytes | None = None
-    ) -> tuple[dict[str, Any] | None, str]:
-        """Structured data scrubbed string by string (never as JSON text, where a pattern could eat a
-        quote), and left out, with a note for the texts, when it is over the output limit. A tool's
-        `binary` joins it base64-encoded when the scrubber finds nothing in the bytes themselves
-        (read as Latin-1, so every byte is one character and a secret in them reads as text)."""
-        if binary is not None:
-            import base64
-            import hashlib
-
-            as_text = binary.decode("latin-1")
-            if self.scrubber.scrub(as_text) != as_text:
-                return None, "\n[the bytes were withheld: they contain what looks like a secret]"
-            clean, dropped = self._clean_data(data or {})
-            if clean is not None:
-                clean["sha256"] = hashlib.sha256(binary).hexdigest()
-                clean["base64"] = base64.b64encode(binary).decode("ascii")
-                size = len(json.dumps(clean, separators=(",", ":")))
-                if size > self.max_output_bytes:
-                    limit = self.max_output_bytes
-                    return None, f"\n[the bytes were left out: {size} bytes, over the {limit}-byte limit]"
-            return clean, dropped
-        if data is None:
-            return None, ""
-        size = len(json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace"))
-        if size > self.max_output_bytes:
-            return None, (
-                f"\n[structured data left out: {size} bytes, over the {self.max_output_bytes}-byte limit]"
-            )
-        return _scrub_tree(data, self.scrubber.scrub), ""
 
     # -- shutdown ----------------------------------------------------------
     @property
@@ -577,57 +455,6 @@ class Registry:
         self._idle = asyncio.Event()
         if self._in_flight:
             await self._idle.wait()
-
-
-def _json_copy(data: Any) -> dict[str, Any]:
-    """A plain JSON copy of a tool's structured data (dict, list, str, int, float, bool, None only)."""
-    if not isinstance(data, dict):
-        raise TypeError(f"the tool's structured data is a {type(data).__name__}, not a dict")
-
-    def copy(value: Any, depth: int) -> Any:
-        if depth > MAX_DATA_DEPTH:
-            raise TypeError(f"the tool's structured data is nested over {MAX_DATA_DEPTH} levels")
-        if value is None or isinstance(value, str | bool):
-            return value
-        if isinstance(value, int):
-            if value.bit_length() > 1024:  # would not even print (int_max_str_digits)
-                raise TypeError("the tool's structured data holds an integer too long for JSON")
-            return value
-        if isinstance(value, float):
-            if not math.isfinite(value):
-                raise TypeError("the tool's structured data holds a NaN or infinity (not JSON)")
-            return value
-        if isinstance(value, dict):
-            if not all(isinstance(k, str) for k in value):
-                raise TypeError("the tool's structured data has a key that is not a str")
-            return {k: copy(v, depth + 1) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [copy(v, depth + 1) for v in value]
-        raise TypeError(f"the tool's structured data holds a {type(value).__name__} (not JSON)")
-
-    result: dict[str, Any] = copy(data, 0)
-    return result
-
-
-def _scrub_tree(value: Any, scrub: Callable[[str], str]) -> Any:
-    """Every string in a JSON tree (keys included) through the scrubber; depth is bounded by `_json_copy`."""
-    if isinstance(value, str):
-        return scrub(value)
-    if isinstance(value, dict):
-        return {scrub(k): _scrub_tree(v, scrub) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_scrub_tree(v, scrub) for v in value]
-    return value
-
-
-def _scrubbed_progress(sink: ProgressSink, scrub: Callable[[str], str]) -> ProgressSink:
-    """`sink`, handed each message scrubbed: a secret a tool (or its MCP server) puts in a progress
-    message is caught on every channel, the way the answer's text is."""
-
-    def scrubbed(progress: float, total: float | None, message: str) -> None:
-        sink(progress, total, scrub(message) if message else message)
-
-    return scrubbed
 
 
 def _parse_args(args: Mapping[str, Any] | str | None) -> dict[str, Any]:

@@ -59,213 +59,29 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from edgeclaw.errors import EdgeclawError
+from edgeclaw.tools.schema_errors import (
+    INF,
+    TYPES,
+    ArgumentError,
+    Invalid,
+    SchemaError,
+    Seg,
+    copy_json,
+    is_json_value,
+    join_or,
+    json_equal,
+    json_type,
+    plural,
+    render_path,
+    show,
+    to_error,
+    type_error,
+)
 
 __all__ = ["ArgumentError", "SchemaError", "Validator", "compile_schema"]
 
 Validator = Callable[[Any], None]
 _Check = Callable[[Any], None]
-_Seg = str | int  # one step of a path: a property name or an array index
-
-
-# -- errors -----------------------------------------------------------------
-
-
-class SchemaError(EdgeclawError):
-    """A schema is itself invalid or uses a keyword outside the supported subset.
-
-    Raised by `compile_schema`, i.e. when a tool is registered, so the tool's
-    author finds out at start-up rather than on the first call.
-    """
-
-    def __init__(self, location: str, problem: str) -> None:
-        self.location = location  # e.g. "properties.pins.items"; "" for the root
-        self.problem = problem
-        super().__init__(f"schema at {location}: {problem}" if location else f"schema: {problem}")
-
-
-class ArgumentError(EdgeclawError, ValueError):
-    """Arguments do not match the tool's schema.
-
-    ``path`` names the offending field (``"pins[2]"``, ``"spi.mode"``; ``""``
-    for the arguments as a whole) and ``message`` says what is wrong without
-    the path. ``kind`` is ``"invalid"``, ``"missing"`` (a required field is
-    absent) or ``"unknown"`` (a field the schema does not declare).
-    """
-
-    def __init__(self, path: str, message: str, kind: str = "invalid", text: str | None = None) -> None:
-        self.path = path
-        self.message = message
-        self.kind = kind
-        if text is None:
-            text = f"argument {path!r}: {message}" if path else message
-        super().__init__(text)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # The default reduce would call __init__(text) and fail; keep pickling working.
-        return (type(self), (self.path, self.message, self.kind, str(self)))
-
-
-class _Invalid(Exception):  # an internal signal; never escapes compile_schema's validator
-    """Raised inside the closure tree; turned into an `ArgumentError` at the root.
-
-    Path segments are appended as the exception unwinds (innermost first), so
-    the happy path never builds a path string.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        kind: str = "invalid",
-        seg: _Seg | None = None,
-        alternatives: list[_Invalid] | None = None,
-    ) -> None:
-        self.message = message
-        self.kind = kind
-        self.segs: list[_Seg] = [] if seg is None else [seg]
-        self.alternatives = alternatives
-
-
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*\Z")
-
-
-def _render_path(segs: list[_Seg]) -> str:
-    out: list[str] = []
-    for seg in segs:
-        if isinstance(seg, int):
-            out.append(f"[{seg}]")
-        elif isinstance(seg, str) and _IDENT.match(seg):
-            out.append(f".{seg}" if out else seg)
-        else:  # odd keys (spaces, dots, non-strings) are bracketed so the path stays unambiguous
-            out.append(f"[{_show(seg)}]")
-    return "".join(out)
-
-
-def _to_error(e: _Invalid, prefix: list[_Seg]) -> ArgumentError:
-    segs = prefix + e.segs[::-1]
-    path = _render_path(segs)
-    message = e.message
-    if e.alternatives is not None:
-        parts = []
-        for i, alt in enumerate(e.alternatives, 1):
-            sub = _to_error(alt, segs)
-            # An alternative failing at this same node reads best without repeating the path.
-            same = sub.path == path and sub.kind == "invalid"
-            parts.append(f"({i}) {sub.message if same else sub}")
-        message = f"{message}: {'; '.join(parts)}"
-    if e.kind == "missing":
-        return ArgumentError(
-            path, "missing required argument", "missing", f"missing required argument {path!r}"
-        )
-    if e.kind == "unknown":
-        return ArgumentError(
-            path, f"unknown argument ({message})", "unknown", f"unknown argument {path!r} ({message})"
-        )
-    text = f"argument {path!r}: {message}" if path else f"arguments: {message}"
-    return ArgumentError(path, message, "invalid", text)
-
-
-# -- JSON view of Python values ---------------------------------------------
-
-_TYPES = ("string", "integer", "number", "boolean", "object", "array", "null")
-_EXACT_TYPE: dict[type, str] = {
-    str: "string",
-    bool: "boolean",  # before int: `isinstance(True, int)` holds
-    int: "integer",
-    float: "number",
-    dict: "object",
-    list: "array",
-    type(None): "null",
-}
-_INF = math.inf
-
-
-def _json_type(x: Any) -> str:
-    """The JSON type name of a value; bool is "boolean", never "integer"."""
-    t = _EXACT_TYPE.get(type(x))
-    if t is not None:
-        return t
-    # Subclasses (IntEnum, StrEnum, OrderedDict...), in _EXACT_TYPE's order: bool before int, since it is one.
-    for base, name in _EXACT_TYPE.items():
-        if isinstance(x, base):
-            return name
-    # Not a JSON value at all (tuple, bytes, set...): say so plainly.
-    return f"Python {type(x).__name__}"
-
-
-def _show(v: Any, limit: int = 60) -> str:
-    """A short, JSON-flavoured rendering of a value for an error message (bounded length)."""
-    if v is None:
-        return "null"
-    if v is True:
-        return "true"
-    if v is False:
-        return "false"
-    if isinstance(v, str):
-        return repr(v) if len(v) <= limit else f"{v[:limit]!r}..."
-    if isinstance(v, float):
-        return repr(v)
-    if isinstance(v, int):
-        try:
-            s = str(v)
-        except ValueError:  # beyond sys.int_max_str_digits
-            return "a very large integer"
-        return s if len(s) <= limit else f"{s[:limit]}... ({len(s)} digits)"
-    import reprlib  # error path only; keeps import time off the happy path
-
-    r = reprlib.Repr()
-    r.maxstring = r.maxother = limit
-    return r.repr(v)
-
-
-def _join_or(items: list[str]) -> str:
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} or {items[-1]}"
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def _type_error(expected: str, int_only: bool, x: Any) -> _Invalid:
-    got = _json_type(x)
-    if int_only and got == "number" and math.isfinite(x) and x.is_integer():
-        # The one type error that surprises people: say exactly what arrived.
-        got = f"number {x!r}"
-    return _Invalid(f"expected {expected}, got {got}")
-
-
-def _json_equal(a: Any, b: Any) -> bool:
-    """Equality with JSON semantics: 1 == 1.0, but true != 1, also inside containers."""
-    ta, tb = _json_type(a), _json_type(b)
-    if ta in ("integer", "number") and tb in ("integer", "number"):
-        return bool(a == b)
-    if ta != tb:
-        return False
-    if ta == "array":
-        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
-    if ta == "object":
-        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
-    return bool(a == b)
-
-
-def _is_json_value(v: Any) -> bool:
-    t = _json_type(v)
-    if t == "number":
-        return math.isfinite(v)
-    if t == "array":
-        return all(_is_json_value(x) for x in v)
-    if t == "object":
-        return all(isinstance(k, str) and _is_json_value(x) for k, x in v.items())
-    return t in _TYPES
-
-
-def _copy_json(v: Any) -> Any:
-    # enum/const members are captured by the validator; copy so later edits to the schema cannot change it.
-    if isinstance(v, list):
-        return [_copy_json(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _copy_json(x) for k, x in v.items()}
-    return v
 
 
 # -- the keyword table -------------------------------------------------------
@@ -310,11 +126,11 @@ _UNSUPPORTED = frozenset(
 )  # fmt: skip
 
 
-def _fail(where: list[_Seg], problem: str) -> SchemaError:
-    return SchemaError(_render_path(where), problem)
+def _fail(where: list[Seg], problem: str) -> SchemaError:
+    return SchemaError(render_path(where), problem)
 
 
-def _check_keywords(schema: Mapping[str, Any], where: list[_Seg], types: tuple[str, ...] | None) -> None:
+def _check_keywords(schema: Mapping[str, Any], where: list[Seg], types: tuple[str, ...] | None) -> None:
     for kw in schema:
         if kw in _ANNOTATIONS:
             continue
@@ -331,12 +147,12 @@ def _check_keywords(schema: Mapping[str, Any], where: list[_Seg], types: tuple[s
             # e.g. maxLength on an integer: never checked, so certainly a mistake.
             raise _fail(
                 where,
-                f"keyword {kw!r} applies to {_join_or(sorted(applies))} values, "
-                f"but the type is {_join_or(list(types))}",
+                f"keyword {kw!r} applies to {join_or(sorted(applies))} values, "
+                f"but the type is {join_or(list(types))}",
             )
 
 
-def _parse_types(schema: Mapping[str, Any], where: list[_Seg]) -> tuple[str, ...] | None:
+def _parse_types(schema: Mapping[str, Any], where: list[Seg]) -> tuple[str, ...] | None:
     raw = schema.get("type")
     if raw is None:
         if "type" in schema:
@@ -346,23 +162,23 @@ def _parse_types(schema: Mapping[str, Any], where: list[_Seg]) -> tuple[str, ...
     if not isinstance(names, list) or not names:
         raise _fail(where, "'type' must be a type name or a non-empty list of them")
     for name in names:
-        if name not in _TYPES:
-            raise _fail(where, f"unknown type {name!r} (expected one of: {', '.join(_TYPES)})")
+        if name not in TYPES:
+            raise _fail(where, f"unknown type {name!r} (expected one of: {', '.join(TYPES)})")
     if len(set(names)) != len(names):
         raise _fail(where, f"'type' lists a type twice: {names!r}")
     return tuple(names)
 
 
-def _count(schema: Mapping[str, Any], kw: str, where: list[_Seg]) -> int | None:
+def _count(schema: Mapping[str, Any], kw: str, where: list[Seg]) -> int | None:
     v = schema.get(kw)
     if v is None:
         return None
     if type(v) is not int or v < 0:  # not isinstance: True is not a count
-        raise _fail(where, f"{kw!r} must be a non-negative integer, got {_show(v)}")
+        raise _fail(where, f"{kw!r} must be a non-negative integer, got {show(v)}")
     return v
 
 
-def _count_range(schema: Mapping[str, Any], low_kw: str, high_kw: str, where: list[_Seg]) -> tuple[int, int]:
+def _count_range(schema: Mapping[str, Any], low_kw: str, high_kw: str, where: list[Seg]) -> tuple[int, int]:
     """A (minLength, maxLength)-style pair of counts, with 0 and sys.maxsize for the missing ones."""
     lo = _count(schema, low_kw, where) or 0
     hi = _count(schema, high_kw, where)
@@ -371,7 +187,7 @@ def _count_range(schema: Mapping[str, Any], low_kw: str, high_kw: str, where: li
     return lo, sys.maxsize if hi is None else hi
 
 
-def _bound(schema: Mapping[str, Any], kw: str, where: list[_Seg]) -> int | float | None:
+def _bound(schema: Mapping[str, Any], kw: str, where: list[Seg]) -> int | float | None:
     v = schema.get(kw)
     if v is None:
         return None
@@ -381,7 +197,7 @@ def _bound(schema: Mapping[str, Any], kw: str, where: list[_Seg]) -> int | float
             if isinstance(v, bool)
             else ""
         )
-        raise _fail(where, f"{kw!r} must be a finite number, got {_show(v)}{extra}")
+        raise _fail(where, f"{kw!r} must be a finite number, got {show(v)}{extra}")
     return v
 
 
@@ -391,13 +207,13 @@ def _bound(schema: Mapping[str, Any], kw: str, where: list[_Seg]) -> int | float
 # instead of None where that lets the hot path skip an `is None` test.
 
 
-def _string_node(schema: Mapping[str, Any], where: list[_Seg], expected: str) -> _Check:
+def _string_node(schema: Mapping[str, Any], where: list[Seg], expected: str) -> _Check:
     lo, top = _count_range(schema, "minLength", "maxLength", where)
     pattern = schema.get("pattern")
     search = None
     if pattern is not None:
         if not isinstance(pattern, str):
-            raise _fail(where, f"'pattern' must be a string, got {_show(pattern)}")
+            raise _fail(where, f"'pattern' must be a string, got {show(pattern)}")
         try:
             search = re.compile(_ecma_dollar(pattern), re.ASCII).search
         except re.error as e:
@@ -407,24 +223,24 @@ def _string_node(schema: Mapping[str, Any], where: list[_Seg], expected: str) ->
 
         def check_str(x: Any) -> None:
             if not isinstance(x, str):
-                raise _type_error(expected, False, x)
+                raise type_error(expected, False, x)
 
         return check_str
 
     def check_str_constrained(x: Any) -> None:
         if not isinstance(x, str):
-            raise _type_error(expected, False, x)
+            raise type_error(expected, False, x)
         n = len(x)  # code points, as JSON Schema counts
         if n < lo:
-            raise _Invalid(
+            raise Invalid(
                 "must not be empty"
                 if lo == 1
-                else f"must be at least {_plural(lo, 'character')} long; got {n}"
+                else f"must be at least {plural(lo, 'character')} long; got {n}"
             )
         if n > top:
-            raise _Invalid(f"must be at most {_plural(top, 'character')} long; got {n}")
+            raise Invalid(f"must be at most {plural(top, 'character')} long; got {n}")
         if search is not None and search(x) is None:
-            raise _Invalid(f"must match pattern {pattern!r}; got {_show(x)}")
+            raise Invalid(f"must match pattern {pattern!r}; got {show(x)}")
 
     return check_str_constrained
 
@@ -466,7 +282,7 @@ def _ecma_dollar(pattern: str) -> str:
     return "".join(out)
 
 
-def _numeric_node(schema: Mapping[str, Any], where: list[_Seg], expected: str, integer: bool) -> _Check:
+def _numeric_node(schema: Mapping[str, Any], where: list[Seg], expected: str, integer: bool) -> _Check:
     lo = _bound(schema, "minimum", where)
     hi = _bound(schema, "maximum", where)
     xlo = _bound(schema, "exclusiveMinimum", where)
@@ -478,20 +294,20 @@ def _numeric_node(schema: Mapping[str, Any], where: list[_Seg], expected: str, i
         if floor > ceil or (floor == ceil and strict):
             raise _fail(where, "the numeric bounds exclude every value")
     bounded = floor is not None or ceil is not None
-    lo_ = -_INF if lo is None else lo
-    hi_ = _INF if hi is None else hi
-    xlo_ = -_INF if xlo is None else xlo
-    xhi_ = _INF if xhi is None else xhi
+    lo_ = -INF if lo is None else lo
+    hi_ = INF if hi is None else hi
+    xlo_ = -INF if xlo is None else xlo
+    xhi_ = INF if xhi is None else xhi
 
     def out_of_bounds(x: int | float) -> None:
         # Only reached when some bound fails; kept out of the closures to keep them short.
         if x < lo_:
-            raise _Invalid(f"must be >= {_show(lo)}; got {_show(x)}")
+            raise Invalid(f"must be >= {show(lo)}; got {show(x)}")
         if x <= xlo_:
-            raise _Invalid(f"must be > {_show(xlo)}; got {_show(x)}")
+            raise Invalid(f"must be > {show(xlo)}; got {show(x)}")
         if x > hi_:
-            raise _Invalid(f"must be <= {_show(hi)}; got {_show(x)}")
-        raise _Invalid(f"must be < {_show(xhi)}; got {_show(x)}")
+            raise Invalid(f"must be <= {show(hi)}; got {show(x)}")
+        raise Invalid(f"must be < {show(xhi)}; got {show(x)}")
 
     if integer:
         # `type(x) is int` is the fast path; the isinstance pair admits IntEnum but not bool.
@@ -499,13 +315,13 @@ def _numeric_node(schema: Mapping[str, Any], where: list[_Seg], expected: str, i
 
             def check_int(x: Any) -> None:
                 if type(x) is not int and (isinstance(x, bool) or not isinstance(x, int)):
-                    raise _type_error(expected, True, x)
+                    raise type_error(expected, True, x)
 
             return check_int
 
         def check_int_bounded(x: Any) -> None:
             if type(x) is not int and (isinstance(x, bool) or not isinstance(x, int)):
-                raise _type_error(expected, True, x)
+                raise type_error(expected, True, x)
             if x < lo_ or x <= xlo_ or x > hi_ or x >= xhi_:
                 out_of_bounds(x)
 
@@ -514,13 +330,13 @@ def _numeric_node(schema: Mapping[str, Any], where: list[_Seg], expected: str, i
     def check_number(x: Any) -> None:
         t = type(x)
         if t is float:
-            if not -_INF < x < _INF:  # False for NaN too
-                raise _Invalid(f"must be a finite number; got {x!r}")
+            if not -INF < x < INF:  # False for NaN too
+                raise Invalid(f"must be a finite number; got {x!r}")
         elif t is not int:
             if isinstance(x, bool) or not isinstance(x, int | float):
-                raise _type_error(expected, False, x)
-            if isinstance(x, float) and not -_INF < x < _INF:
-                raise _Invalid(f"must be a finite number; got {x!r}")
+                raise type_error(expected, False, x)
+            if isinstance(x, float) and not -INF < x < INF:
+                raise Invalid(f"must be a finite number; got {x!r}")
         if bounded and (x < lo_ or x <= xlo_ or x > hi_ or x >= xhi_):
             out_of_bounds(x)
 
@@ -530,7 +346,7 @@ def _numeric_node(schema: Mapping[str, Any], where: list[_Seg], expected: str, i
 def _boolean_node(expected: str) -> _Check:
     def check_bool(x: Any) -> None:
         if x is not True and x is not False:
-            raise _type_error(expected, False, x)
+            raise type_error(expected, False, x)
 
     return check_bool
 
@@ -538,12 +354,12 @@ def _boolean_node(expected: str) -> _Check:
 def _null_node(expected: str) -> _Check:
     def check_null(x: Any) -> None:
         if x is not None:
-            raise _type_error(expected, False, x)
+            raise type_error(expected, False, x)
 
     return check_null
 
 
-def _array_node(schema: Mapping[str, Any], where: list[_Seg], expected: str) -> _Check:
+def _array_node(schema: Mapping[str, Any], where: list[Seg], expected: str) -> _Check:
     lo, top = _count_range(schema, "minItems", "maxItems", where)
     item: _Check | None = None
     if "items" in schema:
@@ -556,19 +372,19 @@ def _array_node(schema: Mapping[str, Any], where: list[_Seg], expected: str) -> 
 
     def check_array(x: Any) -> None:
         if not isinstance(x, list):
-            raise _type_error(expected, False, x)
+            raise type_error(expected, False, x)
         n = len(x)
         if n < lo:
-            raise _Invalid(
-                "must not be empty" if lo == 1 else f"must have at least {_plural(lo, 'item')}; got {n}"
+            raise Invalid(
+                "must not be empty" if lo == 1 else f"must have at least {plural(lo, 'item')}; got {n}"
             )
         if n > top:
-            raise _Invalid(f"must have at most {_plural(top, 'item')}; got {n}")
+            raise Invalid(f"must have at most {plural(top, 'item')}; got {n}")
         if item is not None:
             for i, v in enumerate(x):
                 try:  # free when nothing is raised (3.11 zero-cost exceptions)
                     item(v)
-                except _Invalid as e:
+                except Invalid as e:
                     e.segs.append(i)
                     raise
 
@@ -576,15 +392,15 @@ def _array_node(schema: Mapping[str, Any], where: list[_Seg], expected: str) -> 
 
 
 def _object_node(
-    schema: Mapping[str, Any], where: list[_Seg], expected: str, root: bool, closed_default: bool
+    schema: Mapping[str, Any], where: list[Seg], expected: str, root: bool, closed_default: bool
 ) -> _Check:
     raw_props = schema.get("properties", {})
     if not isinstance(raw_props, Mapping):
-        raise _fail(where, f"'properties' must be an object, got {_json_type(raw_props)}")
+        raise _fail(where, f"'properties' must be an object, got {json_type(raw_props)}")
     props: dict[str, _Check] = {}
     for name, sub in raw_props.items():
         if not isinstance(name, str):
-            raise _fail(where, f"property names must be strings, got {_show(name)}")
+            raise _fail(where, f"property names must be strings, got {show(name)}")
         props[name] = _compile(sub, [*where, "properties", name], False)
 
     raw_req = schema.get("required", [])
@@ -609,7 +425,7 @@ def _object_node(
         if undeclared:
             raise _fail(
                 where,
-                f"required {_join_or([repr(r) for r in undeclared])} not in 'properties', "
+                f"required {join_or([repr(r) for r in undeclared])} not in 'properties', "
                 "and undeclared properties are refused (additionalProperties is false by default)",
             )
     if props:
@@ -620,21 +436,21 @@ def _object_node(
 
     def check_object(x: Any) -> None:
         if not isinstance(x, dict):
-            raise _type_error(expected, False, x)
+            raise type_error(expected, False, x)
         for key, value in x.items():
             c = get(key)
             if c is None:
                 if closed:
-                    raise _Invalid(hint, "unknown", key)
+                    raise Invalid(hint, "unknown", key)
                 continue
             try:
                 c(value)
-            except _Invalid as e:
+            except Invalid as e:
                 e.segs.append(key)
                 raise
         for name in required:
             if name not in x:
-                raise _Invalid("", "missing", name)
+                raise Invalid("", "missing", name)
 
     return check_object
 
@@ -642,11 +458,11 @@ def _object_node(
 # -- enum / const / anyOf / oneOf ------------------------------------------------
 
 
-def _members(values: list[Any], where: list[_Seg], kw: str) -> Callable[[Any], bool]:
+def _members(values: list[Any], where: list[Seg], kw: str) -> Callable[[Any], bool]:
     """A membership test with JSON equality, precomputed for the cheap common cases."""
     for v in values:
-        if not _is_json_value(v):
-            raise _fail(where, f"{kw!r} value {_show(v)} is not a JSON value")
+        if not is_json_value(v):
+            raise _fail(where, f"{kw!r} value {show(v)} is not a JSON value")
     if all(type(v) is str for v in values):
         strings = frozenset(values)  # the usual case: a set of modes/names
 
@@ -657,15 +473,15 @@ def _members(values: list[Any], where: list[_Seg], kw: str) -> Callable[[Any], b
 
     # Scalars are keyed by (kind, value) so true and 1 differ while 1 and 1.0 agree.
     def key(v: Any) -> tuple[str, Any]:
-        t = _json_type(v)
+        t = json_type(v)
         return ("number" if t == "integer" else t, v)
 
     scalars = frozenset(key(v) for v in values if not isinstance(v, list | dict))
-    containers = [_copy_json(v) for v in values if isinstance(v, list | dict)]
+    containers = [copy_json(v) for v in values if isinstance(v, list | dict)]
 
     def is_member(x: Any) -> bool:
         if isinstance(x, list | dict):
-            return any(_json_equal(x, c) for c in containers)
+            return any(json_equal(x, c) for c in containers)
         try:
             return key(x) in scalars
         except TypeError:  # an unhashable non-JSON value
@@ -674,24 +490,24 @@ def _members(values: list[Any], where: list[_Seg], kw: str) -> Callable[[Any], b
     return is_member
 
 
-def _enum_check(values: list[Any], where: list[_Seg], kw: str) -> _Check:
+def _enum_check(values: list[Any], where: list[Seg], kw: str) -> _Check:
     is_member = _members(values, where, kw)
     if kw == "const":
-        allowed = _show(values[0])
+        allowed = show(values[0])
         head = f"must be {allowed}"
     else:
-        shown = [_show(v) for v in values[:32]]
+        shown = [show(v) for v in values[:32]]
         more = f", ... ({len(values)} values)" if len(values) > 32 else ""
         head = f"must be one of {', '.join(shown)}{more}"
 
     def check_enum(x: Any) -> None:
         if not is_member(x):
-            raise _Invalid(f"{head}; got {_show(x)}")
+            raise Invalid(f"{head}; got {show(x)}")
 
     return check_enum
 
 
-def _branches(schema: Mapping[str, Any], kw: str, where: list[_Seg], root: bool) -> list[_Check]:
+def _branches(schema: Mapping[str, Any], kw: str, where: list[Seg], root: bool) -> list[_Check]:
     raw = schema[kw]
     if not isinstance(raw, list) or not raw:
         raise _fail(where, f"{kw!r} must be a non-empty list of schemas")
@@ -701,15 +517,15 @@ def _branches(schema: Mapping[str, Any], kw: str, where: list[_Seg], root: bool)
 def _any_of(branches: list[_Check]) -> _Check:
     # Cost: free when the first branch matches; one exception per failed branch otherwise.
     def check_any_of(x: Any) -> None:
-        errors: list[_Invalid] = []
+        errors: list[Invalid] = []
         for b in branches:
             try:
                 b(x)
-            except _Invalid as e:
+            except Invalid as e:
                 errors.append(e)
             else:
                 return
-        raise _Invalid("matches none of the allowed forms", alternatives=errors)
+        raise Invalid("matches none of the allowed forms", alternatives=errors)
 
     return check_any_of
 
@@ -717,21 +533,21 @@ def _any_of(branches: list[_Check]) -> _Check:
 def _one_of(branches: list[_Check]) -> _Check:
     # Cost: every branch always runs (exactly-one needs them all); prefer anyOf when branches are disjoint.
     def check_one_of(x: Any) -> None:
-        errors: list[_Invalid] = []
+        errors: list[Invalid] = []
         matched: list[int] = []
         for i, b in enumerate(branches, 1):
             try:
                 b(x)
-            except _Invalid as e:
+            except Invalid as e:
                 errors.append(e)
             else:
                 matched.append(i)
         if len(matched) == 1:
             return
         if not matched:
-            raise _Invalid("matches none of the allowed forms", alternatives=errors)
-        forms = _join_or([str(i) for i in matched])
-        raise _Invalid(f"must match exactly one of the allowed forms; matches forms {forms}")
+            raise Invalid("matches none of the allowed forms", alternatives=errors)
+        forms = join_or([str(i) for i in matched])
+        raise Invalid(f"must match exactly one of the allowed forms; matches forms {forms}")
 
     return check_one_of
 
@@ -766,7 +582,7 @@ def _chain(checks: list[_Check]) -> _Check:
 
 
 def _type_node(
-    schema: Mapping[str, Any], where: list[_Seg], types: tuple[str, ...] | None, root: bool
+    schema: Mapping[str, Any], where: list[Seg], types: tuple[str, ...] | None, root: bool
 ) -> _Check | None:
     """The check for `type` plus the type-specific keywords; None if the node constrains no type."""
     if types is None:
@@ -779,7 +595,7 @@ def _type_node(
     else:
         wanted = set(types)
         open_types = False
-    expected = _join_or(list(types)) if types is not None else "any"
+    expected = join_or(list(types)) if types is not None else "any"
     int_only = types is not None and "integer" in types and "number" not in types
 
     by_type: dict[str, _Check] = {}
@@ -808,18 +624,18 @@ def _type_node(
     get = by_type.get
 
     def check_types(x: Any) -> None:
-        c = get(_json_type(x))
+        c = get(json_type(x))
         if c is not None:
             c(x)
         elif not open_types:
-            raise _type_error(expected, int_only, x)
+            raise type_error(expected, int_only, x)
 
     return check_types
 
 
-def _compile(schema: Any, where: list[_Seg], root: bool) -> _Check:
+def _compile(schema: Any, where: list[Seg], root: bool) -> _Check:
     if not isinstance(schema, Mapping):
-        raise _fail(where, f"a schema must be an object, got {_json_type(schema)}")
+        raise _fail(where, f"a schema must be an object, got {json_type(schema)}")
     types = _parse_types(schema, where)
     _check_keywords(schema, where, types)
 
@@ -839,9 +655,9 @@ def _compile(schema: Any, where: list[_Seg], root: bool) -> _Check:
             for v in values:
                 try:
                     base(v)
-                except _Invalid as e:
+                except Invalid as e:
                     raise _fail(
-                        where, f"{kw} value {_show(v)} can never be accepted: {_to_error(e, []).message}"
+                        where, f"{kw} value {show(v)} can never be accepted: {to_error(e, []).message}"
                     ) from None
         checks.append(_enum_check(values, where, kw))
     if "anyOf" in schema:
@@ -863,7 +679,7 @@ def compile_schema(schema: Mapping[str, Any]) -> Validator:
     def validate(args: Any) -> None:
         try:
             root(args)
-        except _Invalid as e:
-            raise _to_error(e, []) from None
+        except Invalid as e:
+            raise to_error(e, []) from None
 
     return validate

@@ -16,7 +16,7 @@ from edgeclaw.channels.console.editor import CTRL_C, CTRL_D, ERASE_LINE
 from edgeclaw.channels.console.keys import KeyInput, lone_key
 from edgeclaw.channels.console.port import PacedWriter
 from edgeclaw.channels.console.render import Bounded, encode_rows, layout
-from edgeclaw.tools.registry import TRUNCATION_NOTE
+from edgeclaw.tools.outcome import TRUNCATION_NOTE
 from edgeclaw.wording import plural
 
 if TYPE_CHECKING:

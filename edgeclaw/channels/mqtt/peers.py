@@ -39,7 +39,7 @@ from paho.mqtt.properties import Properties
 from edgeclaw.channels.mqtt.topics import DeviceTopics
 from edgeclaw.net.mqtt_connection import Connection, PublishFailed
 from edgeclaw.net.signing import USER_PROPERTY, mac
-from edgeclaw.tools.nodes import Peer, PeerUnavailable
+from edgeclaw.tools.nodes.tool import Peer, PeerUnavailable
 
 log = logging.getLogger("edgeclaw.mqtt.peers")
 

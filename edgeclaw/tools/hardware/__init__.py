@@ -13,6 +13,7 @@ from edgeclaw.backends.hub import BoardBackends
 from edgeclaw.board import BoardProfile
 from edgeclaw.config.schema import HardwareConfig
 from edgeclaw.tools.base import Tool
+from edgeclaw.tools.fs.workspace import Workspace
 from edgeclaw.tools.hardware.esp32 import ESP32Tool
 from edgeclaw.tools.hardware.gpio import GPIOTool
 from edgeclaw.tools.hardware.i2c import I2CTool
@@ -22,7 +23,6 @@ from edgeclaw.tools.hardware.probe import ProbeTool
 from edgeclaw.tools.hardware.sensor import SensorTool
 from edgeclaw.tools.hardware.serial import SerialTool
 from edgeclaw.tools.hardware.spi import SPITool
-from edgeclaw.tools.workspace import Workspace
 
 __all__ = [
     "ESP32Tool",

@@ -35,9 +35,9 @@ from edgeclaw.board import BoardProfile, ProbeGrant, TargetRegion, region_holdin
 from edgeclaw.config.schema import HardwareConfig
 from edgeclaw.errors import ToolError, ToolRefused
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
+from edgeclaw.tools.fs.workspace import FileTooLarge, Workspace
 from edgeclaw.tools.hardware.common import bytes_schema, data_bytes, hex_dump, int_or_hex, number, result
 from edgeclaw.tools.progress import PacedProgress
-from edgeclaw.tools.workspace import FileTooLarge, Workspace
 
 log = logging.getLogger("edgeclaw.tools.probe")
 

@@ -311,7 +311,7 @@ def install_mcp(runtime: Runtime) -> McpBridge | None:
         return None
     from edgeclaw import __version__
     from edgeclaw.sandbox.manager import Sandbox
-    from edgeclaw.tools.shell_setup import hidden_from_commands, sandbox_settings
+    from edgeclaw.tools.runtime.shell_setup import hidden_from_commands, sandbox_settings
 
     bridge = McpBridge(
         config,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from edgeclaw.tools.fs import write_atomically
-from edgeclaw.tools.workspace import Workspace
+from edgeclaw.tools.fs.file_io import write_atomically
+from edgeclaw.tools.fs.workspace import Workspace
 
 MEDIA_DIR = "media"
 

@@ -13,8 +13,8 @@ from edgeclaw.backends.media.image_info import ImageFormatError, ImageInfo, medi
 from edgeclaw.backends.media.images import ImageGenerator
 from edgeclaw.errors import BackendError, ToolError
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
+from edgeclaw.tools.fs.workspace import Workspace
 from edgeclaw.tools.media.files import output_path, save, size_text
-from edgeclaw.tools.workspace import Workspace
 
 # (image bytes, media type, question) -> the model's description; raises an EdgeclawError.
 Describe = Callable[[bytes, str, str], Awaitable[str]]

@@ -9,8 +9,8 @@ from edgeclaw.backends.media.audio import audio_info, play
 from edgeclaw.backends.media.tts import FORMATS, SpeechChain, SpeechError
 from edgeclaw.errors import BackendError, ToolError
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
+from edgeclaw.tools.fs.workspace import Workspace
 from edgeclaw.tools.media.files import output_path, save, size_text
-from edgeclaw.tools.workspace import Workspace
 
 
 class TtsTool(Tool):

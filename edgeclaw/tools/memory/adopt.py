@@ -20,7 +20,7 @@ import time
 
 from edgeclaw.errors import ToolError, ToolRefused
 from edgeclaw.store.memory import GLOBAL, MemoryStore, MemoryStoreError
-from edgeclaw.tools.workspace import Workspace
+from edgeclaw.tools.fs.workspace import Workspace
 
 log = logging.getLogger("edgeclaw.tools.memory")
 

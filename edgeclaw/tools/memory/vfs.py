@@ -40,10 +40,10 @@ from edgeclaw.store.memory import (
     check_path,
 )
 from edgeclaw.tools.base import Args, ToolContext, ToolResult
-from edgeclaw.tools.fs import ROUTED_TOOLS, render_lines, replace_text
+from edgeclaw.tools.fs.files import ROUTED_TOOLS, render_lines, replace_text
+from edgeclaw.tools.fs.workspace import Workspace, format_size
 from edgeclaw.tools.memory.context import CONTEXT_FILES, DEFAULT_AGENT, ContextFiles, reads_disk
 from edgeclaw.tools.skills.library import VIRTUAL_ROOT, SkillLibrary
-from edgeclaw.tools.workspace import Workspace, format_size
 from edgeclaw.wording import plural
 
 WRITING_TOOLS = frozenset({"write_file", "edit_file", "file_append"})

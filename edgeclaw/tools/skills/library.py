@@ -42,7 +42,7 @@ from edgeclaw.errors import ToolError, ToolRefused
 from edgeclaw.store import ranking, vectors
 from edgeclaw.store.chunking import text_hash
 from edgeclaw.store.memory import fts_query
-from edgeclaw.tools.workspace import Workspace
+from edgeclaw.tools.fs.workspace import Workspace
 
 log = logging.getLogger("edgeclaw.tools.skills")
 

@@ -35,7 +35,7 @@ from edgeclaw.backends.web.guard import NetworkPolicy, Vetted, WebBlocked, WebEr
 from edgeclaw.config.schema import WebConfig
 from edgeclaw.errors import ToolError, ToolRefused
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
-from edgeclaw.tools.workspace import format_size
+from edgeclaw.tools.fs.workspace import format_size
 
 if TYPE_CHECKING:
     from edgeclaw.backends.web.extract import Engine, Format

@@ -38,20 +38,21 @@ from edgeclaw.config.schema import Config
 from edgeclaw.errors import ConfigError, ToolRefused
 from edgeclaw.store.custom_tools import CustomToolStore
 from edgeclaw.store.secretbox import CryptoUnavailable, SecretBox
+from edgeclaw.tool_groups import RESERVED_NAMES
 from edgeclaw.tools.base import Args, PendingApproval, Tool, ToolContext, ToolResult
-from edgeclaw.tools.command_text import normalise
-from edgeclaw.tools.custom_template import InvalidDefinition, Template
-from edgeclaw.tools.denylist import DenyList
 from edgeclaw.tools.policy import KNOWN_TOOL_NAMES
+from edgeclaw.tools.runtime.command_text import normalise
+from edgeclaw.tools.runtime.custom_template import InvalidDefinition, Template
+from edgeclaw.tools.runtime.denylist import DenyList
+from edgeclaw.tools.runtime.shell import format_run
+from edgeclaw.tools.runtime.shell_syntax import PLACEHOLDER
 from edgeclaw.tools.schema import SchemaError, compile_schema
-from edgeclaw.tools.shell import format_run
-from edgeclaw.tools.shell_syntax import PLACEHOLDER
 
 if TYPE_CHECKING:
     from edgeclaw.tools.registry import Registry
-    from edgeclaw.tools.shell import ShellTools
+    from edgeclaw.tools.runtime.shell import ShellTools
 
-log = logging.getLogger("edgeclaw.tools.custom")
+log = logging.getLogger("edgeclaw.tools.runtime.custom")
 
 _BAD_PLACEHOLDER = re.compile(r"\{\{(?!\s*\.[A-Za-z_][A-Za-z0-9_]*\s*\}\})")
 NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
@@ -146,7 +147,7 @@ def parse_definition(data: Mapping[str, Any], *, source: str = "runtime") -> Cus
         raise InvalidDefinition(
             f"name {name!r}: expected lowercase letters, digits and '_', starting with a letter (at most 64)"
         )
-    if name in KNOWN_TOOL_NAMES:
+    if name in KNOWN_TOOL_NAMES or name in RESERVED_NAMES:
         raise InvalidDefinition(f"name {name!r} is a built-in tool's name")
     description = data.get("description", "")
     if not isinstance(description, str) or len(description) > 2000:

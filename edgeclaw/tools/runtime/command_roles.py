@@ -26,19 +26,41 @@ process (see `process`), whose stdin no command check sees.
 
 The tables cover the programs a small Linux board has; a program not in
 them is an ordinary one whose words are data, except that its options that
-run a program (`_PROGRAM_OPTIONS`) are still recognised.
+run a program (`program_specs.PROGRAM_OPTIONS`) are still recognised.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
 
-from edgeclaw.tools.shell_syntax import Command, Word, parse
-
-Role = Literal["program", "code", "unknown", "data", "syntax"]
+from edgeclaw.tools.runtime.program_specs import (
+    AWK,
+    AWK_PROGRAM_OPTIONS,
+    AWK_SPEC,
+    CODE_OPERANDS,
+    FIND,
+    FIND_EXEC,
+    INTERPRETERS,
+    OPAQUE,
+    PROGRAM_OPTIONS,
+    PYTHON,
+    PYTHON_SPEC,
+    REPLS,
+    RUN_STDIN,
+    SED,
+    SED_PROGRAM_OPTIONS,
+    SED_SPEC,
+    SHELL_SPEC,
+    SHELLS,
+    WRAPPERS,
+    Role,
+    Spec,
+    awk_may_execute,
+    option_matches,
+    sed_may_execute,
+)
+from edgeclaw.tools.runtime.shell_syntax import Command, Word, parse
 
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=", re.S)
 # Words that start a command without being one; the next word is the program.
@@ -75,227 +97,6 @@ class Analysis:
 
     uses: list[Use] = field(default_factory=list)
     invocations: list[Invocation] = field(default_factory=list)
-
-
-# -- option specs ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Spec:
-    """How one program reads its options, and what their values and operands are."""
-
-    short_arg: str = ""  # short options that take a value (attached or the next word)
-    short_opt: str = ""  # short options whose value, if any, is attached (`sed -i.bak`)
-    short_flag: str = ""  # short options that take none
-    long_arg: tuple[str, ...] = ()
-    long_flag: tuple[str, ...] = ()  # (`--name=value` on one of these is an optional value)
-    value_roles: tuple[tuple[str, Role], ...] = ()  # option ("-c", "--eval") -> the role of its value
-    stops: str = ""  # short options after whose value option parsing ends (`python3 -c CODE args`)
-    positional: int = 0  # wrapper: operands of its own before the program it runs
-    numeric: bool = False  # `nice -5`: a number is an option
-    strict: bool = True  # an unknown option makes the rest `unknown`
-    plus_options: bool = False  # shells: `+o name`, `+x`
-
-    def role_of(self, option: str) -> Role:
-        return dict(self.value_roles).get(option, "data")
-
-
-_WRAPPERS: dict[str, _Spec] = {
-    "env": _Spec(
-        short_arg="uCS",
-        short_flag="i0v",
-        long_arg=("unset", "chdir", "split-string"),
-        long_flag=("ignore-environment", "null", "debug", "block-signal", "default-signal", "ignore-signal",
-                   "list-signal-handling"),
-        value_roles=(("-S", "program"), ("--split-string", "program")),
-    ),
-    "timeout": _Spec(
-        short_arg="sk", short_flag="v", long_arg=("signal", "kill-after"),
-        long_flag=("foreground", "preserve-status", "verbose"), positional=1,
-    ),
-    "nice": _Spec(short_arg="n", long_arg=("adjustment",), numeric=True),
-    "nohup": _Spec(),
-    "setsid": _Spec(short_flag="cfw", long_flag=("ctty", "fork", "wait")),
-    "stdbuf": _Spec(short_arg="ioe", long_arg=("input", "output", "error")),
-    "ionice": _Spec(short_arg="cnpPu", short_flag="t", long_arg=("class", "classdata", "pid", "pgid", "uid"),
-                    long_flag=("ignore",)),
-    "chrt": _Spec(
-        short_arg="TPD", short_flag="abdfiormRpv",
-        long_arg=("sched-runtime", "sched-period", "sched-deadline"),
-        long_flag=("all-tasks", "batch", "deadline", "fifo", "idle", "other", "rr", "reset-on-fork", "max",
-                   "pid", "verbose"),
-        positional=1,
-    ),
-    "taskset": _Spec(short_flag="acp", long_flag=("all-tasks", "cpu-list", "pid"), positional=1),
-    "time": _Spec(short_arg="fo", short_flag="apqv", long_arg=("format", "output"),
-                  long_flag=("append", "portability", "quiet", "verbose")),
-    "xargs": _Spec(
-        short_arg="adEILnPs", short_opt="eil", short_flag="0oprtx",
-        long_arg=("arg-file", "delimiter", "eof", "replace", "max-lines", "max-args", "max-procs",
-                  "max-chars", "process-slot-var"),
-        long_flag=("null", "open-tty", "interactive", "no-run-if-empty", "verbose", "exit", "show-limits"),
-    ),
-    "flock": _Spec(
-        short_arg="wEc", short_flag="sxunoFv",
-        long_arg=("timeout", "wait", "conflict-exit-code", "command"),
-        long_flag=("shared", "exclusive", "unlock", "nonblock", "nb", "close", "no-fork", "verbose"),
-        value_roles=(("-c", "program"), ("--command", "program")), positional=1,
-    ),
-    "chroot": _Spec(long_arg=("userspec", "groups"), long_flag=("skip-chdir",), positional=1),
-    "exec": _Spec(short_arg="a", short_flag="cl"),
-    "command": _Spec(short_flag="pvV"),
-    "builtin": _Spec(),
-    "busybox": _Spec(),
-    "nocache": _Spec(),
-    "eatmydata": _Spec(),
-}  # fmt: skip
-
-# Programs that run another program in ways not modelled here (privileges, namespaces, tracing,
-# remote hosts, editors and pagers with their `!`): every word after them could be the program.
-_OPAQUE = frozenset(
-    {"sudo", "doas", "su", "runuser", "pkexec", "setpriv", "capsh", "chpst", "start-stop-daemon",
-     "systemd-run", "unshare", "nsenter", "strace", "ltrace", "gdb", "valgrind", "script", "unbuffer",
-     "parallel", "watch", "ssh", "firejail", "bwrap", "sg", "newgrp", "ip", "fakeroot", "proot",
-     "torsocks", "proxychains", "proxychains4", "faketime", "catchsegv", "dbus-run-session", "xvfb-run",
-     "expect", "vi", "vim", "nvim", "view", "ex", "emacs", "less", "more", "man", "eval", "source", ".",
-     "trap", "alias"}
-)  # fmt: skip
-
-_SHELLS = frozenset(
-    {"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "yash", "fish", "csh", "tcsh", "posh", "lksh",
-     "rbash", "hush"}
-)  # fmt: skip
-_SHELL_SPEC = _Spec(
-    short_arg="oO", short_flag="abcefhiklmnprstuvxBCEHPT", long_arg=("rcfile", "init-file"),
-    strict=False, plus_options=True,
-)  # fmt: skip
-
-_PYTHON = re.compile(r"(?:python|pypy)[0-9.]*")
-_PYTHON_SPEC = _Spec(
-    short_arg="cmWX", short_flag="bBdEhiIOPqsSuvVx", long_arg=("check-hash-based-pycs",),
-    long_flag=("help", "version", "help-env", "help-xoptions", "help-all"),
-    value_roles=(("-c", "code"), ("-m", "program")), stops="cm",
-)  # fmt: skip
-
-# Interpreters: the spec, the options whose value is the program text (with those, operands are
-# data), and the flag that makes them interactive.
-_INTERPRETERS: dict[str, tuple[_Spec, frozenset[str], str]] = {
-    "perl": (
-        _Spec(short_arg="eEIMm", short_opt="0CdDFilx", short_flag="acfhnpsStTuUvVwWX",
-              value_roles=(("-e", "code"), ("-E", "code"), ("-M", "code"), ("-m", "code"))),
-        frozenset({"-e", "-E"}), "",
-    ),
-    "ruby": (
-        _Spec(short_arg="eIrCE", short_opt="0FxKTW", short_flag="acdhlnpsSuvwy",
-              value_roles=(("-e", "code"), ("-r", "code"))),
-        frozenset({"-e"}), "",
-    ),
-    "node": (
-        _Spec(short_arg="erp", short_flag="cihv",
-              long_arg=("eval", "require", "print", "import", "loader", "experimental-loader", "input-type"),
-              value_roles=(("-e", "code"), ("--eval", "code"), ("-p", "code"), ("--print", "code"),
-                           ("-r", "code"), ("--require", "code"), ("--import", "code"), ("--loader", "code"),
-                           ("--experimental-loader", "code")),
-              strict=False),
-        frozenset({"-e", "--eval", "-p", "--print"}), "-i",
-    ),
-    "php": (
-        _Spec(short_arg="cdfrBREFzt", short_flag="aehilmnsvwH",
-              value_roles=(("-r", "code"), ("-B", "code"), ("-R", "code"), ("-E", "code"), ("-d", "code"),
-                           ("-z", "code"), ("-f", "program"), ("-F", "program"))),
-        frozenset({"-r", "-f", "-R", "-F"}), "-a",
-    ),
-    "lua": (
-        _Spec(short_arg="el", short_flag="ivEW", value_roles=(("-e", "code"), ("-l", "code"))),
-        frozenset({"-e"}), "-i",
-    ),
-}  # fmt: skip
-_INTERPRETERS["nodejs"] = _INTERPRETERS["node"]
-_INTERPRETERS["luajit"] = _INTERPRETERS["lua"]
-for _v in ("5.1", "5.2", "5.3", "5.4"):
-    _INTERPRETERS[f"lua{_v}"] = _INTERPRETERS["lua"]
-# Interpreters with a prompt of their own when given no script.
-_REPLS = frozenset(
-    {"tclsh", "wish", "irb", "pry", "jshell", "R", "julia", "octave", "guile", "sbcl", "clisp", "erl",
-     "iex", "ghci", "deno", "bun", "sqlite3", "mysql", "psql", "ftp", "lftp", "bc"}
-)  # fmt: skip
-# Programs that run commands given to them on stdin whatever their arguments.
-_RUN_STDIN = {
-    "xargs": "xargs runs a program with what it reads",
-    "parallel": "parallel runs the commands it reads",
-    "dc": "dc runs commands from its input ('!')",
-    "ed": "ed runs shell commands from its input ('!')",
-    "red": "ed runs shell commands from its input ('!')",
-    "ex": "ex runs shell commands from its input ('!')",
-    "vi": "vi runs shell commands from its input ('!')",
-    "vim": "vim runs shell commands from its input ('!')",
-    "nvim": "vim runs shell commands from its input ('!')",
-    "gdb": "gdb runs shell commands from its input",
-    "sqlite3": "sqlite3 runs shell commands from its input ('.shell')",
-    "expect": "expect runs the script it reads",
-    "script": "script starts an interactive shell",
-    "su": "su starts a shell",
-    "busybox": "",  # decided by its applet
-}
-
-_AWK = frozenset({"awk", "gawk", "mawk", "nawk", "original-awk"})
-_AWK_SPEC = _Spec(
-    short_arg="fFveEilW", short_opt="dDLop", short_flag="bcCghMNnOPrsStV",
-    long_arg=("file", "field-separator", "assign", "source", "exec", "include", "load"),
-    long_flag=("sandbox", "characters-as-bytes", "traditional", "copyright", "dump-variables", "debug",
-               "gen-pot", "help", "lint", "bignum", "use-lc-numeric", "non-decimal-data", "pretty-print",
-               "optimize", "profile", "posix", "re-interval", "no-optimize", "version"),
-    value_roles=(("-f", "code"), ("--file", "code"), ("-e", "code"), ("--source", "code"), ("-E", "code"),
-                 ("--exec", "code"), ("-i", "code"), ("--include", "code"), ("-l", "code"),
-                 ("--load", "code"), ("-W", "code")),
-)  # fmt: skip
-_AWK_PROGRAM_OPTIONS = frozenset({"-f", "--file", "-e", "--source", "-E", "--exec"})
-_SED = frozenset({"sed", "gsed"})
-_SED_PROGRAM_OPTIONS = frozenset({"-e", "--expression", "-f", "--file"})
-_SED_SPEC = _Spec(
-    short_arg="efl", short_opt="i", short_flag="nrEsuz",
-    long_arg=("expression", "file", "line-length"),
-    long_flag=("quiet", "silent", "debug", "follow-symlinks", "in-place", "posix", "regexp-extended",
-               "separate", "sandbox", "unbuffered", "null-data", "help", "version"),
-    value_roles=(("-e", "code"), ("--expression", "code"), ("-f", "code"), ("--file", "code")),
-)  # fmt: skip
-# Programs whose operands are programs in their own language (dc's `!`, m4's `syscmd`).
-_CODE_OPERANDS = frozenset({"dc", "m4"})
-_FIND = frozenset({"find", "gfind"})
-_FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
-
-# Options with which an otherwise ordinary program runs a program (or a shell command) of the
-# caller's choosing. Long options match by unambiguous prefix too, short ones inside a bundle.
-PROGRAM_OPTIONS: dict[str, tuple[str, ...]] = {
-    "sort": ("--compress-program",),
-    "tar": ("--to-command", "--use-compress-program", "-I", "--checkpoint-action", "--rsh-command",
-            "--info-script", "-F", "--new-volume-script"),
-    "find": ("-exec", "-execdir", "-ok", "-okdir"),
-    "rsync": ("-e", "--rsh", "--rsync-path"),
-    "git": ("-c", "--config-env", "--exec-path", "--upload-pack", "--receive-pack"),
-    "zip": ("-T", "--test", "-TT", "--unzip-command"),
-    "diff3": ("--diff-program",),
-    "sdiff": ("--diff-program",),
-    "cpio": ("--rsh-command",),
-    "wget": ("--use-askpass", "-e", "--execute"),
-    "man": ("-P", "--pager", "-H", "--html"),
-}  # fmt: skip
-
-
-def option_matches(word: str, option: str) -> bool:
-    """Whether `word` gives `option` (long: by unambiguous prefix, as getopt does; short: in a bundle)."""
-    if option.startswith("--"):
-        name = word.split("=", 1)[0]
-        return word.startswith("--") and len(name) > 2 and option.startswith(name)
-    if len(option) == 2:
-        return word.startswith("-") and not word.startswith("--") and option[1] in word[1:]
-    return word == option
-
-
-def runs_program_option(program: str, words: Iterable[str]) -> bool:
-    """Whether `words` give `program` an option that makes it run another program."""
-    options = PROGRAM_OPTIONS.get(program, ())
-    return any(option_matches(w, o) for w in words for o in options)
 
 
 # -- the walk ----------------------------------------------------------------------------------
@@ -343,29 +144,29 @@ class _Walk:
         self.a.invocations.append(inv)
         if name in _RESERVED_DATA and not via:
             self.rest(words, i + 1, "data", name, f"a word of {name}")
-        elif name in _WRAPPERS:
+        elif name in WRAPPERS:
             self.wrapper(words, i + 1, inv)
-        elif name in _OPAQUE:
-            inv.stdin_code = _RUN_STDIN.get(name, "")
+        elif name in OPAQUE:
+            inv.stdin_code = RUN_STDIN.get(name, "")
             self.rest(words, i + 1, "unknown", name, f"an argument of {name}, which runs commands")
-        elif name in _SHELLS:
+        elif name in SHELLS:
             self.shell(words, i + 1, inv)
-        elif _PYTHON.fullmatch(name):
-            self.interpreter(words, i + 1, inv, _PYTHON_SPEC, frozenset({"-c", "-m"}), "-i")
-        elif name in _INTERPRETERS:
-            spec, programs, interactive = _INTERPRETERS[name]
+        elif PYTHON.fullmatch(name):
+            self.interpreter(words, i + 1, inv, PYTHON_SPEC, frozenset({"-c", "-m"}), "-i")
+        elif name in INTERPRETERS:
+            spec, programs, interactive = INTERPRETERS[name]
             self.interpreter(words, i + 1, inv, spec, programs, interactive)
-        elif name in _AWK or name in _SED:
+        elif name in AWK or name in SED:
             self.script_filter(words, i + 1, inv)
-        elif name in _CODE_OPERANDS:
-            inv.stdin_code = _RUN_STDIN.get(name, "")
+        elif name in CODE_OPERANDS:
+            inv.stdin_code = RUN_STDIN.get(name, "")
             self.rest(words, i + 1, "code", name, f"a {name} program")
-        elif name in _FIND:
+        elif name in FIND:
             self.find(words, i + 1, inv)
         else:
-            if name in _REPLS and not [w for w in words[i + 1 :] if not (w.literal or "-").startswith("-")]:
+            if name in REPLS and not [w for w in words[i + 1 :] if not (w.literal or "-").startswith("-")]:
                 inv.stdin_code = f"{name} without a script reads commands from its input"
-            inv.stdin_code = inv.stdin_code or _RUN_STDIN.get(name, "")
+            inv.stdin_code = inv.stdin_code or RUN_STDIN.get(name, "")
             self.plain(words, i + 1, inv)
 
     def plain(self, words: list[Word], i: int, inv: Invocation) -> None:
@@ -399,7 +200,7 @@ class _Walk:
             self.use(w, "data", inv.program, f"an argument of {inv.program}", options_end)
 
     def options(
-        self, words: list[Word], i: int, spec: _Spec, program: str
+        self, words: list[Word], i: int, spec: Spec, program: str
     ) -> tuple[int, list[tuple[str, Word | None]], bool]:
         """Read options from `i`: (index of the first operand, [(option, value word)], clean).
 
@@ -501,7 +302,7 @@ class _Walk:
 
     def wrapper(self, words: list[Word], i: int, inv: Invocation) -> None:
         name = inv.program
-        spec = _WRAPPERS[name]
+        spec = WRAPPERS[name]
         i, seen, clean = self.options(words, i, spec, name)
         if not clean:
             self.rest(words, i, "unknown", name, f"a word after an option of {name} edgeclaw does not know")
@@ -525,7 +326,7 @@ class _Walk:
             self.rest(words, i + 1, "program", name, "the command line flock -c runs")
             return
         if name == "xargs":
-            inv.stdin_code = _RUN_STDIN["xargs"]
+            inv.stdin_code = RUN_STDIN["xargs"]
         if i < len(words):
             self.command(words, i, via=name)
         elif name in ("busybox",):
@@ -533,7 +334,7 @@ class _Walk:
 
     def shell(self, words: list[Word], i: int, inv: Invocation) -> None:
         name = inv.program
-        i, seen, clean = self.options(words, i, _SHELL_SPEC, name)
+        i, seen, clean = self.options(words, i, SHELL_SPEC, name)
         flags = {o for o, _ in seen}
         if not clean:
             self.rest(words, i, "unknown", name, f"a word after an option of {name}")
@@ -561,7 +362,7 @@ class _Walk:
         words: list[Word],
         i: int,
         inv: Invocation,
-        spec: _Spec,
+        spec: Spec,
         programs: frozenset[str],
         interactive: str,
     ) -> None:
@@ -589,8 +390,8 @@ class _Walk:
     def script_filter(self, words: list[Word], i: int, inv: Invocation) -> None:
         """sed and awk: the script is code (options -e/-f, or the first operand); the rest are files."""
         name = inv.program
-        is_sed = name in _SED
-        spec = _SED_SPEC if is_sed else _AWK_SPEC
+        is_sed = name in SED
+        spec = SED_SPEC if is_sed else AWK_SPEC
         kind = "a sed script" if is_sed else "an awk program"
         i, seen, clean = self.options(words, i, spec, name)
         if not clean:
@@ -599,7 +400,7 @@ class _Walk:
             return
         flags = {o for o, _ in seen}
         inv.sandboxed = "--sandbox" in flags or (not is_sed and "-S" in flags and name == "gawk")
-        program_options = _SED_PROGRAM_OPTIONS if is_sed else _AWK_PROGRAM_OPTIONS
+        program_options = SED_PROGRAM_OPTIONS if is_sed else AWK_PROGRAM_OPTIONS
         scripts = [v for o, v in seen if o in program_options]
         if not scripts and i < len(words):
             self.use(words[i], "code", name, kind)
@@ -620,9 +421,7 @@ class _Walk:
             if (
                 file_scripts
                 or any(t is None for t in texts)
-                or any(
-                    (_sed_may_execute(t) if is_sed else _awk_may_execute(t)) for t in texts if t is not None
-                )
+                or any((sed_may_execute(t) if is_sed else awk_may_execute(t)) for t in texts if t is not None)
             ):
                 what = "its e command" if is_sed else "system() or a pipe"
                 inv.stdin_code = (
@@ -634,7 +433,7 @@ class _Walk:
     def find(self, words: list[Word], i: int, inv: Invocation) -> None:
         while i < len(words):
             w = words[i]
-            if w.literal in _FIND_EXEC:
+            if w.literal in FIND_EXEC:
                 self.use(w, "data", "find", f"the action {w.literal}")
                 end = i + 1
                 while end < len(words) and words[end].literal not in (";", "+"):
@@ -653,7 +452,7 @@ def _after_double_dash(words: list[Word], i: int) -> bool:
     return i > 0 and words[i - 1].literal == "--"
 
 
-def _value_why(program: str, option: str, spec: _Spec) -> str:
+def _value_why(program: str, option: str, spec: Spec) -> str:
     role = spec.role_of(option)
     if role == "program":
         return f"the program or command line of {program} {option}"
@@ -662,7 +461,7 @@ def _value_why(program: str, option: str, spec: _Spec) -> str:
     return f"the value of {program} {option}"
 
 
-def _long_option(name: str, spec: _Spec) -> str | None:
+def _long_option(name: str, spec: Spec) -> str | None:
     """The long option `name` abbreviates (getopt accepts any unambiguous prefix), or None."""
     known = spec.long_arg + spec.long_flag
     if name in known:
@@ -674,74 +473,6 @@ def _long_option(name: str, spec: _Spec) -> str | None:
 def _is_assignment(word: Word) -> bool:
     first = word.parts[0] if word.parts else None
     return isinstance(first, str) and bool(_ASSIGNMENT.match(first))
-
-
-# sed: a command `e` (run the pattern space, or the rest of its line), or the `e` flag of `s`.
-_SED_S_FLAGS = re.compile(r"[gpiImMe0-9]*(?:w\s.*)?$")
-
-
-def _sed_may_execute(script: str) -> bool:
-    """Whether a sed script may run a command (GNU `e`): conservatively True when unsure."""
-    i, n = 0, len(script)
-    while i < n:
-        c = script[i]
-        if c in " \t\n;{}!" or c.isdigit() or c in "$,~+":
-            i += 1
-        elif c == "/" or c == "\\":
-            # An address regex: skip to its closing delimiter.
-            delim = "/" if c == "/" else (script[i + 1] if i + 1 < n else "")
-            i = _skip_delimited(script, i + (1 if c == "/" else 2), delim)
-            if i < 0:
-                return True
-        elif c == "s" or c == "y":
-            if i + 1 >= n:
-                return True
-            delim = script[i + 1]
-            j = _skip_delimited(script, i + 2, delim)
-            j = _skip_delimited(script, j, delim) if j >= 0 else -1
-            if j < 0:
-                return True
-            end = j
-            while end < n and script[end] not in ";\n}":
-                end += 1
-            if c == "s" and "e" in re.sub(r"w\s.*", "", script[j:end]):
-                return True
-            i = end
-        elif c in "aic":
-            i = _line_end(script, i)  # its text
-        elif c in "rRwWbtT:":
-            i = _line_end(script, i)  # a file name or a label
-        elif c == "e":
-            return True
-        elif c.isalpha() or c in "=#":
-            if c == "#":
-                i = _line_end(script, i)
-            else:
-                i += 1
-        else:
-            return True
-    return False
-
-
-def _skip_delimited(text: str, i: int, delim: str) -> int:
-    while i < len(text):
-        if text[i] == "\\":
-            i += 2
-        elif text[i] == delim:
-            return i + 1
-        else:
-            i += 1
-    return -1
-
-
-def _line_end(text: str, i: int) -> int:
-    end = text.find("\n", i)
-    return len(text) if end < 0 else end
-
-
-def _awk_may_execute(program: str) -> bool:
-    """Whether an awk program may run a command: system(), or a pipe to or from one."""
-    return bool(re.search(r"\bsystem\s*\(", program)) or bool(re.search(r"(?<!\|)\|(?!\|)", program))
 
 
 # -- the questions callers ask -----------------------------------------------------------------

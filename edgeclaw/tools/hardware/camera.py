@@ -11,8 +11,8 @@ from edgeclaw.backends.media.camera import Camera
 from edgeclaw.backends.media.image_info import read_image_info
 from edgeclaw.errors import BackendError, ToolError, ToolRefused
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
+from edgeclaw.tools.fs.workspace import Workspace
 from edgeclaw.tools.media.files import output_path, save, size_text
-from edgeclaw.tools.workspace import Workspace
 
 _SUFFIX = {"png": "png", "jpeg": "jpg"}
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
-from edgeclaw.tools.command_text import analysis_views
+from edgeclaw.tools.runtime.command_text import analysis_views
 
 __all__ = ["DENY_GROUPS", "DenyGroup", "DenyHit", "DenyList", "Risk", "canonical_group"]
 

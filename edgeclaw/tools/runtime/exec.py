@@ -14,10 +14,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from edgeclaw.tools.base import Args, PendingApproval, Tool, ToolContext, ToolResult
-from edgeclaw.tools.shell import format_run
+from edgeclaw.tools.runtime.shell import format_run
 
 if TYPE_CHECKING:
-    from edgeclaw.tools.shell import ShellTools
+    from edgeclaw.tools.runtime.shell import ShellTools
 
 
 class ExecTool(Tool):

@@ -16,30 +16,36 @@ VCS directories (they can still be targeted explicitly), and stop after
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import os
-import re
-import secrets
 import stat
 from abc import abstractmethod
-from collections import deque
-from collections.abc import Callable, Generator, Iterator
-from contextlib import closing, suppress
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, ParamSpec, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol
 
 from edgeclaw.errors import ToolError, ToolRefused
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
-from edgeclaw.tools.pattern_match import (
-    Deadline,
-    MatchEngineFailed,
+from edgeclaw.tools.fs.file_io import (
+    append_to,
+    blocking,
+    encode_text,
+    is_binary,
+    os_error,
+    read_text,
+    split_lines,
+    text_result,
+    write_atomically,
+)
+from edgeclaw.tools.fs.globs import MatchDeadline, compile_glob, has_magic, select_matches
+from edgeclaw.tools.fs.pattern_match import (
     Matcher,
-    MatchTimeout,
     Pattern,
     PatternError,
 )
-from edgeclaw.tools.workspace import FileTooLarge, IsADirectory, Workspace, format_size, refuse_hard_links
+from edgeclaw.tools.fs.walk import SKIP_DIRS, WalkBudget, WalkEntry, walk_tree
+from edgeclaw.tools.fs.workspace import FileTooLarge, Workspace, format_size
 
 __all__ = [
     "EditFileTool",
@@ -53,376 +59,7 @@ __all__ = [
 ]
 
 READ_MAX_LINES = 2000  # lines per read_file call; the header says how to get the rest
-INLINE_IO_BYTES = 64 * 1024  # files up to this size are read/written without a thread hop
-BINARY_SNIFF_BYTES = 8192  # a NUL byte in this prefix marks a file as binary
-WALK_MAX_ENTRIES = 50_000  # directory entries one list/search/glob call may visit
 SEARCH_LINE_CHARS = 300  # matched lines are cut here (minified files have huge lines)
-# Walks list these directories but do not descend into them: VCS data and caches drown real results.
-SKIP_DIRS = frozenset(
-    {".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv"}
-    | {".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox"}
-)
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-# -- small helpers -------------------------------------------------------------
-
-
-async def _blocking(size_hint: int, fn: Callable[_P, _R], /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-    """Run blocking `fn` inline for small jobs, in a worker thread for big ones."""
-    if size_hint <= INLINE_IO_BYTES:
-        return fn(*args, **kwargs)
-    return await asyncio.to_thread(fn, *args, **kwargs)
-
-
-def _os_error(verb: str, shown: str, exc: OSError) -> ToolError:
-    return ToolError(f"cannot {verb} {shown}: {exc.strerror or exc}")
-
-
-def _split_lines(text: str) -> list[str]:
-    """Lines split on '\\n' only (not `str.splitlines`, whose extra separators shift line numbers)."""
-    if not text:
-        return []
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()  # a final newline ends the last line; it does not start a new one
-    return lines
-
-
-def _result(text: str) -> ToolResult:
-    return ToolResult(for_llm=text, for_user=text)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _is_binary(data: bytes) -> bool:
-    return b"\x00" in data[:BINARY_SNIFF_BYTES]
-
-
-# Arguments reach the tools through the registry, which has already checked them against each
-# tool's schema (types, bounds, required and unknown names), so the tools read them as given.
-
-
-def _encode(content: str, ws: Workspace, shown: str) -> bytes:
-    try:
-        data = content.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ToolError(f"content for {shown} is not encodable as UTF-8: {exc.reason}") from exc
-    if len(data) > ws.max_file_bytes:
-        raise ToolRefused(
-            f"refused: content for {shown} is {format_size(len(data))}, "
-            f"over the {format_size(ws.max_file_bytes)} file limit"
-        )
-    return data
-
-
-# -- blocking file operations ----------------------------------------------------
-
-
-def _read_bytes(ws: Workspace, path: Path, shown: str) -> bytes:
-    """The whole regular file at `path` (one safe open, see `Workspace.read_file`), refusing binary files."""
-    try:
-        data = ws.read_file(path, shown=shown).data
-    except IsADirectory:
-        raise ToolError(f"{shown} is a directory; use list_files") from None
-    except OSError as exc:
-        raise _os_error("read", shown, exc) from exc
-    if _is_binary(data):
-        raise ToolError(f"{shown} is a binary file ({format_size(len(data))}); only text files can be shown")
-    return data
-
-
-def _read_text(ws: Workspace, path: Path, shown: str, *, strict: bool) -> str:
-    """Decode as UTF-8; `strict` for files that will be written back (no silent U+FFFD damage)."""
-    data = _read_bytes(ws, path, shown)
-    if not strict:
-        return data.decode("utf-8", errors="replace")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ToolError(f"{shown} is not valid UTF-8 (byte {exc.start}); it cannot be edited") from exc
-
-
-def _ensure_parent(ws: Workspace, path: Path, shown: str) -> int:
-    """Create `path`'s parent directories if needed and return a verified descriptor of the parent."""
-    try:
-        return ws.make_dirs(path.parent)
-    except OSError as exc:
-        raise _os_error("create the directory for", shown, exc) from exc
-
-
-def _check_room(ws: Workspace, dir_fd: int, size: int, shown: str) -> None:
-    """Refuse a write that would leave less than `ws.keep_free_bytes` free on the file system.
-
-    That space is the daemon's own (see `store.reserve`): the workspace usually shares the state
-    database's file system, and a full workspace must not leave sessions or the request ledger
-    without room.
-    """
-    if ws.keep_free_bytes <= 0:
-        return
-    try:
-        st = os.fstatvfs(dir_fd)
-    except OSError:
-        return  # unknown: the write itself will tell
-    free = st.f_bavail * st.f_frsize
-    if free - size < ws.keep_free_bytes:
-        raise ToolError(
-            f"no space left on device for {shown}: writing {format_size(size)} would leave less than "
-            f"the {format_size(ws.keep_free_bytes)} kept free for the daemon's own state "
-            f"({format_size(max(free, 0))} free); the previous content is unchanged"
-        )
-
-
-def write_atomically(ws: Workspace, path: Path, data: bytes, shown: str) -> bool:
-    """Replace `path` with `data` atomically; True when the file was created."""
-    dir_fd = _ensure_parent(ws, path, shown)
-    name = path.name
-    # Hidden, unique, same directory (rename is only atomic within one file system);
-    # the name is cut so that the temp name stays within NAME_MAX.
-    tmp = f".{name[:200]}.{secrets.token_hex(4)}.tmp"
-    tmp_made = False
-    try:
-        _check_room(ws, dir_fd, len(data), shown)
-        try:
-            old: os.stat_result | None = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            old = None
-        if old is not None and stat.S_ISDIR(old.st_mode):
-            raise ToolError(f"{shown} is a directory, not a file")
-        if old is not None and stat.S_ISLNK(old.st_mode):
-            raise ToolRefused(f"refused path {shown!r}: it turned into a symlink during the call")
-        if old is not None and not stat.S_ISREG(old.st_mode):
-            raise ToolError(f"{shown} is not a regular file")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(tmp, flags, 0o666, dir_fd=dir_fd)  # 0o666 & ~umask, like any new file
-        tmp_made = True
-        try:
-            if old is not None:
-                os.fchmod(fd, stat.S_IMODE(old.st_mode))  # keep an existing file's permissions
-            _write_all(fd, data)
-            os.fsync(fd)  # boards lose power: the data must be on disk before the rename
-        finally:
-            os.close(fd)
-        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-        tmp_made = False
-        # Make the rename itself durable; some file systems cannot fsync a directory,
-        # and the write has happened anyway.
-        with suppress(OSError):
-            os.fsync(dir_fd)
-        return old is None
-    except OSError as exc:
-        raise ToolError(
-            f"cannot write {shown}: {exc.strerror or exc}; the previous content is unchanged"
-        ) from exc
-    finally:
-        if tmp_made:
-            with suppress(OSError):
-                os.unlink(tmp, dir_fd=dir_fd)
-        os.close(dir_fd)
-
-
-def _append(ws: Workspace, path: Path, data: bytes, shown: str) -> int:
-    """Append `data` to `path` (created if missing); returns the new size.
-
-    All or nothing: a write that fails half-way (a full disk) is cut back off.
-    """
-    dir_fd = _ensure_parent(ws, path, shown)
-    try:
-        # Relative to a verified directory descriptor and with O_NOFOLLOW: no way out.
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-        fd = os.open(path.name, flags, 0o666, dir_fd=dir_fd)
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise ToolError(f"{shown} is not a regular file")
-            refuse_hard_links(st, shown)
-            try:
-                # Two appends racing (big ones run in threads) would both pass the size check
-                # below and together pass the limit. Never wait: the event loop may be the caller.
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise ToolError(f"{shown} is being written by another call; try again") from None
-            st = os.fstat(fd)  # the size now that nobody else is appending
-            _check_room(ws, dir_fd, len(data), shown)
-            if st.st_size + len(data) > ws.max_file_bytes:
-                raise ToolRefused(
-                    f"refused: appending {format_size(len(data))} would make {shown} "
-                    f"{format_size(st.st_size + len(data))}, over the {format_size(ws.max_file_bytes)} limit"
-                )
-            try:
-                _write_all(fd, data)
-            except OSError:
-                with suppress(OSError):
-                    os.ftruncate(fd, st.st_size)
-                raise
-            return os.fstat(fd).st_size
-        finally:
-            os.close(fd)  # also releases the lock
-    except OSError as exc:
-        raise _os_error("append to", shown, exc) from exc
-    finally:
-        os.close(dir_fd)
-
-
-# -- directory walking -------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Walk:
-    """Budget and trouble of one walk, reported as notes under the output."""
-
-    max_entries: int = WALK_MAX_ENTRIES
-    seen: int = 0
-    exhausted: bool = False
-    errors: list[str] = field(default_factory=list)
-
-    def notes(self) -> list[str]:
-        notes = [f"(cannot read {e})" for e in self.errors[:5]]
-        if len(self.errors) > 5:
-            notes.append(f"(and {len(self.errors) - 5} more unreadable directories)")
-        if self.exhausted:
-            notes.append(f"(walk stopped after {self.max_entries} entries; use a narrower path)")
-        return notes
-
-
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    """One directory entry met by a walk."""
-
-    path: Path
-    name: str
-    dir_fd: int  # open while the entry is being consumed: open files relative to it
-    kind: str  # "dir" | "file" | "link" | "other"
-
-
-def _kind(entry: os.DirEntry[str]) -> str:
-    try:
-        if entry.is_symlink():
-            return "link"
-        if entry.is_dir(follow_symlinks=False):
-            return "dir"
-        if entry.is_file(follow_symlinks=False):
-            return "file"
-    except OSError:
-        pass
-    return "other"
-
-
-def _walk(ws: Workspace, start: Path, walk: _Walk, *, max_depth: int | None) -> Generator[_Entry, None, None]:
-    """Breadth-first, sorted per directory, never following symlinks.
-
-    Breadth-first so that a capped listing shows the top of the tree rather
-    than the bottom of its first branch. `max_depth` 0 = only `start`'s entries.
-    """
-    queue: deque[tuple[Path, int]] = deque([(start, 0)])
-    while queue:
-        directory, depth = queue.popleft()
-        try:
-            dir_fd = ws.open_dir(directory)
-        except (OSError, ToolRefused) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) else str(exc)
-            walk.errors.append(f"{ws.display(directory)}: {reason}")
-            continue
-        try:
-            try:
-                with os.scandir(dir_fd) as it:
-                    entries = sorted(it, key=lambda e: e.name)
-            except OSError as exc:
-                walk.errors.append(f"{ws.display(directory)}: {exc.strerror}")
-                continue
-            for entry in entries:
-                if walk.seen >= walk.max_entries:
-                    walk.exhausted = True
-                    return
-                walk.seen += 1
-                kind = _kind(entry)
-                path = directory / entry.name
-                yield _Entry(path, entry.name, dir_fd, kind)
-                descend = max_depth is None or depth < max_depth
-                if kind == "dir" and descend and entry.name not in SKIP_DIRS:
-                    queue.append((path, depth + 1))
-        finally:
-            os.close(dir_fd)
-
-
-def _glob_segment(part: str) -> str:
-    """One path segment of a glob as a regex: `*`, `?` and `[...]` never match '/'."""
-    out: list[str] = []
-    i = 0
-    while i < len(part):
-        c = part[i]
-        if c == "*":
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "[" and (end := part.find("]", i + 2)) != -1:
-            body = part[i + 1 : end]
-            negate = body.startswith("!")
-            if negate:
-                body = body[1:]
-            # Escape everything but '-' so ranges work and nothing else is special.
-            escaped = "".join("-" if ch == "-" else re.escape(ch) for ch in body)
-            out.append(f"[^/{escaped}]" if negate else f"[{escaped}]")
-            i = end
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return "".join(out)
-
-
-# A pathological pattern ((a+)+$, or .*x over a megabyte line) must not freeze the event loop, every
-# channel and the watchdog, nor run forever: matching goes through `pattern_match`, which bounds one
-# search by MATCH_BUDGET_S however bad the pattern, with or without the compiled `regex` package.
-MATCH_BUDGET_S = 20.0
-
-
-class _Deadline(Deadline):
-    def __init__(self, seconds: float | None = None) -> None:
-        super().__init__(MATCH_BUDGET_S if seconds is None else seconds)
-
-    def expired(self) -> ToolError:
-        return ToolError(
-            f"pattern matching took longer than {self.seconds:g} s; use a simpler pattern or a narrower path"
-        )
-
-
-def _select(pattern: Pattern, subjects: list[str], deadline: _Deadline, *, full: bool = False) -> list[int]:
-    try:
-        return pattern.select(subjects, deadline, full=full)
-    except MatchTimeout:
-        raise deadline.expired() from None
-    except MatchEngineFailed as exc:
-        raise ToolError(f"pattern matching failed: {exc}") from None
-
-
-def _glob_source(pattern: str) -> str:
-    """A '/'-separated glob as a regex, where a `**` segment spans any number of directories."""
-    parts = [p for p in pattern.split("/") if p]
-    out: list[str] = []
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        if part == "**":
-            out.append(".+" if last else "(?:[^/]+/)*")
-        else:
-            out.append(_glob_segment(part) + ("" if last else "/"))
-    return "".join(out)
-
-
-def _compile_glob(matcher: Matcher, pattern: str) -> Pattern:
-    try:
-        return matcher.compile(_glob_source(pattern))
-    except PatternError as exc:
-        raise ToolError(f"invalid glob pattern {pattern!r}: {exc}") from exc
-
-
-def _has_magic(part: str) -> bool:
-    return any(c in part for c in "*?[")
 
 
 # -- the tools ---------------------------------------------------------------------
@@ -529,7 +166,7 @@ class ReadFileTool(_FsTool):
         try:
             st = path.stat()
         except OSError as exc:
-            raise _os_error("read", shown, exc) from exc
+            raise os_error("read", shown, exc) from exc
         if stat.S_ISDIR(st.st_mode):
             raise ToolError(f"{shown} is a directory; use list_files")
         if not stat.S_ISREG(st.st_mode):  # refused before opening: opening a device can act on it
@@ -542,11 +179,11 @@ class ReadFileTool(_FsTool):
         if (virtual := await self._virtual(args, ctx)) is not None:
             return virtual
         plan = self._prepare(args)
-        return _result(await _blocking(plan.size, self._read, plan))
+        return text_result(await blocking(plan.size, self._read, plan))
 
     def _read(self, plan: _ReadPlan) -> str:
         """Load, decode and cut out the range (in the worker thread for big files: splitting costs too)."""
-        text = _read_text(self.ws, plan.path, plan.shown, strict=False)
+        text = read_text(self.ws, plan.path, plan.shown, strict=False)
         return render_lines(plan.shown, text, plan.start, plan.end)
 
 
@@ -556,7 +193,7 @@ def render_lines(shown: str, text: str, start: int = 1, end: int | None = None) 
     At most READ_MAX_LINES lines; the header says where the rest starts. Shared with the files
     the virtual file system keeps in the database (`tools.memory.vfs`), so both read alike.
     """
-    lines = _split_lines(text)
+    lines = split_lines(text)
     total = len(lines)
     if total == 0:
         return f"[{shown}: empty file]"
@@ -581,7 +218,7 @@ class _ContentTool(_FsTool):
     def _prepare(self, args: Args) -> tuple[Path, str, bytes]:
         path = self.ws.resolve(args["path"], for_write=True)
         shown = self.ws.display(path)
-        return path, shown, _encode(args["content"], self.ws, shown)
+        return path, shown, encode_text(args["content"], self.ws, shown)
 
 
 class WriteFileTool(_ContentTool):
@@ -598,9 +235,9 @@ class WriteFileTool(_ContentTool):
         path, shown, data = self._prepare(args)
         # Always in a thread, however small: the fsync can take tens of ms on SD cards and eMMC.
         created = await asyncio.to_thread(write_atomically, self.ws, path, data, shown)
-        lines = len(_split_lines(data.decode("utf-8")))
+        lines = len(split_lines(data.decode("utf-8")))
         verb = "created" if created else "overwrote"
-        return _result(f"{verb} {shown} ({format_size(len(data))}, {lines} lines)")
+        return text_result(f"{verb} {shown} ({format_size(len(data))}, {lines} lines)")
 
 
 class EditFileTool(_FsTool):
@@ -633,13 +270,13 @@ class EditFileTool(_FsTool):
             return virtual
         path, shown, old_text, new_text, replace_all = self._prepare(args)
         # In a thread: it ends with an fsync'd write (see write_file).
-        return _result(await asyncio.to_thread(self._edit, path, shown, old_text, new_text, replace_all))
+        return text_result(await asyncio.to_thread(self._edit, path, shown, old_text, new_text, replace_all))
 
     def _edit(self, path: Path, shown: str, old_text: str, new_text: str, replace_all: bool) -> str:
-        text = _read_text(self.ws, path, shown, strict=True)
+        text = read_text(self.ws, path, shown, strict=True)
         updated, message = replace_text(text, old_text, new_text, replace_all, shown)
         if updated != text:
-            write_atomically(self.ws, path, _encode(updated, self.ws, shown), shown)
+            write_atomically(self.ws, path, encode_text(updated, self.ws, shown), shown)
         return message
 
 
@@ -677,8 +314,8 @@ class FileAppendTool(_ContentTool):
         if (virtual := await self._virtual(args, ctx)) is not None:
             return virtual
         path, shown, data = self._prepare(args)
-        size = await _blocking(len(data), _append, self.ws, path, data, shown)
-        return _result(f"appended {format_size(len(data))} to {shown} (now {format_size(size)})")
+        size = await blocking(len(data), append_to, self.ws, path, data, shown)
+        return text_result(f"appended {format_size(len(data))} to {shown} (now {format_size(size)})")
 
 
 class ListFilesTool(_FsTool):
@@ -725,13 +362,13 @@ class ListFilesTool(_FsTool):
         lines.extend(walk.notes())
         if self.vfs is not None and path == self.ws.root and (note := self.vfs.root_note(ctx)):
             lines.append(note)  # what the workspace holds that is not on its disk
-        return _result("\n".join(lines))
+        return text_result("\n".join(lines))
 
-    def _list(self, start: Path, recursive: bool, limit: int) -> tuple[list[str], bool, _Walk]:
-        walk = _Walk()
+    def _list(self, start: Path, recursive: bool, limit: int) -> tuple[list[str], bool, WalkBudget]:
+        walk = WalkBudget()
         found: list[tuple[tuple[str, ...], str]] = []
         truncated = False
-        with closing(_walk(self.ws, start, walk, max_depth=None if recursive else 0)) as entries:
+        with closing(walk_tree(self.ws, start, walk, max_depth=None if recursive else 0)) as entries:
             for entry in entries:
                 if len(found) >= limit:
                     truncated = True
@@ -741,7 +378,7 @@ class ListFilesTool(_FsTool):
         found.sort()
         return [row for _, row in found], truncated, walk
 
-    def _row(self, entry: _Entry, recursive: bool) -> str:
+    def _row(self, entry: WalkEntry, recursive: bool) -> str:
         shown = self.ws.display(entry.path)
         if entry.kind == "dir":
             return f"{shown}/ (not descended)" if recursive and entry.name in SKIP_DIRS else f"{shown}/"
@@ -775,7 +412,7 @@ class _SearchPlan:
             regex = matcher.compile(self.pattern, ignore_case=self.ignore_case)
         except PatternError as exc:
             raise ToolError(f"invalid regular expression {self.pattern!r}: {exc}") from exc
-        glob_re = None if self.name_glob is None else _compile_glob(matcher, self.name_glob)
+        glob_re = None if self.name_glob is None else compile_glob(matcher, self.name_glob)
         return regex, glob_re
 
 
@@ -815,7 +452,7 @@ class SearchTool(_FsTool):
         try:
             mode = path.stat().st_mode
         except OSError as exc:
-            raise _os_error("search", self.ws.display(path), exc) from exc
+            raise os_error("search", self.ws.display(path), exc) from exc
         if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):  # refused before opening, as in read_file
             raise ToolError(f"{self.ws.display(path)} is not a regular file or a directory")
         return plan, path
@@ -833,22 +470,24 @@ class SearchTool(_FsTool):
         if too_big:
             lines.append(f"(skipped {too_big} files over the {format_size(self.ws.max_file_bytes)} limit)")
         lines.extend(walk.notes())
-        return _result("\n".join(lines))
+        return text_result("\n".join(lines))
 
-    def _search(self, plan: _SearchPlan, start: Path, limit: int) -> tuple[list[str], int, bool, int, _Walk]:
+    def _search(
+        self, plan: _SearchPlan, start: Path, limit: int
+    ) -> tuple[list[str], int, bool, int, WalkBudget]:
         with Matcher() as matcher:
             regex, glob_re = plan.compile(matcher)
             return self._search_with(regex, glob_re, "/" in (plan.name_glob or ""), start, limit)
 
     def _search_with(
         self, regex: Pattern, glob_re: Pattern | None, glob_on_path: bool, start: Path, limit: int
-    ) -> tuple[list[str], int, bool, int, _Walk]:
-        walk = _Walk()
-        deadline = _Deadline()
+    ) -> tuple[list[str], int, bool, int, WalkBudget]:
+        walk = WalkBudget()
+        deadline = MatchDeadline()
         hits: list[str] = []
         files = too_big = 0
         if start.is_dir():
-            walker = _walk(self.ws, start, walk, max_depth=None)
+            walker = walk_tree(self.ws, start, walk, max_depth=None)
             candidates: Iterator[tuple[Path, int | None]] = (
                 (e.path, e.dir_fd)
                 for e in walker
@@ -864,12 +503,12 @@ class SearchTool(_FsTool):
                 except FileTooLarge:
                     too_big += 1
                     continue
-                if data is None or _is_binary(data):
+                if data is None or is_binary(data):
                     continue
                 shown = self.ws.display(path)
                 # One file's lines are matched as one batch: one round trip to the matching engine.
-                lines = _split_lines(data.decode("utf-8", errors="replace"))
-                matching = _select(regex, lines, deadline)
+                lines = split_lines(data.decode("utf-8", errors="replace"))
+                matching = select_matches(regex, lines, deadline)
                 for index in matching:
                     text = lines[index].rstrip("\r")
                     if len(text) > SEARCH_LINE_CHARS:
@@ -885,12 +524,12 @@ class SearchTool(_FsTool):
 
     @staticmethod
     def _glob_ok(
-        glob_re: Pattern | None, on_path: bool, path: Path, start: Path, deadline: _Deadline
+        glob_re: Pattern | None, on_path: bool, path: Path, start: Path, deadline: MatchDeadline
     ) -> bool:
         if glob_re is None:
             return True
         subject = path.relative_to(start).as_posix() if on_path else path.name
-        return bool(_select(glob_re, [subject], deadline, full=True))
+        return bool(select_matches(glob_re, [subject], deadline, full=True))
 
     def _load(self, path: Path, dir_fd: int | None) -> bytes | None:
         """File content (one safe open, see `Workspace.read_file`); None for files that cannot be read:
@@ -931,7 +570,7 @@ class GlobTool(_FsTool):
         absolute = pattern.startswith("/")
         parts = [p for p in pattern.split("/") if p]
         # The literal leading directories are resolved like any path; only the rest is matched.
-        split = next((i for i, p in enumerate(parts) if _has_magic(p)), len(parts))
+        split = next((i for i, p in enumerate(parts) if has_magic(p)), len(parts))
         prefix = "/".join(parts[:split])
         base_text = ("/" + prefix) if absolute else (prefix or ".")
         base = self.ws.resolve(base_text)
@@ -942,7 +581,7 @@ class GlobTool(_FsTool):
         pattern, base, rest, limit = self._prepare(args)
         if not rest:  # no wildcard at all: the path itself, if it is there
             matches = [self._shown(base, base.is_dir())] if base.exists() else []
-            walk = _Walk()
+            walk = WalkBudget()
         else:
             matches, walk = await asyncio.to_thread(self._glob, base, rest)
         matches.sort()
@@ -952,23 +591,23 @@ class GlobTool(_FsTool):
                 f"(showing {limit} of {len(matches)} matches; narrow the pattern or raise max_results)"
             )
         lines.extend(walk.notes())
-        return _result("\n".join(lines))
+        return text_result("\n".join(lines))
 
-    def _glob(self, base: Path, rest: list[str]) -> tuple[list[str], _Walk]:
-        walk = _Walk()
+    def _glob(self, base: Path, rest: list[str]) -> tuple[list[str], WalkBudget]:
+        walk = WalkBudget()
         matches: list[str] = []
         if not base.is_dir():
             return matches, walk
-        deadline = _Deadline()
+        deadline = MatchDeadline()
         # Without '**' nothing deeper than the pattern's own depth can match.
         max_depth = None if "**" in rest else len(rest) - 1
         entries = [
-            (entry.path, entry.kind == "dir") for entry in _walk(self.ws, base, walk, max_depth=max_depth)
+            (entry.path, entry.kind == "dir") for entry in walk_tree(self.ws, base, walk, max_depth=max_depth)
         ]
         with Matcher() as matcher:
-            regex = _compile_glob(matcher, "/".join(rest))
+            regex = compile_glob(matcher, "/".join(rest))
             subjects = [path.relative_to(base).as_posix() for path, _ in entries]
-            for index in _select(regex, subjects, deadline, full=True):
+            for index in select_matches(regex, subjects, deadline, full=True):
                 matches.append(self._shown(*entries[index]))
         return matches, walk
 

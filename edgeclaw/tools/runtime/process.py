@@ -41,10 +41,10 @@ from typing import TYPE_CHECKING, Any
 from edgeclaw.errors import ToolError, ToolRefused
 from edgeclaw.sandbox.process import READ_CHUNK, ChildProcess, StreamBuffer
 from edgeclaw.tools.base import Args, PendingApproval, Tool, ToolContext, ToolResult
-from edgeclaw.tools.command_roles import stdin_runner
+from edgeclaw.tools.runtime.command_roles import stdin_runner
 
 if TYPE_CHECKING:
-    from edgeclaw.tools.shell import ShellTools
+    from edgeclaw.tools.runtime.shell import ShellTools
 
 POLL_MAX_BYTES = 16 * 1024
 # How fast a background command's output is read. Past this the pipe fills and the command waits

@@ -18,7 +18,7 @@ from edgeclaw.backends.media.audio import audio_format
 from edgeclaw.backends.media.image_info import media_type_of
 from edgeclaw.errors import ToolError
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
-from edgeclaw.tools.workspace import Workspace
+from edgeclaw.tools.fs.workspace import Workspace
 
 # Base64 makes a chunk a third bigger; 16 KiB of file stays inside the registry's default output cap.
 DEFAULT_CHUNK = 16 * 1024

@@ -17,14 +17,14 @@ from edgeclaw.config.schema import Config
 from edgeclaw.config.secrets import secret_refs
 from edgeclaw.errors import ConfigError, ConfigErrors
 from edgeclaw.sandbox import Limits, Sandbox, SandboxSettings
-from edgeclaw.tools.custom import CustomTools, custom_config_errors
-from edgeclaw.tools.exec import ExecTool
-from edgeclaw.tools.exec_policy import ExecPolicies
-from edgeclaw.tools.process import ProcessManager, ProcessTool
+from edgeclaw.tools.fs.workspace import Workspace
 from edgeclaw.tools.registry import Registry
+from edgeclaw.tools.runtime.custom import CustomTools, custom_config_errors
+from edgeclaw.tools.runtime.exec import ExecTool
+from edgeclaw.tools.runtime.exec_policy import ExecPolicies
+from edgeclaw.tools.runtime.process import ProcessManager, ProcessTool
+from edgeclaw.tools.runtime.shell import ShellRunner, ShellTools
 from edgeclaw.tools.scrub import Scrubber
-from edgeclaw.tools.shell import ShellRunner, ShellTools
-from edgeclaw.tools.workspace import Workspace
 
 # Places that hold edgeclaw's own configuration and runtime state on an installed system, systemd's
 # credentials (LoadCredential=) and root's home (SSH keys, shell history: a root daemon's commands

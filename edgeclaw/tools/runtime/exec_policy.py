@@ -32,9 +32,9 @@ from edgeclaw.errors import ToolRefused
 from edgeclaw.store.approvals import ApprovalStore
 from edgeclaw.tools.approval import ApprovalBroker, Decision
 from edgeclaw.tools.base import PendingApproval, ToolContext
-from edgeclaw.tools.command_roles import runs_program_option
-from edgeclaw.tools.command_text import normalise, program_of, simple_commands
-from edgeclaw.tools.denylist import DenyList
+from edgeclaw.tools.runtime.command_text import normalise, program_of, simple_commands
+from edgeclaw.tools.runtime.denylist import DenyList
+from edgeclaw.tools.runtime.program_specs import runs_program_option
 
 
 @dataclass(frozen=True)

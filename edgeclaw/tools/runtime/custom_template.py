@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgeclaw.errors import ToolRefused
-from edgeclaw.tools.command_roles import analyse
-from edgeclaw.tools.command_text import normal_form
-from edgeclaw.tools.shell_syntax import PLACEHOLDER, parse
+from edgeclaw.tools.runtime.command_roles import analyse
+from edgeclaw.tools.runtime.command_text import normal_form
+from edgeclaw.tools.runtime.shell_syntax import PLACEHOLDER, parse
 
 # What the shell reads specially in an unquoted word; inside the quotes a value gets, each is
 # plain text. Folded to `_` for the deny groups' reading, so they see one word of data.

@@ -12,7 +12,7 @@ from typing import Any
 
 from edgeclaw.errors import ToolError
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
-from edgeclaw.tools.subagents import ControlSource, SpawnRequest, _control
+from edgeclaw.tools.sessions.subagents import ControlSource, SpawnRequest, _control
 
 
 class DelegateTool(Tool):

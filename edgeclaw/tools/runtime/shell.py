@@ -30,8 +30,8 @@ from edgeclaw.store.approvals import ApprovalStore
 from edgeclaw.store.db import DB_FILENAME, Database
 from edgeclaw.tools.approval import ApprovalBroker
 from edgeclaw.tools.base import ToolResult
-from edgeclaw.tools.exec_policy import CommandGate, ExecPolicies
-from edgeclaw.tools.workspace import Workspace
+from edgeclaw.tools.fs.workspace import Workspace
+from edgeclaw.tools.runtime.exec_policy import CommandGate, ExecPolicies
 
 # Output past this many bytes kills the command (it is not shown anyway).
 DRAIN_LIMIT_BYTES = 8 * 1024 * 1024

@@ -1,0 +1,1 @@
+"""The nodes group: `nodes` (`tool`), the peers on the broker and calls to their tools."""

@@ -28,7 +28,6 @@ interval; availability comes from the retained `status` like every entity.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -105,7 +104,7 @@ class HomeAssistantEntities:
         self._last_full = float("-inf")
         self._commands: dict[str, Entity] = {}
         self._tasks = TaskSet()
-        self._poller: asyncio.Task[None] | None = None
+        self._poller: asyncio.Future[None] | None = None
         # Set at the first connection: before it, states could not be published, and reading them
         # would only open the board's devices (and import their drivers) during start-up.
         self._connected_once = asyncio.Event()
@@ -266,7 +265,7 @@ class HomeAssistantEntities:
 
     def start(self) -> None:
         if self._poller is None:
-            self._poller = asyncio.get_running_loop().create_task(self._poll(), name="ha-entities")
+            self._poller = self._tasks.spawn(self._poll(), name="ha-entities")
 
     def on_connect(self) -> None:
         # The broker keeps the retained states, but ours may have changed while we were away.
@@ -274,13 +273,7 @@ class HomeAssistantEntities:
         self._connected_once.set()
 
     async def before_disconnect(self) -> None:
-        self._tasks.cancel()
-        if self._poller is not None:
-            self._poller.cancel()
-        await self._tasks.wait()
-        if self._poller is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._poller
+        await self._tasks.close()  # the poller is one of them
         self._poller = None
 
     # -- states -----------------------------------------------------------------

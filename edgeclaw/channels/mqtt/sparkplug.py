@@ -43,7 +43,6 @@ nothing runs.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import os
@@ -172,7 +171,7 @@ class SparkplugNode:
         self._lock = asyncio.Lock()  # one NBIRTH/NDATA at a time, so seq goes out in order
         self._tasks = TaskSet()
         self._runner: asyncio.Task[None] | None = None
-        self._poller: asyncio.Task[None] | None = None
+        self._poller: asyncio.Future[None] | None = None
         self._born = asyncio.Event()  # an NBIRTH went out on the current connection
 
     def topic(self, kind: str, device: str | None = None) -> str:
@@ -489,17 +488,11 @@ class SparkplugNode:
             loop = asyncio.get_running_loop()
             self.connection.open()
             self._runner = loop.create_task(self.connection.run(), name="sparkplug-connection")
-            self._poller = loop.create_task(self._poll(), name="sparkplug-data")
+            self._poller = self._tasks.spawn(self._poll(), name="sparkplug-data")
 
     async def before_disconnect(self) -> None:
         """A clean stop: the broker will not send the Will, so the NDEATH is published here."""
-        self._tasks.cancel()
-        if self._poller is not None:
-            self._poller.cancel()
-        await self._tasks.wait()
-        if self._poller is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._poller
+        await self._tasks.close()  # the poller is one of them
         self._poller = None
         if self._runner is None:
             return

@@ -97,7 +97,7 @@ LAYERS = {
     "edgeclaw.firmware": 0,  # the ESP32's own program: imports nothing of the daemon
     "edgeclaw.config": 0,
     "edgeclaw.errors": 0,
-    "edgeclaw.board": 0,
+    "edgeclaw.board": 0,  # the profile records, their checks and the sensor parts catalogue
     "edgeclaw.wording": 0,
     "edgeclaw": 0,
 }

@@ -23,6 +23,7 @@ from edgeclaw.config.check_tables import (
 )
 from edgeclaw.config.policy_rules import PolicyRules, rule_problems, rules_from_config
 from edgeclaw.config.schema import Config
+from edgeclaw.config.secrets import both_named, secret_ref
 from edgeclaw.config.tool_checks import (
     mcp_problems,
     media_problems,
@@ -54,8 +55,8 @@ def config_problems(config: Config) -> list[ConfigError]:
             known = ", ".join(sorted(config.providers)) or "none defined"
             fail(f"agent.providers[{i}]", f"no [providers.{name}] table (defined: {known})")
     for name, provider in config.providers.items():
-        if provider.api_key_env and provider.api_key_file:
-            fail(f"providers.{name}", "set api_key_env or api_key_file, not both")
+        if problem := both_named(provider, "api_key"):
+            fail(f"providers.{name}", problem)
         check_ranges(provider, PROVIDER_RANGES, fail, f"providers.{name}.")
         if provider.base_url and (problem := url_problem(provider.base_url)):
             fail(f"providers.{name}.base_url", problem)
@@ -63,8 +64,8 @@ def config_problems(config: Config) -> list[ConfigError]:
             fail(f"providers.{name}.keep_alive", 'only a kind "ollama" provider keeps a model loaded')
         elif provider.keep_alive and not re.fullmatch(r"-1|\d+(\.\d+)?(ms|s|m|h)?", provider.keep_alive):
             fail(f"providers.{name}.keep_alive", 'expected a duration: "30s", "10m", "1h", "0" or "-1"')
-    if config.mqtt.password_env and config.mqtt.password_file:
-        fail("mqtt", "set password_env or password_file, not both")
+    if problem := both_named(config.mqtt, "password"):
+        fail("mqtt", problem)
     if not config.mqtt.topic_prefix or any(c in config.mqtt.topic_prefix for c in "#+"):
         fail("mqtt.topic_prefix", "expected a non-empty topic without MQTT wildcards (# +)")
     _check_mqtt(config, fail)
@@ -109,18 +110,17 @@ def config_problems(config: Config) -> list[ConfigError]:
 def _check_mqtt(config: Config, fail: Fail) -> None:
     """The [mqtt] keys that need more than a type or range check."""
     m = config.mqtt
-    if m.hmac_secret_env and m.hmac_secret_file:
-        fail("mqtt", "set hmac_secret_env or hmac_secret_file, not both")
+    if problem := both_named(m, "hmac_secret"):
+        fail("mqtt", problem)
     if any(c in m.client_id for c in "#+"):
         fail("mqtt.client_id", "expected a name without MQTT wildcards (# +), or empty for the device id")
     if not m.discovery_prefix or any(c in m.discovery_prefix for c in "#+"):
         fail("mqtt.discovery_prefix", "expected a non-empty name without MQTT wildcards (# +)")
     if 0 < m.telemetry_interval_s < 0.1:
         fail("mqtt.telemetry_interval_s", "expected 0 (off) or at least 0.1 s")
-    if m.approver_secret_env and m.approver_secret_file:
-        fail("mqtt", "set approver_secret_env or approver_secret_file, not both")
-    if m.admin_secret_env and m.admin_secret_file:
-        fail("mqtt", "set admin_secret_env or admin_secret_file, not both")
+    for name in ("approver_secret", "admin_secret"):
+        if problem := both_named(m, name):
+            fail("mqtt", problem)
     if m.admin_key_name in (m.hmac_key_name, m.approver_key_name):
         fail("mqtt.admin_key_name", "expected a name other than hmac_key_name and approver_key_name")
     for key in ("hmac_key_name", "approver_key_name", "admin_key_name"):
@@ -216,10 +216,9 @@ def _notify_problems(config: Config) -> list[tuple[str, str]]:
     pushover, ntfy = config.notify.pushover, config.notify.ntfy
     if pushover is not None:
         for what in ("token", "user"):
-            env, file = getattr(pushover, f"{what}_env"), getattr(pushover, f"{what}_file")
-            if env and file:
-                problems.append(("notify.pushover", f"set {what}_env or {what}_file, not both"))
-            elif not (env or file):
+            if problem := both_named(pushover, what):
+                problems.append(("notify.pushover", problem))
+            elif secret_ref(pushover, "notify.pushover", what) is None:
                 problems.append(("notify.pushover", f"{what}_env or {what}_file is required"))
         if problem := url_problem(pushover.base_url):
             problems.append(("notify.pushover.base_url", problem))
@@ -231,8 +230,8 @@ def _notify_problems(config: Config) -> list[tuple[str, str]]:
         if pushover.timeout_s <= 0:
             problems.append(("notify.pushover.timeout_s", "expected a number > 0"))
     if ntfy is not None:
-        if ntfy.token_env and ntfy.token_file:
-            problems.append(("notify.ntfy", "set token_env or token_file, not both"))
+        if problem := both_named(ntfy, "token"):
+            problems.append(("notify.ntfy", problem))
         if problem := url_problem(ntfy.server):
             problems.append(("notify.ntfy.server", problem))
         if not ntfy.topics:

@@ -9,7 +9,7 @@ import re
 
 from edgeclaw.config.check_tables import url_problem
 from edgeclaw.config.schema import SEARCH_PROVIDERS_KEYED, Config
-from edgeclaw.config.secrets import search_chain
+from edgeclaw.config.secrets import both_named, search_chain, secret_ref
 
 # [tools.nodes] patterns: device ids / tool names with shell-style wildcards, never MQTT's (+ #) or '/'.
 _NODES_PATTERN = re.compile(r"[A-Za-z0-9_.*?\[\]!-]{1,64}")
@@ -139,9 +139,9 @@ def search_problems(config: Config) -> list[tuple[str, str]]:
     for kind in search_chain(s):
         table = getattr(s, kind)
         key = f"{where}.{kind}"
-        if table.api_key_env and table.api_key_file:
-            problems.append((key, "set api_key_env or api_key_file, not both"))
-        elif kind in SEARCH_PROVIDERS_KEYED and not (table.api_key_env or table.api_key_file):
+        if problem := both_named(table, "api_key"):
+            problems.append((key, problem))
+        elif kind in SEARCH_PROVIDERS_KEYED and secret_ref(table, key, "api_key") is None:
             problems.append((key, f"api_key_env or api_key_file is required ({kind} needs a key)"))
         if kind == "searxng" and not table.url:
             problems.append((f"{key}.url", "required: the URL of your SearXNG instance"))
@@ -258,8 +258,8 @@ def media_problems(config: Config) -> list[tuple[str, str]]:
             problems.append((f"{where}.chain[{i}]", f"{name} is listed twice"))
     for name, p in m.tts.providers.items():
         key = f"{where}.providers.{name}"
-        if p.api_key_env and p.api_key_file:
-            problems.append((key, "set api_key_env or api_key_file, not both"))
+        if problem := both_named(p, "api_key"):
+            problems.append((key, problem))
         if p.base_url and (problem := url_problem(p.base_url)):
             problems.append((f"{key}.base_url", problem))
         if p.timeout_s <= 0:
@@ -267,8 +267,8 @@ def media_problems(config: Config) -> list[tuple[str, str]]:
     if not 1 <= m.tts.max_chars <= 20000:
         problems.append((f"{where}.max_chars", f"expected 1 to 20000, got {m.tts.max_chars}"))
     image = m.image
-    if image.api_key_env and image.api_key_file:
-        problems.append(("tools.media.image", "set api_key_env or api_key_file, not both"))
+    if problem := both_named(image, "api_key"):
+        problems.append(("tools.media.image", problem))
     if image.base_url and (problem := url_problem(image.base_url)):
         problems.append(("tools.media.image.base_url", problem))
     if m.describe_provider and m.describe_provider not in config.providers:

@@ -50,6 +50,28 @@ def config_problems(config: Config) -> list[ConfigError]:
         errors.append(ConfigError(source, key, problem))
 
     check_ranges(config, RANGES, fail)
+    for check in _CHECKS:
+        check(config, fail)
+    for problems in _SECTION_CHECKS:
+        for key, problem in problems(config):
+            fail(key, problem)
+    if config.board != "auto":
+        from edgeclaw.board.load import load_profile
+
+        try:
+            load_profile(config.board, source)
+        except ConfigErrors as e:
+            errors.extend(e.errors)
+
+    # Custom tools named in the same file are known names too (they are registered later, at start-up).
+    custom = [c.name for c in config.tools.custom]
+    for key, problem in rule_problems(rules_from_config(config), custom, mcp_servers=config.mcp.servers):
+        fail(key, problem)
+    return errors
+
+
+def _check_providers(config: Config, fail: Fail) -> None:
+    """[providers.NAME] and the names of them in [agent]."""
     for i, name in enumerate(config.agent.providers):
         if name not in config.providers:
             known = ", ".join(sorted(config.providers)) or "none defined"
@@ -64,12 +86,10 @@ def config_problems(config: Config) -> list[ConfigError]:
             fail(f"providers.{name}.keep_alive", 'only a kind "ollama" provider keeps a model loaded')
         elif provider.keep_alive and not re.fullmatch(r"-1|\d+(\.\d+)?(ms|s|m|h)?", provider.keep_alive):
             fail(f"providers.{name}.keep_alive", 'expected a duration: "30s", "10m", "1h", "0" or "-1"')
-    if problem := both_named(config.mqtt, "password"):
-        fail("mqtt", problem)
-    if not config.mqtt.topic_prefix or any(c in config.mqtt.topic_prefix for c in "#+"):
-        fail("mqtt.topic_prefix", "expected a non-empty topic without MQTT wildcards (# +)")
-    _check_mqtt(config, fail)
-    _check_sparkplug(config, fail)
+
+
+def _check_gateway(config: Config, fail: Fail) -> None:
+    """[gateway]: the update signing key and the networks updates may come from."""
     update_key = config.gateway.update_public_key
     if update_key and not re.fullmatch(r"[0-9a-fA-F]{64}", update_key):
         fail("gateway.update_public_key", "expected an Ed25519 public key: 64 hex digits (the raw 32 bytes)")
@@ -80,8 +100,15 @@ def config_problems(config: Config) -> list[ConfigError]:
             ipaddress.ip_network(entry.strip(), strict=True)
         except ValueError as e:
             fail(f"gateway.update_allow_networks[{i}]", f"expected a network such as 10.0.0.0/8 ({e})")
+
+
+def _check_device_id(config: Config, fail: Fail) -> None:
     if any(c in config.device_id for c in "/#+"):
         fail("device_id", "expected a name without '/', '#' or '+' (it becomes part of MQTT topics)")
+
+
+def _check_tool_tables(config: Config, fail: Fail) -> None:
+    """[tools.channels.NAME] and [tools.providers.NAME] name channels and providers that exist."""
     t = config.tools
     for name in t.channels:
         if name not in KNOWN_CHANNELS:
@@ -89,27 +116,15 @@ def config_problems(config: Config) -> list[ConfigError]:
     for name in t.providers:
         if name not in config.providers:
             fail(f"tools.providers.{name}", f"no [providers.{name}] table")
-    for problems in _SECTION_CHECKS:
-        for key, problem in problems(config):
-            fail(key, problem)
-    if config.board != "auto":
-        from edgeclaw.board import load_profile
-
-        try:
-            load_profile(config.board, source)
-        except ConfigErrors as e:
-            errors.extend(e.errors)
-
-    # Custom tools named in the same file are known names too (they are registered later, at start-up).
-    custom = [c.name for c in config.tools.custom]
-    for key, problem in rule_problems(rules_from_config(config), custom, mcp_servers=config.mcp.servers):
-        fail(key, problem)
-    return errors
 
 
 def _check_mqtt(config: Config, fail: Fail) -> None:
     """The [mqtt] keys that need more than a type or range check."""
     m = config.mqtt
+    if problem := both_named(m, "password"):
+        fail("mqtt", problem)
+    if not m.topic_prefix or any(c in m.topic_prefix for c in "#+"):
+        fail("mqtt.topic_prefix", "expected a non-empty topic without MQTT wildcards (# +)")
     if problem := both_named(m, "hmac_secret"):
         fail("mqtt", problem)
     if any(c in m.client_id for c in "#+"):
@@ -324,4 +339,13 @@ _SECTION_CHECKS: tuple[Callable[[Config], list[tuple[str, str]]], ...] = (
     mcp_problems,
     nodes_problems,
     web_problems,
+)
+# The checks that report through `fail`, in the order their problems are reported.
+_CHECKS: tuple[Callable[[Config, Fail], None], ...] = (
+    _check_providers,
+    _check_mqtt,
+    _check_sparkplug,
+    _check_gateway,
+    _check_device_id,
+    _check_tool_tables,
 )

@@ -135,7 +135,7 @@ def main() -> int:
         base_rss = _rss_kib("pass", env)
         import_rss = _rss_kib("import edgeclaw", env)
         runtime_rss = _rss_kib(
-            "from edgeclaw.config import load_config\n"
+            "from edgeclaw.config.loader import load_config\n"
             "from edgeclaw.daemon.runtime import build_runtime\n"
             "build_runtime(load_config(None, environ={}), board='sim')",
             env,

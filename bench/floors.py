@@ -13,6 +13,7 @@ MQTT_FLOOR_IMPORTS = FLOOR_IMPORTS + ", aiomqtt"
 # checked and the board profile loaded. A start must finish it before READY=1, since a broken config or
 # an unknown profile refuses to start.
 CONFIG_STEP = (
-    FLOOR_IMPORTS + "; import sys; from edgeclaw import board; from edgeclaw.config import load_config; "
+    FLOOR_IMPORTS
+    + "; import sys; from edgeclaw import board; from edgeclaw.config.loader import load_config; "
     "board.resolve(load_config(sys.argv[1]).board)"
 )

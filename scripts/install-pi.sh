@@ -506,7 +506,7 @@ EOF
         return 0
     fi
     # The file this script writes must be one the daemon accepts.
-    if ! ec_python -c 'import sys; from edgeclaw.config import load_config; load_config(sys.argv[1])' \
+    if ! ec_python -c 'import sys; from edgeclaw.config.loader import load_config; load_config(sys.argv[1])' \
         "$tmp/edgeclaw.toml" >"$tmp/check" 2>&1; then
         cat "$tmp/check" >&2
         echo "install-pi: the generated config does not pass edgeclaw config check (above)" >&2

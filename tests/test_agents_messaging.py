@@ -203,7 +203,7 @@ async def test_a_session_glob_route_and_the_first_match_wins(make, llm):
     ],
 )
 def test_agent_and_notify_config_errors_name_the_key(data, key, problem):
-    from edgeclaw.config.loader import check_config
+    from edgeclaw.config.checks import check_config
 
     with pytest.raises(ConfigErrors) as info:
         check_config(config_from_dict(data, "t.toml"))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeclaw.config import find_config_path, load_config
+from edgeclaw.config.loader import find_config_path, load_config
 from edgeclaw.config.paths import state_dir
 from edgeclaw.config.secrets import resolve_secrets
 from edgeclaw.errors import ConfigErrors

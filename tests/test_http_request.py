@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from web_support import Page, Site, echo
 
-from edgeclaw.config.loader import check_config, config_from_dict
+from edgeclaw.config.checks import check_config
+from edgeclaw.config.loader import config_from_dict
 from edgeclaw.config.policy_rules import BUILTIN_GROUPS, PolicyRules
 from edgeclaw.daemon.runtime import build_runtime
 from edgeclaw.errors import ConfigErrors

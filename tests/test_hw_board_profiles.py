@@ -12,6 +12,7 @@ import pytest
 
 from edgeclaw import board
 from edgeclaw.backends.sim.board import I2C_BUS1_PARTS
+from edgeclaw.board import detection
 from edgeclaw.errors import ConfigErrors
 from tests.hw_support import write_profile
 
@@ -203,8 +204,8 @@ def test_no_device_tree_means_no_match(tmp_path):
 
 def test_auto_that_matches_nothing_picks_generic_linux_and_says_so(monkeypatch, tmp_path, caplog):
     model, compatible = _dt(tmp_path, "Pine64 RockPro64", ["pine64,rockpro64", "rockchip,rk3399"])
-    monkeypatch.setattr(board, "DEVICE_TREE_MODEL", model)
-    monkeypatch.setattr(board, "DEVICE_TREE_COMPATIBLE", compatible)
+    monkeypatch.setattr(detection, "DEVICE_TREE_MODEL", model)
+    monkeypatch.setattr(detection, "DEVICE_TREE_COMPATIBLE", compatible)
     with caplog.at_level("INFO", logger="edgeclaw.board"):
         chosen = board.resolve("auto")
     assert chosen.name == "generic-linux" and not chosen.simulated
@@ -216,8 +217,8 @@ def test_auto_that_matches_nothing_picks_generic_linux_and_says_so(monkeypatch, 
 
 
 def test_the_simulated_board_only_when_asked_for(monkeypatch, tmp_path):
-    monkeypatch.setattr(board, "DEVICE_TREE_MODEL", tmp_path / "none")
-    monkeypatch.setattr(board, "DEVICE_TREE_COMPATIBLE", tmp_path / "none")
+    monkeypatch.setattr(detection, "DEVICE_TREE_MODEL", tmp_path / "none")
+    monkeypatch.setattr(detection, "DEVICE_TREE_COMPATIBLE", tmp_path / "none")
     assert not board.resolve("auto").simulated
     assert board.resolve("sim").simulated
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from edgeclaw.config import load_config
+from edgeclaw.config.loader import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "install-pi.sh"

@@ -1,7 +1,9 @@
 """Imports point down the house: no module reaches up, not even behind a function-level import.
 
-Every `edgeclaw` import in a module (at the top or in a function; those under TYPE_CHECKING
-excepted) is an edge: the graph of modules has no cycle, and no edge points up a layer.
+Every `edgeclaw` import in a module (at the top or in a function) is an edge, and so is every
+package it runs on the way: importing `a.b.c` executes `a/__init__` and `a/b/__init__` first, so the
+importer depends on those too. The graph of what runs has no cycle; and no edge points up a layer,
+counting the imports under TYPE_CHECKING as well (a type named from above is a dependency on it).
 """
 
 from __future__ import annotations
@@ -26,24 +28,44 @@ def _type_checking_lines(tree: ast.Module) -> set[int]:
     return lines
 
 
-def _graph() -> dict[str, set[str]]:
+def _with_packages(target: str) -> list[str]:
+    """`a.b.c` and the packages importing it runs first: `a`, `a.b`."""
+    parts = target.split(".")
+    return [".".join(parts[:n]) for n in range(1, len(parts) + 1)]
+
+
+def _edges(name: str, tree: ast.Module, modules: set[str]) -> tuple[set[str], set[str]]:
+    """One module's (what importing it runs, what it names including the imports for types only)."""
+    runs: set[str] = set()
+    named: set[str] = set()
+    typing_only = _type_checking_lines(tree)
+    for node in ast.walk(tree):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for target in {m for t in targets for m in _with_packages(t)}:
+            if target in modules and target != name and not name.startswith(target + "."):
+                named.add(target)
+                if getattr(node, "lineno", None) not in typing_only:
+                    runs.add(target)
+    return runs, named
+
+
+def _graphs() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(what runs: imports and their packages; what is named: those and the imports for types only)."""
     modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
-    graph: dict[str, set[str]] = {name: set() for name in modules}
+    runs: dict[str, set[str]] = {}
+    named: dict[str, set[str]] = {}
     for name, path in modules.items():
-        tree = ast.parse(path.read_text())
-        typing_only = _type_checking_lines(tree)
-        for node in ast.walk(tree):
-            if getattr(node, "lineno", None) in typing_only:
-                continue
-            targets: list[str] = []
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-            for target in targets:
-                if target in modules and target != name and not name.startswith(target + "."):
-                    graph[name].add(target)
-    return graph
+        runs[name], named[name] = _edges(name, ast.parse(path.read_text()), set(modules))
+    return runs, named
+
+
+def _graph() -> dict[str, set[str]]:
+    """What importing each module runs (the imports for types only do not run)."""
+    return _graphs()[0]
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -97,7 +119,7 @@ LAYERS = {
     "edgeclaw.firmware": 0,  # the ESP32's own program: imports nothing of the daemon
     "edgeclaw.config": 0,
     "edgeclaw.errors": 0,
-    "edgeclaw.board": 0,
+    "edgeclaw.board": 0,  # the profile records, their checks and the sensor parts catalogue
     "edgeclaw.wording": 0,
     "edgeclaw": 0,
 }
@@ -108,14 +130,33 @@ def _layer(module: str) -> int:
     return LAYERS[best]
 
 
+# Upward edges that exist only for type hints, still to be removed (the MCP setup names the
+# daemon's runtime as a type). Nothing may join this list; each must stay type-only until it goes.
+KNOWN_UPWARD_TYPE_ONLY = {
+    "edgeclaw.tools.mcp.setup -> edgeclaw.daemon",
+    "edgeclaw.tools.mcp.setup -> edgeclaw.daemon.runtime",
+}
+
+
 def test_imports_point_down_only():
-    upward = [
+    runs, named = _graphs()
+    upward = {
         f"{name} -> {target}"
-        for name, targets in _graph().items()
+        for name, targets in named.items()
         for target in targets
         if _layer(target) > _layer(name)
-    ]
-    assert upward == []
+    }
+    assert sorted(upward - KNOWN_UPWARD_TYPE_ONLY) == []
+    run_upward = {f"{name} -> {target}" for name, targets in runs.items() for target in targets}
+    assert sorted(KNOWN_UPWARD_TYPE_ONLY & run_upward) == []
+
+
+def test_the_graph_counts_packages_run_on_the_way_and_imports_for_types():
+    modules = {"a", "a.b", "a.b.c", "t", "t.u"}
+    source = "from typing import TYPE_CHECKING\nimport a.b.c\nif TYPE_CHECKING:\n    from t.u import X\n"
+    runs, named = _edges("m", ast.parse(source), modules)
+    assert runs == {"a", "a.b", "a.b.c"}
+    assert named == {"a", "a.b", "a.b.c", "t", "t.u"}
 
 
 def test_the_fleet_page_speaks_only_the_mqtt_contract():

@@ -412,7 +412,7 @@ def test_calls_need_mqtt_5_and_another_device():
     ],
 )
 def test_a_bad_nodes_policy_is_a_config_error(tmp_path: Path, text: str, expected: str):
-    from edgeclaw.config import load_config
+    from edgeclaw.config.loader import load_config
     from edgeclaw.errors import ConfigErrors
 
     path = tmp_path / "edgeclaw.toml"

@@ -8,7 +8,7 @@ import importlib
 
 import pytest
 
-from edgeclaw import board, sensor_parts
+from edgeclaw import board
 from edgeclaw.backends.hub import BoardBackends
 from edgeclaw.backends.i2c import I2CBus
 from edgeclaw.backends.sensors.base import I2CSensor, SensorError, Value, crc8
@@ -16,6 +16,7 @@ from edgeclaw.backends.sensors.registry import DRIVERS, Sensors
 from edgeclaw.backends.sensors.tmp102 import TMP102Driver, temperature_c
 from edgeclaw.backends.sim.i2c import SimI2CBus
 from edgeclaw.backends.sim.tmp102 import TMP102, encode_temperature
+from edgeclaw.board import parts as sensor_parts
 from edgeclaw.config.schema import HardwareConfig
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from edgeclaw import board, sensor_parts
+from edgeclaw import board
+from edgeclaw.board import parts as sensor_parts
 from edgeclaw.errors import ConfigErrors
 from tests.hw_support import write_profile
 
@@ -24,7 +26,7 @@ max_speed_hz = 1_000_000
 
 
 def load(tmp_path, devices: str) -> board.BoardProfile:
-    return board.read_profile(board.Path(write_profile(tmp_path, "t", GRANTS + devices)))
+    return board.read_profile(Path(write_profile(tmp_path, "t", GRANTS + devices)))
 
 
 def problems(tmp_path, devices: str) -> list[str]:
@@ -231,7 +233,7 @@ def test_board_show_lists_the_devices(run_cli):
 def test_a_profile_without_devices_does_not_load_the_parts_catalogue():
     code = (
         "import sys; from edgeclaw import board; board.load_profile('rpi4b'); "
-        "print('edgeclaw.sensor_parts' in sys.modules)"
+        "print('edgeclaw.board.parts' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert out.stdout.strip() == "False", out.stderr

@@ -238,7 +238,7 @@ async def apply_config(runtime: Runtime, text: str, by: str, restart: Any) -> di
 
 def _reload(runtime: Runtime, config: Config) -> str | None:
     """The policy and the log level from `config`, in place; a problem (unknown tool names) or None."""
-    from edgeclaw.config.loader import policy_rules
+    from edgeclaw.config.checks import policy_rules
 
     policy = runtime.registry.policy
     old = policy.rules

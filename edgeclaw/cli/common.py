@@ -23,7 +23,7 @@ def setup_logging(level: str | None, default: str = "warning") -> None:
 
 
 def config_of(args: argparse.Namespace) -> Any:
-    from edgeclaw.config import load_config
+    from edgeclaw.config.loader import load_config
 
     return load_config(getattr(args, "config", None))
 

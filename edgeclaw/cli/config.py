@@ -65,7 +65,7 @@ def cmd_config_init(args: argparse.Namespace) -> int:
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
-    from edgeclaw.config import find_config_path, load_config
+    from edgeclaw.config.loader import find_config_path, load_config
     from edgeclaw.daemon.runtime import build_runtime
     from edgeclaw.errors import ConfigErrors
 

@@ -16,7 +16,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from edgeclaw.admin.config_apply import ConfigTrial
     from edgeclaw.admin.logs import install_log_ring
     from edgeclaw.admin.restart import EXIT_RESTART, hang_guard, restart_in_place, supervised
-    from edgeclaw.config import find_config_path
+    from edgeclaw.config.loader import find_config_path
     from edgeclaw.daemon.lifecycle import run_daemon
     from edgeclaw.errors import ConfigErrors
 

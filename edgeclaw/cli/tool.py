@@ -149,7 +149,7 @@ def cmd_tools_list(args: argparse.Namespace) -> int:
 
     config = config_of(args)
     if args.profile:
-        from edgeclaw.config.loader import check_config
+        from edgeclaw.config.checks import check_config
 
         config.tools = dataclasses.replace(config.tools, profile=args.profile)
         check_config(config)

@@ -7,7 +7,7 @@ tool output whatever its shape.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import get_args
@@ -46,6 +46,68 @@ class SecretRef:
         return value
 
 
+def secret_ref(table: object, where: str, name: str = "") -> SecretRef | None:
+    """The secret `name` of the config table at `where`, if one is named: `NAME_env` wins over `NAME_file`.
+
+    Every secret is named the same way, by a variable (`api_key_env`) or a file (`api_key_file`);
+    a table that holds one secret only names it `env` / `file` (`name` empty).
+    """
+    env_key, file_key = (f"{name}_env", f"{name}_file") if name else ("env", "file")
+    env, file = getattr(table, env_key), getattr(table, file_key)
+    if env:
+        return SecretRef(f"{where}.{env_key}", env=env)
+    if file:
+        return SecretRef(f"{where}.{file_key}", file=file)
+    return None
+
+
+def both_named(table: object, name: str) -> str | None:
+    """The problem when the secret `name` is named both ways (the loader refuses it), else None."""
+    if getattr(table, f"{name}_env") and getattr(table, f"{name}_file"):
+        return f"set {name}_env or {name}_file, not both"
+    return None
+
+
+# The [mqtt] secrets: (what each is for, its name in the table).
+MQTT_SECRETS = (
+    ("mqtt", "password"),
+    ("mqtt.hmac", "hmac_secret"),
+    ("mqtt.approver", "approver_secret"),
+    ("mqtt.admin", "admin_secret"),
+)
+# The [notify.*] services' secrets: (service, the names of its secrets).
+NOTIFY_SECRETS = (("pushover", ("token", "user")), ("ntfy", ("token",)))
+
+
+def _secret_places(config: Config) -> Iterator[tuple[str, object, str, str]]:
+    """Every place the config names a secret: (what it is for, the table, where it is, its name)."""
+    for name, p in config.providers.items():
+        yield f"providers.{name}", p, f"providers.{name}", "api_key"
+    for what, name in MQTT_SECRETS:
+        yield what, config.mqtt, "mqtt", name
+    for service, names in NOTIFY_SECRETS:
+        table = getattr(config.notify, service)
+        for name in names if table is not None else ():
+            yield f"notify.{service}.{name}", table, f"notify.{service}", name
+    # web_search's keys: only the providers in its chain (a table kept for later costs no start).
+    search = config.tools.web.search
+    for kind in search_chain(search):
+        where = f"tools.web.search.{kind}"
+        yield where, getattr(search, kind), where, "api_key"
+    # http_request's secrets by name ({{secret:NAME}} in a header value or the body).
+    for name, secret in config.tools.web.secrets.items():
+        where = f"tools.web.secrets.{name}"
+        yield where, secret, where, ""
+    # The media tools' services: speech providers in the chain, the images service when enabled.
+    media = config.tools.media
+    for n in media.tts.chain:
+        if n in media.tts.providers:
+            where = f"tools.media.tts.providers.{n}"
+            yield where, media.tts.providers[n], where, "api_key"
+    if media.image.enabled:
+        yield "tools.media.image", media.image, "tools.media.image", "api_key"
+
+
 # An MCP server's secrets: (kind in the secret's name, the key naming variables, the key naming files).
 _MCP_SECRET_KEYS = (("env", "env_from", "env_files"), ("header", "headers_from", "header_files"))
 
@@ -53,69 +115,9 @@ _MCP_SECRET_KEYS = (("env", "env_from", "env_files"), ("header", "headers_from",
 def secret_refs(config: Config) -> dict[str, SecretRef]:
     """Every secret the config names, keyed by what it is for."""
     refs: dict[str, SecretRef] = {}
-    for name, p in config.providers.items():
-        if p.api_key_env:
-            refs[f"providers.{name}"] = SecretRef(f"providers.{name}.api_key_env", env=p.api_key_env)
-        elif p.api_key_file:
-            refs[f"providers.{name}"] = SecretRef(f"providers.{name}.api_key_file", file=p.api_key_file)
-    m = config.mqtt
-    if m.password_env:
-        refs["mqtt"] = SecretRef("mqtt.password_env", env=m.password_env)
-    elif m.password_file:
-        refs["mqtt"] = SecretRef("mqtt.password_file", file=m.password_file)
-    if m.hmac_secret_env:
-        refs["mqtt.hmac"] = SecretRef("mqtt.hmac_secret_env", env=m.hmac_secret_env)
-    elif m.hmac_secret_file:
-        refs["mqtt.hmac"] = SecretRef("mqtt.hmac_secret_file", file=m.hmac_secret_file)
-    if m.approver_secret_env:
-        refs["mqtt.approver"] = SecretRef("mqtt.approver_secret_env", env=m.approver_secret_env)
-    elif m.approver_secret_file:
-        refs["mqtt.approver"] = SecretRef("mqtt.approver_secret_file", file=m.approver_secret_file)
-    if m.admin_secret_env:
-        refs["mqtt.admin"] = SecretRef("mqtt.admin_secret_env", env=m.admin_secret_env)
-    elif m.admin_secret_file:
-        refs["mqtt.admin"] = SecretRef("mqtt.admin_secret_file", file=m.admin_secret_file)
-    notify = config.notify
-    for what, table, names in (
-        ("pushover", notify.pushover, ("token", "user")),
-        ("ntfy", notify.ntfy, ("token",)),
-    ):
-        for name in names if table is not None else ():
-            env, file = getattr(table, f"{name}_env"), getattr(table, f"{name}_file")
-            if env:
-                refs[f"notify.{what}.{name}"] = SecretRef(f"notify.{what}.{name}_env", env=env)
-            elif file:
-                refs[f"notify.{what}.{name}"] = SecretRef(f"notify.{what}.{name}_file", file=file)
-    # web_search's keys: only the providers in its chain (a table kept for later costs no start).
-    search = config.tools.web.search
-    for kind in search_chain(search):
-        table = getattr(search, kind)
-        where = f"tools.web.search.{kind}"
-        if table.api_key_env:
-            refs[where] = SecretRef(f"{where}.api_key_env", env=table.api_key_env)
-        elif table.api_key_file:
-            refs[where] = SecretRef(f"{where}.api_key_file", file=table.api_key_file)
-    # http_request's secrets by name ({{secret:NAME}} in a header value or the body).
-    for name, secret in config.tools.web.secrets.items():
-        key = f"tools.web.secrets.{name}"
-        if secret.env:
-            refs[key] = SecretRef(f"{key}.env", env=secret.env)
-        elif secret.file:
-            refs[key] = SecretRef(f"{key}.file", file=secret.file)
-    # The media tools' services: speech providers in the chain, the images service when enabled.
-    media = config.tools.media
-    keyed = [
-        (f"tools.media.tts.providers.{n}", media.tts.providers[n])
-        for n in media.tts.chain
-        if n in media.tts.providers
-    ]
-    if media.image.enabled:
-        keyed.append(("tools.media.image", media.image))
-    for where, table in keyed:
-        if table.api_key_env:
-            refs[where] = SecretRef(f"{where}.api_key_env", env=table.api_key_env)
-        elif table.api_key_file:
-            refs[where] = SecretRef(f"{where}.api_key_file", file=table.api_key_file)
+    for what, table, where, name in _secret_places(config):
+        if (ref := secret_ref(table, where, name)) is not None:
+            refs[what] = ref
     # MCP servers' secrets: environment values of a stdio program, header values of an HTTP one.
     for name, server in config.mcp.servers.items():
         for kind, env_key, file_key in _MCP_SECRET_KEYS:

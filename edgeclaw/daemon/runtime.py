@@ -216,7 +216,7 @@ def build_runtime(
     """Wire the registry and its tools. Raises ConfigErrors for anything that cannot be honoured."""
     from edgeclaw import board as boards
     from edgeclaw.backends.hub import BoardBackends
-    from edgeclaw.config.loader import policy_rules
+    from edgeclaw.config.checks import policy_rules
     from edgeclaw.config.secrets import resolve_secrets
     from edgeclaw.tool_groups import HARDWARE_TOOLS, MEDIA_TOOLS, web_tool_groups
     from edgeclaw.tools.fs.files import fs_tools

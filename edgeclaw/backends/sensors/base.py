@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from edgeclaw.backends.base import BusTimeout, DeviceUnavailable
 from edgeclaw.backends.i2c import I2CBus, I2CNoAcknowledge, I2CTransaction
 from edgeclaw.board import DeviceSpec
+from edgeclaw.board.parts import Measure
 from edgeclaw.errors import BackendError
-from edgeclaw.sensor_parts import Measure
 
 if TYPE_CHECKING:
     from edgeclaw.backends.spi import SPIDevice
@@ -130,7 +130,7 @@ class SensorDriver(ABC):
         """Measure once; `SensorError` when the part cannot be read."""
 
     def reading(self, values: Mapping[str, float] | list[Value], raw: bytes) -> Reading:
-        """A reading of the part's own quantities (units from `edgeclaw.sensor_parts`), stamped now."""
+        """A reading of the part's own quantities (units from `edgeclaw.board.parts`), stamped now."""
         if isinstance(values, Mapping):
             # A quantity the catalogue does not list is a driver bug: KeyError, found by the tests.
             values = [Value(q, float(v), self.measures[q].unit) for q, v in values.items()]

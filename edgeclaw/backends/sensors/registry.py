@@ -1,6 +1,6 @@
 """The parts registry: a driver for each part name, and the board's declared devices read through them.
 
-`DRIVERS` maps each part of `edgeclaw.sensor_parts` to the class that reads it
+`DRIVERS` maps each part of `edgeclaw.board.parts` to the class that reads it
 (`module:Class` under this package, imported on first use, so a board with one
 TMP102 loads one small module). `Sensors` is what the `sensor` tool holds: the
 profile's `[[devices]]`, each device's driver built once on its first read with

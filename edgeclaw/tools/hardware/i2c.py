@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 from edgeclaw.backends.i2c import ADDRESS_FIRST, ADDRESS_LAST
 from edgeclaw.board import I2CBusGrant
+from edgeclaw.board.parts import likely_parts
 from edgeclaw.errors import ToolRefused
-from edgeclaw.sensor_parts import likely_parts
 from edgeclaw.tools.base import Args, ToolContext, ToolResult
 from edgeclaw.tools.hardware.common import (
     HardwareTool,

@@ -184,7 +184,7 @@ async def test_keep_alive_minus_one_is_sent_as_a_number(llm, agent_for):
 
 
 async def test_an_ollama_provider_embeds_memory_through_api_embed(tmp_path, llm):
-    from edgeclaw.daemon.memory import build_embedder
+    from edgeclaw.daemon.memory_build import build_embedder
     from tests.llm_server import embed_text
 
     def with_memory(api: str):

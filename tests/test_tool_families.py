@@ -51,7 +51,7 @@ def test_every_deferred_family_builds_the_tools_it_named(tmp_path: Path, name: s
 async def test_the_daemon_builds_its_agent_loop_on_demand_and_recovers_subagents_at_start(tmp_path: Path):
     """`edgeclaw run` leaves the agent loop unbuilt until something needs it, unless the last run
     left subagents to recover: then it is built at start, and their recovery runs then."""
-    from edgeclaw.daemon.agent_on_demand import agent_on_demand
+    from edgeclaw.daemon.agent_service import agent_on_demand
     from edgeclaw.store.subagents import SubagentStore
 
     def runtime_with(left_running: bool, recover_at_start: bool = True):

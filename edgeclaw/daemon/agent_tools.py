@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 def agent_infos(config: Config) -> list[AgentInfo]:
     """Every agent the config defines, "main" first, as agents_list shows them."""
-    from edgeclaw.daemon.memory import agent_types
+    from edgeclaw.daemon.memory_build import agent_types
     from edgeclaw.tools.agents import AgentInfo
 
     types = agent_types(config)
@@ -67,7 +67,7 @@ def install_agent_tools(runtime: Runtime) -> None:
     timeout = t.subagents.timeout_s
 
     def on_demand() -> None:
-        # In the daemon the loop is built by the first thing that needs it (`daemon.agent_on_demand`).
+        # In the daemon the loop is built by the first thing that needs it (`daemon.agent_service`).
         if runtime._agent is None and runtime.agent_factory is not None:
             runtime.agent_factory()
 

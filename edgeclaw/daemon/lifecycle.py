@@ -21,7 +21,7 @@ from typing import Any
 
 from edgeclaw import __version__
 from edgeclaw.config.schema import Config
-from edgeclaw.daemon.agent_on_demand import agent_on_demand
+from edgeclaw.daemon.agent_service import agent_on_demand
 from edgeclaw.daemon.control import ControlServer, socket_path
 from edgeclaw.daemon.runtime import Runtime, build_runtime
 from edgeclaw.daemon.sdnotify import LoopWatchdog, SystemdNotifier

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from edgeclaw.backends.hub import BoardBackends
     from edgeclaw.channels.mcp.server import McpServer
     from edgeclaw.daemon.automation import Automation
-    from edgeclaw.daemon.memory import MemoryRuntime
+    from edgeclaw.daemon.memory_build import MemoryRuntime
     from edgeclaw.store.state import StateStore
     from edgeclaw.tools.base import Tool
     from edgeclaw.tools.mcp.setup import McpBridge
@@ -64,7 +64,7 @@ class Runtime:
     # `daemon.mcp_server.shared_mcp_server`.
     _mcp_server: McpServer | None = None
     # Memory, context files and skills ([memory], [skills]), built on first use through
-    # `memory_factory` (set by `daemon.memory_on_demand` when memory.enabled is true).
+    # `memory_factory` (set by `daemon.memory_service` when memory.enabled is true).
     _memory: MemoryRuntime | None = None
     memory_factory: Callable[[], MemoryRuntime] | None = None
     # Scheduled jobs, the heartbeat and the gateway tool's hooks ([automation]).
@@ -77,7 +77,7 @@ class Runtime:
     mcp: McpBridge | None = None
     # The board's devices (opened on first use): what is attached, for the fleet's status.
     hardware: BoardBackends | None = None
-    # `edgeclaw run` sets this (`daemon.agent_on_demand`): what needs the agent loop (a chat, a spawn,
+    # `edgeclaw run` sets this (`daemon.agent_service`): what needs the agent loop (a chat, a spawn,
     # sessions_send's turn) builds it through here on first use. None elsewhere (`edgeclaw tool call`),
     # where those say the loop is absent.
     agent_factory: Callable[[], AgentLoop] | None = None
@@ -308,7 +308,7 @@ def build_runtime(
     from edgeclaw.tools.nodes import nodes_tool  # peers on the broker; the MQTT channel attaches it
 
     registry.register(nodes_tool(config.tools.nodes))
-    from edgeclaw.daemon.memory_on_demand import install_memory_on_demand  # memory, skills, the VFS
+    from edgeclaw.daemon.memory_service import install_memory_on_demand  # memory, skills, the VFS
 
     install_memory_on_demand(runtime, ws)
     from edgeclaw.daemon.automation import install_automation  # cron, schedule and gateway

@@ -3,7 +3,7 @@
 With `[memory] enabled`, `build_runtime` names the memory tools (and
 skill_search) to the registry and puts a stand-in router in front of the fs
 tools; neither loads the memory modules (store, chunking, skills, the virtual
-file system). The first of these builds them (`daemon.memory.build_memory`):
+file system). The first of these builds them (`daemon.memory_build.build_memory`):
 a memory tool called, listed or looked up; an fs call (the router must judge
 its path); the agent loop being built (its prompt reads memory); a job's
 output delivered to the daily note; `edgeclaw memory`. After that every
@@ -18,7 +18,7 @@ from edgeclaw.daemon.tool_families import memory_tool_groups
 from edgeclaw.tools.fs import ROUTED_TOOLS
 
 if TYPE_CHECKING:
-    from edgeclaw.daemon.memory import MemoryRuntime
+    from edgeclaw.daemon.memory_build import MemoryRuntime
     from edgeclaw.daemon.runtime import Runtime
     from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
     from edgeclaw.tools.fs import PathRouter
@@ -31,7 +31,7 @@ def install_memory_on_demand(runtime: Runtime, ws: Workspace) -> None:
         return
 
     def build() -> MemoryRuntime:
-        from edgeclaw.daemon.memory import build_memory
+        from edgeclaw.daemon.memory_build import build_memory
 
         return build_memory(runtime, ws)
 

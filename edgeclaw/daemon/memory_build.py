@@ -1,6 +1,6 @@
 """Build memory, context files and skills from `[memory]` and `[skills]`; shared by run, chat and the CLI.
 
-Built on first use (`daemon.memory_on_demand`): this module and what it imports load then.
+Built on first use (`daemon.memory_service`): this module and what it imports load then.
 
 The embedder talks to a configured provider's server through the same
 request path and retry policy as the chat providers (`agent.providers`): it

@@ -333,7 +333,14 @@ def build_runtime(
     registry.register_deferred(MEDIA_TOOLS, media_family)
     from edgeclaw.tools.mcp.setup import install_mcp  # [mcp.servers.*]: tools of MCP servers
 
-    runtime.mcp = install_mcp(runtime)
+    runtime.mcp = install_mcp(
+        config,
+        registry,
+        state_dir=state,
+        secrets=secrets,
+        on_ready=runtime.on_ready,
+        on_close=runtime.on_close,
+    )
 
     # Tool names can only be checked once the tools exist.
     problems = [ConfigError(source, key, problem) for key, problem in policy.validate()]

@@ -1,36 +1,33 @@
-"""The daemon's agent loop, built by the first thing that needs it.
+"""Where the daemon's agent loop is kept, built by the first thing that needs it.
 
-Kept apart from `daemon.agent` (which builds the loop and imports its modules) so that `edgeclaw run`
-can arrange for the loop without loading it, and from `daemon.runtime`, which `daemon.agent` imports.
+Kept apart from `daemon.agent` (which builds the loop and imports its modules) so that the runtime
+can hold the loop without loading it; `daemon.lifecycle.agent_on_demand` sets the factory for
+`edgeclaw run`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from edgeclaw.agent.loop import AgentLoop
-    from edgeclaw.daemon.runtime import Runtime
+    from edgeclaw.agent.subagents import SubagentManager
 
 
-def agent_on_demand(runtime: Runtime, *, recover_at_start: bool) -> None:
-    """For `edgeclaw run`: the agent loop is built by the first thing that needs it, not at start-up
-    (its modules are a large part of a start); its subagent manager then recovers what a previous
-    run left. With `recover_at_start` (a channel that can tell the parents is up: MQTT), that is done
-    at start instead: children left running become `interrupted` and ended ones are announced, by
-    building the loop then if (and only if) the state database holds such children."""
+class AgentService:
+    """The agent loop and its subagent manager once built (`daemon.agent`), and how to build them
+    on first use. Without a factory (`edgeclaw tool call`) what needs the loop says it is absent."""
 
-    def build() -> AgentLoop:
-        from edgeclaw.daemon.agent import shared_agent
+    def __init__(self) -> None:
+        self.loop: AgentLoop | None = None
+        self.subagents: SubagentManager | None = None
+        # `edgeclaw run` sets this (`daemon.lifecycle.agent_on_demand`): what needs the agent loop
+        # (a chat, a spawn, sessions_send's turn) builds it through here on first use.
+        self.factory: Callable[[], AgentLoop] | None = None
 
-        return shared_agent(runtime)
-
-    def recover_subagents() -> None:
-        from edgeclaw.store.subagents import SubagentStore
-
-        if runtime.subagents is None and SubagentStore(lambda: runtime.db).left_by_last_run():
-            build()  # its subagent manager's recovery runs as the next start-up step
-
-    runtime.agent_factory = build
-    if recover_at_start:
-        runtime.on_ready(recover_subagents)
+    def on_demand(self) -> AgentLoop | None:
+        """The loop, built now when there is a factory and it is not yet."""
+        if self.loop is None and self.factory is not None:
+            self.factory()
+        return self.loop

@@ -12,57 +12,67 @@ caller sees the same one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from edgeclaw.daemon.tool_families import memory_tool_groups
 from edgeclaw.tools.fs import ROUTED_TOOLS
 
 if TYPE_CHECKING:
+    from edgeclaw.config.schema import Config
     from edgeclaw.daemon.memory_build import MemoryRuntime
-    from edgeclaw.daemon.runtime import Runtime
     from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
     from edgeclaw.tools.fs import PathRouter
-    from edgeclaw.tools.workspace import Workspace
+    from edgeclaw.tools.registry import Registry
 
 
-def install_memory_on_demand(runtime: Runtime, ws: Workspace) -> None:
-    """Set the runtime up to build its memory on first use (nothing when memory is off)."""
-    if not runtime.config.memory.enabled:
+class MemoryService:
+    """Memory built by its first use through `factory` (None with memory off), then shared."""
+
+    def __init__(self, factory: Callable[[], MemoryRuntime] | None) -> None:
+        self.factory = factory
+        self.built: MemoryRuntime | None = None
+
+    def get(self) -> MemoryRuntime | None:
+        """Built now if it is not yet; None with memory off. A build that fails raises, and the next
+        use tries again."""
+        if self.built is None and self.factory is not None:
+            self.built = self.factory()
+        return self.built
+
+    def require(self) -> MemoryRuntime:
+        memory = self.get()
+        if memory is None:  # only installed with memory on, so the factory is set
+            raise RuntimeError("memory is on but its runtime was not built")
+        return memory
+
+
+def install_memory_service(config: Config, registry: Registry, memory: MemoryService) -> None:
+    """Name the memory tools to the registry and stand in for the fs tools' virtual file system
+    until memory is first used (nothing when memory is off)."""
+    if not config.memory.enabled:
         return
 
-    def build() -> MemoryRuntime:
-        from edgeclaw.daemon.memory_build import build_memory
-
-        return build_memory(runtime, ws)
-
     def tools() -> list[Tool]:
-        return _built(runtime).tools
+        return memory.require().tools
 
-    runtime.memory_factory = build
-    runtime.registry.register_deferred(memory_tool_groups(runtime.config), tools)
-    router = MemoryFilesOnDemand(runtime)
+    registry.register_deferred(memory_tool_groups(config), tools)
+    router = MemoryFilesOnDemand(memory)
     for name in ROUTED_TOOLS:
-        tool: Any = runtime.registry.get(name)
+        tool: Any = registry.get(name)
         if tool is not None and hasattr(tool, "vfs"):
             tool.vfs = router
-
-
-def _built(runtime: Runtime) -> MemoryRuntime:
-    memory = runtime.memory
-    if memory is None:  # only installed with memory on, so the factory is set
-        raise RuntimeError("memory is on but its runtime was not built")
-    return memory
 
 
 class MemoryFilesOnDemand:
     """The fs tools' `PathRouter` until memory exists: the first call builds it, each forwards to
     its virtual file system (`tools.memory.vfs`)."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self._runtime = runtime
+    def __init__(self, memory: MemoryService) -> None:
+        self._memory = memory
 
     def _files(self) -> PathRouter:
-        return _built(self._runtime).files
+        return self._memory.require().files
 
     def route(self, tool: str, user_path: str) -> Any | None:
         return self._files().route(tool, user_path)

@@ -59,7 +59,9 @@ def build_agent(runtime: Runtime) -> AgentLoop:
                     # One client for every provider: connection pooling, and a single place to close.
                     clients.append(SharedClient())
                     runtime.on_close(clients[0].aclose)
-                built[name] = _provider(name, runtime, clients[0])
+                built[name] = _provider(
+                    name, config, runtime.secrets, runtime.registry.scrubber.scrub, clients[0]
+                )
         return ProviderChain([built[n] for n in names], retry, health=health)
 
     facts = {

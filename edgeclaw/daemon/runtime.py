@@ -262,7 +262,14 @@ def build_runtime(
     def build_memory() -> MemoryRuntime:
         from edgeclaw.daemon.memory_build import build_memory
 
-        return build_memory(runtime, ws)  # `runtime` exists by the first use
+        return build_memory(
+            config,
+            ws,
+            database=database.get,
+            secrets=secrets,
+            scrub=scrubber.scrub,
+            on_close=lifecycle.on_close,
+        )
 
     memory = MemoryService(build_memory if config.memory.enabled else None)
     install_memory_service(config, registry, memory)  # memory, skills, the VFS

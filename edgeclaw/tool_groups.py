@@ -106,7 +106,7 @@ MEMORY_TOOLS = _family(*TOOL_GROUPS["memory"])
 
 
 def memory_tool_groups(config: Config) -> dict[str, str]:
-    """The memory tools; skill_search too when [skills] is on (`daemon.memory_on_demand`)."""
+    """The memory tools; skill_search too when [skills] is on (`daemon.memory_service`)."""
     groups = dict(MEMORY_TOOLS)
     if config.skills.enabled:
         groups.update(_family("skill_search"))

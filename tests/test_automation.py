@@ -517,14 +517,18 @@ async def test_message_targets_go_through_the_message_tool_as_the_owner(runtime)
         assert sent and sent[0].caller == "cli:root" and sent[0].session == f"job:{job.id}"
 
 
-async def test_gateway_shows_the_config_without_secrets(runtime):
+async def test_gateway_shows_the_config_without_secrets(tmp_path):
     from edgeclaw.config.loader import config_from_dict
     from edgeclaw.config.pin_hash import hash_pin
+    from edgeclaw.daemon.runtime import build_runtime
 
     pin_hash = hash_pin("2468", "pbkdf2-sha256")
-    runtime.config = config_from_dict(
-        {"board": "sim", "console": {"login_hash": pin_hash}, "mqtt": {"password_env": "PW"}}, "test.toml"
-    )
+    config = config_from_dict(
+        {"board": "sim", "state_dir": str(tmp_path / "state"), "tools": {"rate_limit": 0},
+         "console": {"login_hash": pin_hash}, "mqtt": {"password_env": "PW"}},
+        "test.toml",
+    )  # fmt: skip
+    runtime = build_runtime(config, require_secrets=False)
     shown = await runtime.registry.execute("gateway", {"action": "config_get"}, ctx("cli", "cli:root"))
     assert shown.ok and "[REDACTED]" in shown.for_llm and pin_hash.split("$")[-1] not in shown.for_llm
     assert 'password_env = "PW"' in shown.for_llm

@@ -563,7 +563,7 @@ async def test_mcp_over_mqtt_discovery_initialize_list_and_call(tmp_path: Path) 
 
             # A second client, gone (its goodbye on its presence topic, as its Last Will would say):
             # its session ends; the first one's stays.
-            sessions = captured["runtime"]._mcp_server.sessions
+            sessions = captured["runtime"].mcp_server.built.sessions
             async with McpOverMqttClient(broker.port, "backend-2b9c") as other:
                 other_rpc = f"$mcp-rpc/{other.client_id}/{server_id}/{name}"
                 await other.mqtt.subscribe(other_rpc, options=SubscribeOptions(qos=1, noLocal=True))

@@ -184,7 +184,7 @@ async def test_keep_alive_minus_one_is_sent_as_a_number(llm, agent_for):
 
 
 async def test_an_ollama_provider_embeds_memory_through_api_embed(tmp_path, llm):
-    from edgeclaw.daemon.memory import build_embedder
+    from edgeclaw.daemon.memory_build import build_embedder
     from tests.llm_server import embed_text
 
     def with_memory(api: str):
@@ -200,7 +200,9 @@ async def test_an_ollama_provider_embeds_memory_through_api_embed(tmp_path, llm)
         with_memory("openai")  # Ollama's root has no /embeddings: the native endpoint is named
     runtime = build_runtime(with_memory("ollama"), environ={})
     try:
-        embedder = build_embedder(runtime)
+        embedder = build_embedder(
+            runtime.config, runtime.secrets, runtime.registry.scrubber.scrub, runtime.on_close
+        )
         assert embedder is not None and await embedder.embed(["fan speed"]) == [embed_text("fan speed")]
     finally:
         await runtime.aclose()

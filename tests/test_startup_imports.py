@@ -37,8 +37,8 @@ NOT_AT_START = (
     "edgeclaw.tools.web.http_request",
     "edgeclaw.tools.messaging",
     "edgeclaw.tools.sessions.send",
-    # Memory, context files and skills (daemon.memory_on_demand): on the first fs or memory call.
-    "edgeclaw.daemon.memory",
+    # Memory, context files and skills (daemon.memory_service): on the first fs or memory call.
+    "edgeclaw.daemon.memory_build",
     "edgeclaw.store.memory",
     "edgeclaw.tools.memory",
     "edgeclaw.tools.skills",

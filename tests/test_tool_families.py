@@ -51,7 +51,7 @@ def test_every_deferred_family_builds_the_tools_it_named(tmp_path: Path, name: s
 async def test_the_daemon_builds_its_agent_loop_on_demand_and_recovers_subagents_at_start(tmp_path: Path):
     """`edgeclaw run` leaves the agent loop unbuilt until something needs it, unless the last run
     left subagents to recover: then it is built at start, and their recovery runs then."""
-    from edgeclaw.daemon.agent_on_demand import agent_on_demand
+    from edgeclaw.daemon.lifecycle import agent_on_demand
     from edgeclaw.store.subagents import SubagentStore
 
     def runtime_with(left_running: bool, recover_at_start: bool = True):
@@ -70,10 +70,10 @@ async def test_the_daemon_builds_its_agent_loop_on_demand_and_recovers_subagents
 
     quiet = runtime_with(left_running=False)
     await quiet.ready()
-    assert quiet._agent is None and quiet.subagents is None  # nothing needed it yet
+    assert quiet.agent.loop is None and quiet.subagents is None  # nothing needed it yet
     spawn = quiet.registry.get("sessions_spawn")
     assert spawn is not None and spawn._source() is not None  # a spawn builds it
-    assert quiet._agent is not None and quiet.subagents is not None
+    assert quiet.agent.loop is not None and quiet.subagents is not None
     await quiet.aclose()
 
     left = runtime_with(left_running=True)
@@ -127,13 +127,13 @@ async def test_memory_is_built_by_its_first_use_and_the_fs_tools_route_through_i
     data = {"state_dir": str(tmp_path / "state"), "board": "sim"}
     runtime = build_runtime(config_from_dict(data, "test.toml"), environ={})
     ctx = ToolContext(channel="cli", caller="cli:tech")
-    assert runtime._memory is None and "memory_search" in runtime.registry._deferred
+    assert runtime.memory_service.built is None and "memory_search" in runtime.registry._deferred
     note = {"path": "MEMORY.md", "content": "fan: GPIO 22\n"}
     wrote = await runtime.registry.execute("write_file", note, ctx)
     assert wrote.ok, wrote.error
-    assert runtime._memory is not None
+    assert runtime.memory_service.built is not None
     assert not (runtime.workspace / "MEMORY.md").exists()  # routed to the database
-    assert runtime.memory is runtime._memory  # one for every caller
+    assert runtime.memory is runtime.memory_service.built  # one for every caller
     found = await runtime.registry.execute("memory_get", {"path": "MEMORY.md"}, ctx)
     assert found.ok and "GPIO 22" in found.for_llm  # the tools built later share that store
     await runtime.aclose()
@@ -148,7 +148,7 @@ async def test_memory_is_built_by_its_first_use_and_the_fs_tools_route_through_i
 async def test_a_memory_build_that_fails_refuses_the_call_and_the_next_use_tries_again(tmp_path: Path):
     data = {"state_dir": str(tmp_path / "state"), "board": "sim"}
     runtime = build_runtime(config_from_dict(data, "test.toml"), environ={})
-    build, attempts = runtime.memory_factory, []
+    build, attempts = runtime.memory_service.factory, []
 
     def failing_once():
         attempts.append(1)
@@ -156,12 +156,12 @@ async def test_a_memory_build_that_fails_refuses_the_call_and_the_next_use_tries
             raise OSError("skills directory unreadable")
         return build()
 
-    runtime.memory_factory = failing_once
+    runtime.memory_service.factory = failing_once
     ctx = ToolContext(channel="cli", caller="cli:tech")
     failed = await runtime.registry.execute("read_file", {"path": "MEMORY.md"}, ctx)
     assert not failed.ok and "skills directory unreadable" in failed.error
-    assert runtime._memory is None
+    assert runtime.memory_service.built is None
     stored = await runtime.registry.execute("memory_store", {"key": "pump", "content": "relay 3"}, ctx)
     assert stored.ok, stored.error
-    assert len(attempts) == 2 and runtime._memory is not None
+    assert len(attempts) == 2 and runtime.memory_service.built is not None
     await runtime.aclose()

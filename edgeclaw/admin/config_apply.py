@@ -32,13 +32,26 @@ import os
 import time
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from edgeclaw.config.schema import Config
 from edgeclaw.errors import ConfigErrors
 
 if TYPE_CHECKING:
-    from edgeclaw.daemon.runtime import Runtime
+    from edgeclaw.tools.audit import AuditTrail
+    from edgeclaw.tools.registry import Registry
+
+
+class ConfigHost(Protocol):
+    """What applying a config reads and changes: the running config (its reloadable parts are
+    replaced in place), the registry's policy and the audit trail."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def registry(self) -> Registry: ...
+    @property
+    def audit(self) -> AuditTrail: ...
 
 
 log = logging.getLogger("edgeclaw.gateway")
@@ -186,7 +199,7 @@ def _replace_keeping_previous(trial: ConfigTrial, text: str) -> None:
     _atomic_write(trial.path, text.encode("utf-8"))
 
 
-async def apply_config(runtime: Runtime, text: str, by: str, restart: Any) -> dict[str, Any]:
+async def apply_config(runtime: ConfigHost, text: str, by: str, restart: Any) -> dict[str, Any]:
     source = runtime.config._source
     if source.startswith("<"):
         return {
@@ -236,7 +249,7 @@ async def apply_config(runtime: Runtime, text: str, by: str, restart: Any) -> di
     }
 
 
-def _reload(runtime: Runtime, config: Config) -> str | None:
+def _reload(runtime: ConfigHost, config: Config) -> str | None:
     """The policy and the log level from `config`, in place; a problem (unknown tool names) or None."""
     from edgeclaw.config.checks import policy_rules
 

@@ -4,13 +4,31 @@ MCP servers that are not connected tried again.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from edgeclaw.daemon.runtime import Runtime
+    from edgeclaw.tools.audit import AuditTrail
+    from edgeclaw.tools.registry import Registry
 
 
-def reload_custom_tools(runtime: Runtime) -> dict[str, Any]:
+class McpServers(Protocol):
+    def retry(self) -> list[str]:
+        """The names of the servers tried again."""
+        ...
+
+
+class ToolsHost(Protocol):
+    """What reloading reads: the registry with its custom tools, the MCP servers, the audit trail."""
+
+    @property
+    def registry(self) -> Registry: ...
+    @property
+    def mcp(self) -> McpServers | None: ...
+    @property
+    def audit(self) -> AuditTrail: ...
+
+
+def reload_custom_tools(runtime: ToolsHost) -> dict[str, Any]:
     from edgeclaw.tools.runtime.custom import custom_tools_for
 
     custom = custom_tools_for(runtime.registry)
@@ -32,7 +50,7 @@ def reload_custom_tools(runtime: Runtime) -> dict[str, Any]:
     return retry_mcp_servers(runtime, {"text": text, "loaded": sorted(loaded), "removed": gone})
 
 
-def retry_mcp_servers(runtime: Runtime, report: dict[str, Any]) -> dict[str, Any]:
+def retry_mcp_servers(runtime: ToolsHost, report: dict[str, Any]) -> dict[str, Any]:
     """The MCP servers that are not connected (a failed one included) are tried again now."""
     if runtime.mcp is None:
         return report

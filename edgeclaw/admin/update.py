@@ -43,13 +43,26 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from edgeclaw.config.schema import GatewayConfig
+from edgeclaw.config.schema import Config, GatewayConfig
 from edgeclaw.errors import ToolError
 
 if TYPE_CHECKING:
-    from edgeclaw.daemon.runtime import Runtime
+    from edgeclaw.tools.audit import AuditTrail
+
+
+class UpdateHost(Protocol):
+    """What an update reads: the gateway's settings, the state directory (uploads, slots) and the
+    audit trail."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def state_dir(self) -> Path: ...
+    @property
+    def audit(self) -> AuditTrail: ...
+
 
 log = logging.getLogger("edgeclaw.update")
 
@@ -465,7 +478,7 @@ def versions(state_dir: Path) -> dict[str, Any]:
     }
 
 
-async def apply_update(runtime: Runtime, args: dict[str, Any], by: str, restart: Any) -> dict[str, Any]:
+async def apply_update(runtime: UpdateHost, args: dict[str, Any], by: str, restart: Any) -> dict[str, Any]:
     """A wheel by URL or from an upload: checked, installed in its slot, switched to, restarted onto."""
     config = runtime.config.gateway
     url, upload, sha256 = args.get("url"), args.get("upload"), args.get("sha256")

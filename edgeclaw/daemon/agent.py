@@ -27,9 +27,9 @@ from edgeclaw.tools.runtime.process import ProcessTool
 
 def shared_agent(runtime: Runtime) -> AgentLoop:
     """The daemon's one agent loop, built on first use and shared by every channel."""
-    if runtime._agent is None:
-        runtime._agent = build_agent(runtime)
-    return runtime._agent
+    if runtime.agent.loop is None:
+        runtime.agent.loop = build_agent(runtime)
+    return runtime.agent.loop
 
 
 def agent_by_name(runtime: Runtime, name: str) -> NamedAgent:
@@ -59,7 +59,9 @@ def build_agent(runtime: Runtime) -> AgentLoop:
                     # One client for every provider: connection pooling, and a single place to close.
                     clients.append(SharedClient())
                     runtime.on_close(clients[0].aclose)
-                built[name] = _provider(name, runtime, clients[0])
+                built[name] = _provider(
+                    name, config, runtime.secrets, runtime.registry.scrubber.scrub, clients[0]
+                )
         return ProviderChain([built[n] for n in names], retry, health=health)
 
     facts = {
@@ -115,10 +117,10 @@ def build_agent(runtime: Runtime) -> AgentLoop:
     if isinstance(process, ProcessTool):
         agent.session_end_hooks.append(process.manager.end_session)
     runtime.on_close(agent.shutdown)
-    if runtime.subagents is None:
-        runtime.subagents = build_subagents(runtime, agent)
-    if runtime._agent is None:
-        runtime._agent = agent  # sessions_send's turns go to this loop
+    if runtime.agent.subagents is None:
+        runtime.agent.subagents = build_subagents(runtime, agent)
+    if runtime.agent.loop is None:
+        runtime.agent.loop = agent  # sessions_send's turns go to this loop
     return agent
 
 

@@ -3,12 +3,13 @@
 The tools are registered with the rest of the registry (so `tools list`,
 policies and `tool call` know them); what they drive is built later with the
 agent loop (`daemon.agent`): the subagent manager and the loop are reached
-through the runtime when a call comes, and are absent in `edgeclaw tool call`,
+through the agent service when a call comes, and are absent in `edgeclaw tool call`,
 where the spawning tools say so.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING
 
 from edgeclaw.config.schema import Config
@@ -16,8 +17,11 @@ from edgeclaw.tool_groups import AGENT_TOOLS
 from edgeclaw.tools.sessions.listing import SessionsHistoryTool
 
 if TYPE_CHECKING:
-    from edgeclaw.daemon.runtime import Runtime
+    from edgeclaw.daemon.agent_service import AgentService
+    from edgeclaw.store.sessions import SessionStore
     from edgeclaw.tools.base import Tool
+    from edgeclaw.tools.outlets import Outlets
+    from edgeclaw.tools.registry import Registry
     from edgeclaw.tools.sessions.agents import AgentInfo
     from edgeclaw.tools.sessions.send import SessionInbox
     from edgeclaw.tools.sessions.subagents import SubagentControl
@@ -25,7 +29,7 @@ if TYPE_CHECKING:
 
 def agent_infos(config: Config) -> list[AgentInfo]:
     """Every agent the config defines, "main" first, as agents_list shows them."""
-    from edgeclaw.daemon.memory import agent_types
+    from edgeclaw.daemon.memory_build import agent_types
     from edgeclaw.tools.sessions.agents import AgentInfo
 
     types = agent_types(config)
@@ -61,23 +65,19 @@ def agent_infos(config: Config) -> list[AgentInfo]:
     return infos
 
 
-def install_agent_tools(runtime: Runtime) -> None:
-    config = runtime.config
+def install_agent_tools(
+    config: Config, registry: Registry, sessions: SessionStore, outlets: Outlets, agent: AgentService
+) -> None:
+    """The agent tools, driving `agent`'s loop and subagents (in the daemon, built on first use)."""
     t = config.tools
     timeout = t.subagents.timeout_s
 
-    def on_demand() -> None:
-        # In the daemon the loop is built by the first thing that needs it (`daemon.agent_on_demand`).
-        if runtime._agent is None and runtime.agent_factory is not None:
-            runtime.agent_factory()
-
     def control() -> SubagentControl | None:
-        on_demand()
-        return runtime.subagents
+        agent.on_demand()
+        return agent.subagents
 
     def inbox() -> SessionInbox | None:
-        on_demand()
-        return runtime._agent
+        return agent.on_demand()
 
     def build() -> list[Tool]:
         from edgeclaw.tools.messaging.message import MessageTool
@@ -93,35 +93,38 @@ def install_agent_tools(runtime: Runtime) -> None:
             SubagentsTool(control, timeout_s=timeout),
             DelegateTool(control, timeout_s=timeout),
             AgentsListTool(lambda: infos),
-            SessionsSendTool(runtime.sessions, runtime.outlets, inbox, send_scope=t.sessions.send_scope),
-            MessageTool(runtime.outlets, send_scope=t.sessions.send_scope),
+            SessionsSendTool(sessions, outlets, inbox, send_scope=t.sessions.send_scope),
+            MessageTool(outlets, send_scope=t.sessions.send_scope),
         ]
 
-    runtime.registry.register_deferred(AGENT_TOOLS, build)
-    history = runtime.registry.get("sessions_history")
+    registry.register_deferred(AGENT_TOOLS, build)
+    history = registry.get("sessions_history")
     if isinstance(history, SessionsHistoryTool):
-        history.parent_of = lambda key: parent_session(runtime, key)
-    install_notifiers(runtime)
+        history.parent_of = lambda key: parent_session(agent, key)
 
 
-def parent_session(runtime: Runtime, session_key: str) -> str | None:
+def parent_session(agent: AgentService, session_key: str) -> str | None:
     """The session that started the subagent whose session this is (its parent reads its history)."""
     from edgeclaw.agent.subagents import SESSION_PREFIX
 
     if not session_key.startswith(SESSION_PREFIX):
         return None
-    if runtime.subagents is None and runtime.agent_factory is not None:
-        runtime.agent_factory()  # in the daemon: the manager comes with the loop, built on demand
-    if runtime.subagents is None:
+    if agent.subagents is None:
+        agent.on_demand()  # in the daemon: the manager comes with the loop, built on demand
+    if agent.subagents is None:
         return None
-    row = runtime.subagents.store.by_session(session_key)
+    row = agent.subagents.store.by_session(session_key)
     return row.parent_session if row is not None else None
 
 
-def install_notifiers(runtime: Runtime) -> None:
+def install_notifiers(
+    config: Config,
+    secrets: Mapping[str, str],
+    outlets: Outlets,
+    on_close: Callable[[Callable[[], Awaitable[None]]], None],
+) -> None:
     """Pushover and ntfy as outlets of the `message` tool, when configured."""
-    n = runtime.config.notify
-    secrets = runtime.secrets
+    n = config.notify
     if n.pushover is not None:
         from edgeclaw.backends.notify import PushoverNotifier, PushoverSettings
 
@@ -135,8 +138,8 @@ def install_notifiers(runtime: Runtime) -> None:
                 timeout_s=p.timeout_s,
             )
         )
-        runtime.outlets.register("pushover", pushover)
-        runtime.on_close(pushover.aclose)
+        outlets.register("pushover", pushover)
+        on_close(pushover.aclose)
     if n.ntfy is not None:
         from edgeclaw.backends.notify import NtfyNotifier, NtfySettings
 
@@ -149,5 +152,5 @@ def install_notifiers(runtime: Runtime) -> None:
                 timeout_s=c.timeout_s,
             )
         )
-        runtime.outlets.register("ntfy", ntfy)
-        runtime.on_close(ntfy.aclose)
+        outlets.register("ntfy", ntfy)
+        on_close(ntfy.aclose)

@@ -1,4 +1,4 @@
-"""Wire scheduled jobs, the heartbeat and the gateway tool from the runtime.
+"""Wire scheduled jobs, the heartbeat and the gateway tool from the config.
 
 `install_automation` (from `build_runtime`, so `edgeclaw tool call cron` and
 `tools list` see the same tools as the daemon) registers `cron`, `schedule`
@@ -11,9 +11,12 @@ before them.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgeclaw.config.schema import Config
 from edgeclaw.errors import ConfigError, ConfigErrors
 from edgeclaw.store.jobs import JobStore
 from edgeclaw.tools.automation.cron import CronTool, JobFactory, ScheduleTool
@@ -25,7 +28,8 @@ from edgeclaw.tools.base import ToolContext
 if TYPE_CHECKING:
     from edgeclaw.agent.heartbeat import Heartbeat
     from edgeclaw.agent.scheduler import Scheduler
-    from edgeclaw.daemon.runtime import Runtime
+    from edgeclaw.store.db import Database
+    from edgeclaw.tools.registry import Registry
 
 log = logging.getLogger("edgeclaw.automation")
 
@@ -47,8 +51,7 @@ class Automation:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def automation_problems(runtime: Runtime) -> list[tuple[str, str]]:
-    config = runtime.config
+def automation_problems(config: Config) -> list[tuple[str, str]]:
     a, agent = config.automation, config.agent
     problems: list[tuple[str, str]] = []
     try:
@@ -82,32 +85,34 @@ def automation_problems(runtime: Runtime) -> list[tuple[str, str]]:
     return problems
 
 
-def agent_names(runtime: Runtime) -> list[str]:
-    return ["main", *(n for n in runtime.config.agents if n != "main")]
+def agent_names(config: Config) -> list[str]:
+    return ["main", *(n for n in config.agents if n != "main")]
 
 
-def install_automation(runtime: Runtime) -> Automation:
-    problems = automation_problems(runtime)
+def install_automation(
+    config: Config, registry: Registry, database: Callable[[], Database], state_dir: Path
+) -> Automation:
+    """cron, schedule and gateway in the registry; the jobs kept in the state database."""
+    problems = automation_problems(config)
     if problems:
-        raise ConfigErrors([ConfigError(runtime.config._source, k, p) for k, p in problems])
-    a = runtime.config.automation
-    registry = runtime.registry
+        raise ConfigErrors([ConfigError(config._source, k, p) for k, p in problems])
+    a = config.automation
 
     async def check_call(name: str, args: dict[str, Any], ctx: ToolContext) -> str | None:
         outcome = await registry.execute(name, args, ctx, dry_run=True)
         return None if outcome.ok else outcome.error
 
-    store = JobStore(lambda: runtime.db)
+    store = JobStore(database)
     jobs = JobFactory(
         store,
         check_call=check_call,
-        agents=lambda: agent_names(runtime),
+        agents=lambda: agent_names(config),
         default_tz=a.timezone,
         default_jitter_s=a.jitter_s,
     )
     from edgeclaw.daemon.gateway import offline_hooks
 
-    hooks = offline_hooks(runtime)
+    hooks = offline_hooks(config, state_dir)
     registry.register_all([CronTool(jobs), ScheduleTool(jobs), GatewayTool(hooks)])
-    interval = runtime.config.agent.heartbeat_interval
+    interval = config.agent.heartbeat_interval
     return Automation(store, jobs, JobOutlets(), hooks, parse_duration(interval) if interval else 0.0)

@@ -53,7 +53,7 @@ def _sandbox(runtime: Runtime) -> dict[str, Any]:
 def _providers(runtime: Runtime) -> dict[str, Any]:
     """Each configured provider: reachable as the last request found it (null before the first)."""
     health: dict[str, Any] = {}
-    agent = runtime._agent  # built on the first turn; not built here just to read it
+    agent = runtime.agent.loop  # built on the first turn; not built here just to read it
     chain = getattr(agent, "chain", None)
     if chain is not None:
         health = getattr(chain, "health", {}) or {}

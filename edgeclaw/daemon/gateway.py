@@ -13,15 +13,18 @@ from edgeclaw.admin.update import apply_update, store_chunk, versions
 from edgeclaw.tools.automation.gateway import GatewayHooks
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from edgeclaw.config.schema import Config
     from edgeclaw.daemon.runtime import Runtime
 
 
-def offline_hooks(runtime: Runtime) -> GatewayHooks:
+def offline_hooks(config: Config, state_dir: Path) -> GatewayHooks:
     """What the gateway tool can do in any process: read and check the config."""
     return GatewayHooks(
-        config_get=lambda key: effective(runtime.config, key),
-        config_validate=lambda text: validate_text(text, runtime.config._source)[1],
-        slots=lambda: versions(runtime.state_dir),
+        config_get=lambda key: effective(config, key),
+        config_validate=lambda text: validate_text(text, config._source)[1],
+        slots=lambda: versions(state_dir),
     )
 
 

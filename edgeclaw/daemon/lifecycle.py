@@ -17,15 +17,17 @@ import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeclaw import __version__
 from edgeclaw.config.schema import Config
-from edgeclaw.daemon.agent_on_demand import agent_on_demand
 from edgeclaw.daemon.control import ControlServer, socket_path
 from edgeclaw.daemon.runtime import Runtime, build_runtime
 from edgeclaw.daemon.sdnotify import LoopWatchdog, SystemdNotifier
 from edgeclaw.daemon.state import state_service
+
+if TYPE_CHECKING:
+    from edgeclaw.agent.loop import AgentLoop
 
 log = logging.getLogger("edgeclaw.daemon")
 
@@ -55,6 +57,29 @@ def configured_services(config: Config) -> list[ServiceFactory]:
 
         services.append(scheduler_service)
     return services
+
+
+def agent_on_demand(runtime: Runtime, *, recover_at_start: bool) -> None:
+    """For `edgeclaw run`: the agent loop is built by the first thing that needs it, not at start-up
+    (its modules are a large part of a start); its subagent manager then recovers what a previous
+    run left. With `recover_at_start` (a channel that can tell the parents is up: MQTT), that is done
+    at start instead: children left running become `interrupted` and ended ones are announced, by
+    building the loop then if (and only if) the state database holds such children."""
+
+    def build() -> AgentLoop:
+        from edgeclaw.daemon.agent import shared_agent
+
+        return shared_agent(runtime)
+
+    def recover_subagents() -> None:
+        from edgeclaw.store.subagents import SubagentStore
+
+        if runtime.agent.subagents is None and SubagentStore(lambda: runtime.db).left_by_last_run():
+            build()  # its subagent manager's recovery runs as the next start-up step
+
+    runtime.agent.factory = build
+    if recover_at_start:
+        runtime.lifecycle.on_ready(recover_subagents)
 
 
 class Daemon:

@@ -41,11 +41,11 @@ def mcp_server(runtime: Runtime, *, max_sessions: int | None = None, idle: bool 
 def shared_mcp_server(runtime: Runtime) -> McpServer:
     """The daemon's one MCP server, shared by HTTP and MQTT (so `max_sessions` counts both);
     started on first use (on the event loop), closed with the runtime."""
-    if runtime._mcp_server is None:
-        server = runtime._mcp_server = mcp_server(runtime)
+    if runtime.mcp_server.built is None:
+        server = runtime.mcp_server.built = mcp_server(runtime)
         server.start()
         runtime.on_close(server.aclose)
-    return runtime._mcp_server
+    return runtime.mcp_server.built
 
 
 async def serve_stdio(runtime: Runtime, identity: str, stdin: IO[bytes], stdout: IO[bytes]) -> None:

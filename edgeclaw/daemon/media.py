@@ -35,7 +35,9 @@ def describer(runtime: Runtime, client: SharedClient) -> Describe:
             raise ToolError(
                 "describe needs a chat provider: set [agent] providers or tools.media.describe_provider"
             )
-        provider = provider_from_config(name, runtime, client)
+        provider = provider_from_config(
+            name, config, runtime.secrets, runtime.registry.scrubber.scrub, client
+        )
         image = ImagePart(media_type, base64.b64encode(data).decode("ascii"))
         try:
             answer = await provider.complete(

@@ -77,8 +77,8 @@ def attach_sparkplug(runtime: Runtime, channel: MqttChannel) -> None:
 
 def agent_source(runtime: Runtime) -> Callable[[], AgentLoop]:
     """The shared agent loop for chats: built on the first one in `edgeclaw run`, at once elsewhere."""
-    if runtime.agent_factory is not None:
-        return runtime.agent_factory
+    if runtime.agent.factory is not None:
+        return runtime.agent.factory
     from edgeclaw.daemon.agent import shared_agent
 
     agent = shared_agent(runtime)

@@ -6,17 +6,21 @@ describe`), so both send what the config says the same way.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from edgeclaw.agent.providers.base import Provider
     from edgeclaw.agent.providers.http import SharedClient
-    from edgeclaw.daemon.runtime import Runtime
+    from edgeclaw.config.schema import Config
 
 
-def provider_from_config(name: str, runtime: Runtime, client: SharedClient) -> Provider:
-    cfg = runtime.config.providers[name]
-    api_key = runtime.secrets.get(f"providers.{name}", "")
+def provider_from_config(
+    name: str, config: Config, secrets: Mapping[str, str], scrub: Callable[[str], str], client: SharedClient
+) -> Provider:
+    """`scrub` keeps every configured secret out of request bodies."""
+    cfg = config.providers[name]
+    api_key = secrets.get(f"providers.{name}", "")
     kwargs = {
         "model": cfg.model,
         "base_url": cfg.base_url,
@@ -25,7 +29,7 @@ def provider_from_config(name: str, runtime: Runtime, client: SharedClient) -> P
         "idle_timeout_s": cfg.idle_timeout_s,
         "stream": cfg.stream,
         "max_tokens": cfg.max_tokens,
-        "scrub": runtime.registry.scrubber.scrub,  # every configured secret stays out of request bodies
+        "scrub": scrub,
     }
     if cfg.kind == "ollama":
         from edgeclaw.agent.providers.ollama import OllamaProvider

@@ -61,7 +61,7 @@ def _read_heartbeat(runtime: Runtime) -> str | None:
 
 def _daily_notes(runtime: Runtime, tz: TzInfo) -> Callable[[str, Delivery], Awaitable[None]]:
     """The `memory` outlet: a line in today's daily note. The memory store is built at the first
-    delivery, not when the scheduler starts (`daemon.memory_on_demand`)."""
+    delivery, not when the scheduler starts (`daemon.memory_service`)."""
     notes: Any = None
 
     async def deliver(rest: str, delivery: Delivery) -> None:

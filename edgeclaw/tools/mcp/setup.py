@@ -1,6 +1,6 @@
 """The MCP servers of `[mcp.servers.*]`, their transports, and their tools in the registry.
 
-`install_mcp(runtime)` builds one `McpBridge`: the manager (backends.mcp)
+`install_mcp(...)` builds one `McpBridge`: the manager (backends.mcp)
 connects and watches the servers; the bridge turns each server's tool list
 into registry tools (`mcp_{server}_{tool}`, group `mcp:{server}`, and every
 one in the runtime group `mcp`), after `tool_allow`/`tool_deny` (deny wins),
@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +28,6 @@ from edgeclaw.tools.registry import Registry
 # by the bridge's methods: a daemon without [mcp.servers.*] never builds one and never loads them.
 if TYPE_CHECKING:
     from edgeclaw.backends.mcp.transport import Transport
-    from edgeclaw.daemon.runtime import Runtime
     from edgeclaw.sandbox.manager import Sandbox
     from edgeclaw.sandbox.process import ChildProcess
 
@@ -302,11 +301,19 @@ class McpBridge:
         )
 
 
-def install_mcp(runtime: Runtime) -> McpBridge | None:
-    """The bridge for `[mcp.servers.*]`, started when the runtime is ready, stopped at its close."""
-    config = runtime.config
+def install_mcp(
+    config: Config,
+    registry: Registry,
+    *,
+    state_dir: Path,
+    secrets: Mapping[str, str],
+    on_ready: Callable[[Callable[[], Awaitable[None]]], None],
+    on_close: Callable[[Callable[[], Awaitable[None]]], None],
+) -> McpBridge | None:
+    """The bridge for `[mcp.servers.*]`, started by `on_ready` (once every channel is up), stopped
+    by `on_close`."""
     # Policy lists may name these servers' groups and tools before they are connected.
-    runtime.registry.policy.mcp_servers = frozenset(config.mcp.servers)
+    registry.policy.mcp_servers = frozenset(config.mcp.servers)
     if not config.mcp.servers:
         return None
     from edgeclaw import __version__
@@ -315,13 +322,13 @@ def install_mcp(runtime: Runtime) -> McpBridge | None:
 
     bridge = McpBridge(
         config,
-        runtime.registry,
-        state_dir=runtime.state_dir,
-        secrets=runtime.secrets,
+        registry,
+        state_dir=state_dir,
+        secrets=secrets,
         sandbox=Sandbox(sandbox_settings(config)),
         hidden=hidden_from_commands(config),
         client_version=__version__,
     )
-    runtime.on_ready(bridge.start)
-    runtime.on_close(bridge.stop)
+    on_ready(bridge.start)
+    on_close(bridge.stop)
     return bridge

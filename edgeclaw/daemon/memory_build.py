@@ -1,6 +1,6 @@
 """Build memory, context files and skills from `[memory]` and `[skills]`; shared by run, chat and the CLI.
 
-Built on first use (`daemon.memory_on_demand`): this module and what it imports load then.
+Built on first use (`daemon.memory_service`): this module and what it imports load then.
 
 The embedder talks to a configured provider's server through the same
 request path and retry policy as the chat providers (`agent.providers`): it
@@ -10,6 +10,7 @@ the store and the skills as a plain `Embedder`.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,8 +29,11 @@ from edgeclaw.tools.skills.library import BUILTIN_DIR, SkillLibrary, SkillRoot
 from edgeclaw.tools.skills.tool import SkillSearchTool
 
 if TYPE_CHECKING:
-    from edgeclaw.daemon.runtime import Runtime
+    from edgeclaw.store.db import Database
     from edgeclaw.tools.base import Tool
+
+# Registers a release step with the runtime's lifecycle (`daemon.hooks.Lifecycle.on_close`).
+OnClose = Callable[[Callable[[], Awaitable[None]]], None]
 
 
 @dataclass
@@ -44,12 +48,19 @@ class MemoryRuntime:
     tools: list[Tool]
 
 
-def build_memory(runtime: Runtime, ws: Workspace) -> MemoryRuntime:
+def build_memory(
+    config: Config,
+    ws: Workspace,
+    *,
+    database: Callable[[], Database],
+    secrets: Mapping[str, str],
+    scrub: Callable[[str], str],
+    on_close: OnClose,
+) -> MemoryRuntime:
     """The memory store, context files, skills, the virtual file system for the fs tools and the
     memory tools, for a config with memory on."""
-    config = runtime.config
     m = config.memory
-    embedder = build_embedder(runtime)
+    embedder = build_embedder(config, secrets, scrub, on_close)
     settings = MemorySettings(
         chunk_tokens=m.chunk_tokens,
         overlap_tokens=m.chunk_overlap_tokens,
@@ -59,17 +70,17 @@ def build_memory(runtime: Runtime, ws: Workspace) -> MemoryRuntime:
     )
     # The database opens on first use, as for sessions: a `tool call` that needs none never opens it.
     store = MemoryStore(
-        lambda: runtime.db,
+        database,
         settings=settings,
         embedder=embedder,
         on_open=lambda s: adopt_workspace_memory(ws, s),
     )
     contexts = ContextFiles(
-        ContextFileStore(lambda: runtime.db),
+        ContextFileStore(database),
         AgentTypes(agent_types(config)),
         bootstrap_max_turns=m.bootstrap_max_turns,
     )
-    skills = build_skills(runtime, ws, embedder) if config.skills.enabled else None
+    skills = build_skills(config, ws, embedder) if config.skills.enabled else None
     files = VirtualFiles(ws, store, contexts, skills)
     tools = memory_tools(store, files, m.shared_writers)
     if skills is not None:
@@ -92,8 +103,8 @@ def agent_types(config: Config) -> dict[str, AgentType]:
     return types
 
 
-def build_skills(runtime: Runtime, ws: Workspace, embedder: HttpEmbedder | None) -> SkillLibrary:
-    s = runtime.config.skills
+def build_skills(config: Config, ws: Workspace, embedder: HttpEmbedder | None) -> SkillLibrary:
+    s = config.skills
     limit = ws.max_file_bytes
     roots = [SkillRoot("workspace", ws, "skills")]
     roots += [SkillRoot("configured", Workspace(Path(d), max_file_bytes=limit)) for d in s.dirs]
@@ -102,18 +113,21 @@ def build_skills(runtime: Runtime, ws: Workspace, embedder: HttpEmbedder | None)
     return SkillLibrary(roots, embedder=embedder)
 
 
-def build_embedder(runtime: Runtime) -> HttpEmbedder | None:
-    """The configured provider's embeddings endpoint, or None (keyword search only)."""
-    m = runtime.config.memory
+def build_embedder(
+    config: Config, secrets: Mapping[str, str], scrub: Callable[[str], str], on_close: OnClose
+) -> HttpEmbedder | None:
+    """The configured provider's embeddings endpoint, or None (keyword search only); `scrub` keeps
+    the secrets out of its requests, and its HTTP client is released through `on_close`."""
+    m = config.memory
     if not m.embedder:
         return None
     from edgeclaw.agent.providers.chain import RetryPolicy
     from edgeclaw.agent.providers.endpoints import provider_url
     from edgeclaw.agent.providers.http import SharedClient, post_json
 
-    provider = runtime.config.providers[m.embedder]
+    provider = config.providers[m.embedder]
     client = SharedClient()  # created on the first request; closed with the runtime
-    runtime.on_close(client.aclose)
+    on_close(client.aclose)
     label = f"{m.embedder} embeddings"
 
     def post(url: str, body: dict[str, Any], headers: dict[str, str], timeout_s: float) -> Any:
@@ -125,12 +139,10 @@ def build_embedder(runtime: Runtime) -> HttpEmbedder | None:
         url=embeddings_url(m.embedding_api, provider_url(provider)),
         model=m.embedding_model,
         post=post,
-        retry=RetryPolicy(
-            attempts=m.embedding_attempts, max_retry_after_s=runtime.config.agent.max_retry_after_s
-        ),
-        api_key=runtime.secrets.get(f"providers.{m.embedder}", ""),
+        retry=RetryPolicy(attempts=m.embedding_attempts, max_retry_after_s=config.agent.max_retry_after_s),
+        api_key=secrets.get(f"providers.{m.embedder}", ""),
         batch_size=m.embedding_batch,
         timeout_s=m.embedding_timeout_s,
         cooldown_s=m.embedding_cooldown_s,
-        scrub=runtime.registry.scrubber.scrub,
+        scrub=scrub,
     )

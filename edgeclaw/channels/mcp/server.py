@@ -54,6 +54,7 @@ from edgeclaw.backends.mcp.protocol import (
     request,
     result,
 )
+from edgeclaw.tasks import TaskSet
 from edgeclaw.tools.approval import ApprovalBroker, ApprovalRequest, ApprovalUnavailable, Decision
 from edgeclaw.tools.base import ProgressSink, ToolContext, ToolInfo
 from edgeclaw.tools.registry import Registry
@@ -483,7 +484,7 @@ class McpServer:
         self.instructions = instructions
         self.sessions: dict[str, ServedSession] = {}
         self._request_ids = itertools.count(1)
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskSet()
         self._sweeper: asyncio.Task[None] | None = None
         self._notify: asyncio.Handle | None = None
 
@@ -510,9 +511,8 @@ class McpServer:
             session.close("the server is stopping")
         if self._sweeper is not None:
             self._sweeper.cancel()
-        tasks = [*self._tasks, *([self._sweeper] if self._sweeper else [])]
-        if tasks:
-            await asyncio.wait(tasks, timeout=2.0)
+            self._tasks.add(self._sweeper)
+        await self._tasks.wait(grace_s=2.0)  # notifications still on their way get a moment
 
     # -- sessions -------------------------------------------------------------------------
     def open(
@@ -587,17 +587,16 @@ class McpServer:
             except Exception:
                 log.exception("checking MCP session %s for tool changes", session.label)
 
-    def spawn(self, work: Awaitable[Any]) -> asyncio.Task[Any]:
+    def spawn(self, work: Awaitable[Any]) -> asyncio.Future[Any]:
         """Work nobody waits for (notifications), kept until done; its failure is logged."""
-        task = asyncio.ensure_future(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
+        task = self._tasks.spawn(work)
+        task.add_done_callback(_log_failure)
         return task
 
-    def _done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("sending to an MCP client failed: %s", task.exception())
+
+def _log_failure(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("sending to an MCP client failed: %s", task.exception())
 
 
 def _valid_id(value: object) -> bool:

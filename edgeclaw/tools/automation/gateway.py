@@ -55,7 +55,8 @@ class GatewayHooks:
     status: Callable[[], dict[str, Any]] | None = None
     config_get: Callable[[str], dict[str, Any]] | None = None  # key ("" = all) -> {"text", "value"?}
     config_validate: Callable[[str], list[str]] | None = None  # text -> problems
-    config_apply: Callable[[str, str], Awaitable[dict[str, Any]]] | None = None  # (text, by) -> report
+    # (text, by, acknowledged keys) -> report
+    config_apply: Callable[[str, str, list[str]], Awaitable[dict[str, Any]]] | None = None
     restart: Callable[[str], None] | None = None  # reason
     # (n, level or None) -> (source, lines)
     logs: Callable[[int, str | None], Awaitable[tuple[str, list[str]]]] | None = None
@@ -108,6 +109,13 @@ class GatewayTool(Tool):
                 "maxLength": MAX_CONFIG_BYTES,
                 "description": "config_validate / config_apply: the whole new config file (TOML)",
             },
+            "acknowledge": {
+                "type": "array",
+                "items": {"type": "string", "maxLength": 200},
+                "maxItems": 64,
+                "description": "config_apply: the keys whose weakening of security is intended "
+                "(sandbox.backend, mqtt.hmac_secret, tools.channels.mqtt, mcp.server.listen, ...)",
+            },
             "lines": {
                 "type": "integer",
                 "minimum": 1,
@@ -134,6 +142,10 @@ class GatewayTool(Tool):
                 "type": "string",
                 "maxLength": 256,
                 "description": "update: Ed25519 signature of the wheel, hex (with gateway.update_public_key)",
+            },
+            "allow_downgrade": {
+                "type": "boolean",
+                "description": "update: install a version not newer than the running one",
             },
             "index": {"type": "integer", "minimum": 0, "maximum": 100000, "description": "update_chunk"},
             "total": {"type": "integer", "minimum": 1, "maximum": 100000, "description": "update_chunk"},
@@ -191,7 +203,7 @@ class GatewayTool(Tool):
                 return ToolResult("the new config is valid", data={"ok": True, "problems": []})
             if h.config_apply is None:
                 raise _needs_daemon("config_apply")
-            report = await h.config_apply(text, ctx.identity)
+            report = await h.config_apply(text, ctx.identity, list(args.get("acknowledge") or []))
             return ToolResult(report["text"], is_error=not report.get("ok", False), data=report)
         if action == "restart":
             if h.restart is None:

@@ -17,7 +17,8 @@ actions that need one say so.
   (kept as `FILE.previous`); what can change at run time (the tool policy,
   the log level) is reloaded in place, anything else restarts the daemon.
   When the new file does not bring the daemon back to READY, the previous
-  file is restored and the daemon starts on it again.
+  file is restored and the daemon starts on it again. A file that weakens
+  security is refused unless `acknowledge` names each weakened key.
 - `restart`: through systemd when the daemon runs under it (the service's
   Restart= brings it back), else the daemon starts itself again in place.
 - `logs`: the last `lines` lines (of records at `level` or above, when
@@ -26,9 +27,10 @@ actions that need one say so.
 - `reload_tools`: runtime custom tools taken again from the database, and
   every MCP server that is not connected tried again (a `failed` one too).
 - `update`: a new version from a wheel (`url`, or the parts of an `upload`
-  sent with `update_chunk`), its `sha256` checked, installed in a slot of its
-  own beside the running version, switched to, and rolled back when it does
-  not come up healthy (edgeclaw.admin.update).
+  sent with `update_chunk`), its `sha256` and signature checked, installed in
+  a slot of its own beside the running version without running it, switched
+  to, and rolled back when it does not come up healthy; a version not newer
+  than the running one only with `allow_downgrade` (edgeclaw.admin.update).
 - `update_chunk`: one base64 part (`index` of `total`) of an `upload`.
 """
 

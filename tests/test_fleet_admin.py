@@ -425,11 +425,16 @@ async def test_update_by_url_switches_slots_and_a_corrupt_or_unsigned_wheel_is_r
         assert forged["ok"] is False and "signature does not match" in forged["error"]
         assert not list((d.state / "venvs").glob("*/.installed"))
 
-        # The real one: installed beside the running version, switched to, healthy, kept.
+        # The real one: installed beside the running version, switched to, healthy, kept. It is this
+        # checkout's own version, not newer than the running one: the request says that is intended.
         pid = d.proc.pid
         t0 = time.time()
         signature = key.sign(good.read_bytes()).hex()
-        done = await admin.call("update", url=url, sha256=sha256_of(good), signature=signature, within=300)
+        same = await admin.call("update", url=url, sha256=sha256_of(good), signature=signature)
+        assert same["ok"] is False and "allow_downgrade" in same["error"], same
+        done = await admin.call(
+            "update", url=url, sha256=sha256_of(good), signature=signature, allow_downgrade=True, within=300
+        )
         assert done["ok"] is True and done["data"]["signed"] is True, done
         slot = done["data"]["slot"]
         assert slot.startswith("0.") and done["data"]["previous"] == "base"
@@ -448,7 +453,7 @@ async def test_update_in_chunks_of_a_version_that_fails_to_start_is_rolled_back(
     tmp_path, broker, supervised, wheels
 ):
     broken = wheels["broken"]
-    d = supervised(tmp_path, update_device_config(broker.port))
+    d = supervised(tmp_path, update_device_config(broker.port, more="allow_unsigned_updates = true\n"))
     async with Caller(broker.port, [ANSWERS, f"{BASE}/status"]) as c:
         admin = Admin(c)
         await wait_online(c, 0)
@@ -540,7 +545,9 @@ async def test_update_to_a_version_that_never_reports_healthy_is_rolled_back_by_
     served, base_url = file_server
     unhealthy = wheels["unhealthy"]
     (served / unhealthy.name).write_bytes(unhealthy.read_bytes())
-    d = supervised(tmp_path, update_device_config(broker.port, deadline=6))
+    d = supervised(
+        tmp_path, update_device_config(broker.port, deadline=6, more="allow_unsigned_updates = true\n")
+    )
     async with Caller(broker.port, [ANSWERS, f"{BASE}/status"]) as c:
         admin = Admin(c)
         await wait_online(c, 0)

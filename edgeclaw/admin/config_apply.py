@@ -19,6 +19,12 @@ Applying a config, step by step:
    hangs) restores `FILE.previous` and starts again; so does a start that
    finds the trial still running, which means the last one died before it
    was healthy (killed, out of memory, a crash).
+
+A new file that weakens security (`WEAKENING`: the sandbox off, request signing off, a wider tool
+policy for remote callers, a listener on a non-loopback address) is refused unless the request
+names each weakened key in `acknowledge`: the everyday key that may apply a config must not be
+able to take the device's defences down by accident or in passing. Every file applied is on the
+audit trail with the keys it changed and the ones it weakened.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import logging
 import os
 import time
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -107,6 +114,137 @@ def changed_keys(old: Config, new: Config) -> list[str]:
             out += [f"{top}.{k}" for k in sorted(set(x) | set(y)) if x.get(k) != y.get(k)]
         elif x != y:
             out.append(top)
+    return out
+
+
+# -- what weakens security -------------------------------------------------------------------------
+def _read(config: Config, key: str) -> Any:
+    value: Any = config
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else getattr(value, part, None)
+    return value
+
+
+def _becomes(weak: Any) -> Callable[[Any, Any], bool]:
+    return lambda old, new: new == weak and old != weak
+
+
+def _turned_on(old: Any, new: Any) -> bool:
+    return bool(new) and not old
+
+
+def _turned_off(old: Any, new: Any) -> bool:
+    return bool(old) and not new
+
+
+def _ranked(*order: str) -> Callable[[Any, Any], bool]:
+    """Weaker when the new value comes later in `order` (from the strictest)."""
+    return lambda old, new: old in order and new in order and order.index(new) > order.index(old)
+
+
+def _fewer(old: Any, new: Any) -> bool:
+    """A list (of denied tools, say) that lost an entry."""
+    return bool(set(old or ()) - set(new or ()))
+
+
+def _is_loopback(listen: str) -> bool:
+    import ipaddress
+
+    host = listen.rsplit(":", 1)[0] if ":" in listen else listen
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name, or "" (every address): reachable from elsewhere
+
+
+def _listens_wider(old: Any, new: Any) -> bool:
+    """A listener that now answers on an address other machines reach."""
+    return bool(new) and new != old and not _is_loopback(str(new))
+
+
+def _tools_admitted(profile: str, allow: list[str], default: str) -> set[str] | None:
+    """What a policy step lets through (None = everything), by the names it lists."""
+    from edgeclaw.config.policy_rules import BUILTIN_GROUPS, PROFILES
+
+    if not (profile or allow):
+        profile = default
+
+    def expand(entries: Any) -> set[str] | None:
+        if entries is None or "*" in entries:
+            return None
+        out: set[str] = set()
+        for entry in entries:
+            group = entry.removeprefix("group:")
+            out |= set(BUILTIN_GROUPS.get(group, ())) if entry.startswith("group:") else set()
+            out.add(entry)
+        return out
+
+    admitted = expand(PROFILES.get(profile, ())) if profile else None
+    if allow:
+        listed = expand(allow)
+        admitted = listed if admitted is None else admitted if listed is None else admitted & listed
+    return admitted
+
+
+def _wider(before: set[str] | None, after: set[str] | None) -> bool:
+    return before is not None and (after is None or bool(after - before))
+
+
+def _profile_admits_more(old: Any, new: Any) -> bool:
+    return _wider(_tools_admitted(old, [], ""), _tools_admitted(new, [], ""))
+
+
+def _channel_admits_more(default: str) -> Callable[[Any, Any], bool]:
+    """A channel's step ([tools.channels.NAME], absent: its built-in default) that lets more through."""
+
+    def admitted(step: Any) -> set[str] | None:
+        return _tools_admitted(step.profile if step else "", step.allow if step else [], default)
+
+    return lambda old, new: _wider(admitted(old), admitted(new))
+
+
+def _unsandboxed_servers(old: Any, new: Any) -> bool:
+    """An MCP server (third-party code) that now runs on the host, outside the sandbox."""
+    return any(not s.sandbox and (k not in old or old[k].sandbox) for k, s in (new or {}).items())
+
+
+def _secret(section: str, name: str) -> Callable[[Config], Any]:
+    """Whether a key is configured at all (from its variable or its file)."""
+    return lambda c: bool(
+        getattr(getattr(c, section), f"{name}_env") or getattr(getattr(c, section), f"{name}_file")
+    )
+
+
+# (key, how to read it from a config (None: the key's own value), weaker(old, new)). The key is what
+# a request names in `acknowledge`. Add a row for each new setting that guards the device.
+WEAKENING: tuple[tuple[str, Callable[[Config], Any] | None, Callable[[Any, Any], bool]], ...] = (
+    ("sandbox.backend", None, _becomes("none")),
+    ("sandbox.required", None, _turned_off),
+    ("mqtt.hmac_secret", _secret("mqtt", "hmac_secret"), _turned_off),  # the command key
+    ("mqtt.admin_secret", _secret("mqtt", "admin_secret"), _turned_off),  # the admin key
+    ("mqtt.admin_unsigned", None, _turned_on),
+    ("mqtt.broadcast_admin", None, _turned_on),
+    ("tools.profile", None, _profile_admits_more),
+    ("tools.deny", None, _fewer),
+    ("tools.exec.security", None, _ranked("deny", "allowlist", "full")),
+    ("tools.channels.mqtt", None, _channel_admits_more("remote")),
+    ("tools.channels.mcp", None, _channel_admits_more("device")),
+    ("mcp.server.listen", None, _listens_wider),
+    ("mcp.servers", None, _unsandboxed_servers),
+    ("fleet_page.listen", None, _listens_wider),
+)
+
+
+def weakened_keys(old: Config, new: Config) -> list[str]:
+    """The `WEAKENING` keys whose new value is weaker than the running one."""
+    out = []
+    for key, read, weaker in WEAKENING:
+        get = read or (lambda c, key=key: _read(c, key))
+        if weaker(get(old), get(new)):
+            out.append(key)
     return out
 
 
@@ -199,7 +337,9 @@ def _replace_keeping_previous(trial: ConfigTrial, text: str) -> None:
     _atomic_write(trial.path, text.encode("utf-8"))
 
 
-async def apply_config(runtime: ConfigHost, text: str, by: str, restart: Any) -> dict[str, Any]:
+async def apply_config(
+    runtime: ConfigHost, text: str, by: str, restart: Any, acknowledge: list[str] | tuple[str, ...] = ()
+) -> dict[str, Any]:
     source = runtime.config._source
     if source.startswith("<"):
         return {
@@ -219,13 +359,26 @@ async def apply_config(runtime: ConfigHost, text: str, by: str, restart: Any) ->
             "text": "the new config is the same as the running one: nothing to do",
             "changed": [],
         }
+    weakened = weakened_keys(runtime.config, new)
+    unacknowledged = [k for k in weakened if k not in acknowledge]
+    if unacknowledged:
+        runtime.audit.emit("config_apply", by=by, outcome="refused", changed=changed, weakened=weakened)
+        return {
+            "ok": False,
+            "text": f"the new config weakens security ({', '.join(unacknowledged)}); nothing was written. "
+            f'Send it again with "acknowledge": {json.dumps(weakened)} if that is intended',
+            "changed": changed,
+            "weakened": weakened,
+        }
     trial = ConfigTrial(path)
     try:
         _replace_keeping_previous(trial, text)
     except OSError as e:
         return {"ok": False, "text": f"cannot write {path}: {e.strerror or e} (nothing changed)"}
     reloadable = all(k in RELOADABLE for k in changed)
-    runtime.audit.emit("config_apply", by=by, changed=changed, how="reload" if reloadable else "restart")
+    runtime.audit.emit(
+        "config_apply", by=by, changed=changed, weakened=weakened, how="reload" if reloadable else "restart"
+    )
     if reloadable:
         problem = _reload(runtime, new)
         if problem is not None:

@@ -21,8 +21,16 @@ systemd by TimeoutStartSec=.
 Checked before anything is installed: the size (`gateway.update_max_bytes`), the SHA-256 the
 request names, with `gateway.update_public_key` set an Ed25519 signature of the wheel's bytes (the
 `crypto` extra), and that the file is a wheel of edgeclaw (its name, its metadata, the package
-inside). Without a public key a request carrying a signature is refused: it could not be checked,
-and a signature that is not checked must not look as if it had been.
+inside). Without a public key an update is refused unless `gateway.allow_unsigned_updates` says
+unsigned wheels may be installed, and a request carrying a signature is refused: it could not be
+checked, and a signature that is not checked must not look as if it had been. A version not newer
+than the running one needs `allow_downgrade` in the request.
+
+The daemon runs as root on many boards, outside the sandbox: nothing of a new wheel runs while it
+is checked or installed. The checks read the archive (only `edgeclaw/` and its `.dist-info/`, every
+file listed in RECORD with its SHA-256, the version in METADATA); pip installs a wheel without
+running any of it; the installed METADATA is read back, not imported. The new version runs for the
+first time as the daemon's own start, on trial as above.
 """
 
 from __future__ import annotations
@@ -71,6 +79,7 @@ _WHEEL_NAME = re.compile(r"edgeclaw-(?P<version>[0-9][A-Za-z0-9.+!_-]*?)-py3-non
 _UPLOAD = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 UPLOAD_MAX_AGE_S = 3600.0  # chunks left this long without an `update` are removed
+UNPACKED_PER_PACKED = 10  # a wheel unpacks to at most this many times gateway.update_max_bytes
 PIP_TIMEOUT_S = 600.0
 
 
@@ -247,18 +256,74 @@ def check_wheel(data: bytes, sha256: str, name: str | None, config: GatewayConfi
     metadata = [n for n in names if re.fullmatch(r"edgeclaw-[^/]+\.dist-info/METADATA", n)]
     if len(metadata) != 1 or "edgeclaw/__init__.py" not in names:
         raise ToolError("update: not an edgeclaw wheel (no edgeclaw package or no edgeclaw metadata in it)")
-    version = ""
-    for line in archive.read(metadata[0]).decode("utf-8", "replace").splitlines():
-        if line.startswith("Version:"):
-            version = line.split(":", 1)[1].strip()
-            break
+    fields = _metadata_fields(archive.read(metadata[0]))
+    version = fields.get("version", "")
+    if fields.get("name", "").lower() != "edgeclaw":
+        raise ToolError(f"update: not an edgeclaw wheel (its metadata names {fields.get('name')!r})")
     if not re.fullmatch(r"[0-9][A-Za-z0-9.+!_-]{0,63}", version):
         raise ToolError(f"update: the wheel's metadata has no usable version ({version!r})")
+    _check_record(archive, metadata[0].split("/", 1)[0], config)
     if name is not None:
         m = _WHEEL_NAME.fullmatch(name)
         if m is None or m.group("version") != version:
             raise ToolError(f"update: {name!r} is not the name of an edgeclaw {version} wheel")
     return Wheel(version, digest, data)
+
+
+def _metadata_fields(raw: bytes) -> dict[str, str]:
+    """Name and Version from a METADATA file's headers (lower-cased keys)."""
+    out: dict[str, str] = {}
+    for line in raw.decode("utf-8", "replace").splitlines():
+        if not line.strip():
+            break  # the headers end at the first empty line; the description follows
+        key, sep, value = line.partition(":")
+        if sep and key.lower() in ("name", "version") and key.lower() not in out:
+            out[key.lower()] = value.strip()
+    return out
+
+
+def _check_record(archive: Any, dist_info: str, config: GatewayConfig) -> None:
+    """Every file is the package's or its metadata's, listed in RECORD with the digest it has.
+
+    Nothing else may be installed with the package: a `.pth` file or a script beside it would run
+    in every interpreter of the slot, and a file outside RECORD would be one nobody vouched for.
+    """
+    import csv
+
+    record_name = f"{dist_info}/RECORD"
+    try:
+        rows = list(csv.reader(io.StringIO(archive.read(record_name).decode("utf-8"))))
+    except (KeyError, UnicodeDecodeError, csv.Error):
+        raise ToolError(f"update: the wheel has no readable {record_name}") from None
+    listed: dict[str, str] = {}
+    for row in rows:
+        if row and row[0]:
+            listed[row[0]] = row[1] if len(row) > 1 else ""
+    files = [i for i in archive.infolist() if not i.is_dir()]
+    unpacked = sum(i.file_size for i in files)
+    if unpacked > UNPACKED_PER_PACKED * config.update_max_bytes:
+        raise ToolError(f"update: the wheel unpacks to {unpacked} bytes: too much for its size")
+    for info in files:
+        name = info.filename
+        parts = name.split("/")
+        if name.startswith("/") or "\\" in name or ".." in parts or parts[0] not in ("edgeclaw", dist_info):
+            raise ToolError(
+                f"update: the wheel holds {name!r}, outside the edgeclaw package and its metadata"
+            )
+        if name == record_name or name in (f"{record_name}.jws", f"{record_name}.p7s"):
+            continue
+        algorithm, _, expected = listed.pop(name, "").partition("=")
+        if algorithm != "sha256":
+            raise ToolError(f"update: {name!r} is not listed in the wheel's RECORD with a sha256 digest")
+        digest = hashlib.sha256()
+        with archive.open(info) as f:
+            for block in iter(lambda f=f: f.read(1 << 16), b""):
+                digest.update(block)
+        if base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode() != expected:
+            raise ToolError(f"update: {name!r} does not match its digest in the wheel's RECORD")
+    listed.pop(record_name, None)
+    if listed:
+        raise ToolError(f"update: the wheel's RECORD lists files it lacks: {sorted(listed)[:5]}")
 
 
 def check_signature(data: bytes, signature: str | None, config: GatewayConfig) -> bool:
@@ -268,6 +333,12 @@ def check_signature(data: bytes, signature: str | None, config: GatewayConfig) -
             raise ToolError(
                 "update: the request carries a signature, but no gateway.update_public_key is configured "
                 "to check it with: refused rather than taken unchecked"
+            )
+        if not config.allow_unsigned_updates:
+            raise ToolError(
+                "update: refused: updates must be signed. Set gateway.update_public_key (an Ed25519 public "
+                "key, 64 hex digits) and send the wheel's signature, or set "
+                "gateway.allow_unsigned_updates = true to install unsigned wheels"
             )
         return False
     if not signature:
@@ -410,10 +481,10 @@ def install(slots: Slots, wheel: Wheel) -> Path:
         _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
               "--no-cache-dir", "--disable-pip-version-check", "--quiet", str(wheel_file)],
              "installing the wheel")  # fmt: skip
-        found = _run([str(python), "-P", "-c", "import edgeclaw; print(edgeclaw.__version__)"],
-                     "importing the new version").strip()  # fmt: skip
+        # Read back, not imported: nothing of the new version runs before its own start.
+        found = _installed_version(Path(site_dir))
         if found != wheel.version:
-            raise ToolError(f"update: the new slot imports edgeclaw {found}, not {wheel.version}")
+            raise ToolError(f"update: the new slot holds edgeclaw {found}, not {wheel.version}")
     except ToolError:
         shutil.rmtree(target, ignore_errors=True)
         raise
@@ -423,6 +494,42 @@ def install(slots: Slots, wheel: Wheel) -> Path:
         json.dumps({"version": wheel.version, "sha256": wheel.sha256, "at": time.time()})
     )
     return target
+
+
+def _installed_version(site_dir: Path) -> str | None:
+    """The version in the slot's installed edgeclaw METADATA (None: none, or more than one)."""
+    found = list(site_dir.glob("edgeclaw-*.dist-info/METADATA"))
+    if len(found) != 1:
+        return None
+    return _metadata_fields(found[0].read_bytes()).get("version")
+
+
+def release_key(version: str) -> tuple[tuple[int, ...], int, int]:
+    """An order for versions like 0.1.0, 1.2rc1, 2.0.dev3, 1.0.post1 (PEP 440's, without epochs).
+
+    A local label (`+abc`) does not make a version newer: two builds that differ only in it are the
+    same release, and which one is newer cannot be told.
+    """
+    public = version.split("+", 1)[0].lower()
+    m = re.fullmatch(r"v?(\d+(?:\.\d+)*)(?:[.-]?(dev|a|alpha|b|beta|c|rc|pre|post)[.-]?(\d*))?", public)
+    if m is None:
+        raise ToolError(f"update: cannot compare the version {version!r} with the running one")
+    release = tuple(int(p) for p in m.group(1).split("."))
+    while len(release) > 1 and release[-1] == 0:
+        release = release[:-1]
+    stage = {"dev": 0, "a": 1, "alpha": 1, "b": 2, "beta": 2, "c": 3, "rc": 3, "pre": 3, "post": 5}
+    rank = stage.get(m.group(2) or "", 4)  # 4: the final release
+    return release, rank, int(m.group(3) or 0)
+
+
+def check_newer(version: str, running: str, allow_downgrade: bool) -> None:
+    """Refuse a version not newer than the running one unless the request allows it."""
+    if allow_downgrade or release_key(version) > release_key(running):
+        return
+    raise ToolError(
+        f"update: edgeclaw {version} is not newer than the running {running}; "
+        'send "allow_downgrade": true to install it anyway'
+    )
 
 
 def _run(argv: list[str], what: str) -> str:
@@ -494,11 +601,20 @@ async def apply_update(runtime: UpdateHost, args: dict[str, Any], by: str, resta
         data, name = assemble(runtime.state_dir, upload), None
     wheel = check_wheel(data, sha256, name, config)
     signed = check_signature(data, args.get("signature"), config)
+    from edgeclaw import __version__
+
+    check_newer(wheel.version, __version__, args.get("allow_downgrade") is True)
     staged = await asyncio.to_thread(stage, runtime.state_dir, wheel, by, config.update_slots)
     if upload:
         shutil.rmtree(runtime.state_dir / "updates" / upload, ignore_errors=True)
     runtime.audit.emit(
-        "update", by=by, version=wheel.version, slot=wheel.slot, previous=staged["previous"], signed=signed
+        "update",
+        by=by,
+        version=wheel.version,
+        slot=wheel.slot,
+        previous=staged["previous"],
+        signed=signed,
+        downgrade=args.get("allow_downgrade") is True,
     )
     asyncio.get_running_loop().call_later(0.2, restart, f"update to {wheel.slot} by {by}")
     return {

@@ -564,6 +564,9 @@ class GatewayConfig:
     # An Ed25519 public key (64 hex digits, the raw 32 bytes): when set, every update must carry a
     # signature of the wheel made with its private key (the crypto extra checks it).
     update_public_key: str = ""
+    # Without a public key an update is refused unless this says unsigned wheels may be installed
+    # (whoever can send an update then chooses the code the daemon runs).
+    allow_unsigned_updates: bool = False
 
 
 McpTransport = Literal["stdio", "sse", "http"]

@@ -35,8 +35,8 @@ def attach_daemon(runtime: Runtime, hooks: GatewayHooks, status: Any, restart: A
     hooks.logs = read_logs
     hooks.reload_tools = lambda: reload_custom_tools(runtime)
 
-    async def apply(text: str, by: str) -> dict[str, Any]:
-        return await apply_config(runtime, text, by, restart)
+    async def apply(text: str, by: str, acknowledge: list[str]) -> dict[str, Any]:
+        return await apply_config(runtime, text, by, restart, acknowledge)
 
     hooks.config_apply = apply
 

@@ -17,7 +17,8 @@ actions that need one say so.
   (kept as `FILE.previous`); what can change at run time (the tool policy,
   the log level) is reloaded in place, anything else restarts the daemon.
   When the new file does not bring the daemon back to READY, the previous
-  file is restored and the daemon starts on it again.
+  file is restored and the daemon starts on it again. A file that weakens
+  security is refused unless `acknowledge` names each weakened key.
 - `restart`: through systemd when the daemon runs under it (the service's
   Restart= brings it back), else the daemon starts itself again in place.
 - `logs`: the last `lines` lines (of records at `level` or above, when
@@ -26,9 +27,10 @@ actions that need one say so.
 - `reload_tools`: runtime custom tools taken again from the database, and
   every MCP server that is not connected tried again (a `failed` one too).
 - `update`: a new version from a wheel (`url`, or the parts of an `upload`
-  sent with `update_chunk`), its `sha256` checked, installed in a slot of its
-  own beside the running version, switched to, and rolled back when it does
-  not come up healthy (edgeclaw.admin.update).
+  sent with `update_chunk`), its `sha256` and signature checked, installed in
+  a slot of its own beside the running version without running it, switched
+  to, and rolled back when it does not come up healthy; a version not newer
+  than the running one only with `allow_downgrade` (edgeclaw.admin.update).
 - `update_chunk`: one base64 part (`index` of `total`) of an `upload`.
 """
 
@@ -55,7 +57,8 @@ class GatewayHooks:
     status: Callable[[], dict[str, Any]] | None = None
     config_get: Callable[[str], dict[str, Any]] | None = None  # key ("" = all) -> {"text", "value"?}
     config_validate: Callable[[str], list[str]] | None = None  # text -> problems
-    config_apply: Callable[[str, str], Awaitable[dict[str, Any]]] | None = None  # (text, by) -> report
+    # (text, by, acknowledged keys) -> report
+    config_apply: Callable[[str, str, list[str]], Awaitable[dict[str, Any]]] | None = None
     restart: Callable[[str], None] | None = None  # reason
     # (n, level or None) -> (source, lines)
     logs: Callable[[int, str | None], Awaitable[tuple[str, list[str]]]] | None = None
@@ -108,6 +111,13 @@ class GatewayTool(Tool):
                 "maxLength": MAX_CONFIG_BYTES,
                 "description": "config_validate / config_apply: the whole new config file (TOML)",
             },
+            "acknowledge": {
+                "type": "array",
+                "items": {"type": "string", "maxLength": 200},
+                "maxItems": 64,
+                "description": "config_apply: the keys whose weakening of security is intended "
+                "(sandbox.backend, mqtt.hmac_secret, tools.channels.mqtt, mcp.server.listen, ...)",
+            },
             "lines": {
                 "type": "integer",
                 "minimum": 1,
@@ -134,6 +144,10 @@ class GatewayTool(Tool):
                 "type": "string",
                 "maxLength": 256,
                 "description": "update: Ed25519 signature of the wheel, hex (with gateway.update_public_key)",
+            },
+            "allow_downgrade": {
+                "type": "boolean",
+                "description": "update: install a version not newer than the running one",
             },
             "index": {"type": "integer", "minimum": 0, "maximum": 100000, "description": "update_chunk"},
             "total": {"type": "integer", "minimum": 1, "maximum": 100000, "description": "update_chunk"},
@@ -191,7 +205,7 @@ class GatewayTool(Tool):
                 return ToolResult("the new config is valid", data={"ok": True, "problems": []})
             if h.config_apply is None:
                 raise _needs_daemon("config_apply")
-            report = await h.config_apply(text, ctx.identity)
+            report = await h.config_apply(text, ctx.identity, list(args.get("acknowledge") or []))
             return ToolResult(report["text"], is_error=not report.get("ok", False), data=report)
         if action == "restart":
             if h.restart is None:

@@ -72,8 +72,9 @@ TOOL_GROUPS: dict[str, tuple[str, ...]] = {
     "custom": (),
 }
 
-# Names kept for tools to come (the `ui` group's): no custom tool may take them.
-RESERVED_NAMES: frozenset[str] = frozenset({"browser", "canvas"})
+# Names kept for tools to come (the `ui` group's) and one that older configs name: no custom tool
+# may take them, and a policy list may name them (they match nothing), as it always could.
+RESERVED_NAMES: frozenset[str] = frozenset({"browser", "canvas", "memory_recall"})
 
 # Each built-in tool's group.
 GROUP_OF: dict[str, str] = {name: group for group, names in TOOL_GROUPS.items() for name in names}

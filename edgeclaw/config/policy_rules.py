@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from edgeclaw.tool_groups import TOOL_GROUPS
+from edgeclaw.tool_groups import RESERVED_NAMES, TOOL_GROUPS
 
 if TYPE_CHECKING:
     from edgeclaw.config.schema import Config
@@ -81,7 +81,9 @@ SUBAGENT_LEAF_DENY: tuple[str, ...] = (
     "delegate",
 )
 
-KNOWN_TOOL_NAMES: frozenset[str] = frozenset(n for members in BUILTIN_GROUPS.values() for n in members)
+KNOWN_TOOL_NAMES: frozenset[str] = (
+    frozenset(n for members in BUILTIN_GROUPS.values() for n in members) | RESERVED_NAMES
+)
 
 
 class PolicyNameError(ValueError):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
+from edgeclaw.config.callers import caller_problems
 from edgeclaw.config.policy_rules import PolicyRules, rule_problems, rules_from_config
 from edgeclaw.config.schema import SEARCH_PROVIDERS_KEYED, Config
 from edgeclaw.config.secrets import search_chain
@@ -872,4 +873,5 @@ _SECTION_CHECKS: tuple[Callable[[Config], list[tuple[str, str]]], ...] = (
     _mcp_problems,
     _nodes_problems,
     _web_problems,
+    caller_problems,
 )

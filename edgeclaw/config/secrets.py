@@ -75,6 +75,11 @@ def secret_refs(config: Config) -> dict[str, SecretRef]:
         refs["mqtt.admin"] = SecretRef("mqtt.admin_secret_env", env=m.admin_secret_env)
     elif m.admin_secret_file:
         refs["mqtt.admin"] = SecretRef("mqtt.admin_secret_file", file=m.admin_secret_file)
+    for name, caller in config.callers.items():  # [callers.NAME]: each its own HMAC key
+        if caller.secret_env:
+            refs[f"callers.{name}"] = SecretRef(f"callers.{name}.secret_env", env=caller.secret_env)
+        elif caller.secret_file:
+            refs[f"callers.{name}"] = SecretRef(f"callers.{name}.secret_file", file=caller.secret_file)
     notify = config.notify
     for what, table, names in (
         ("pushover", notify.pushover, ("token", "user")),

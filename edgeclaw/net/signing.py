@@ -21,6 +21,11 @@ so the fields cannot be shifted into one another. Two ways to carry the MAC:
 * any protocol: an envelope ``{"signed": "<the request JSON as a string>",
   "hmac": "<hex digest, with that string as the payload>"}``.
 
+The signature names its key: a user property ``key`` = the caller's name beside ``hmac``, or a
+``"key"`` member of the envelope. The name only says which caller's secret to check the MAC
+against (a wrong name simply fails); it is not part of the MAC input. Without a name, the device
+checks the one legacy key the topic takes (docs/security.md).
+
 Signed requests also carry `ts` (Unix seconds); see protocol.check_fresh for
 why that and the request ledger together stop every replay.
 """
@@ -36,6 +41,7 @@ from typing import Any
 from edgeclaw.net.wire import WireError, load_json
 
 USER_PROPERTY = "hmac"
+KEY_PROPERTY = "key"  # the name of the key that signed, beside `hmac` (MQTT 5)
 
 
 def signed_input(
@@ -66,11 +72,13 @@ def envelope(
     response_topic: str | None = None,
     correlation: bytes | None = None,
     stamp: bool = True,
+    key: str | None = None,
 ) -> bytes:
     """Wrap a request in a signed envelope (for MQTT 3.1.1 callers, tests and tools).
 
     With `stamp`, a dict request without a `ts` gets the current time, as signed requests need.
     Pass the Response Topic and Correlation Data the message will be published with (MQTT 5).
+    `key` names the caller whose secret signs it (the envelope's "key" member).
     """
     if isinstance(request, dict):
         if stamp and "ts" not in request:
@@ -79,7 +87,41 @@ def envelope(
     else:
         text = request
     digest = mac(secret, topic, text.encode("utf-8"), response_topic, correlation)
-    return json.dumps({"signed": text, "hmac": digest}).encode("utf-8")
+    outer = {"signed": text, "hmac": digest}
+    if key is not None:
+        outer["key"] = key
+    return json.dumps(outer).encode("utf-8")
+
+
+def signing_key_name(payload: bytes, user_properties: list[tuple[str, str]] | None) -> str | None:
+    """The key a message says signed it: the `key` user property, else an envelope's "key" member;
+    None when it names none. Only a name to look up: the MAC decides whether it is true."""
+    for name, value in user_properties or ():
+        if name == KEY_PROPERTY:
+            return value
+    if payload.lstrip().startswith(b"{"):
+        try:
+            outer = load_json(payload, "signed envelope")
+        except WireError:
+            return None
+        if isinstance(outer, dict) and set(outer) == {"signed", "hmac", "key"}:
+            named = outer["key"]
+            return named if isinstance(named, str) else ""
+    return None
+
+
+def carries_signature(payload: bytes, user_properties: list[tuple[str, str]] | None) -> bool:
+    """Whether the message is signed at all (right or wrong): an `hmac` user property, or the shape
+    of a signed envelope."""
+    if any(name == USER_PROPERTY for name, _ in user_properties or ()):
+        return True
+    if not payload.lstrip().startswith(b"{"):
+        return False
+    try:
+        outer = load_json(payload, "signed envelope")
+    except WireError:
+        return False
+    return isinstance(outer, dict) and set(outer) in ({"signed", "hmac"}, {"signed", "hmac", "key"})
 
 
 class Verifier:
@@ -93,7 +135,7 @@ class Verifier:
 
     @property
     def identity(self) -> str:
-        return f"mqtt:key:{self.name}"
+        return f"mqtt:{self.name}"
 
     def same_secret(self, other: Verifier) -> bool:
         return hmac.compare_digest(self._secret, other._secret)
@@ -138,7 +180,7 @@ class Verifier:
                 outer = load_json(payload, "signed envelope")
             except WireError:
                 outer = None
-            if isinstance(outer, dict) and set(outer) == {"signed", "hmac"}:
+            if isinstance(outer, dict) and set(outer) in ({"signed", "hmac"}, {"signed", "hmac", "key"}):
                 signed, digest = outer["signed"], outer["hmac"]
                 if isinstance(signed, str) and isinstance(digest, str):
                     body = signed.encode("utf-8", "surrogatepass")

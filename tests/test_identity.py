@@ -12,6 +12,11 @@ import json
 import time
 from typing import Any
 
+import pytest
+
+from edgeclaw.channels.mqtt.keys import Keys
+from edgeclaw.config.loader import config_from_dict
+from edgeclaw.errors import ConfigErrors
 from edgeclaw.net.signing import envelope, mac
 from tests.mqtt_support import Caller, needs_mosquitto, poll
 from tests.test_mqtt import ANSWERS, BASE, broker, call, daemon_config, running_daemon
@@ -133,8 +138,8 @@ async def test_bob_cannot_cancel_alices_call_or_reach_her_session_by_naming_it(t
         mine = await ask(c, CANCEL, signed("alice", CANCEL, {"id": "x2", "cancel": "slow"}), "x2")
         assert mine["ok"] is True and mine["state"] == "running"
         # The same id and content from another caller is another request, never the first one's answer.
-        again = await ask(c, CALL, signed("alice", CALL, call("b1")), "b1")
-        assert "replayed" not in again
+        again = await ask(c, CALL, signed("alice", CALL, {**call("b1"), "session": "s1"}), "b1")
+        assert again["ok"] and "replayed" not in again and d.work.executions["b1"] == 2
 
 
 # -- keys ----------------------------------------------------------------------------------
@@ -196,3 +201,61 @@ async def test_without_an_admin_caller_admin_is_off_and_the_command_key_is_no_fa
         ok = await ask(c, CALL, envelope(command.encode(), CALL, call("t1"), response_topic=ANSWERS), "t1")
         assert ok["ok"] is True
     await asyncio.sleep(0)
+
+
+async def test_a_callers_profile_bounds_its_calls_and_its_chat(tmp_path, broker):
+    config = daemon_config(tmp_path, broker.port, top=callers(alice=["operate"]))
+    config["callers"]["alice"]["profile"] = "remote"  # the channel's rules are "full" here
+    async with running_daemon(config, ENV) as d, Caller(broker.port, [ANSWERS]) as c:
+        refused = await ask(c, CALL, signed("alice", CALL, call("p1")), "p1")
+        assert refused["ok"] is False and refused["code"] == "policy", refused
+        looked = {"id": "p2", "tool": "list_files", "args": {"path": "."}}
+        assert (await ask(c, CALL, signed("alice", CALL, looked), "p2"))["ok"] is True
+        chat = {"id": "p3", "text": '/call work {"n": "p3"}', "session": "s"}
+        answer = await ask(c, CHAT, signed("alice", CHAT, chat), "p3")
+        assert "not allowed" in json.dumps(answer) and d.work.executions == {}, answer
+
+
+# -- the config ------------------------------------------------------------------------------
+def test_no_two_callers_may_share_a_secret_and_the_error_names_both():
+    config = config_from_dict(
+        {"mqtt": {"hmac_secret_env": "EC_HMAC"}, **callers(alice=["operate"], bob=["approve"])}, "t.toml"
+    )
+    same = {"mqtt.hmac": "one-secret", "callers.alice": "other", "callers.bob": "one-secret"}
+    with pytest.raises(ConfigErrors) as refused:
+        Keys.from_config(config, same)
+    [error] = refused.value.errors
+    assert error.key == "callers.bob.secret_env" and "mqtt.hmac_secret_env" in error.problem
+    assert "mqtt:command" in error.problem and "mqtt:bob" in error.problem
+    keys = Keys.from_config(config, {**same, "callers.bob": "a third"})
+    assert sorted(keys.callers) == ["alice", "bob", "command"]
+    assert keys.callers["command"].roles == {"operate"} and keys.callers["bob"].roles == {"approve"}
+
+
+@pytest.mark.parametrize(
+    ("table", "key", "problem"),
+    [
+        ({"secret_env": "X", "roles": ["operate"]}, "callers.Bad_Name", "lowercase"),
+        ({"secret_env": "X", "roles": ["operate"]}, "callers.anonymous", "reserved"),
+        ({"roles": ["operate"]}, "callers.ops", "never inline"),
+        ({"secret_env": "X", "secret_file": "/k", "roles": ["operate"]}, "callers.ops", "one of them"),
+        ({"secret_env": "X", "roles": []}, "callers.ops.roles", "at least one role"),
+        (
+            {"secret_env": "X", "roles": ["operate"], "profile": "everything"},
+            "callers.ops.profile",
+            "unknown",
+        ),
+        ({"secret_env": "X", "roles": ["operate"]}, "callers.command", "already the caller"),
+    ],
+)
+def test_caller_tables_are_checked(table, key, problem):
+    name = key.split(".")[1]
+    data = {"mqtt": {"hmac_secret_env": "EC_HMAC"}, "callers": {name: table}}
+    with pytest.raises(ConfigErrors) as refused:
+        config_from_dict(data, "t.toml")
+    assert any(e.key == key and problem in e.problem for e in refused.value.errors), refused.value.errors
+
+
+def test_an_unknown_role_is_a_config_error():
+    with pytest.raises(ConfigErrors, match=r"callers\.ops\.roles"):
+        config_from_dict({"callers": {"ops": {"secret_env": "X", "roles": ["root"]}}}, "t.toml")

@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 
+from edgeclaw.channels.mqtt.inbound import Incoming
 from edgeclaw.channels.mqtt.keys import Keys
 from edgeclaw.config.loader import config_from_dict
 from edgeclaw.errors import ConfigErrors
 from edgeclaw.net.signing import envelope, mac
+from edgeclaw.net.wire import WireError
 from tests.mqtt_support import Caller, needs_mosquitto, poll
 from tests.test_mqtt import ANSWERS, BASE, broker, call, daemon_config, running_daemon
 
@@ -182,9 +184,11 @@ async def test_the_admin_topics_take_an_admin_caller_only(tmp_path, broker):
         assert "'admin' role" in refused["error"]
         status = await ask(c, GATEWAY, signed("boss", GATEWAY, {"id": "g2", "action": "status"}), "g2")
         assert status.get("code") not in ("forbidden", "bad_signature", "admin_disabled"), status
-        # The admin key is no key for tool calls.
+        # The admin key is no key for tool calls, nor for cancelling them.
         tool = await ask(c, CALL, signed("boss", CALL, call("g3")), "g3")
         assert tool["code"] == "forbidden" and d.work.executions == {}
+        cancel = await ask(c, CANCEL, signed("boss", CANCEL, {"id": "g4", "cancel": "g3"}), "g4")
+        assert cancel["code"] == "forbidden" and "'operate' role" in cancel["error"], cancel
 
 
 async def test_without_an_admin_caller_admin_is_off_and_the_command_key_is_no_fallback(tmp_path, broker):
@@ -214,6 +218,31 @@ async def test_a_callers_profile_bounds_its_calls_and_its_chat(tmp_path, broker)
         chat = {"id": "p3", "text": '/call work {"n": "p3"}', "session": "s"}
         answer = await ask(c, CHAT, signed("alice", CHAT, chat), "p3")
         assert "not allowed" in json.dumps(answer) and d.work.executions == {}, answer
+
+
+def test_keys_prove_the_admin_and_approver_roles_themselves():
+    config = config_from_dict(callers(alice=["operate"], boss=["admin"], bob=["approve"]), "t.toml")
+    keys = Keys.from_config(config, {f"callers.{n}": s for n, s in SECRETS.items()})
+    for topic, authority, role in (
+        (GATEWAY, "admin", "'admin'"),
+        (f"{BASE}/approval/response", "approver", "'approve'"),
+    ):
+        body = {"id": "r1", "action": "status", "decision": "deny"}
+        msg = Incoming(topic, signed("alice", topic, body), False, ANSWERS, None, None)
+        with pytest.raises(WireError) as refused:
+            keys.prove(msg, authority)  # type: ignore[arg-type]
+        assert refused.value.code == "forbidden" and role in refused.value.message
+    gateway = Incoming(GATEWAY, signed("boss", GATEWAY, {"id": "g"}), False, ANSWERS, None, None)
+    assert keys.prove(gateway, "admin").caller() == "mqtt:boss"
+    approval = Incoming(
+        f"{BASE}/approval/response",
+        signed("bob", f"{BASE}/approval/response", {"id": "a"}),
+        False,
+        ANSWERS,
+        None,
+        None,
+    )
+    assert keys.prove(approval, "approver").caller() == "mqtt:bob"
 
 
 # -- the config ------------------------------------------------------------------------------

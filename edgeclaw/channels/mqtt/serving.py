@@ -36,9 +36,7 @@ from edgeclaw.channels.mqtt.keys import forbidden
 from edgeclaw.channels.mqtt.outbox import Kind
 from edgeclaw.channels.mqtt.protocol import (
     AdminCall,
-    AdminRequest,
     CancelRequest,
-    ChatRequest,
     Route,
     ToolCallRequest,
     cancel_answer,
@@ -211,20 +209,16 @@ class RequestServer:
 
     @staticmethod
     def _missing_role(command: Command, observes: bool) -> tuple[str, str] | None:
-        """The role the caller lacks for this request, and what needs it; None when it has it. A tool
-        call needs `operate`, or `observe` for a call that only observes; the admin topics `admin`."""
+        """The role the caller lacks for a tool call, and what needs it; None when it has it: `operate`,
+        or `observe` for a call that only observes (which only the registry can tell, so here). The
+        other roles are checked where the request is read: chat and cancel by the reader, the admin
+        and approver roles by Keys.prove."""
         roles, asked = command.roles, command.asked
-        if isinstance(asked, ToolCallRequest):
-            if "operate" in roles or ("observe" in roles and observes):
-                return None
-            if "observe" in roles:
-                return ("operate", f"tool {asked.tool!r} (it does not only observe)")
-            return ("operate", "tool/call")
-        if isinstance(asked, ChatRequest):
-            return None if "operate" in roles else ("operate", "chat")
-        if isinstance(asked, AdminCall | AdminRequest):
-            return None if "admin" in roles else ("admin", "the admin topics")
-        return None
+        if not isinstance(asked, ToolCallRequest) or "operate" in roles or ("observe" in roles and observes):
+            return None
+        if "observe" in roles:
+            return ("operate", f"tool {asked.tool!r} (it does not only observe)")
+        return ("operate", "tool/call")
 
     def _answered_from_ledger(self, key: str, found: Lookup, route: Route, error: ErrorAnswer) -> bool:
         """Handle a request the ledger already knows; False when it is new (and must run)."""

@@ -93,21 +93,30 @@ def envelope(
     return json.dumps(outer).encode("utf-8")
 
 
+def signed_envelope(payload: bytes) -> dict[str, Any] | None:
+    """The payload as a signed envelope ({"signed", "hmac"} and maybe "key"), or None when it has
+    another shape (then it is not an envelope at all, rather than a bad one)."""
+    if not payload.lstrip().startswith(b"{"):
+        return None
+    try:
+        outer = load_json(payload, "signed envelope")
+    except WireError:
+        return None
+    if isinstance(outer, dict) and set(outer) in ({"signed", "hmac"}, {"signed", "hmac", "key"}):
+        return outer
+    return None
+
+
 def signing_key_name(payload: bytes, user_properties: list[tuple[str, str]] | None) -> str | None:
     """The key a message says signed it: the `key` user property, else an envelope's "key" member;
     None when it names none. Only a name to look up: the MAC decides whether it is true."""
     for name, value in user_properties or ():
         if name == KEY_PROPERTY:
             return value
-    if payload.lstrip().startswith(b"{"):
-        try:
-            outer = load_json(payload, "signed envelope")
-        except WireError:
-            return None
-        if isinstance(outer, dict) and set(outer) == {"signed", "hmac", "key"}:
-            named = outer["key"]
-            return named if isinstance(named, str) else ""
-    return None
+    outer = signed_envelope(payload)
+    if outer is None or "key" not in outer:
+        return None
+    return outer["key"] if isinstance(outer["key"], str) else ""
 
 
 def carries_signature(payload: bytes, user_properties: list[tuple[str, str]] | None) -> bool:
@@ -115,13 +124,7 @@ def carries_signature(payload: bytes, user_properties: list[tuple[str, str]] | N
     of a signed envelope."""
     if any(name == USER_PROPERTY for name, _ in user_properties or ()):
         return True
-    if not payload.lstrip().startswith(b"{"):
-        return False
-    try:
-        outer = load_json(payload, "signed envelope")
-    except WireError:
-        return False
-    return isinstance(outer, dict) and set(outer) in ({"signed", "hmac"}, {"signed", "hmac", "key"})
+    return signed_envelope(payload) is not None
 
 
 class Verifier:
@@ -175,23 +178,19 @@ class Verifier:
                     "the hmac user property does not match the topic, Response Topic, Correlation Data "
                     "and payload",
                 )
-        if payload.lstrip().startswith(b"{"):
-            try:
-                outer = load_json(payload, "signed envelope")
-            except WireError:
-                outer = None
-            if isinstance(outer, dict) and set(outer) in ({"signed", "hmac"}, {"signed", "hmac", "key"}):
-                signed, digest = outer["signed"], outer["hmac"]
-                if isinstance(signed, str) and isinstance(digest, str):
-                    body = signed.encode("utf-8", "surrogatepass")
-                    if self._check(topic, body, digest, response_topic, correlation):
-                        return body
-                raise WireError(
-                    "bad_signature",
-                    "the envelope's hmac does not match its signed payload (with the topic, Response "
-                    "Topic and Correlation Data)",
-                )
-        return None
+        outer = signed_envelope(payload)
+        if outer is None:
+            return None
+        signed, digest = outer["signed"], outer["hmac"]
+        if isinstance(signed, str) and isinstance(digest, str):
+            body = signed.encode("utf-8", "surrogatepass")
+            if self._check(topic, body, digest, response_topic, correlation):
+                return body
+        raise WireError(
+            "bad_signature",
+            "the envelope's hmac does not match its signed payload (with the topic, Response "
+            "Topic and Correlation Data)",
+        )
 
     def _check(
         self,

@@ -8,6 +8,7 @@ or no key at all.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from typing import Any
@@ -288,3 +289,35 @@ def test_caller_tables_are_checked(table, key, problem):
 def test_an_unknown_role_is_a_config_error():
     with pytest.raises(ConfigErrors, match=r"callers\.ops\.roles"):
         config_from_dict({"callers": {"ops": {"secret_env": "X", "roles": ["root"]}}}, "t.toml")
+
+
+# -- the fleet page -------------------------------------------------------------------------
+async def test_the_fleet_page_names_the_key_it_signs_with():
+    from edgeclaw.fleetpage.broker import FleetBroker
+    from edgeclaw.fleetpage.window import FleetWindow
+    from edgeclaw.net.mqtt_connection import ConnectionSettings
+
+    class Sent:
+        def __init__(self) -> None:
+            self.properties: list[Any] = []
+
+        async def publish(self, topic: str, body: bytes, properties: Any) -> None:
+            self.properties.append(properties)
+
+    page = FleetBroker(
+        ConnectionSettings(host="127.0.0.1", port=1, client_id="page"),
+        FleetWindow(),
+        command_secret="page-command",
+        approver_secret="page-approver",
+        command_key_name="fleet-page",
+        approver_key_name="fleet-approver",
+    )
+    page.window.take("edgeclaw/dev-01/status", b'{"state": "online"}')
+    sent = Sent()
+    page.connection = sent  # type: ignore[assignment]
+    with contextlib.suppress(TimeoutError):  # nobody answers here
+        await page.call("dev-01", "i2c", {}, 0.01)
+    with contextlib.suppress(TimeoutError):
+        await page.decide("dev-01", "q1", "deny", 0.01)
+    named = [dict(p.UserProperty)["key"] for p in sent.properties]
+    assert named == ["fleet-page", "fleet-approver"]

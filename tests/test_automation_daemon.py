@@ -184,7 +184,10 @@ async def test_a_tool_job_publishes_on_schedule_survives_a_restart_and_shows_its
 async def test_signed_mqtt_admin_manages_jobs_as_the_key_and_unsigned_is_refused(tmp_path, broker, daemons):
     key = "admin-key-9f8e7d6c"
     daemons(
-        tmp_path, mqtt_config(broker.port, mqtt='hmac_secret_env = "EC_HMAC"\n'), {"EC_HMAC": key}
+        # The admin topics take the admin key only (never the command key).
+        tmp_path,
+        mqtt_config(broker.port, mqtt='admin_secret_env = "EC_ADMIN"\n'),
+        {"EC_ADMIN": key},
     ).start()
     topic = f"{BASE}/admin/cron"
     answers = "test/admin-answers"
@@ -201,7 +204,7 @@ async def test_signed_mqtt_admin_manages_jobs_as_the_key_and_unsigned_is_refused
         assert by_id["a1"]["ok"] is False and by_id["a1"]["code"] == "bad_signature"
         assert by_id["a2"]["ok"] is True and by_id["a2"]["action"] == "add"
         job = by_id["a2"]["data"]["job"]
-        assert job["owner"] == "mqtt:key:command" and job["owner_channel"] == "mqtt-admin"
+        assert job["owner"] == "mqtt:admin" and job["owner_channel"] == "mqtt-admin"
         [reading] = (await c.answers(f"{BASE}/sensors/mq", 1, within=10))[:1]
         assert reading.json["ok"] is True
         listed = {"id": "a3", "action": "list"}
@@ -222,13 +225,11 @@ async def test_signed_mqtt_admin_manages_jobs_as_the_key_and_unsigned_is_refused
         await c.publish(gw, status, response_topic=answers)
         got = await c.wait_for(lambda: [a for a in c.on(answers) if a.json.get("id") == "g1"])
         assert got[0].json["ok"] and got[0].json["data"]["device"] == DEV
-    # A plain tool call of gateway over MQTT is refused: the remote profile leaves it out.
+    # A plain tool call of gateway over MQTT is refused: the remote profile leaves it out. (Unsigned:
+    # the admin key signs admin topics only, and without a command key callers are anonymous.)
     async with Caller(broker.port, ["test/plain"]) as c:
         call = {"id": "p1", "tool": "gateway", "args": {"action": "status"}, "ts": time.time()}
-        t = f"{BASE}/tool/call"
-        await c.publish(
-            t, envelope(key.encode(), t, call, response_topic="test/plain"), response_topic="test/plain"
-        )
+        await c.publish(f"{BASE}/tool/call", call, response_topic="test/plain")
         [answer] = await c.answers("test/plain", 1)
         assert answer.json["ok"] is False and answer.json["code"] == "policy"
 

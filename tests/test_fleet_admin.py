@@ -209,7 +209,7 @@ async def test_admin_actions_are_answered_once_and_only_the_admin_key_administer
         await c.publish(topic, envelope(ADMIN_KEY.encode(), topic, cron_job, response_topic=ANSWERS),
                         response_topic=ANSWERS)  # fmt: skip
         [added] = await c.wait_for(lambda: [r.json for r in c.on(ANSWERS) if r.json.get("id") == "job1"])
-        assert added["ok"] and added["data"]["job"]["owner"] == "mqtt:key:admin", added
+        assert added["ok"] and added["data"]["job"]["owner"] == "mqtt:admin", added
         # The command key still signs ordinary tool calls.
         call = {"id": "t1", "tool": "hardware_info", "args": {}}
         tool = f"{BASE}/tool/call"

@@ -366,7 +366,7 @@ def test_an_exec_approval_appears_in_the_queue_and_is_approved_from_the_page(bro
         lambda d: [line for line in texts(d, "#device-events li") if "allow-once" in line],
         "the approval event",
     )
-    assert "by mqtt:key:approver" in events[0]
+    assert "by mqtt:approver" in events[0]
     screenshot(browser, "05-approved")
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from edgeclaw.net.signing import envelope
 from tests.llm_server import ScriptedLLM, openai_text, openai_tools
 from tests.mqtt_support import Caller, Mosquitto, daemon_env, needs_mosquitto, run_daemon
 
@@ -32,7 +33,7 @@ def llm():
         yield server
 
 
-def write_config(tmp_path: Path, port: int, llm: ScriptedLLM) -> dict[str, str]:
+def write_config(tmp_path: Path, port: int, llm: ScriptedLLM, callers: str = "") -> dict[str, str]:
     (tmp_path / "edgeclaw.toml").write_text(
         f'board = "sim"\ndevice_id = "{DEV}"\n'
         '[agent]\nproviders = ["local"]\nprovider_attempts = 1\n'
@@ -41,9 +42,17 @@ def write_config(tmp_path: Path, port: int, llm: ScriptedLLM) -> dict[str, str]:
         '[memory]\nembedder = "local"\nembedding_model = "fake-embed"\n'
         # MQTT callers are read-only unless the config widens their channel (docs/configuration.md).
         '[tools]\nrate_limit = 0\n[tools.channels.mqtt]\nprofile = "full"\n'
-        f"[mqtt]\nenabled = true\nport = {port}\ntelemetry_interval_s = 0\ndiscovery = false\n"
+        f"[mqtt]\nenabled = true\nport = {port}\ntelemetry_interval_s = 0\ndiscovery = false\n" + callers
     )
-    return daemon_env(tmp_path / "state", tmp_path / "edgeclaw.toml")
+    return daemon_env(tmp_path / "state", tmp_path / "edgeclaw.toml", **KEYS)
+
+
+# Two callers, each with its own key: two identities (a declared sender is only a label).
+KEYS = {"EC_KEY_ALICE": "alice-key-4f1a9c", "EC_KEY_BOB": "bob-key-7d2e5b"}
+CALLERS = "".join(
+    f'[callers.{name}]\nsecret_env = "EC_KEY_{name.upper()}"\nroles = ["operate"]\n'
+    for name in ("alice", "bob")
+)
 
 
 def start(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -110,15 +119,20 @@ async def test_a_fact_stored_in_one_turn_is_found_by_a_new_session_after_a_resta
     assert "Traceback" not in log.read_text(errors="replace")
 
 
-async def test_memory_md_written_over_mqtt_by_one_sender_is_invisible_to_another(tmp_path, broker, llm):
-    env = write_config(tmp_path, broker.port, llm)
+async def test_memory_md_written_over_mqtt_by_one_caller_is_invisible_to_another(tmp_path, broker, llm):
+    env = write_config(tmp_path, broker.port, llm, CALLERS)
     log = tmp_path / "daemon.log"
     answers = "test/answers"
     proc = start(env, log)
 
     async def call(c: Caller, n: int, sender: str, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         request = {"id": f"r{n}", "tool": tool, "args": args, "sender": sender}
-        await c.publish(f"{BASE}/tool/call", request, response_topic=answers)
+        topic = f"{BASE}/tool/call"
+        payload: Any = request
+        if sender:  # signed with the caller's own key, naming it
+            secret = KEYS[f"EC_KEY_{sender.upper()}"].encode()
+            payload = envelope(secret, topic, request, response_topic=answers, key=sender)
+        await c.publish(topic, payload, response_topic=answers)
         got = await c.answers(answers, n, within=30)
         return next(m.json for m in got if m.json["id"] == f"r{n}")
 
@@ -137,9 +151,9 @@ async def test_memory_md_written_over_mqtt_by_one_sender_is_invisible_to_another
             assert searched["ok"] and "valve 3" not in searched["for_llm"]
             listed = await call(c, 5, "bob", "list_files", {"path": "."})
             assert "MEMORY.md" not in listed["for_llm"]
-            # An anonymous caller is a caller of its own too.
+            # Where callers have keys, an unsigned one is nobody: refused.
             anonymous = await call(c, 6, "", "read_file", {"path": "MEMORY.md"})
-            assert not anonymous["ok"]
+            assert not anonymous["ok"] and anonymous["code"] == "bad_signature"
         await stop(proc)
     finally:
         if proc.poll() is None:

@@ -422,7 +422,8 @@ async def test_requests_cut_short_by_a_stop_are_answered_once_and_not_run_again(
         answers = {a.correlation: a.json for a in await c.answers(ANSWERS, 2)}
         # Running when the daemon stopped: it may have had effects, so it is not run again.
         assert answers[b"chat"]["code"] == "interrupted" and answers[b"chat"]["in_reply_to"] == "c1"
-        assert answers[b"chat"]["session"] == "mqtt:bob"
+        # The session is never the declared sender (anyone may claim it): the conversation's topic.
+        assert answers[b"chat"]["session"] == f"mqtt:{ANSWERS}"
         # Never started: "stopping", naming the call; it may be sent again.
         assert answers[b"tool"]["code"] == "stopping" and answers[b"tool"]["tool"] == "work"
         assert answers[b"tool"]["id"] == "queued" and d.work.executions["queued"] == 0
@@ -489,7 +490,8 @@ async def test_chat_round_trip_with_response_topic_and_on_chat_out(tmp_path, bro
         answers = await c.answers(ANSWERS, 2, within=30)
         assert answers[1].json["text"] == "The work is done."
         assert d.work.executions["from-chat"] == 1 and d.work.contexts[-1].channel == "mqtt"
-        assert d.work.contexts[-1].session_key == "mqtt:s1"
+        # The caller's session: its identity and the name it gave (another caller's "s1" is another).
+        assert d.work.contexts[-1].session_key == "mqtt:anonymous:s1"
         await c.answers(f"{BASE}/events", 1)
 
         # Plain UTF-8 text with no Response Topic: answered on chat/out, session from the topic.
@@ -506,7 +508,7 @@ async def test_chat_round_trip_with_response_topic_and_on_chat_out(tmp_path, bro
         missing = next(b for b in bodies if not b["ok"])
         assert missing["code"] == "missing_field" and "'text'" in missing["error"]
         status = next(b for b in bodies if b["ok"])
-        assert "mqtt:s1" in status["text"]
+        assert "mqtt:anonymous:s1" in status["text"]
 
 
 # -- approvals --------------------------------------------------------------------
@@ -531,7 +533,7 @@ async def test_approvals_are_asked_over_mqtt(tmp_path, broker):
         [question] = await c.answers(f"{BASE}/approval/request", 1)
         q = question.json
         assert q["tool"] == "guarded" and q["summary"] == "switch the pump on"
-        assert q["session"] == "mqtt:tools" and q["expires_at"] > time.time() + 60
+        assert q["session"] == "mqtt:anonymous:tools" and q["expires_at"] > time.time() + 60
         await decide(q["id"], "allow-once", b"ack")
         answers = await c.answers(ANSWERS, 2)
         ack = next(a for a in answers if a.correlation == b"ack")
@@ -544,7 +546,7 @@ async def test_approvals_are_asked_over_mqtt(tmp_path, broker):
         await decide(questions[1].json["id"], "deny")
         answers = await c.answers(ANSWERS, 4)
         denied = next(a.json for a in answers if a.json.get("id") == "g2")
-        assert denied["ok"] is False and "denied by mqtt:key:approver" in denied["error"]
+        assert denied["ok"] is False and "denied by mqtt:approver" in denied["error"]
 
         # Nobody answers: the broker's deadline denies.
         d.runtime.approvals.timeout_s = 0.5
@@ -724,14 +726,15 @@ async def test_admin_tools_is_refused_unless_signed_or_explicitly_enabled(tmp_pa
 
 @pytest.mark.skipif(not HAS_SANDBOX, reason="no sandbox installed (firejail or bubblewrap)")
 async def test_signed_admin_commands_define_replace_and_remove_custom_tools(tmp_path, broker):
-    secret = "admin-signing-secret-42"
-    key = secret.encode()
+    secret, admin_secret = "command-signing-secret-42", "admin-signing-secret-42"
     admin, calls = f"{BASE}/admin/tools", f"{BASE}/tool/call"
-    config = daemon_config(tmp_path, broker.port, hmac_secret_env="EC_HMAC")
-    env = {"EC_HMAC": secret, "PATH": "/usr/local/bin:/usr/bin:/bin"}
+    # The admin topics take the admin key only (never the command key).
+    config = daemon_config(tmp_path, broker.port, hmac_secret_env="EC_HMAC", admin_secret_env="EC_ADMIN")
+    env = {"EC_HMAC": secret, "EC_ADMIN": admin_secret, "PATH": "/usr/local/bin:/usr/bin:/bin"}
     async with running_daemon(config, env) as d, Caller(broker.port, [ANSWERS, f"{BASE}/events"]) as c:
 
         async def ask(topic: str, body: dict[str, Any], n: int) -> dict[str, Any]:
+            key = (admin_secret if topic == admin else secret).encode()
             await c.publish(topic, envelope(key, topic, body, response_topic=ANSWERS), response_topic=ANSWERS)
             return (await c.answers(ANSWERS, n, within=30))[n - 1].json
 
@@ -780,7 +783,7 @@ async def test_signed_admin_commands_define_replace_and_remove_custom_tools(tmp_
             ("d3", "define", None, "refused"),
             ("r1", "remove", "say", "ok"),
         ]
-        assert {e["by"] for e in changes} == {f"mqtt:key:{d.runtime.config.mqtt.hmac_key_name}"}
+        assert {e["by"] for e in changes} == {f"mqtt:{d.runtime.config.mqtt.admin_key_name}"}
         assert "custom-env-secret-value" not in json.dumps(changes) and "printf" not in json.dumps(changes)
 
 

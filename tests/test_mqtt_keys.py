@@ -22,34 +22,37 @@ def message(payload: bytes, topic: str = TOPIC) -> Incoming:
     return Incoming(topic, payload, False, None, None, None)
 
 
-def test_without_keys_the_body_is_taken_as_sent_and_the_caller_is_what_it_declares():
+def test_without_keys_the_body_is_taken_as_sent_and_every_caller_is_anonymous():
     keys = Keys(MqttConfig())
-    proof = keys.prove(message(b'{"id": "k1"}'), "command")
-    assert proof.body == b'{"id": "k1"}' and not proof.signed
-    assert proof.caller("alice") == "mqtt:sender:alice"
-    assert proof.caller() == ANONYMOUS
+    proof = keys.prove(message(b'{"id": "k1", "sender": "alice"}'), "command")
+    assert proof.body == b'{"id": "k1", "sender": "alice"}' and not proof.signed
+    # A declared sender is a label: the caller is the one anonymous identity, with the channel's tools.
+    assert proof.caller() == ANONYMOUS and proof.profile == "" and proof.roles == {"observe", "operate"}
 
 
 def test_a_signed_command_is_proven_and_its_caller_is_the_key_whatever_it_declares():
     keys = Keys(MqttConfig(), command_secret="c" * 32)
     proof = keys.prove(message(envelope(b"c" * 32, TOPIC, BODY)), "command")
     assert proof.signed and json.loads(proof.body)["id"] == "k1"
-    assert proof.caller("alice") == "mqtt:key:command"
+    assert proof.caller() == "mqtt:command"
     with pytest.raises(WireError) as refused:
         keys.prove(message(envelope(b"x" * 32, TOPIC, BODY)), "command")
     assert refused.value.code == "bad_signature"
 
 
-def test_the_admin_topics_take_the_admin_key_only_when_there_is_one():
+def test_the_admin_topics_take_the_admin_key_only():
     keys = Keys(MqttConfig(), command_secret="c" * 32, admin_secret="a" * 32)
     topic = "edgeclaw/dev/admin/tools"
-    assert keys.prove(message(envelope(b"a" * 32, topic, BODY), topic), "admin").caller() == "mqtt:key:admin"
+    assert keys.prove(message(envelope(b"a" * 32, topic, BODY), topic), "admin").caller() == "mqtt:admin"
     with pytest.raises(WireError) as refused:
         keys.prove(message(envelope(b"c" * 32, topic, BODY), topic), "admin")
     assert refused.value.message.startswith("admin commands must be signed with the admin key")
-    # Without an admin key, the command key serves the admin topics too.
-    fallback = Keys(MqttConfig(), command_secret="c" * 32)
-    assert fallback.key_for("admin") is fallback.command
+    # Without an admin key, the command key never serves the admin topics: they are off.
+    no_admin = Keys(MqttConfig(), command_secret="c" * 32)
+    assert no_admin.admin is None and not no_admin.admin_enabled()
+    with pytest.raises(WireError) as refused:
+        no_admin.prove(message(envelope(b"c" * 32, topic, BODY), topic), "admin")
+    assert refused.value.code == "bad_signature"
 
 
 def test_an_approval_signed_with_the_command_key_is_refused_saying_so():
@@ -57,7 +60,7 @@ def test_an_approval_signed_with_the_command_key_is_refused_saying_so():
     topic = "edgeclaw/dev/approval/response"
     decision = {"id": "a1", "decision": "deny"}
     proof = keys.prove(message(envelope(b"p" * 32, topic, decision), topic), "approver")
-    assert proof.caller() == "mqtt:key:approver"
+    assert proof.caller() == "mqtt:approver"
     with pytest.raises(WireError) as refused:
         keys.prove(message(envelope(b"c" * 32, topic, decision), topic), "approver")
     assert refused.value.request_id == "a1" and "signed with the command key" in refused.value.message

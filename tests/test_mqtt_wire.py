@@ -247,7 +247,7 @@ def test_envelope_stamps_a_time_and_keys_have_names():
     assert isinstance(inner["ts"], float)
     assert json.loads(json.loads(envelope(SECRET, TOPIC, {"id": "1", "ts": 5}))["signed"])["ts"] == 5
     assert "ts" not in json.loads(json.loads(envelope(SECRET, TOPIC, {"id": "1"}, stamp=False))["signed"])
-    assert Verifier("x", "backend-1").identity == "mqtt:key:backend-1"
+    assert Verifier("x", "backend-1").identity == "mqtt:backend-1"
     assert Verifier("x").same_secret(Verifier("x", "other")) and not Verifier("x").same_secret(Verifier("y"))
 
 

@@ -211,7 +211,7 @@ def test_the_bench_reads_the_greenhouse_tmp102_through_nodes(devices, broker: Mo
     assert out["for_llm"].startswith(f"[{GREENHOUSE}]")
     # The greenhouse ran it as the MQTT caller the bench signed as, under its own policy.
     i2c = next(e for e in events if e.get("tool") == "i2c")
-    assert i2c["caller"] == "mqtt:key:fleet" and i2c["channel"] == "mqtt" and i2c["ok"] is True
+    assert i2c["caller"] == "mqtt:fleet" and i2c["channel"] == "mqtt" and i2c["ok"] is True
 
 
 def test_the_bench_agent_reads_the_greenhouse_sensor_when_asked(devices, broker: Mosquitto, llm):

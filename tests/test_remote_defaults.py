@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from edgeclaw.net.signing import envelope
 from tests.mqtt_support import Caller, Mosquitto, needs_mosquitto
 
 pytestmark = needs_mosquitto
@@ -63,16 +64,21 @@ def daemon(tmp_path: Path, env: dict[str, str], port: int, extra: str = "") -> I
 
 
 class Backend:
-    def __init__(self, caller: Caller, name: str) -> None:
+    def __init__(self, caller: Caller, name: str, secret: str = "") -> None:
         self.caller = caller
         self.name = name
+        self.secret = secret  # its own key ([callers.NAME]); "" = unsigned (mqtt:anonymous)
         self.seq = 0
 
     async def send(self, tool: str, args: dict[str, Any]) -> str:
         self.seq += 1
         request_id = f"{self.name}-{self.seq}"
-        payload = {"id": request_id, "tool": tool, "args": args, "sender": self.name}
-        await self.caller.publish(f"{BASE}/tool/call", payload, response_topic=f"answers/{self.name}")
+        request = {"id": request_id, "tool": tool, "args": args, "sender": self.name}
+        topic, answers = f"{BASE}/tool/call", f"answers/{self.name}"
+        payload: Any = request
+        if self.secret:
+            payload = envelope(self.secret.encode(), topic, request, response_topic=answers, key=self.name)
+        await self.caller.publish(topic, payload, response_topic=answers)
         return request_id
 
     async def call(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -128,13 +134,22 @@ async def test_one_config_line_widens_what_mqtt_callers_may_use(tmp_path, state_
             assert (workspace / "set.txt").read_text() == "21.0"
 
 
+# Two backends, each with its own key: two identities, two buckets.
+KEYS = {"EC_KEY_FLOODER": "flooder-key-1a2b3c", "EC_KEY_POLLER": "poller-key-4d5e6f"}
+CALLERS = "".join(
+    f'[callers.{name}]\nsecret_env = "EC_KEY_{name.upper()}"\nroles = ["operate"]\n'
+    for name in ("flooder", "poller")
+)
+
+
 async def test_a_flood_from_one_backend_is_stopped_after_its_burst_and_others_carry_on(
     tmp_path, state_env, broker
 ):
-    with daemon(tmp_path, state_env, broker.port):
+    with daemon(tmp_path, {**state_env, **KEYS}, broker.port, CALLERS):
         async with Caller(broker.port, ["answers/#", f"{BASE}/status"]) as c:
             await online(c)
-            flooder, poller = Backend(c, "flooder"), Backend(c, "poller")
+            flooder = Backend(c, "flooder", KEYS["EC_KEY_FLOODER"])
+            poller = Backend(c, "poller", KEYS["EC_KEY_POLLER"])
             started = time.monotonic()
             ids = [await flooder.send("i2c", I2C_READ) for _ in range(200)]
             answers = await flooder.answers(ids, within=60)
@@ -144,7 +159,7 @@ async def test_a_flood_from_one_backend_is_stopped_after_its_burst_and_others_ca
             # 60 at once, plus what the bucket refilled (one every 2 s) while the flood was arriving.
             assert 60 <= ok <= 60 + int(elapsed / 2) + 1, (ok, elapsed)
             assert len(limited) == 200 - ok
-            assert "caller 'mqtt:sender:flooder' may make 60 tool calls at once" in limited[-1]["error"]
+            assert "caller 'mqtt:flooder' may make 60 tool calls at once" in limited[-1]["error"]
             # The flood costs the flooder seconds, and the other backend nothing.
             assert (await poller.call("i2c", I2C_READ))["ok"] is True
             await asyncio.sleep(2.2)

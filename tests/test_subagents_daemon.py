@@ -318,7 +318,7 @@ async def test_message_to_an_mqtt_target_reaches_a_subscriber(tmp_path, llm):
         messages = [p for t, p in seen if t == "edgeclaw/dev1/message/alerts/greenhouse"]
         assert len(messages) == 1
         assert messages[0]["text"] == "Fan 2 stopped" and messages[0]["priority"] == 1
-        assert messages[0]["from"] == "agent main, session mqtt:ops"
+        assert messages[0]["from"] == "agent main, session mqtt:anonymous:ops"
     finally:
         watcher.cancel()
         proc.send_signal(signal.SIGTERM)
@@ -360,7 +360,9 @@ async def test_killed_with_a_child_running_the_parent_is_told_interrupted_after_
         told_yet = lambda: any(p.get("text", "").startswith("Told:") for _, p in seen)  # noqa: E731
         await _until(told_yet, "the notice", within_s=30)
         told = next(p for _, p in seen if p.get("text", "").startswith("Told:"))
-        assert told["text"] == "Told: subagent 1 (adc): interrupted" and told["session"] == "mqtt:ops"
+        assert (
+            told["text"] == "Told: subagent 1 (adc): interrupted" and told["session"] == "mqtt:anonymous:ops"
+        )
         notice = last_user(llm.requests[-1])
         assert "the daemon stopped while this subagent ran" in notice
     finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from edgeclaw.config.callers import caller_problems
 from edgeclaw.config.check_tables import (
     KNOWN_CHANNELS,
     PROVIDER_RANGES,
@@ -339,6 +340,7 @@ _SECTION_CHECKS: tuple[Callable[[Config], list[tuple[str, str]]], ...] = (
     mcp_problems,
     nodes_problems,
     web_problems,
+    caller_problems,
 )
 # The checks that report through `fail`, in the order their problems are reported.
 _CHECKS: tuple[Callable[[Config, Fail], None], ...] = (

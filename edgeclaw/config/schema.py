@@ -381,17 +381,17 @@ class MqttConfig:
     dedup_window_s: float = 600.0  # a repeated request id within this window is answered, not run again
     hmac_secret_env: str = ""  # shared secret for signed commands: an environment variable ...
     hmac_secret_file: str = ""  # ... or a file (never inline)
-    hmac_key_name: str = "command"  # callers signing with it are "mqtt:key:NAME"
+    hmac_key_name: str = "command"  # callers signing with it are "mqtt:NAME" (role operate)
     hmac_max_age_s: float = 300.0  # signed messages carry a "ts" at most this far from the device's clock
     # The approver key: approval/response must be signed with it. Unset = no MQTT approvals (denied).
     approver_secret_env: str = ""
     approver_secret_file: str = ""
-    approver_key_name: str = "approver"  # decisions are on record as by "mqtt:key:NAME"
-    # The admin key: when set, the admin topics (admin/tools, admin/cron, admin/gateway) take commands
-    # signed with it only (the command key is refused there). Unset = the command key signs them too.
+    approver_key_name: str = "approver"  # decisions are on record as by "mqtt:NAME"
+    # The admin key: the admin topics (admin/tools, admin/cron, admin/gateway) take commands signed by
+    # a caller with the admin role only (this key, or a [callers.NAME]). None: the admin topics are off.
     admin_secret_env: str = ""
     admin_secret_file: str = ""
-    admin_key_name: str = "admin"  # admin callers are "mqtt:key:NAME"
+    admin_key_name: str = "admin"  # admin callers are "mqtt:NAME"
     events: bool = True  # one audit event per tool call on {prefix}/{dev}/events
     discovery: bool = True  # Home Assistant device discovery
     discovery_prefix: str = "homeassistant"
@@ -400,10 +400,24 @@ class MqttConfig:
     homeassistant_entities: bool = True
     homeassistant_poll_s: float = 1.0
     homeassistant_restart_button: bool = False  # a restart button (runs `gateway`, which policy must admit)
-    admin_unsigned: bool = False  # accept admin/tools without a signature when no HMAC secret is set
+    admin_unsigned: bool = False  # lab opt-in: accept unsigned admin commands (as mqtt:anonymous)
     # Fleet commands: {prefix}/_all/tool/call always, {prefix}/_group/GROUP/tool/call for each group.
     groups: list[str] = field(default_factory=list)
     broadcast_admin: bool = False  # admin commands (admin/*) by broadcast or group; off = refused
+
+
+CallerRole = Literal["observe", "operate", "approve", "admin"]
+
+
+@dataclass(repr=False, eq=False)
+class CallerConfig:
+    """[callers.NAME]: one MQTT caller with its own HMAC key; its identity is "mqtt:NAME"
+    (docs/security.md). The checks across keys are in config.callers."""
+
+    secret_env: str = ""  # its HMAC-SHA256 secret: an environment variable ...
+    secret_file: str = ""  # ... or a file (never inline)
+    roles: list[CallerRole] = field(default_factory=list)  # observe, operate, approve, admin
+    profile: str = ""  # the tools profile its calls stay within; empty = the channel's
 
 
 @dataclass(repr=False, eq=False)
@@ -683,5 +697,6 @@ class Config:
     mcp: McpConfig = field(default_factory=McpConfig)
     sparkplug: SparkplugConfig = field(default_factory=SparkplugConfig)
     fleet_page: FleetPageConfig = field(default_factory=FleetPageConfig)
+    callers: dict[str, CallerConfig] = field(default_factory=dict)  # MQTT callers by name
     # Where it came from, for messages; not a TOML key.
     _source: str = "<defaults>"

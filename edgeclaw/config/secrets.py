@@ -85,6 +85,8 @@ def _secret_places(config: Config) -> Iterator[tuple[str, object, str, str]]:
         yield f"providers.{name}", p, f"providers.{name}", "api_key"
     for what, name in MQTT_SECRETS:
         yield what, config.mqtt, "mqtt", name
+    for name, caller in config.callers.items():  # [callers.NAME]: each its own HMAC key
+        yield f"callers.{name}", caller, f"callers.{name}", "secret"
     for service, names in NOTIFY_SECRETS:
         table = getattr(config.notify, service)
         for name in names if table is not None else ():

@@ -96,13 +96,7 @@ def mqtt_service(runtime: Runtime) -> MqttChannel:
         db=runtime.db,
         agent_factory=agent_source(runtime),
         password=runtime.secrets.get("mqtt", ""),
-        keys=Keys(
-            runtime.config.mqtt,
-            command_secret=runtime.secrets.get("mqtt.hmac", ""),
-            approver_secret=runtime.secrets.get("mqtt.approver", ""),
-            admin_secret=runtime.secrets.get("mqtt.admin", ""),
-            source=runtime.config._source,
-        ),
+        keys=Keys.from_config(runtime.config, runtime.secrets),  # [callers] and the legacy keys
         audit=runtime.audit,
         outlets=runtime.outlets,
         source=runtime.config._source,

@@ -10,6 +10,9 @@ the devices' `status`, `health`, `events` and `approval/request` into the
   signed with the command key the server holds (unsigned without one);
 - an approval decision goes to `approval/response`, signed with the approver
   key (refused here, before anything is published, without one);
+- each signature names its key (the `key` user property beside `hmac`): the page
+  is the caller of that name on the devices, `mqtt:NAME` (docs/security.md), so
+  its calls and decisions are its own, never another caller's;
 - a broadcast goes to `{prefix}/_all/tool/call` or `_group/{group}/tool/call`
   with the Response Topic `reply/fleetpage/{server}/broadcast`, and collects
   every device's answer until all online devices (of the group) have answered
@@ -38,7 +41,7 @@ from paho.mqtt.properties import Properties
 
 from edgeclaw.fleetpage.window import FleetWindow, Update
 from edgeclaw.net.mqtt_connection import Connection, ConnectionSettings, PublishFailed
-from edgeclaw.net.signing import USER_PROPERTY, mac
+from edgeclaw.net.signing import KEY_PROPERTY, USER_PROPERTY, mac
 
 log = logging.getLogger("edgeclaw.fleetpage")
 
@@ -71,6 +74,8 @@ class FleetBroker:
         *,
         command_secret: str = "",
         approver_secret: str = "",
+        command_key_name: str = "",
+        approver_key_name: str = "",
         on_update: Callable[[list[Update]], None] = lambda updates: None,
         server_id: str = "",
     ) -> None:
@@ -79,6 +84,8 @@ class FleetBroker:
         self.server_id = server_id or secrets.token_hex(6)
         self._command_key = command_secret.encode("utf-8")
         self._approver_key = approver_secret.encode("utf-8")
+        # The caller names its keys have on the devices ("" = unnamed: the devices' legacy key).
+        self._key_names = {self._command_key: command_key_name, self._approver_key: approver_key_name}
         self.on_update = on_update
         self.reply_filter = f"{REPLY_ROOT}/+/fleetpage/{self.server_id}"
         self.broadcast_reply = f"{REPLY_ROOT}/fleetpage/{self.server_id}/broadcast"
@@ -203,6 +210,8 @@ class FleetBroker:
         props.MessageExpiryInterval = max(1, int(wait_s))  # nobody waits for it after that
         if key:
             props.UserProperty = (USER_PROPERTY, mac(key, topic, body, reply, correlation))
+            if self._key_names.get(key):
+                props.UserProperty = (KEY_PROPERTY, self._key_names[key])
         self._waiting[correlation] = waiting
         try:
             try:

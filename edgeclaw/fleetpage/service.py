@@ -162,6 +162,8 @@ async def serve(config: Config, *, broker: str | None = None, listen: str | None
         window,
         command_secret=_secret(refs.get("mqtt.hmac"), config._source),
         approver_secret=_secret(refs.get("mqtt.approver"), config._source),
+        command_key_name=config.mqtt.hmac_key_name,  # the caller the page is on the devices
+        approver_key_name=config.mqtt.approver_key_name,
         on_update=lambda updates: page.publish(updates) if page is not None else None,
     )
     tools = await asyncio.to_thread(tool_catalog)

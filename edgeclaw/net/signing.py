@@ -21,6 +21,11 @@ so the fields cannot be shifted into one another. Two ways to carry the MAC:
 * any protocol: an envelope ``{"signed": "<the request JSON as a string>",
   "hmac": "<hex digest, with that string as the payload>"}``.
 
+The signature names its key: a user property ``key`` = the caller's name beside ``hmac``, or a
+``"key"`` member of the envelope. The name only says which caller's secret to check the MAC
+against (a wrong name simply fails); it is not part of the MAC input. Without a name, the device
+checks the one legacy key the topic takes (docs/security.md).
+
 Signed requests also carry `ts` (Unix seconds); see protocol.check_fresh for
 why that and the request ledger together stop every replay.
 """
@@ -36,6 +41,7 @@ from typing import Any
 from edgeclaw.net.wire import WireError, load_json
 
 USER_PROPERTY = "hmac"
+KEY_PROPERTY = "key"  # the name of the key that signed, beside `hmac` (MQTT 5)
 
 
 def signed_input(
@@ -66,11 +72,13 @@ def envelope(
     response_topic: str | None = None,
     correlation: bytes | None = None,
     stamp: bool = True,
+    key: str | None = None,
 ) -> bytes:
     """Wrap a request in a signed envelope (for MQTT 3.1.1 callers, tests and tools).
 
     With `stamp`, a dict request without a `ts` gets the current time, as signed requests need.
     Pass the Response Topic and Correlation Data the message will be published with (MQTT 5).
+    `key` names the caller whose secret signs it (the envelope's "key" member).
     """
     if isinstance(request, dict):
         if stamp and "ts" not in request:
@@ -79,7 +87,44 @@ def envelope(
     else:
         text = request
     digest = mac(secret, topic, text.encode("utf-8"), response_topic, correlation)
-    return json.dumps({"signed": text, "hmac": digest}).encode("utf-8")
+    outer = {"signed": text, "hmac": digest}
+    if key is not None:
+        outer["key"] = key
+    return json.dumps(outer).encode("utf-8")
+
+
+def signed_envelope(payload: bytes) -> dict[str, Any] | None:
+    """The payload as a signed envelope ({"signed", "hmac"} and maybe "key"), or None when it has
+    another shape (then it is not an envelope at all, rather than a bad one)."""
+    if not payload.lstrip().startswith(b"{"):
+        return None
+    try:
+        outer = load_json(payload, "signed envelope")
+    except WireError:
+        return None
+    if isinstance(outer, dict) and set(outer) in ({"signed", "hmac"}, {"signed", "hmac", "key"}):
+        return outer
+    return None
+
+
+def signing_key_name(payload: bytes, user_properties: list[tuple[str, str]] | None) -> str | None:
+    """The key a message says signed it: the `key` user property, else an envelope's "key" member;
+    None when it names none. Only a name to look up: the MAC decides whether it is true."""
+    for name, value in user_properties or ():
+        if name == KEY_PROPERTY:
+            return value
+    outer = signed_envelope(payload)
+    if outer is None or "key" not in outer:
+        return None
+    return outer["key"] if isinstance(outer["key"], str) else ""
+
+
+def carries_signature(payload: bytes, user_properties: list[tuple[str, str]] | None) -> bool:
+    """Whether the message is signed at all (right or wrong): an `hmac` user property, or the shape
+    of a signed envelope."""
+    if any(name == USER_PROPERTY for name, _ in user_properties or ()):
+        return True
+    return signed_envelope(payload) is not None
 
 
 class Verifier:
@@ -93,7 +138,7 @@ class Verifier:
 
     @property
     def identity(self) -> str:
-        return f"mqtt:key:{self.name}"
+        return f"mqtt:{self.name}"
 
     def same_secret(self, other: Verifier) -> bool:
         return hmac.compare_digest(self._secret, other._secret)
@@ -133,23 +178,19 @@ class Verifier:
                     "the hmac user property does not match the topic, Response Topic, Correlation Data "
                     "and payload",
                 )
-        if payload.lstrip().startswith(b"{"):
-            try:
-                outer = load_json(payload, "signed envelope")
-            except WireError:
-                outer = None
-            if isinstance(outer, dict) and set(outer) == {"signed", "hmac"}:
-                signed, digest = outer["signed"], outer["hmac"]
-                if isinstance(signed, str) and isinstance(digest, str):
-                    body = signed.encode("utf-8", "surrogatepass")
-                    if self._check(topic, body, digest, response_topic, correlation):
-                        return body
-                raise WireError(
-                    "bad_signature",
-                    "the envelope's hmac does not match its signed payload (with the topic, Response "
-                    "Topic and Correlation Data)",
-                )
-        return None
+        outer = signed_envelope(payload)
+        if outer is None:
+            return None
+        signed, digest = outer["signed"], outer["hmac"]
+        if isinstance(signed, str) and isinstance(digest, str):
+            body = signed.encode("utf-8", "surrogatepass")
+            if self._check(topic, body, digest, response_topic, correlation):
+                return body
+        raise WireError(
+            "bad_signature",
+            "the envelope's hmac does not match its signed payload (with the topic, Response "
+            "Topic and Correlation Data)",
+        )
 
     def _check(
         self,

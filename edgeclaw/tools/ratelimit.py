@@ -5,11 +5,11 @@ registry before it reaches a bus or a shell. Calls refused before this step
 (unknown tool, bad arguments, policy) do not count, since nothing ran; dry
 runs are refused when a bucket is empty but take nothing from it.
 
-Who is limited: the caller's identity as the channel knows it (console port,
-MQTT signing key or declared sender, CLI user; `ToolContext.identity`), never
-the session name, which a caller chooses freely. Declared sender names can be
-invented too, so every caller of a channel also draws from that channel's
-shared bucket: inventing names cannot multiply the channel's limit.
+Who is limited: the caller's identity as the channel can prove it (console port,
+MQTT caller key, CLI user; `ToolContext.identity`), never the session name or a
+declared MQTT `sender`, which a caller chooses freely (every unsigned MQTT caller
+is the one identity mqtt:anonymous). Every caller of a channel also draws from
+that channel's shared bucket: many identities cannot multiply its limit.
 
 Why buckets rather than a window: a bucket holds `burst` calls and refills at
 `per_minute`, so a steady poller never notices it, a flood is stopped after

@@ -29,7 +29,8 @@ from edgeclaw.tools.registry import Registry
 log = logging.getLogger("edgeclaw.mqtt")
 
 # Calls over admin/cron and admin/gateway run as this channel: its policy is [tools.channels.mqtt-admin]
-# (no built-in restriction: the admin topics take signed commands only, unless mqtt.admin_unsigned).
+# (no built-in restriction: the admin topics take callers with the admin role only, unless
+# mqtt.admin_unsigned; channels.mqtt.keys).
 ADMIN_CHANNEL = "mqtt-admin"
 
 
@@ -65,7 +66,7 @@ class AdminTopics:
 
     async def _call(self, call: AdminCall, route: Route, caller: str) -> bytes:
         """`admin/cron`, `admin/gateway`: the tool through the registry, as the admin channel. Jobs
-        made here belong to the signing key's identity on that channel."""
+        made here belong to the admin caller's identity ("mqtt:NAME") on that channel."""
         ctx = ToolContext(
             channel=ADMIN_CHANNEL,
             chat_id=route.topic,

@@ -181,7 +181,9 @@ class MqttChannel:
         )
         self.requests = RequestServer(
             config,
-            reader=RequestReader(config, self.topics, self.fleet, self.keys, device_id),
+            reader=RequestReader(
+                config, self.topics, self.fleet, self.keys, device_id, registry.policy.profile_members
+            ),
             ledger=self.ledger,
             sender=self.sender,
             run=work.run,

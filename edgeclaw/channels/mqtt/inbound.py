@@ -99,16 +99,30 @@ class Cancellable:
 Asked = ToolCallRequest | ChatRequest | CancelRequest | AdminRequest | AdminCall
 
 
+def session_key(caller: str, session: str) -> str:
+    """A caller's session: its identity and the name it gave ("mqtt:backend-1:s1"). Another caller
+    naming the same session gets its own: sessions never cross identities."""
+    return f"{caller}:{session}"
+
+
+def shown_session(caller: str, key: str) -> str:
+    """The session as answers name it: "mqtt:" and the name the caller gave, without its identity."""
+    own = f"{caller}:"
+    return "mqtt:" + key[len(own) :] if key.startswith(own) else key
+
+
 @dataclass(frozen=True, slots=True)
 class Command:
     """A request understood: what it asks (`asked`), who asks, and where its answer goes."""
 
     asked: Asked
     route: Route
-    caller: str
+    caller: str  # the proven identity (channels.mqtt.keys): "mqtt:NAME" or "mqtt:anonymous"
     # chat/in: the agent's view of it, and the signed bytes (they name a signed chat without an id).
     message: InboundMessage | None = None
     signed_body: bytes | None = None
+    roles: frozenset[str] = frozenset()  # what the caller may do (docs/security.md); none = nothing
+    profile: str = ""  # the tools profile the caller's calls stay within; "" = the channel's
 
     @property
     def kind(self) -> Literal["tool", "chat", "admin"]:
@@ -127,7 +141,7 @@ class Command:
             return asked.tool
         if isinstance(asked, ChatRequest):
             assert self.message is not None
-            return self.message.session_key
+            return shown_session(self.caller, self.message.session_key)
         if isinstance(asked, CancelRequest):
             return asked.target
         return asked.action
@@ -136,11 +150,13 @@ class Command:
         """How the request ledger recognises a repeat of it (None: nothing to recognise it by)."""
         asked = self.asked
         if isinstance(asked, ToolCallRequest):
-            return request_key("tool", asked.id, [asked.tool, asked.args, asked.session])
+            # The caller is part of what a request is: another caller sending the same id and
+            # content is another request, never answered with the first one's stored result.
+            return request_key("tool", asked.id, [asked.tool, asked.args, asked.session, self.caller])
         if isinstance(asked, AdminRequest):
-            return request_key("admin", asked.id, [asked.action, asked.definition, asked.name])
+            return request_key("admin", asked.id, [asked.action, asked.definition, asked.name, self.caller])
         if isinstance(asked, AdminCall):
-            return request_key("admin", asked.id, [asked.tool, asked.args])
+            return request_key("admin", asked.id, [asked.tool, asked.args, self.caller])
         assert isinstance(asked, ChatRequest)
         ledger_id = asked.id
         if ledger_id is None and self.signed_body is not None:
@@ -148,7 +164,7 @@ class Command:
             ledger_id = "signed:" + hashlib.sha256(self.signed_body).hexdigest()[:32]
         if ledger_id is None:
             return None
-        return request_key("chat", ledger_id, [asked.text, asked.session, asked.sender])
+        return request_key("chat", ledger_id, [asked.text, asked.session, asked.sender, self.caller])
 
     def error(self, code: str, text: str) -> bytes:
         """Its error answer: past parsing the request is understood, so the answer names it fully."""

@@ -7,9 +7,11 @@ and returns the `Command` it asks for, or raises the `WireError` it is refused w
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from edgeclaw.agent.channel import InboundMessage
-from edgeclaw.channels.mqtt.inbound import CHANNEL, Command, CommandKind, Incoming
-from edgeclaw.channels.mqtt.keys import Keys
+from edgeclaw.channels.mqtt.inbound import CHANNEL, Command, CommandKind, Incoming, session_key
+from edgeclaw.channels.mqtt.keys import HOW_TO_ADMIN, Keys, forbidden
 from edgeclaw.channels.mqtt.protocol import (
     ChatRequest,
     Route,
@@ -34,10 +36,18 @@ class RequestReader:
     """The command topics of one device (its own, the fleet's and its groups') and how each is read."""
 
     def __init__(
-        self, config: MqttConfig, topics: DeviceTopics, fleet: FleetTopics, keys: Keys, device_id: str
+        self,
+        config: MqttConfig,
+        topics: DeviceTopics,
+        fleet: FleetTopics,
+        keys: Keys,
+        device_id: str,
+        profile_members: Callable[[str], frozenset[str]] = lambda profile: frozenset(),
     ) -> None:
         self.config = config
         self.keys = keys
+        # The registry policy's: the tools a profile names (a caller's `profile`).
+        self.profile_members = profile_members
         self.device_id = device_id
         t = topics
         self._kinds: dict[str, CommandKind] = {
@@ -91,31 +101,41 @@ class RequestReader:
         return Route(msg.response_topic, msg.correlation, device)
 
     def read(self, msg: Incoming, kind: CommandKind, route: Route, route_problem: str | None) -> Command:
-        """Check, authenticate and parse a command; WireError for whatever refuses it."""
+        """Check, authenticate and parse a command; WireError for whatever refuses it. Its caller is
+        the proven identity (channels.mqtt.keys), never the `sender` it declares."""
         self._check(msg, kind, route_problem)
         proof = self.keys.prove(msg, "admin" if kind == "admin" else "command")
         body = proof.body
+        caller = proof.caller()
         if kind == "chat":
             chat = parse_chat(body)
             if proof.signed:
                 # Plain text carries no `ts`: signed chat must be JSON.
                 stamped = parse_json_object(body, "chat/in") if body.lstrip().startswith(b"{") else {}
                 check_fresh(stamped, self.config.hmac_max_age_s)
-            message = self._chat_message(chat, route, msg, proof.caller(chat.sender))
-            return Command(chat, route, message.caller, message, body if proof.signed else None)
+            if "operate" not in proof.roles:
+                raise forbidden(caller, "operate", "chat", chat.id)
+            message = self._chat_message(chat, route, msg, caller, self._ceiling(proof.profile))
+            return Command(
+                chat, route, caller, message, body if proof.signed else None, proof.roles, proof.profile
+            )
         obj = parse_json_object(body, WHAT[kind])
         if proof.signed:
             check_fresh(obj, self.config.hmac_max_age_s)
         if kind == "tool":
-            call = parse_tool_call(obj)
-            return Command(call, route, proof.caller(call.sender))
+            # Whether an observer's call only observes is the server's question (it knows the tools).
+            return Command(parse_tool_call(obj), route, caller, roles=proof.roles, profile=proof.profile)
         if kind == "cancel":
             cancel = parse_cancel(obj)
-            return Command(cancel, route, proof.caller(cancel.sender))
-        sender = obj.get("sender") if isinstance(obj.get("sender"), str) else ""
-        if msg.topic in self._admin_calls:
-            return Command(parse_admin_call(obj, self._admin_calls[msg.topic]), route, proof.caller(sender))
-        return Command(parse_admin(obj), route, proof.caller(sender))
+            if not proof.roles & {"observe", "operate"}:
+                raise forbidden(caller, "operate", "tool/cancel", cancel.id)
+            return Command(cancel, route, caller, roles=proof.roles, profile=proof.profile)
+        asked = (
+            parse_admin_call(obj, self._admin_calls[msg.topic])
+            if msg.topic in self._admin_calls
+            else parse_admin(obj)
+        )
+        return Command(asked, route, caller, roles=proof.roles, profile=proof.profile)
 
     def _check(self, msg: Incoming, kind: CommandKind, route_problem: str | None) -> None:
         """The refusals that need no parsing: named by the id the payload seems to carry."""
@@ -134,13 +154,9 @@ class RequestReader:
                 "admin commands are not taken by broadcast or group here: send them to the device's own "
                 "admin topics (or set mqtt.broadcast_admin = true)",
             )
-        elif kind == "admin" and self.keys.key_for("admin") is None and not self.config.admin_unsigned:
-            problem = (
-                "admin_disabled",
-                "the admin topics need signed commands: set mqtt.admin_secret_env or "
-                "mqtt.admin_secret_file (or the command key; or mqtt.admin_unsigned = true where the "
-                "broker's ACLs protect these topics)",
-            )
+        elif kind == "admin" and not self.keys.admin_enabled():
+            # No caller may administer: the admin topics are off. Never the command key instead.
+            problem = ("admin_disabled", f"the admin topics are off on this device: {HOW_TO_ADMIN}")
         elif len(msg.payload) > self.config.max_payload_bytes:
             problem = (
                 "too_large",
@@ -149,19 +165,27 @@ class RequestReader:
         if problem is not None:
             raise WireError(*problem, peek_id(msg.payload))
 
+    def _ceiling(self, profile: str) -> frozenset[str] | None:
+        """The tools a caller's profile admits (None: no profile of its own, the channel's rules)."""
+        return self.profile_members(profile) if profile else None
+
     @staticmethod
-    def _chat_message(chat: ChatRequest, route: Route, msg: Incoming, caller: str) -> InboundMessage:
-        """The agent's view of a chat request. Its session is the payload's `session`, else the
-        sender, else the topic the answer goes to (the Response Topic, else chat/in)."""
+    def _chat_message(
+        chat: ChatRequest, route: Route, msg: Incoming, caller: str, ceiling: frozenset[str] | None
+    ) -> InboundMessage:
+        """The agent's view of a chat request. Its session belongs to the caller (`session_key`):
+        the payload's `session`, else the topic the answer goes to (the Response Topic, else
+        chat/in); never the declared `sender`, a label that anyone may claim."""
         conversation = route.topic if route.topic == msg.response_topic else msg.topic
         return InboundMessage(
             channel=CHANNEL,
             text=chat.text,
-            chat_id=chat.sender or conversation,
+            chat_id=conversation,
             sender=chat.sender,
-            session=f"mqtt:{chat.session}" if chat.session else "",
+            session=session_key(caller, chat.session or conversation),
             peer_kind="direct",
             caller=caller,
             request_id=chat.id or "",
             meta={"route": route, "id": chat.id},
+            tool_ceiling=ceiling,
         )

@@ -9,8 +9,9 @@ The path of a request (`tool/call`, `chat/in`, an admin topic):
   → `_conclude`: the answer stored with the ledger's record of it, then published, to the MQTT 5
   Response Topic with its Correlation Data, else to `tool/result` / `chat/out`.
 
-A `tool/cancel` stops a call of the same caller only; it goes around the ledger and admission, so
-it gets through when the device is busy.
+Every request is its proven caller's (channels.mqtt.keys): a caller without the role a request
+needs is answered `forbidden`. A `tool/cancel` stops a call of the same caller only; it goes around
+the ledger and admission, so it gets through when the device is busy.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from edgeclaw.channels.mqtt.inbound import (
     error_for,
     refusal,
 )
+from edgeclaw.channels.mqtt.keys import forbidden
 from edgeclaw.channels.mqtt.outbox import Kind
 from edgeclaw.channels.mqtt.protocol import (
     AdminCall,
@@ -159,6 +161,12 @@ class RequestServer:
             observes = self._only_observes(asked.tool, asked.args)
         key = command.ledger_key() if self.ledger.enabled else None
         error = command.error
+        missing = self._missing_role(command, observes)
+        if missing is not None:
+            self.counters["rejected"] += 1
+            role, what = missing
+            self.answer(route, error("forbidden", forbidden(command.caller, role, what).message))
+            return
         if self.closing:
             self.answer(route, error("stopping", "the daemon is shutting down; try again shortly"))
             return
@@ -198,6 +206,19 @@ class RequestServer:
         if cancel is not None:
             self._cancellable.setdefault(cancel[0], []).append(cancel[1])
         self.tasks.spawn(self._serve(key, command, cancel))
+
+    @staticmethod
+    def _missing_role(command: Command, observes: bool) -> tuple[str, str] | None:
+        """The role the caller lacks for a tool call, and what needs it; None when it has it: `operate`,
+        or `observe` for a call that only observes (which only the registry can tell, so here). The
+        other roles are checked where the request is read: chat and cancel by the reader, the admin
+        and approver roles by Keys.prove."""
+        roles, asked = command.roles, command.asked
+        if not isinstance(asked, ToolCallRequest) or "operate" in roles or ("observe" in roles and observes):
+            return None
+        if "observe" in roles:
+            return ("operate", f"tool {asked.tool!r} (it does not only observe)")
+        return ("operate", "tool/call")
 
     def _answered_from_ledger(self, key: str, found: Lookup, route: Route, error: ErrorAnswer) -> bool:
         """Handle a request the ledger already knows; False when it is new (and must run)."""

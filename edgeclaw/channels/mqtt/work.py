@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgeclaw.agent.channel import InboundMessage
 from edgeclaw.channels.mqtt.admin import AdminTopics
-from edgeclaw.channels.mqtt.inbound import CHANNEL, Command
+from edgeclaw.channels.mqtt.inbound import CHANNEL, Command, session_key, shown_session
 from edgeclaw.channels.mqtt.partials import PartialPublisher
 from edgeclaw.channels.mqtt.progress import ProgressPublisher
 from edgeclaw.channels.mqtt.protocol import (
@@ -50,7 +50,7 @@ class RequestWork:
     async def run(self, command: Command) -> bytes:
         asked = command.asked
         if isinstance(asked, ToolCallRequest):
-            return await self._tool(asked, command.route, command.caller)
+            return await self._tool(asked, command)
         if isinstance(asked, ChatRequest):
             assert command.message is not None
             return await self._chat(asked, command.message)
@@ -66,13 +66,10 @@ class RequestWork:
 
         return publish
 
-    async def _tool(self, call: ToolCallRequest, route: Route, caller: str) -> bytes:
-        if call.session:
-            session_key = f"mqtt:{call.session}"
-        elif call.sender:
-            session_key = f"mqtt:{call.sender}"
-        else:
-            session_key = "mqtt:tools"
+    async def _tool(self, call: ToolCallRequest, command: Command) -> bytes:
+        """One tool call, as its proven caller: the session, rate limit, processes and memory are the
+        caller's (`sender` is only a label), within the caller's tools profile when it has one."""
+        route, caller = command.route, command.caller
         publish = self._publisher(route)
         # What a long call reports as it runs goes out before its answer (channels.mqtt.progress).
         head = {"id": call.id, "tool": call.tool}
@@ -81,10 +78,11 @@ class RequestWork:
             channel=CHANNEL,
             chat_id=route.topic,
             peer_kind="device",
-            session_key=session_key,
+            session_key=session_key(caller, call.session or "tools"),
             sender=call.sender,
             caller=caller,
             request_id=call.id,
+            tool_ceiling=self.registry.policy.profile_members(command.profile) if command.profile else None,
             progress=progress,
         )
         try:
@@ -97,11 +95,14 @@ class RequestWork:
         """One agent turn; asked for with `stream`, its text goes out as partial answers first."""
         agent = self._agent()
         if agent is None:
-            return encode(chat_error(chat.id, message.session_key, "no_agent", "chat is not available here"))
+            shown = shown_session(message.caller, message.session_key)
+            return encode(chat_error(chat.id, shown, "no_agent", "chat is not available here"))
         route: Route = message.meta["route"]
         publish = self._publisher(route)
         # The turn's tool calls report their progress on the answer's route (channels.mqtt.progress).
-        head: dict[str, Any] = {"session": message.session_key}
+        # Answers name the session as the caller does, without its identity (reader.shown_session).
+        shown = shown_session(message.caller, message.session_key)
+        head: dict[str, Any] = {"session": shown}
         if chat.id is not None:
             head["in_reply_to"] = chat.id
         progress = ProgressPublisher(publish, head, self.registry.scrubber.scrub, route.device)
@@ -111,13 +112,14 @@ class RequestWork:
                 reply = await agent.handle(message)
             finally:
                 await progress.close()  # the last progress message is out before the answer is queued
-            return encode(chat_answer(reply.text, reply.session, reply.ok, chat.id))
-        partials = PartialPublisher(publish, message.session_key, chat.id)
+            shown = shown_session(message.caller, reply.session)
+            return encode(chat_answer(reply.text, shown, reply.ok, chat.id))
+        partials = PartialPublisher(publish, shown, chat.id)
         try:
             reply = await agent.handle(dataclasses.replace(message, on_text=partials))
         finally:
             await progress.close()
             sent = await partials.close()  # the last partial is out before the final answer is queued
-        answer = chat_answer(reply.text, reply.session, reply.ok, chat.id)
+        answer = chat_answer(reply.text, shown_session(message.caller, reply.session), reply.ok, chat.id)
         answer["seq"] = sent
         return encode(answer)

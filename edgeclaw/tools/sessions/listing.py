@@ -1,8 +1,10 @@
 """`sessions_list` and `sessions_history`: the conversations this device keeps.
 
-A remote caller sees only the sessions of its own channel, and those of the
-subagents its session started; the local CLI and the serial console (a person
-at the board) see them all.
+A remote caller sees only its own sessions, and those of the subagents its
+session started; the local CLI and the serial console (a person at the board)
+see them all. "Its own": an MQTT caller's sessions are keyed on its proven
+identity ("mqtt:NAME:SESSION"), so it sees those of that identity only, never
+another caller's by naming them; other channels see their channel's sessions.
 """
 
 from __future__ import annotations
@@ -15,17 +17,26 @@ from edgeclaw.store.sessions import SessionStore
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
 
 LOCAL_CHANNELS = ("cli", "console")
+MAX_SCANNED = 2000  # a remote caller's own sessions are found among this many of its channel's newest
 
 
 # The session that started a subagent's session, or None for any other session.
 ParentOf = Callable[[str], "str | None"]
 
 
+def _own_prefix(ctx: ToolContext) -> str:
+    """What the keys of the caller's own sessions start with: its identity for an MQTT caller (its
+    sessions are "mqtt:NAME:SESSION"), else its channel."""
+    if ctx.channel == "mqtt" and ctx.caller.startswith("mqtt:"):
+        return f"{ctx.caller}:"
+    return f"{ctx.channel}:"
+
+
 def _visible(ctx: ToolContext, session_key: str, parent_of: ParentOf | None = None) -> bool:
     return (
         ctx.channel in LOCAL_CHANNELS
         or session_key == ctx.session_key
-        or session_key.startswith(f"{ctx.channel}:")
+        or session_key.startswith(_own_prefix(ctx))
         or (parent_of is not None and parent_of(session_key) == ctx.session_key)
     )
 
@@ -48,7 +59,12 @@ class SessionsListTool(Tool):
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
         channel = None if ctx.channel in LOCAL_CHANNELS else ctx.channel
-        rows = [s.as_dict() for s in self._store.list(args.get("limit", 20), channel)]
+        limit = args.get("limit", 20)
+        summaries = self._store.list(limit if channel is None else MAX_SCANNED, channel)
+        if channel is not None:
+            own = _own_prefix(ctx)
+            summaries = [s for s in summaries if s.key == ctx.session_key or s.key.startswith(own)][:limit]
+        rows = [s.as_dict() for s in summaries]
         lines = [f"{r['session']}  {r['messages']} messages  last {r['last_activity']}" for r in rows] or [
             "no sessions"
         ]

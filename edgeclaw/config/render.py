@@ -35,6 +35,7 @@ _EXAMPLE_NAMES = {
     "agents": "main",
     "servers": "time",
     "secrets": "weather",
+    "callers": "backend-1",
 }
 
 # Example values for required keys, so the sample loads once uncommented.
@@ -52,6 +53,8 @@ _EXAMPLE_VALUES = {
     ("AgentWebConfig", "ports"): [80, 443],
     ("WebSecretConfig", "env"): "WEATHER_API_KEY",
     ("McpServerConfig", "command"): "mcp-server-time",
+    ("CallerConfig", "secret_env"): "EDGECLAW_KEY_BACKEND_1",
+    ("CallerConfig", "roles"): ["operate"],
 }
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")

@@ -1,7 +1,7 @@
 """The agent's memory in the state database: documents, their chunks, a full-text index, embeddings.
 
 A *document* is a markdown text at a path (`MEMORY.md`, `memory/greenhouse_fan.md`)
-in a *scope*: one caller's own (the scope is its identity, "mqtt:sender:ops")
+in a *scope*: one caller's own (the scope is its identity, "mqtt:ops")
 or the global one (""). A caller sees its own documents first and the global
 ones after; a global document with the path of one of the caller's own is
 hidden from that caller. A document has a category (`core`, `daily`,

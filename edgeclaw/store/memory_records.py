@@ -1,7 +1,7 @@
 """The memory's tables and what is read from them: documents, their scopes, paths and categories.
 
 A *document* is a markdown text at a path (`MEMORY.md`, `memory/greenhouse_fan.md`)
-in a *scope*: one caller's own (the scope is its identity, "mqtt:sender:ops")
+in a *scope*: one caller's own (the scope is its identity, "mqtt:ops")
 or the global one (""). A document has a category (`core`, `daily`,
 `conversation`, or any other word). The store itself is `store.memory`.
 """

@@ -18,7 +18,7 @@ against the events topic.
 Log lines are ``KIND key=value ...``, values with spaces or quotes in JSON
 quotes, so they can be read by eye and split by a program:
 
-    tool_call tool=read_file outcome=refused stage=bounds caller=mqtt:key:ops channel=mqtt
+    tool_call tool=read_file outcome=refused stage=bounds caller=mqtt:ops channel=mqtt
     session=mqtt:ops duration_ms=0.41 args=4f2a9c0d1b7e3a55 error="refused by the tool's bounds
     check (ToolRefused)"
 """

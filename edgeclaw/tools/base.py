@@ -29,7 +29,7 @@ class ToolContext:
     subagent_depth: int = 0
     sender: str = ""  # who the caller says it is (MQTT "sender"): a label, not a proof
     # Who is calling, as far as the channel can know it: "console:/dev/ttyGS0", "cli:alice",
-    # "mqtt:key:ops" (a signing key), "mqtt:sender:backend-1" (declared only), "mqtt:anonymous".
+    # "mqtt:ops" (a caller that proved its key), "mqtt:anonymous" (unsigned).
     # Rate limits and ownership (background processes) are keyed on it, never on the session name,
     # which the caller chooses freely. Empty = the channel itself (see `identity`).
     caller: str = ""

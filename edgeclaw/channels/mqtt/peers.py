@@ -10,7 +10,7 @@ A call is an ordinary `tool/call` to the peer, with a fresh random id,
 `reply/{peer}/nodes/{dev}` as its MQTT 5 Response Topic and the id as its
 Correlation Data,
 signed with this device's command key (the peer's channel sees the caller as
-"mqtt:key:NAME" and applies its own policy to it). The peer answers exactly
+"mqtt:NAME" and applies its own policy to it). The peer answers exactly
 once; the answer is matched by the id it echoes. Without a command key the call
 goes unsigned (a peer that requires signatures answers `bad_signature`, which
 comes back as the call's error). Answers need a Response Topic, so calls need

@@ -14,7 +14,7 @@ before anything is published.
 
 The peer decides for itself too: the call runs under the peer's own policy
 (`[tools.channels.mqtt]` there), as the MQTT caller this device signs as
-("mqtt:key:NAME"), and a refusal there comes back as this call's error.
+("mqtt:NAME"), and a refusal there comes back as this call's error.
 """
 
 from __future__ import annotations

@@ -289,6 +289,24 @@ async def test_http_lists_tools_and_reads_the_sim_tmp102(tmp_path: Path) -> None
         assert record.session.startswith("mcp:http:")
 
 
+async def test_http_without_allowed_origins_refuses_every_browser(tmp_path: Path) -> None:
+    # No allowed_origins means no browser: any Origin header is refused; a client without one is served.
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t"}}
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "Authorization": f"Bearer {TOKEN}",
+    }
+    async with http_daemon(tmp_path) as served, httpx.AsyncClient(timeout=10) as client:
+        for origin in ("https://evil.example", "http://127.0.0.1", "null"):
+            browser = await client.post(served.url, json=init, headers={**headers, "Origin": origin})
+            assert browser.status_code == 403 and "not allowed" in browser.text, origin
+            assert "mcp-session-id" not in browser.headers
+        plain = await client.post(served.url, json=init, headers=headers)
+        assert plain.status_code == 200 and plain.headers["mcp-session-id"]
+
+
 async def test_http_refuses_a_bad_token_and_a_foreign_origin(tmp_path: Path) -> None:
     hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t"}}
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
@@ -503,6 +521,15 @@ async def test_mcp_over_mqtt_discovery_initialize_list_and_call(tmp_path: Path) 
         captured["runtime"] = runtime
         yield
 
+    # A retained initialize waits at the broker: it must not open a session when the daemon
+    # connects (nor again at every reconnect).
+    async with McpOverMqttClient(broker.port, "ghost-01") as ghost:
+        stale = Properties(PacketTypes.PUBLISH)
+        stale.UserProperty = [("MCP-COMPONENT-TYPE", "mcp-client"), ("MCP-MQTT-CLIENT-ID", "ghost-01")]
+        hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "ghost"}}
+        retained = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
+        control = "$mcp-server/bench-07/edgeclaw/bench-07"
+        await ghost.mqtt.publish(control, json.dumps(retained), qos=1, retain=True, properties=stale)
     daemon = Daemon(config_from_dict(config, "test.toml"), services=[capture, mqtt_service], environ={})
     task = asyncio.create_task(daemon.run())
     try:
@@ -555,6 +582,10 @@ async def test_mcp_over_mqtt_discovery_initialize_list_and_call(tmp_path: Path) 
             await client.mqtt.publish(rpc, json.dumps(spoofed), qos=1, properties=spoof)
             await client.request(rpc, "ping", {})  # answered; the spoofed request before it never is
             assert 990 not in client.answered
+
+            # The retained initialize was delivered at the daemon's connect and left alone.
+            identities = [s.identity for s in captured["runtime"].mcp_server.built.sessions.values()]
+            assert identities == ["mcp:mqtt:backend-7f3a"]
 
             # A tool added while the client is connected: announced on the capability topic.
             captured["runtime"].registry.register(Echo())

@@ -181,8 +181,11 @@ class McpMqttTransport:
         self, topic: str, payload: bytes, user_properties: UserProperties | None, retained: bool
     ) -> None:
         """One message on a `$mcp-` topic; never blocks (the work goes to tasks)."""
-        if retained or self._stopping:
-            return  # a retained request would run again at every connect
+        if self._stopping:
+            return
+        if retained:  # a retained request would run again at every connect
+            log.debug("MCP message on %s was retained at the broker: ignored", topic)
+            return
         properties = dict((k.lower(), v) for k, v in user_properties or [])
         if topic == self.topics.control:
             self._spawn(self._initialize(payload, properties))

@@ -579,7 +579,15 @@ async def test_mcp_over_mqtt_discovery_initialize_list_and_call(tmp_path: Path) 
                 ("MCP-MQTT-CLIENT-ID", "someone-else"),
             ]
             spoofed = {"jsonrpc": "2.0", "id": 990, "method": "tools/list", "params": {}}
+            elsewhere = f"$mcp-rpc/someone-else/{server_id}/{name}"
+            await client.mqtt.subscribe(elsewhere, options=SubscribeOptions(qos=1, noLocal=True))
             await client.mqtt.publish(rpc, json.dumps(spoofed), qos=1, properties=spoof)
+            # Refused, not silently: the sender hears why on its own RPC topic.
+            _, refusal, _ = await client.next_on("$mcp-rpc/someone-else/")
+            assert (
+                json.loads(refusal)["id"] == 990
+                and "another client" in json.loads(refusal)["error"]["message"]
+            )
             await client.request(rpc, "ping", {})  # answered; the spoofed request before it never is
             assert 990 not in client.answered
 
@@ -600,6 +608,12 @@ async def test_mcp_over_mqtt_discovery_initialize_list_and_call(tmp_path: Path) 
                 await other.mqtt.subscribe(other_rpc, options=SubscribeOptions(qos=1, noLocal=True))
                 hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "b"}}
                 await other.request(f"$mcp-server/{server_id}/{name}", "initialize", hello)
+                assert len(sessions) == 2
+                # A goodbye on the second client's presence topic from the first: its session stays.
+                goodbye_msg = {"jsonrpc": "2.0", "method": "notifications/disconnected"}
+                await client.publish(f"$mcp-client/presence/{other.client_id}", goodbye_msg)
+                await other.request(other_rpc, "ping", {})
+                await asyncio.sleep(0.2)
                 assert len(sessions) == 2
                 goodbye_msg = {"jsonrpc": "2.0", "method": "notifications/disconnected"}
                 await other.publish(f"$mcp-client/presence/{other.client_id}", goodbye_msg)

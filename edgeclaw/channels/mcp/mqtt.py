@@ -32,6 +32,10 @@ read: set the name in the config.
 Identity: `mcp:mqtt:{mcp-client-id}` is what the client says it is, not a
 proof (MCP over MQTT has no signatures): who may publish on these topics is
 the broker's ACL's to decide, and the channel's policy bounds what they get.
+A session is bound to the `{mcp-client-id}` level of its RPC topic (an ACL
+that lets each client write only its own makes that level a proof): a message
+there, or on a client's presence topic, whose `MCP-MQTT-CLIENT-ID` names
+another client is refused. Retained messages are never handled.
 """
 
 from __future__ import annotations
@@ -194,12 +198,17 @@ class McpMqttTransport:
         if client is not None:
             claimed = properties.get(CLIENT_ID_PROPERTY.lower())
             if claimed is not None and claimed != client:
-                log.warning("MCP message on %s claims to be from %r: dropped", topic, claimed[:64])
+                self._refuse_foreign(topic, claimed, payload)
                 return
             self._rpc(client, payload)
             return
         if topic.startswith("$mcp-client/presence/"):
-            self._client_presence(topic.removeprefix("$mcp-client/presence/"), payload)
+            client = topic.removeprefix("$mcp-client/presence/")
+            claimed = properties.get(CLIENT_ID_PROPERTY.lower())
+            if claimed is not None and claimed != client:  # only a client itself may end its session
+                log.warning("MCP presence on %s from %r: ignored", topic, claimed[:64])
+                return
+            self._client_presence(client, payload)
             return
         log.debug("MCP message on %s ignored", topic)
 
@@ -273,6 +282,19 @@ class McpMqttTransport:
                 self._depart(session, "the client disconnected")
                 continue
             self._spawn(self._answer(session, client, message))
+
+    def _refuse_foreign(self, topic: str, claimed: str, payload: bytes) -> None:
+        """A message on one client's RPC topic from another: never handled, its requests answered
+        with an error on the sender's own RPC topic (the session's owner is not disturbed)."""
+        log.warning("MCP message on %s claims to be from %r: refused", topic, claimed[:64])
+        if not CLIENT_ID.fullmatch(claimed):
+            return
+        with contextlib.suppress(McpError):
+            for message in _decode(payload):
+                if "method" in message and "id" in message:
+                    msg = "this RPC topic belongs to another client's session"
+                    reply = error(message.get("id"), INVALID_REQUEST, msg)
+                    self._spawn(self._send_message(self.topics.rpc(claimed), reply))
 
     async def _answer(self, session: ServedSession, client: str, message: dict[str, Any]) -> None:
         response = await session.receive(message)

@@ -332,8 +332,9 @@ def test_a_tool_call_from_the_form_returns_the_i2c_scan(browser, page, fleet):
     # Chat from the same console: without a model, the slash commands answer.
     browser.find_element(By.ID, "chat-text").send_keys("/status")
     browser.find_element(By.ID, "chat-send").click()
+    # The page's conversation is its own: the session belongs to the caller whose key the page signs with.
     text = wait(
-        browser, lambda d: t if "session mqtt:fleetpage" in (t := answer_text(d)) else None, "/status"
+        browser, lambda d: t if "session mqtt:command:fleetpage" in (t := answer_text(d)) else None, "/status"
     )
     assert "models: none configured" in text
 

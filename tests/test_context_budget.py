@@ -483,6 +483,27 @@ async def test_a_template_that_takes_tools_gets_them(llm, agent_for):
     assert "tools unavailable" not in (await loop.handle(msg("/status"))).text
 
 
+async def test_doctor_says_a_template_that_cannot_take_tools_and_the_context(llm, tmp_path):
+    """doctor asks a reachable provider's server what the agent would ask: a template that cannot
+    take tools is a warning with the fix; one that can is ok, with the context the server runs."""
+    from edgeclaw.cli.doctor import provider_findings
+
+    agents = Agents()
+    local = {"kind": "openai", "model": "smol", "base_url": llm.url + "/v1", "max_tokens": MAX_TOKENS}
+    runtime = agents.runtime(provider_config(tmp_path, {"local": local}))
+    try:
+        llm.props = NO_TOOLS_PROPS
+        [finding] = await provider_findings(runtime)
+        assert finding.level == "warn" and finding.check == "provider local", finding
+        assert "tools unavailable" in finding.detail and "--jinja" in finding.detail
+        assert "context 4096 tokens (from the server)" in finding.detail
+        llm.props = {**NO_TOOLS_PROPS, "chat_template_caps": {"supports_tools": True}}
+        [finding] = await provider_findings(runtime)
+        assert finding.level == "ok" and "tools unavailable" not in finding.detail, finding
+    finally:
+        await agents.aclose()
+
+
 def test_template_note_for_doctor():
     from edgeclaw.agent.providers.model_info import template_note
 

@@ -298,25 +298,40 @@ async def provider_findings(runtime: Runtime) -> list[Finding]:
     config = runtime.config
     if not config.agent.providers:
         return [Finding("warn", "providers", "none configured: only slash commands will be answered")]
+    from edgeclaw.backends.http_client import SharedClient
+    from edgeclaw.daemon.agent import model_info
+
+    client = SharedClient()
+    info = model_info(runtime, list(config.agent.providers), client)
     out = []
-    for name in config.agent.providers:
-        p = config.providers[name]
-        url = urlsplit(provider_url(p))
-        port = url.port or (443 if url.scheme == "https" else 80)
-        problem = await _tcp(url.hostname or "", port)
-        if (
-            problem is None
-            and f"providers.{name}" not in runtime.secrets
-            and (p.api_key_env or p.api_key_file)
-        ):
-            problem = "its API key could not be read"
-        out.append(
-            Finding(
-                "FAIL" if problem else "ok",
-                f"provider {name}",
-                problem or f"{p.kind} at {url.geturl()} reachable",
+    try:
+        for name in config.agent.providers:
+            p = config.providers[name]
+            url = urlsplit(provider_url(p))
+            port = url.port or (443 if url.scheme == "https" else 80)
+            problem = await _tcp(url.hostname or "", port)
+            if (
+                problem is None
+                and f"providers.{name}" not in runtime.secrets
+                and (p.api_key_env or p.api_key_file)
+            ):
+                problem = "its API key could not be read"
+            if problem:
+                out.append(Finding("FAIL", f"provider {name}", problem))
+                continue
+            # What the agent asks at first contact (llama.cpp `/props`, Ollama `/api/show`; public
+            # endpoints are not asked): the context, and whether the chat template takes tools -- a
+            # warning when it does not, since the agent then sends none.
+            with contextlib.suppress(Exception):  # what the server does not say is left unsaid
+                async with asyncio.timeout(NET_TIMEOUT_S):
+                    await info.takes_tools(name)
+            context, note = info.known(name), info.tools_note(name)
+            detail = f"{p.kind} at {url.geturl()} reachable" + (f"; context {context}" if context else "")
+            out.append(
+                Finding("warn" if note else "ok", f"provider {name}", detail + (f"; {note}" if note else ""))
             )
-        )
+    finally:
+        await client.aclose()
     return out
 
 

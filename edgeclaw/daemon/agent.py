@@ -107,7 +107,7 @@ def build_agent(runtime: Runtime) -> AgentLoop:
         if name != "main":
             agent.add_agent(spec(name, named))
     if built:
-        agent.model_info = _model_info(runtime, list(built), clients[0])
+        agent.model_info = model_info(runtime, list(built), clients[0])
         agent.tool_vocabulary = board_vocabulary(runtime.board)
     agent.routes = [AgentRoute(r.agent, r.channel, r.session) for r in config.agent.routes]
     agent.outlets = runtime.outlets
@@ -148,8 +148,9 @@ def build_subagents(runtime: Runtime, agent: AgentLoop) -> SubagentManager:
     return manager
 
 
-def _model_info(runtime: Runtime, names: list[str], client: SharedClient) -> ModelInfo:
-    """Each provider's context size: `context_tokens`, else its server's answer (asked on first use)."""
+def model_info(runtime: Runtime, names: list[str], client: SharedClient) -> ModelInfo:
+    """Each provider's context size: `context_tokens`, else its server's answer (asked on first use);
+    also what `doctor` asks a reachable provider's server."""
     info = ModelInfo(client.get)
     for name in names:
         cfg = runtime.config.providers[name]

@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("run", "cmd_run"),
     "try": ("first_run", "cmd_try"),
     "chat": ("chat", "cmd_chat"),
-    "tools": ("tool", "cmd_tools_list"),
+    "tools": ("tool", "cmd_tools"),
     "tool": ("tool", "cmd_tool_call"),
     "config": ("config", "cmd_config"),
     "status": ("status", "cmd_status"),

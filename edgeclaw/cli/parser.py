@@ -71,6 +71,11 @@ def _add_tools(sub: Any) -> None:
     tlist.add_argument(
         "--profile", metavar="P", help="evaluate with this policy profile instead of the config's"
     )
+    sizes = tools_sub.add_parser(
+        "sizes", help="per tools profile: its tools on this board, their definitions' bytes and tokens"
+    )
+    _common(sizes)
+    sizes.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _add_tool(sub: Any) -> None:

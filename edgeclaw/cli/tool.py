@@ -141,6 +141,30 @@ def print_outcome(shape: dict[str, Any], as_json: bool) -> int:
     return EXIT_REFUSED if shape.get("refused") else EXIT_TOOL_ERROR
 
 
+def cmd_tools(args: argparse.Namespace) -> int:
+    return cmd_tools_sizes(args) if args.tools_command == "sizes" else cmd_tools_list(args)
+
+
+def cmd_tools_sizes(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from edgeclaw.cli.tool_sizes import profile_sizes, sizes_table
+    from edgeclaw.daemon.runtime import build_runtime
+
+    runtime = build_runtime(config_of(args), board=args.board, require_secrets=False)
+    try:
+        sizes = profile_sizes(runtime.registry)
+    finally:
+        asyncio.run(runtime.aclose())
+    if args.json:
+        import dataclasses
+
+        print(json.dumps([dataclasses.asdict(s) for s in sizes]))
+    else:
+        print(sizes_table(sizes))
+    return EXIT_OK
+
+
 def cmd_tools_list(args: argparse.Namespace) -> int:
     import dataclasses
 

@@ -36,7 +36,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from edgeclaw.backends.sim.tmp102 import decode_temperature  # noqa: E402
 from edgeclaw.config.loader import config_from_dict  # noqa: E402
 from edgeclaw.daemon.lifecycle import Daemon  # noqa: E402
-from edgeclaw.daemon.mcp_server import mcp_http_service  # noqa: E402
+from edgeclaw.daemon.mcp_server import mcp_http_service, mcp_over_mqtt  # noqa: E402
 from edgeclaw.daemon.mqtt import mqtt_service  # noqa: E402
 from edgeclaw.errors import ToolRefused  # noqa: E402
 from edgeclaw.tools.base import Tool, ToolContext, ToolResult  # noqa: E402
@@ -448,8 +448,9 @@ async def test_http_clients_are_told_when_the_tools_change(tmp_path: Path) -> No
 class McpOverMqttClient:
     """A minimal MCP client on MQTT 5, as a fleet backend would write one."""
 
-    def __init__(self, port: int, client_id: str) -> None:
+    def __init__(self, port: int, client_id: str, id_property: str = "MCP-MQTT-CLIENT-ID") -> None:
         self.client_id = client_id
+        self.id_property = id_property  # earlier drafts of the transport spelled it MQTT-CLIENT-ID
         will = aiomqtt.Will(
             f"$mcp-client/presence/{client_id}",
             json.dumps({"jsonrpc": "2.0", "method": "notifications/disconnected"}),
@@ -488,7 +489,7 @@ class McpOverMqttClient:
 
     async def publish(self, topic: str, message: dict[str, Any]) -> None:
         props = Properties(PacketTypes.PUBLISH)
-        props.UserProperty = [("MCP-COMPONENT-TYPE", "mcp-client"), ("MCP-MQTT-CLIENT-ID", self.client_id)]
+        props.UserProperty = [("MCP-COMPONENT-TYPE", "mcp-client"), (self.id_property, self.client_id)]
         await self.mqtt.publish(topic, json.dumps(message), qos=1, properties=props)
 
     async def request(self, topic: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -528,16 +529,19 @@ async def test_mcp_over_mqtt_discovery_initialize_list_and_call(tmp_path: Path) 
         stale.UserProperty = [("MCP-COMPONENT-TYPE", "mcp-client"), ("MCP-MQTT-CLIENT-ID", "ghost-01")]
         hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "ghost"}}
         retained = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
-        control = "$mcp-server/bench-07/edgeclaw/bench-07"
+        control = "$mcp-server/bench-07-mcp/edgeclaw/bench-07"
         await ghost.mqtt.publish(control, json.dumps(retained), qos=1, retain=True, properties=stale)
-    daemon = Daemon(config_from_dict(config, "test.toml"), services=[capture, mqtt_service], environ={})
+    daemon = Daemon(
+        config_from_dict(config, "test.toml"), services=[capture, mqtt_service, mcp_over_mqtt], environ={}
+    )
     task = asyncio.create_task(daemon.run())
     try:
         async with McpOverMqttClient(broker.port, "backend-7f3a") as client:
             await client.mqtt.subscribe("$mcp-server/presence/+/edgeclaw/#", qos=1)
             topic, payload, props = await client.next_on("$mcp-server/presence/", within=30)
             server_id, name = topic.removeprefix("$mcp-server/presence/").split("/", 1)
-            assert (server_id, name) == ("bench-07", "edgeclaw/bench-07")
+            # The server-id is the client id of the MCP link's own connection.
+            assert (server_id, name) == ("bench-07-mcp", "edgeclaw/bench-07")
             online = json.loads(payload)
             assert online["method"] == "notifications/server/online"
             assert online["params"]["server_name"] == name and online["params"]["meta"]["board"] == "sim"
@@ -603,7 +607,7 @@ async def test_mcp_over_mqtt_discovery_initialize_list_and_call(tmp_path: Path) 
             # A second client, gone (its goodbye on its presence topic, as its Last Will would say):
             # its session ends; the first one's stays.
             sessions = captured["runtime"].mcp_server.built.sessions
-            async with McpOverMqttClient(broker.port, "backend-2b9c") as other:
+            async with McpOverMqttClient(broker.port, "backend-2b9c", "MQTT-CLIENT-ID") as other:
                 other_rpc = f"$mcp-rpc/{other.client_id}/{server_id}/{name}"
                 await other.mqtt.subscribe(other_rpc, options=SubscribeOptions(qos=1, noLocal=True))
                 hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "b"}}
@@ -635,6 +639,45 @@ async def test_mcp_over_mqtt_discovery_initialize_list_and_call(tmp_path: Path) 
             daemon.request_stop()
             await asyncio.wait_for(task, 30)
         broker.stop()
+
+
+@needs_mosquitto
+async def test_a_killed_daemons_mcp_presence_is_cleared_by_its_will(tmp_path: Path) -> None:
+    """The real `edgeclaw run`, SIGKILLed: an independent client watching discovery sees the board's
+    retained presence emptied by the MCP link's Last Will as soon as the broker notices -- not after
+    the presence's expiry (set far beyond the test here) -- and a new client finds no server."""
+    from tests.mqtt_support import daemon_env, run_daemon, stop_daemon
+
+    broker = Mosquitto(tmp_path / "broker").start()
+    config = tmp_path / "edgeclaw.toml"
+    config.write_text(
+        'board = "sim"\ndevice_id = "pi-dies"\n'
+        f"[mqtt]\nenabled = true\nport = {broker.port}\nkeepalive_s = 5\ntelemetry_interval_s = 0\n"
+        "[mcp.server]\nmqtt = true\nmqtt_presence_expiry_s = 3600\n"
+    )
+    log = tmp_path / "daemon.log"
+    proc = run_daemon(daemon_env(tmp_path / "state", config), log)
+    try:
+        async with McpOverMqttClient(broker.port, "watcher-01") as watcher:
+            await watcher.mqtt.subscribe("$mcp-server/presence/+/edgeclaw/#", qos=1)
+            topic, online, _ = await watcher.next_on("$mcp-server/presence/", within=30)
+            assert topic == "$mcp-server/presence/pi-dies-mcp/edgeclaw/pi-dies"
+            assert json.loads(online)["method"] == "notifications/server/online"
+            proc.kill()
+            proc.wait(10)
+            killed = time.monotonic()
+            topic, gone, _ = await watcher.next_on("$mcp-server/presence/", within=10)
+            assert (topic, gone) == ("$mcp-server/presence/pi-dies-mcp/edgeclaw/pi-dies", b"")
+            print(f"presence cleared {time.monotonic() - killed:.2f} s after the SIGKILL")
+        # A client that looks now finds nothing retained.
+        async with McpOverMqttClient(broker.port, "latecomer-01") as late:
+            await late.mqtt.subscribe("$mcp-server/presence/+/edgeclaw/#", qos=1)
+            with pytest.raises(TimeoutError):
+                await late.next_on("$mcp-server/presence/", within=1.5)
+    finally:
+        stop_daemon(proc)
+        broker.stop()
+    assert "Traceback" not in log.read_text(errors="replace")
 
 
 async def _raw_http(url: str, request: bytes) -> bytes:

@@ -225,7 +225,7 @@ def _mcp_serve_problems(config: Config) -> list[tuple[str, str]]:
         problems.append((f"{at}.tls_cert_file", "required with tls_key_file"))
     if srv.mqtt and not config.mqtt.enabled:
         problems.append(
-            (f"{at}.mqtt", "MCP over MQTT uses the daemon's broker connection: set [mqtt] enabled = true")
+            (f"{at}.mqtt", "MCP over MQTT uses the daemon's broker settings: set [mqtt] enabled = true")
         )
     if srv.mqtt and config.mqtt.protocol != "5":
         problems.append((f"{at}.mqtt", 'MCP over MQTT needs MQTT 5 (mqtt.protocol = "5")'))

@@ -43,6 +43,11 @@ def configured_services(config: Config) -> list[ServiceFactory]:
         from edgeclaw.daemon.mqtt import mqtt_service
 
         services.append(mqtt_service)
+        if config.mcp.server.mqtt:
+            # MCP over MQTT, on a connection of its own whose Last Will clears its presence.
+            from edgeclaw.daemon.mcp_server import mcp_over_mqtt
+
+            services.append(mcp_over_mqtt)
     if config.mcp.server.listen:
         from edgeclaw.daemon.mcp_server import mcp_http_service  # streamable HTTP for MCP clients
 

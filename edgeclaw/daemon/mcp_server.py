@@ -1,6 +1,6 @@
 """edgeclaw's tools served over MCP, built from `[mcp.server]`: on stdio (`edgeclaw mcp serve`),
-as streamable HTTP in the daemon (`listen`), and over MQTT on the daemon's broker connection
-(`mqtt = true`, wired by `daemon.mqtt`)."""
+as streamable HTTP in the daemon (`listen`), and over MQTT on a broker connection of its own
+(`mqtt = true`, a service beside the MQTT channel's)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ from edgeclaw.errors import ConfigError, ConfigErrors
 from edgeclaw.net.httpd import HttpServer
 
 if TYPE_CHECKING:
-    from edgeclaw.channels.mcp.mqtt import McpMqttTransport
-    from edgeclaw.channels.mqtt.channel import MqttChannel
+    from edgeclaw.channels.mcp.mqtt_link import McpMqttLink
 
 log = logging.getLogger("edgeclaw.mcp")
 
@@ -168,12 +167,15 @@ def mcp_http_service(runtime: Runtime) -> McpHttpService:
     return McpHttpService(runtime)
 
 
-def mcp_over_mqtt(runtime: Runtime, channel: MqttChannel) -> McpMqttTransport:
-    """`[mcp.server] mqtt = true`: MCP sessions on the MQTT channel's connection (MQTT 5 only)."""
+def mcp_over_mqtt(runtime: Runtime) -> McpMqttLink:
+    """`[mcp.server] mqtt = true`: MCP sessions over MQTT (5 only), on a connection of their own beside
+    the MQTT channel's (a daemon service, entered after it)."""
     from paho.mqtt.packettypes import PacketTypes
     from paho.mqtt.properties import Properties
 
     from edgeclaw.channels.mcp.mqtt import McpMqttTransport, McpTopics, server_name_problem
+    from edgeclaw.channels.mcp.mqtt_link import McpMqttLink, link_settings
+    from edgeclaw.channels.mqtt.channel import connection_settings
 
     cfg = runtime.config.mcp.server
     source = runtime.config._source
@@ -186,7 +188,12 @@ def mcp_over_mqtt(runtime: Runtime, channel: MqttChannel) -> McpMqttTransport:
     if problem is not None:
         key = "mcp.server.mqtt_server_name" if cfg.mqtt_server_name else "device_id"
         raise ConfigErrors([ConfigError(source, key, f"MCP server name {name!r}: {problem}")])
-    connection = channel.connection
+    mqtt = runtime.config.mqtt
+    # The daemon's connection, as the MCP link's: its client id is the server-id of every topic.
+    password = runtime.secrets.get("mqtt", "")
+    base = connection_settings(mqtt, runtime.device_id, password, (), ("", lambda: b""))
+    server_id = f"{base.client_id}-mcp"
+    link: McpMqttLink | None = None
 
     async def publish(
         topic: str, payload: bytes, retain: bool, user_properties: list[tuple[str, str]], expiry: int | None
@@ -195,12 +202,13 @@ def mcp_over_mqtt(runtime: Runtime, channel: MqttChannel) -> McpMqttTransport:
         properties.UserProperty = user_properties
         if expiry is not None:
             properties.MessageExpiryInterval = expiry
-        await connection.publish(topic, payload, qos=1, retain=retain, properties=properties)
+        assert link is not None
+        await link.connection.publish(topic, payload, qos=1, retain=retain, properties=properties)
 
     board = runtime.board
     transport = McpMqttTransport(
         shared_mcp_server(runtime),
-        McpTopics(channel.settings.client_id, name),
+        McpTopics(server_id, name),
         publish,
         description=(
             f"edgeclaw on {runtime.device_id} ({board.name}): the board's tools (hardware, files) "
@@ -208,7 +216,7 @@ def mcp_over_mqtt(runtime: Runtime, channel: MqttChannel) -> McpMqttTransport:
         ),
         meta={"device": runtime.device_id, "board": board.name, "version": __version__},
         presence_expiry_s=cfg.mqtt_presence_expiry_s,
-        connected=lambda: connection.connected,
+        connected=lambda: link is not None and link.connection.connected,
     )
-    channel.extend(transport)
-    return transport
+    link = McpMqttLink(transport, link_settings(base, transport))
+    return link

@@ -105,10 +105,6 @@ def mqtt_service(runtime: Runtime) -> MqttChannel:
         status_facts=install_fleet(runtime),
     )
     attach_peers(runtime, channel)
-    if runtime.config.mcp.server.mqtt:
-        from edgeclaw.daemon.mcp_server import mcp_over_mqtt  # MCP sessions on this connection
-
-        mcp_over_mqtt(runtime, channel)
     mqtt = runtime.config.mqtt
     if mqtt.discovery and mqtt.homeassistant_entities and runtime.hardware is not None:
         from edgeclaw.channels.mqtt.homeassistant import HomeAssistantEntities

@@ -1,14 +1,16 @@
-"""MCP over MQTT on the daemon's broker connection, after the published MQTT transport for MCP
-(mqtt.ai / EMQX, "MCP over MQTT"), so a fleet backend finds every board's tools through the broker.
+"""MCP over MQTT, after the published MQTT transport for MCP (mqtt.ai / EMQX, "MCP over MQTT"), so a
+fleet backend finds every board's tools through the broker. It runs on a connection of its own
+(`mqtt_link`), whose Last Will clears the presence when the board dies.
 
-Topics (`server-id` is the daemon's MQTT client id, `server-name` is
+Topics (`server-id` is that connection's MQTT client id, `{mqtt client id}-mcp`; `server-name` is
 `mcp.server.mqtt_server_name`, by default `edgeclaw/{device id}`):
 
 - `$mcp-server/presence/{server-id}/{server-name}`: our presence, retained: a
   `notifications/server/online` with the name, a description and metadata;
-  emptied (the retained message cleared) when the daemon stops;
+  emptied (the retained message cleared) at a clean stop, and by the connection's Will otherwise;
 - `$mcp-server/{server-id}/{server-name}`: the control topic, where a client
-  sends `initialize`, naming itself in the user property `MCP-MQTT-CLIENT-ID`;
+  sends `initialize`, naming itself in the user property `MCP-MQTT-CLIENT-ID`
+  (or `MQTT-CLIENT-ID`, as earlier drafts spelled it);
 - `$mcp-rpc/{mcp-client-id}/{server-id}/{server-name}`: everything after that,
   both ways (we subscribe to `$mcp-rpc/+/{server-id}/{server-name}`);
 - `$mcp-server/capability/{server-id}/{server-name}`: `notifications/tools/list_changed`;
@@ -19,15 +21,10 @@ Every message we publish carries the user properties `MCP-COMPONENT-TYPE:
 mcp-server` and `MCP-MQTT-CLIENT-ID: {server-id}`; the connection says
 `MCP-COMPONENT-TYPE` and `MCP-META` in its CONNECT.
 
-Where a shared connection cannot do what the transport asks of a connection
-of its own: the daemon's Last Will is its `status` topic, so the presence
-cannot also be a Will; it is published with a Message Expiry Interval
-(`mqtt_presence_expiry_s`) and refreshed at half that, so a board that dies
-drops out of discovery within that time. The daemon's session is persistent
-(the transport asks for none), which changes nothing for MCP: sessions live
-in the daemon, and a request that waited at the broker is answered like any
-other. A broker's suggested server name (CONNACK `MCP-SERVER-NAME`) is not
-read: set the name in the config.
+The presence also carries a Message Expiry Interval (`mqtt_presence_expiry_s`) and is
+refreshed at half that: should a broker ever lose the Will, a dead board still drops out of
+discovery within that time. A broker's suggested server name (CONNACK `MCP-SERVER-NAME`) is
+not read: set the name in the config.
 
 Identity: `mcp:mqtt:{mcp-client-id}` is what the client says it is, not a
 proof (MCP over MQTT has no signatures): who may publish on these topics is
@@ -64,6 +61,8 @@ log = logging.getLogger("edgeclaw.mcp.mqtt")
 
 COMPONENT_TYPE = "MCP-COMPONENT-TYPE"
 CLIENT_ID_PROPERTY = "MCP-MQTT-CLIENT-ID"
+# The same property as earlier drafts of the transport spelled it (and clients written then send it).
+CLIENT_ID_SPELLINGS = ("mcp-mqtt-client-id", "mqtt-client-id", "mcp-client-id")
 META_PROPERTY = "MCP-META"
 # A client id goes into topic levels: no wildcards, no separators, nothing unprintable.
 CLIENT_ID = re.compile(r"[^/+#\x00-\x1f\x7f]{1,128}")
@@ -79,6 +78,15 @@ def server_name_problem(name: str) -> str | None:
         return "expected topic levels separated by '/', none empty, without '+' or '#' (e.g. edgeclaw/pi-07)"
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
         return "control characters are not allowed"
+    return None
+
+
+def claimed_client(properties: dict[str, str]) -> str | None:
+    """The MQTT client id a message says it is from (user property names lower-cased), in any of the
+    spellings the transport has had; None when it says none."""
+    for key in CLIENT_ID_SPELLINGS:
+        if key in properties:
+            return properties[key]
     return None
 
 
@@ -196,7 +204,7 @@ class McpMqttTransport:
             return
         client = self.topics.rpc_client(topic)
         if client is not None:
-            claimed = properties.get(CLIENT_ID_PROPERTY.lower())
+            claimed = claimed_client(properties)
             if claimed is not None and claimed != client:
                 self._refuse_foreign(topic, claimed, payload)
                 return
@@ -204,7 +212,7 @@ class McpMqttTransport:
             return
         if topic.startswith("$mcp-client/presence/"):
             client = topic.removeprefix("$mcp-client/presence/")
-            claimed = properties.get(CLIENT_ID_PROPERTY.lower())
+            claimed = claimed_client(properties)
             if claimed is not None and claimed != client:  # only a client itself may end its session
                 log.warning("MCP presence on %s from %r: ignored", topic, claimed[:64])
                 return
@@ -214,7 +222,7 @@ class McpMqttTransport:
 
     # -- sessions ------------------------------------------------------------------------------
     async def _initialize(self, payload: bytes, properties: dict[str, str]) -> None:
-        client = properties.get(CLIENT_ID_PROPERTY.lower()) or properties.get("mcp-client-id")
+        client = claimed_client(properties)
         if client is None or not CLIENT_ID.fullmatch(client):
             log.warning("MCP initialize without a usable %s user property: dropped", CLIENT_ID_PROPERTY)
             return

@@ -366,6 +366,9 @@ class McpServerConfig:
     env_files: dict[str, str] = field(default_factory=dict)  # NAME = a file holding the value
     sandbox: bool = True  # stdio: run under [sandbox] (third-party code); false = on the host
     network: bool = False  # stdio in the sandbox: may the program use the network
+    # stdio in the sandbox: the program's memory (RAM, no swap), bounded by its own cgroup rather than
+    # by address space (Node's and the JVM's reservations exceed any useful RLIMIT_AS)
+    max_memory_mb: int = 512
     url: str = ""  # sse: the event-stream URL; http: the MCP endpoint
     headers: dict[str, str] = field(default_factory=dict)  # plain header values
     headers_from: dict[str, str] = field(default_factory=dict)  # header = a variable holding its value

@@ -187,6 +187,10 @@ def mcp_problems(config: Config) -> list[tuple[str, str]]:
                 problems.append((f"{at}.url", problem.replace("such as http://127.0.0.1:8080/v1", "")))
         if not s.timeout_s > 0:
             problems.append((f"{at}.timeout_s", "expected a number > 0"))
+        if s.max_memory_mb < 16:
+            problems.append(
+                (f"{at}.max_memory_mb", f"expected an integer >= 16 (MiB), got {s.max_memory_mb}")
+            )
         for key, names, pattern in (
             ("env", [*s.env, *s.env_from, *s.env_files], _ENV_NAME),
             ("headers", [*s.headers, *s.headers_from, *s.header_files], _HEADER_NAME),

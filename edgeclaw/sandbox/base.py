@@ -59,7 +59,9 @@ class Limits:
     """Resource limits for one sandboxed command (and everything it starts)."""
 
     max_processes: int = 64
-    max_memory_bytes: int = 512 * 1024 * 1024  # address space, per process
+    # Address space per process (RLIMIT_AS); 0 = none, for a command whose memory its cgroup bounds
+    # (Node and the JVM reserve far more address space than they use, and die at start under it).
+    max_memory_bytes: int = 512 * 1024 * 1024
     max_file_bytes: int = 64 * 1024 * 1024  # largest file it may write
     max_open_files: int = 256
 
@@ -177,12 +179,10 @@ def open_unfollowed(path: Path) -> int | None:
 
 def prlimit_prefix(limits: Limits, *, nproc: bool = True) -> list[str]:
     """`prlimit` (util-linux) sets the limits and execs the command: no Python runs in the child."""
-    prefix = [
-        shutil.which("prlimit") or "/usr/bin/prlimit",
-        f"--as={limits.max_memory_bytes}",
-        f"--fsize={limits.max_file_bytes}",
-        f"--nofile={limits.max_open_files}",
-    ]
+    prefix = [shutil.which("prlimit") or "/usr/bin/prlimit"]
+    if limits.max_memory_bytes > 0:
+        prefix.append(f"--as={limits.max_memory_bytes}")
+    prefix += [f"--fsize={limits.max_file_bytes}", f"--nofile={limits.max_open_files}"]
     if nproc:
         prefix.append(f"--nproc={limits.max_processes}")
     # prlimit does not take `--` before the command on every util-linux version; the

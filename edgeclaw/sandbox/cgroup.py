@@ -502,7 +502,14 @@ class SandboxCgroups:
     def bounds_memory(self) -> bool:
         return self.memory_max > 0
 
-    def create(self, max_pids: int) -> CommandCgroup:
+    @property
+    def bounds_commands_memory(self) -> bool:
+        """Whether a command's own cgroup can bound its memory (`create(memory_max=...)`)."""
+        return self.memory_run is not None
+
+    def create(self, max_pids: int, memory_max: int = 0) -> CommandCgroup:
+        """A command's cgroup: at most `max_pids` processes, and `memory_max` bytes of memory (no swap)
+        when given and a memory controller is there (within the run's bound for all commands)."""
         name = f"cmd-{secrets.token_hex(4)}"
         pids_dir = self.run_dir / name
         pids_dir.mkdir()
@@ -519,6 +526,8 @@ class SandboxCgroups:
                 else:
                     memory_dir = self.memory_run / name
                     memory_dir.mkdir()
+                if memory_max > 0:
+                    _set_memory_max(memory_dir, memory_max, self.v2)
         except OSError:
             _rmdir_quietly(memory_dir, pids_dir)
             raise

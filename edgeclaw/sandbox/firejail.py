@@ -75,7 +75,7 @@ class FirejailBackend(SandboxBackend):
             "--read-only=/",
             f"--read-write={ws}",
             "--private-etc=" + ",".join(spec.etc_allow),
-            f"--rlimit-as={limits.max_memory_bytes}",
+            *([f"--rlimit-as={limits.max_memory_bytes}"] if limits.max_memory_bytes > 0 else []),
             f"--rlimit-fsize={limits.max_file_bytes}",
             f"--rlimit-nofile={limits.max_open_files}",
             # Enforced by the kernel only for non-root users; as root the pids cgroup does it.

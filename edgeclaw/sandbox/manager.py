@@ -16,7 +16,7 @@ import os
 import secrets
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from edgeclaw.errors import BackendError
@@ -244,9 +244,12 @@ class Sandbox:
         timeout_s: float,
         hidden: Sequence[Path] = (),
         keep_visible: Sequence[Path] = (),
+        memory_bytes: int = 0,
     ) -> Launch:
         """A confined launch. `keep_visible`: paths left readable even inside `hidden` (and the
-        configured hide_paths): a program's own installation."""
+        configured hide_paths): a program's own installation. `memory_bytes`: bound the command's
+        memory by its own cgroup instead of by address space per process (RLIMIT_AS), which Node
+        and the JVM cannot start under; where no memory cgroup is to be had, RLIMIT_AS stays."""
         backend = await self.backend()
         s = self.settings
         self.check_disk(workspace)
@@ -257,12 +260,24 @@ class Sandbox:
                 "running as root and no pids cgroup is writable, so the process limit cannot be "
                 "enforced; run the daemon as an unprivileged user or set sandbox.pids_cgroup"
             )
+        limits = s.limits
+        by_cgroup = memory_bytes > 0 and cgroups is not None and cgroups.bounds_commands_memory
+        if by_cgroup:
+            limits = replace(limits, max_memory_bytes=0)
+        elif memory_bytes > 0:
+            log.warning(
+                "no memory cgroup for %s: it runs under RLIMIT_AS (%d MiB of address space), which "
+                "Node and the JVM cannot start under; %s",
+                argv[0],
+                limits.max_memory_bytes // MIB,
+                self.memory_bound(),
+            )
         spec = SandboxSpec(
             workspace=workspace,
             cwd=cwd,
             hidden=tuple(hidden_around(list(dict.fromkeys([*hidden, *s.hide_paths])), keep_visible)),
             network=network,
-            limits=s.limits,
+            limits=limits,
             timeout_s=timeout_s,
             visible=tuple(Path(p) for p in keep_visible),
             **({} if s.etc_allow is None else {"etc_allow": s.etc_allow}),
@@ -271,7 +286,7 @@ class Sandbox:
         if cgroups is not None:
             try:
                 # The backend's own processes (the guard shell, firejail's two, a shell) count too.
-                cgroup = cgroups.create(s.limits.max_processes + 5)
+                cgroup = cgroups.create(s.limits.max_processes + 5, memory_bytes if by_cgroup else 0)
             except OSError as e:
                 where = cgroups.run_dir
                 raise BackendError(f"cannot create a command cgroup under {where}: {e.strerror}") from None
@@ -289,6 +304,7 @@ class Sandbox:
             if s.disk_reserve_bytes > 0
             else None,
             memory_bound_bytes=cgroups.memory_max if cgroups is not None else 0,
+            command_memory_bytes=memory_bytes if by_cgroup else 0,
         )
 
     def describe(self) -> str:

@@ -142,6 +142,7 @@ class Launch:
     parent_death: str | None = None
     space_floor: WorkspaceSpaceFloor | None = None
     memory_bound_bytes: int = 0  # what all sandboxed commands together may use (0: not bounded)
+    command_memory_bytes: int = 0  # what this command may use, by its own cgroup (0: no bound of its own)
     # Descriptors the command inherits (what the backend binds from them); closed here once started.
     pass_fds: tuple[int, ...] = ()
 
@@ -155,10 +156,13 @@ class Launch:
         return [self.parent_death, "--pdeathsig", "USR1", *core]
 
     def memory_note(self) -> str:
-        return (
-            f"out of memory: all sandboxed commands together may use {self.memory_bound_bytes // MIB} MiB "
+        together = (
+            f"all sandboxed commands together may use {self.memory_bound_bytes // MIB} MiB "
             "(sandbox.max_total_memory_mb)"
         )
+        if self.command_memory_bytes <= 0:
+            return f"out of memory: {together}"
+        return f"out of memory: this program may use {self.command_memory_bytes // MIB} MiB, {together}"
 
 
 @dataclass
@@ -315,11 +319,11 @@ class ChildProcess:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch
             self._watch = None
-        self._note_oom()
+        self.note_limits()
         if self.launch.cgroup is not None:
             await asyncio.to_thread(self.launch.cgroup.remove)
 
-    def _note_oom(self) -> None:
+    def note_limits(self) -> None:
         """Whether the OOM killer took part of the command (v2 kills all of it by itself)."""
         cgroup = self.launch.cgroup
         if self.limit_hit is None and cgroup is not None and cgroup.oom_kills() > 0:

@@ -118,6 +118,9 @@ class StdioTransport(Transport):
                 reason = (
                     f"the program exited with status {code}" if code >= 0 else f"killed by signal {-code}"
                 )
+            child.note_limits()
+            if child.limit_hit is not None:  # the sandbox's bound did it: say which
+                reason += f" ({child.limit_hit})"
         if self._stderr_tail:
             reason += "; its last words: " + " | ".join(self._stderr_tail)
         lost, self._lost = self._lost, None

@@ -291,6 +291,7 @@ class McpBridge:
                 timeout_s=cfg.timeout_s,
                 hidden=[*hidden_entries(self.state_dir, home), *(p for p in self.hidden if p.exists())],
                 keep_visible=[*installation_of(program), *self._scripts_of(cfg.args)],
+                memory_bytes=cfg.max_memory_mb * 1024 * 1024,
             )
         else:
             launch = Launch(

@@ -112,7 +112,9 @@ async def scheduler_service(runtime: Runtime) -> AsyncIterator[SchedulerService]
     console = _console_outlet(runtime)
     if console is not None:
         outlets.register("console", console)
-    runner = JobRunner(runtime.registry, outlets, lambda name: _agent(runtime, name))
+    runner = JobRunner(
+        runtime.registry, outlets, lambda name: _agent(runtime, name), authority=auto.jobs.authority
+    )
     sched = Scheduler(
         auto.store,
         runner,

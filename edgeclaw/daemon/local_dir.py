@@ -13,9 +13,10 @@ workspace, hidden from sandboxed commands and out of the fs tools' reach):
     STATE/local/skills/NAME/SKILL.md      the device's own skills
 
 Read through `Workspace.read_file` rooted there (one open that follows no
-symlink). `edgeclaw memory import` (the local CLI) stores them the other way. Should
-the workspace be configured so that it holds the state directory, the local
-directory is inside it and is not used at all (fail closed; logged).
+symlink). `edgeclaw memory import` (the local CLI) stores them the other
+way. Should the workspace (or a `tools.allowed_paths` entry) be configured so
+that it holds the local directory, it is not used at all (fail closed;
+logged).
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def local_root(state_dir: Path, workspace: Workspace) -> Workspace | None:
         )
         return None
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        root.mkdir(parents=True, exist_ok=True)  # where the administrator looks for it
     except OSError as e:
-        log.warning("cannot create %s: %s", root, e.strerror or e)
+        # A CLI user who may not write the state directory: nothing is there, and nothing is read.
+        log.debug("cannot create %s: %s", root, e.strerror or e)
     return Workspace(root, max_file_bytes=workspace.max_file_bytes)

@@ -87,7 +87,7 @@ async def test_tool_call_then_final_answer(llm, agent_for, tmp_path):
     assert "embedded Linux board" in llm.requests[0]["messages"][0]["content"]
 
 
-async def test_several_tool_calls_in_one_reply_run_in_order(llm, agent_for):
+async def test_several_tool_calls_in_one_reply_run_in_order(llm, agent_for, tmp_path):
     llm.reply(
         openai_tools(
             ("file_append", {"path": "log", "content": "a"}), ("file_append", {"path": "log", "content": "b"})
@@ -96,7 +96,7 @@ async def test_several_tool_calls_in_one_reply_run_in_order(llm, agent_for):
     )
     agent = agent_for({"local": openai_cfg(llm)}, ["local"])
     assert (await agent.handle(msg("go"))).text == "done"
-    assert (agent.prompt.workspace / "log").read_text() == "ab"
+    assert (tmp_path / "state" / "workspace" / "log").read_text() == "ab"
     results = [m for m in llm.requests[1]["messages"] if m["role"] == "tool"]
     assert [r["tool_call_id"] for r in results] == ["call_0", "call_1"]
 

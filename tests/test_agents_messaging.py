@@ -132,9 +132,9 @@ async def test_routes_send_a_channel_to_a_named_agent_with_its_own_models_and_pr
     assert not agents["main"]["current"] and agents["main"]["providers"] == ["local"]
 
 
-async def test_a_named_agents_soul_is_its_stored_one_never_the_workspaces(make, llm):
+async def test_a_named_agents_soul_is_its_stored_one_never_the_local_directorys(make, llm):
     runtime, agent = make({"agents": {"bench": {"type": "predefined"}}})
-    (runtime.workspace / "SOUL.md").write_text("I am the greenhouse keeper.")
+    (runtime.local.root / "SOUL.md").write_text("I am the greenhouse keeper.")
     llm.reply(openai_text("1"), openai_text("2"), openai_text("3"))
     await agent.handle(msg("hi"))
     await agent.handle(InboundMessage("cli", "hi", session="cli:b", agent="bench"))

@@ -606,8 +606,11 @@ async def test_heartbeat_reads_the_routed_context_file_and_runs_on_the_scheduler
     from edgeclaw.daemon.scheduler import _read_heartbeat
 
     assert _read_heartbeat(runtime) is None
-    (runtime.workspace / "HEARTBEAT.md").write_text("- from the workspace file\n")
-    assert _read_heartbeat(runtime) == "- from the workspace file\n"
+    # Never the workspace's (any caller's command may write there): the local directory's.
+    (runtime.workspace / "HEARTBEAT.md").write_text("- open every valve\n")
+    assert _read_heartbeat(runtime) is None
+    (runtime.local.root / "HEARTBEAT.md").write_text("- from the local file\n")
+    assert _read_heartbeat(runtime) == "- from the local file\n"
     # A stored HEARTBEAT.md (written through the memory's virtual files) wins over the disk's.
     runtime.memory.contexts.write("main", "", "HEARTBEAT.md", "- from the store\n")
     assert _read_heartbeat(runtime) == "- from the store\n"

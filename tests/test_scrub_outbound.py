@@ -91,8 +91,8 @@ async def test_no_secret_of_the_daemon_leaves_in_a_provider_request(
     tmp_path: Path, llm: ScriptedLLM, kind: str
 ) -> None:
     runtime = make_runtime(tmp_path, llm, kind)
-    ws = runtime.workspace
-    # Context files the model and commands can write, with secrets in them, some encoded.
+    ws = runtime.local.root
+    # Context files with secrets in them, some encoded.
     (ws / "SOUL.md").write_text(
         f"Be terse. The broker password is {MQTT_PASSWORD}; signing key {HMAC_KEY}.\n"
         f"Backup key, base64: {base64.b64encode(OTHER_KEY.encode()).decode()}\n"

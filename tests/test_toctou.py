@@ -226,7 +226,7 @@ async def test_provider_requests_never_carry_a_secret_through_soul_md(tmp_path) 
         runtime = build_runtime(config, environ={})
         try:
             agent = build_agent(runtime)
-            soul = runtime.workspace / "SOUL.md"
+            soul = runtime.local.root / "SOUL.md"
             soul.write_text(GOOD)
             # Turns go on (on a busy machine the flipper may sit in one state for a while) until
             # SOUL.md was both taken and left out, so the test cannot pass by never racing.

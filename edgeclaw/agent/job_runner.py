@@ -1,12 +1,15 @@
 """One run of a job: the call or the turn, as the job's owner, then the output to its targets.
 
 A tool job goes through `Registry.execute` with its owner's context
-(`tools.automation.cron.owner_context`): the policy of that owner's channel
-and agent as it is *now*, the owner's rate-limit bucket, approvals asked on
-the owner's channel (denied when nobody there can answer), the sandbox, the
-audit record and the event. A prompt job is a turn of the named agent in the
-job's own session (`job:ID`), with the same owner, so its tool calls get the
-same treatment.
+(`tools.automation.authority`): the policy of that owner's channel, agent and
+tools profile as it is *now*, within the tools the owner had when it made the
+job, the owner's rate-limit bucket, approvals asked on the owner's channel
+(denied when nobody there can answer), the sandbox, the audit record and the
+event. A prompt job is a turn of the named agent in the job's own session
+(`job:ID`), with the same owner and the same tools at most (the turn's
+`tool_ceiling`): naming an agent whose policy is wider than the owner's own
+gives the job nothing more. An owner who may no longer operate the device
+gets its runs refused.
 
 The output goes to each target in turn; a target that cannot take it (its
 channel is off, the broker is away for longer than the outbox holds) is on
@@ -25,8 +28,9 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from edgeclaw.errors import ToolRefused
 from edgeclaw.store.jobs import Job
-from edgeclaw.tools.automation.cron import owner_context
+from edgeclaw.tools.automation.authority import JobAuthority
 from edgeclaw.tools.automation.targets import Delivery, DeliveryError, JobOutlets, TargetError, parse_target
 from edgeclaw.tools.base import ToolContext
 from edgeclaw.tools.registry import Registry
@@ -45,15 +49,20 @@ class JobRunner:
         registry: Registry,
         outlets: JobOutlets,
         agents: Callable[[str], AgentLoop | None],
+        authority: JobAuthority | None = None,
     ) -> None:
         self.registry = registry
+        self.authority = authority or JobAuthority(registry.policy)
         self.outlets = outlets
         self.agents = agents
 
     async def run(
         self, job: Job, run_id: int, trigger: str, slot: float | None, note: str = ""
     ) -> tuple[str, str]:
-        ctx = owner_context(job, str(run_id))
+        try:
+            ctx = self.authority.run_context(job, str(run_id))
+        except ToolRefused as e:
+            return "refused", str(e)[: DETAIL_CHARS * 2]
         if job.kind == "tool":
             outcome = await self.registry.execute(job.tool, job.args, ctx)
             text = outcome.for_user if outcome.for_user is not None else outcome.for_llm
@@ -91,6 +100,7 @@ class JobRunner:
                         peer_kind=job.owner.peer_kind,
                         caller=job.owner.caller,
                         request_id=ctx.request_id,
+                        tool_ceiling=ctx.tool_ceiling,
                     )
                 )
                 text, ok = reply.text, reply.ok

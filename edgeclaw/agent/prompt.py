@@ -1,17 +1,19 @@
 """The system prompt: the context files plus facts about this board.
 
-The context files live in the workspace, where the model and sandboxed
-commands write too, so they are read like any other workspace file
-(`Workspace.read_file`): one open that follows no symlink, checked on its
-descriptor. A SOUL.md swapped for a symlink to `/proc/self/environ` between
-a check and an open would otherwise put the daemon's environment, API keys
-included, into every provider request.
+The context files on disk are the device's administrator's: they are read
+from the local directory (`STATE/local`, `daemon.local_dir`), never from the
+workspace, where every caller's fs calls and sandboxed commands write: what
+one caller writes there must not become part of another caller's prompt.
+They are read with `Workspace.read_file` rooted there: one open that follows
+no symlink, checked on its descriptor. A SOUL.md swapped for a symlink to
+`/proc/self/environ` between a check and an open would otherwise put the
+daemon's environment, API keys included, into every provider request.
 
 With memory on, a `ContextSource` (`tools.memory.prompt_context`) gives the
 sections instead: the context files as the caller sees them (stored per
-agent and caller; the workspace's file read as above when none is stored),
-what is remembered, the skills. They are fitted, in the order given, into
-`budget_chars`.
+agent and caller; the local directory's file read as above when none is
+stored), what is remembered, the skills. They are fitted, in the order
+given, into `budget_chars`.
 
 The layout keeps what changes last. A model server caches the prompt it
 evaluated last time and reuses the longest common prefix (llama.cpp's
@@ -79,7 +81,7 @@ class ContextSource(Protocol):
 class PromptBuilder:
     def __init__(
         self,
-        workspace: Workspace | Path,
+        context_dir: Workspace | Path | None,
         facts: Mapping[str, str],
         extra: str = "",
         *,
@@ -87,14 +89,15 @@ class PromptBuilder:
         budget_chars: int = 12000,
         disk_files: bool = True,
     ) -> None:
-        self._ws = workspace if isinstance(workspace, Workspace) else Workspace(workspace)
-        self.workspace = self._ws.root
+        # Where the context files on disk are read (the local directory); None: nowhere.
+        self._ws = Workspace(context_dir) if isinstance(context_dir, Path) else context_dir
         self.facts = dict(facts)
         self.extra = extra
         self.context = context
         self.budget_chars = budget_chars
-        # False: the workspace's context files are not this agent's (a named agent: its files are stored).
-        self.disk_files = disk_files
+        # False: the local directory's context files are not this agent's (a named agent: its files
+        # are stored).
+        self.disk_files = disk_files and self._ws is not None
         self.clock: Callable[[], float] = time.time  # the time volatile_note tells
         self._skipped: dict[str, str] = {}  # name -> why, so a refusal is logged once, not every turn
 
@@ -143,9 +146,9 @@ class PromptBuilder:
 
     def _context_file(self, name: str) -> str | None:
         """The file's text, cut to MAX_FILE_CHARS; None when it is absent or may not be used."""
-        if not self.disk_files:
-            return None
         ws = self._ws
+        if not self.disk_files or ws is None:
+            return None
         try:
             content = ws.read_file(ws.resolve(name), limit=MAX_FILE_BYTES, cut=True, shown=name)
         except FileNotFoundError:

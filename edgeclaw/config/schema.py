@@ -274,10 +274,10 @@ class MemoryConfig:
 
 @dataclass(repr=False, eq=False)
 class SkillsConfig:
-    """[skills]: directories of NAME/SKILL.md, besides the workspace's skills/."""
+    """[skills]: directories of NAME/SKILL.md, besides STATE/local/skills (never the workspace's)."""
 
     enabled: bool = True
-    dirs: list[str] = field(default_factory=list)  # looked in after the workspace's skills/
+    dirs: list[str] = field(default_factory=list)  # looked in after STATE/local/skills
     system_dir: str = ""  # looked in last; empty = the skills shipped with edgeclaw
     prompt_max: int = 30  # skills listed (name and description) in the system prompt
 

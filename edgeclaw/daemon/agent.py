@@ -75,12 +75,12 @@ def build_agent(runtime: Runtime) -> AgentLoop:
     def spec(name: str, named: NamedAgentConfig) -> AgentSpec:
         base = config.agent
         prompt = PromptBuilder(
-            runtime.workspace,
+            runtime.local,  # the administrator's context files; never the workspace's
             facts,
             named.system_prompt if named.system_prompt is not None else base.system_prompt,
             context=memory.prompt if memory is not None else None,
             budget_chars=config.memory.prompt_chars,
-            # Only "main" takes the workspace's context files; a named agent's are its stored ones.
+            # Only "main" takes the local directory's context files; a named agent's are its stored ones.
             disk_files=reads_disk(name),
         )
         return AgentSpec(

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from edgeclaw.config.schema import Config
 from edgeclaw.errors import ConfigError, ConfigErrors
 from edgeclaw.store.jobs import JobStore
+from edgeclaw.tools.automation.authority import JobAuthority
 from edgeclaw.tools.automation.cron import CronTool, JobFactory, ScheduleTool
 from edgeclaw.tools.automation.gateway import GatewayHooks, GatewayTool
 from edgeclaw.tools.automation.targets import JobOutlets, TargetError, parse_targets
@@ -89,6 +90,30 @@ def agent_names(config: Config) -> list[str]:
     return ["main", *(n for n in config.agents if n != "main")]
 
 
+def caller_profiles(config: Callable[[], Config]) -> Callable[[str], str | None]:
+    """A job owner's standing now, from the config in force (JobAuthority): an MQTT caller's tools
+    profile ("" = the channel's), or None when it is no longer a caller that may operate (its
+    [callers.NAME] is gone or lost the operate role; anonymous, once commands must be signed).
+    Callers of other channels have their channel's rules."""
+    from edgeclaw.config.callers import legacy_callers
+
+    def profile_of(identity: str) -> str | None:
+        scheme, _, name = identity.partition(":")
+        if scheme != "mqtt":
+            return ""
+        c = config()
+        operators = {n for n, t in c.callers.items() if "operate" in t.roles}
+        legacy = {k.name for k in legacy_callers(c.mqtt) if k.role == "operate"}
+        if name == "anonymous":
+            observers = {n for n, t in c.callers.items() if {"observe", "operate"} & set(t.roles)}
+            return None if observers or legacy else ""
+        if name in c.callers:
+            return c.callers[name].profile if name in operators else None
+        return "" if name in legacy else None
+
+    return profile_of
+
+
 def install_automation(
     config: Config, registry: Registry, database: Callable[[], Database], state_dir: Path
 ) -> Automation:
@@ -103,12 +128,14 @@ def install_automation(
         return None if outcome.ok else outcome.error
 
     store = JobStore(database)
+    authority = JobAuthority(registry.policy, caller_profiles(lambda: config))
     jobs = JobFactory(
         store,
         check_call=check_call,
         agents=lambda: agent_names(config),
         default_tz=a.timezone,
         default_jitter_s=a.jitter_s,
+        authority=authority,
     )
     from edgeclaw.daemon.gateway import offline_hooks
 

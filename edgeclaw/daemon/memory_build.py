@@ -10,6 +10,7 @@ the store and the skills as a plain `Embedder`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from edgeclaw.config.schema import AgentType, Config
 from edgeclaw.store.context_files import ContextFileStore
 from edgeclaw.store.memory import MemorySettings, MemoryStore
 from edgeclaw.tools.fs.workspace import Workspace
-from edgeclaw.tools.memory.adopt import adopt_workspace_memory
+from edgeclaw.tools.memory.adopt import adopt_local_memory
 from edgeclaw.tools.memory.context import AgentTypes, ContextFiles
 from edgeclaw.tools.memory.prompt_context import PromptContext
 from edgeclaw.tools.memory.tools import memory_tools
@@ -31,6 +32,8 @@ from edgeclaw.tools.skills.tool import SkillSearchTool
 if TYPE_CHECKING:
     from edgeclaw.store.db import Database
     from edgeclaw.tools.base import Tool
+
+log = logging.getLogger("edgeclaw.memory")
 
 # Registers a release step with the runtime's lifecycle (`daemon.hooks.Lifecycle.on_close`).
 OnClose = Callable[[Callable[[], Awaitable[None]]], None]
@@ -51,6 +54,7 @@ class MemoryRuntime:
 def build_memory(
     config: Config,
     ws: Workspace,
+    local: Workspace | None,
     *,
     database: Callable[[], Database],
     secrets: Mapping[str, str],
@@ -58,7 +62,9 @@ def build_memory(
     on_close: OnClose,
 ) -> MemoryRuntime:
     """The memory store, context files, skills, the virtual file system for the fs tools and the
-    memory tools, for a config with memory on."""
+    memory tools, for a config with memory on. `local` is the administrator's directory
+    (`daemon.local_dir`): the only files on disk that reach the global memory, the default agent's
+    context files and the skills besides the configured and system ones; never the workspace's."""
     m = config.memory
     embedder = build_embedder(config, secrets, scrub, on_close)
     settings = MemorySettings(
@@ -73,15 +79,15 @@ def build_memory(
         database,
         settings=settings,
         embedder=embedder,
-        on_open=lambda s: adopt_workspace_memory(ws, s),
+        on_open=lambda s: adopt_local_memory(local, ws, s),
     )
     contexts = ContextFiles(
         ContextFileStore(database),
         AgentTypes(agent_types(config)),
         bootstrap_max_turns=m.bootstrap_max_turns,
     )
-    skills = build_skills(config, ws, embedder) if config.skills.enabled else None
-    files = VirtualFiles(ws, store, contexts, skills)
+    skills = build_skills(config, ws, local, embedder) if config.skills.enabled else None
+    files = VirtualFiles(ws, store, contexts, skills, local=local, shared_writers=m.shared_writers)
     tools = memory_tools(store, files, m.shared_writers)
     if skills is not None:
         tools.append(SkillSearchTool(skills))
@@ -103,11 +109,20 @@ def agent_types(config: Config) -> dict[str, AgentType]:
     return types
 
 
-def build_skills(config: Config, ws: Workspace, embedder: HttpEmbedder | None) -> SkillLibrary:
+def build_skills(
+    config: Config, ws: Workspace, local: Workspace | None, embedder: HttpEmbedder | None
+) -> SkillLibrary:
+    """The skill directories: the administrator's (STATE/local/skills), the configured ones, the
+    system one. Never the workspace's `skills/`: any caller's command may write there."""
     s = config.skills
     limit = ws.max_file_bytes
-    roots = [SkillRoot("workspace", ws, "skills")]
-    roots += [SkillRoot("configured", Workspace(Path(d), max_file_bytes=limit)) for d in s.dirs]
+    roots = [SkillRoot("local", local, "skills")] if local is not None else []
+    for d in s.dirs:
+        root = Workspace(Path(d), max_file_bytes=limit)
+        if ws.contains(root.root):
+            log.warning("skills.dirs: %s is in the workspace, where any caller's commands write: not used", d)
+            continue
+        roots.append(SkillRoot("configured", root))
     system = Path(s.system_dir) if s.system_dir else BUILTIN_DIR
     roots.append(SkillRoot("system", Workspace(system, max_file_bytes=limit)))
     return SkillLibrary(roots, embedder=embedder)

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from edgeclaw.daemon.memory_service import MemoryService
     from edgeclaw.store.state import StateStore
     from edgeclaw.tools.base import Tool
+    from edgeclaw.tools.fs.workspace import Workspace
     from edgeclaw.tools.mcp.setup import McpBridge
 
 T = TypeVar("T")
@@ -106,6 +107,9 @@ class Runtime:
     memory_service: MemoryService
     # The daemon's MCP server (HTTP and MQTT sessions), built on first use (`daemon.mcp_server`).
     mcp_server: Slot[McpServer]
+    # STATE/local: the context files, memory and skills only the administrator writes
+    # (`daemon.local_dir`); None when callers' tools could write there.
+    local: Workspace | None = None
 
     @property
     def state(self) -> StateStore:
@@ -228,6 +232,9 @@ def build_runtime(
         workspace, tuple(Path(p) for p in t.allowed_paths), t.max_file_bytes, keep_free_bytes=keep_free
     )
     registry.register_all(fs_tools(ws))
+    from edgeclaw.daemon.local_dir import local_root
+
+    local = local_root(state, ws)
     from edgeclaw.tools.runtime.shell_setup import install_shell_tools  # exec, process and custom tools
 
     install_shell_tools(registry, config, ws, state, secrets, scrubber, environ).attach(
@@ -265,6 +272,7 @@ def build_runtime(
         return build_memory(
             config,
             ws,
+            local,
             database=database.get,
             secrets=secrets,
             scrub=scrubber.scrub,
@@ -328,5 +336,6 @@ def build_runtime(
         agent=agent,
         memory_service=memory,
         mcp_server=Slot(),
+        local=local,
     )
     return runtime

@@ -41,11 +41,13 @@ def _agent(runtime: Runtime, name: str) -> Any:
 
 
 def _read_heartbeat(runtime: Runtime) -> str | None:
-    from edgeclaw.tools.fs.workspace import Workspace
-
-    ws = Workspace(runtime.workspace)
+    """HEARTBEAT.md: the stored one, else the local directory's (the administrator's), never the
+    workspace's: the heartbeat's turn runs with the device's own authority."""
+    ws = runtime.local
 
     def disk(name: str) -> str | None:
+        if ws is None:
+            return None
         try:
             content = ws.read_file(ws.resolve(name), limit=64 * 1024, cut=True, shown=name)
         except (OSError, ToolError, ToolRefused):
@@ -112,7 +114,9 @@ async def scheduler_service(runtime: Runtime) -> AsyncIterator[SchedulerService]
     console = _console_outlet(runtime)
     if console is not None:
         outlets.register("console", console)
-    runner = JobRunner(runtime.registry, outlets, lambda name: _agent(runtime, name))
+    runner = JobRunner(
+        runtime.registry, outlets, lambda name: _agent(runtime, name), authority=auto.jobs.authority
+    )
     sched = Scheduler(
         auto.store,
         runner,

@@ -3,8 +3,9 @@
 A job row holds what to do (a tool call with its arguments, or a prompt for a
 named agent), when (the schedule's kind, spec, zone and anchor), where the
 output goes, and who owns it (the identity, channel and conversation it was
-created from): every run is checked against what that owner may do at the time
-of the run, never against a snapshot taken at creation.
+created from, and the tools it could use then): every run is checked against
+what that owner may do at the time of the run, and never goes beyond what it
+could do when it made the job.
 
 `next_run` is the slot the job waits for (Unix time; NULL when there is none
 left). The scheduler writes the following slot *before* a run starts, so a
@@ -74,7 +75,10 @@ MIGRATIONS = [
             )""",
             "CREATE INDEX job_runs_by_job ON job_runs (job_id, id)",
         ],
-    )
+    ),
+    # The tools the owner could use when the job was made (a JSON list; NULL: an administrator's
+    # job, or one made before this was kept): a run never goes beyond them.
+    Migration("jobs-2", ["ALTER TABLE jobs ADD COLUMN owner_ceiling TEXT"]),
 ]
 
 
@@ -87,6 +91,10 @@ class Owner:
     chat_id: str = ""
     peer_kind: str = "local"
     agent: str = "main"
+    # The tools the owner could use when it made the job (None: no limit beyond the owner's policy
+    # at run time, as for an administrator's job). A run gets the intersection with what the owner
+    # may use at the time of the run (tools.automation.authority).
+    ceiling: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,8 +201,9 @@ class JobStore:
             conn.execute(
                 """INSERT INTO jobs (id, name, kind, tool, args, prompt, agent, schedule_kind, schedule_spec,
                     tz, anchor, targets, catch_up, jitter_s, enabled, owner_caller, owner_channel,
-                    owner_chat_id, owner_peer_kind, owner_agent, created_at, updated_at, next_run)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                    owner_chat_id, owner_peer_kind, owner_agent, created_at, updated_at, next_run,
+                    owner_ceiling)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                 _row_values(job),
             )
         return job
@@ -208,7 +217,8 @@ class JobStore:
                 """UPDATE jobs SET name = ?, kind = ?, tool = ?, args = ?, prompt = ?, agent = ?,
                     schedule_kind = ?, schedule_spec = ?, tz = ?, anchor = ?, targets = ?, catch_up = ?,
                     jitter_s = ?, enabled = ?, owner_caller = ?, owner_channel = ?, owner_chat_id = ?,
-                    owner_peer_kind = ?, owner_agent = ?, created_at = ?, updated_at = ?, next_run = ?
+                    owner_peer_kind = ?, owner_agent = ?, created_at = ?, updated_at = ?, next_run = ?,
+                    owner_ceiling = ?
                    WHERE id = ?""",
                 (*values[1:], job.id),
             )
@@ -402,6 +412,7 @@ def _row_values(job: Job) -> tuple[Any, ...]:
         job.created_at,
         job.updated_at,
         job.next_run,
+        None if o.ceiling is None else json.dumps(sorted(o.ceiling)),
     )
 
 
@@ -413,7 +424,12 @@ def _job(r: sqlite3.Row) -> Job:
         schedule_kind=r["schedule_kind"],
         schedule_spec=r["schedule_spec"],
         owner=Owner(
-            r["owner_caller"], r["owner_channel"], r["owner_chat_id"], r["owner_peer_kind"], r["owner_agent"]
+            r["owner_caller"],
+            r["owner_channel"],
+            r["owner_chat_id"],
+            r["owner_peer_kind"],
+            r["owner_agent"],
+            None if r["owner_ceiling"] is None else frozenset(json.loads(r["owner_ceiling"])),
         ),
         catch_up=r["catch_up"],
         targets=tuple(json.loads(r["targets"])),

@@ -5,7 +5,8 @@ BME280 every 5 minutes and publish it) or a prompt for a named agent (a turn
 in the job's own session). Its owner is whoever created it (the caller's
 identity, channel and conversation, from `ToolContext`): every run goes
 through the registry as that owner, with the policy, approvals, rate limits
-and audit of the moment of the run.
+and audit of the moment of the run, and within the tools the owner had when it
+made the job, whatever agent a prompt job names (`authority`).
 
 Who may change a job: its owner, and the device's administrators (the local
 CLI and the signed MQTT admin topic, `ADMIN_CHANNELS`). A change by someone
@@ -29,6 +30,7 @@ from typing import Any, Protocol
 
 from edgeclaw.errors import ToolError, ToolRefused
 from edgeclaw.store.jobs import Job, JobStore, Owner, new_job_id
+from edgeclaw.tools.automation.authority import ADMIN_CHANNELS, JobAuthority, owner_context
 from edgeclaw.tools.automation.targets import TargetError, parse_targets
 from edgeclaw.tools.automation.when import (
     Schedule,
@@ -40,8 +42,6 @@ from edgeclaw.tools.automation.when import (
 )
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
 
-# Channels whose callers administer the device: they see and change every job.
-ADMIN_CHANNELS = frozenset({"cli", "mqtt-admin"})
 MAX_JOBS = 2000
 MAX_PROMPT_CHARS = 8000
 MAX_NAME_CHARS = 80
@@ -107,8 +107,10 @@ class JobFactory:
         default_tz: str = "",
         default_jitter_s: float = 0.0,
         clock: Callable[[], float] = time.time,
+        authority: JobAuthority | None = None,
     ) -> None:
         self.store = store
+        self.authority = authority
         self.check_call = check_call
         self.agents = agents
         self.default_tz = default_tz
@@ -117,9 +119,10 @@ class JobFactory:
         self.control: JobControl | None = None
 
     # -- who ------------------------------------------------------------------------------------
-    @staticmethod
-    def owner_of(ctx: ToolContext) -> Owner:
-        return Owner(ctx.identity, ctx.channel, ctx.chat_id, ctx.peer_kind, ctx.agent_id)
+    def owner_of(self, ctx: ToolContext) -> Owner:
+        """The caller as the job's owner, with the tools it may use now (the job's ceiling)."""
+        ceiling = self.authority.record(ctx) if self.authority is not None else ctx.tool_ceiling
+        return Owner(ctx.identity, ctx.channel, ctx.chat_id, ctx.peer_kind, ctx.agent_id, ceiling)
 
     @staticmethod
     def may_manage(job: Job, ctx: ToolContext) -> bool:
@@ -229,20 +232,6 @@ class JobFactory:
 
     def describe(self, job: Job) -> str:
         return describe_job(job, self.control.job_state(job.id) if self.control else "")
-
-
-def owner_context(job: Job, request: str) -> ToolContext:
-    """The context a job's calls run in: its owner's identity, channel and conversation, its own session."""
-    o = job.owner
-    return ToolContext(
-        channel=o.channel,
-        chat_id=o.chat_id,
-        peer_kind=o.peer_kind,
-        session_key=f"job:{job.id}",
-        agent_id=o.agent,
-        caller=o.caller,
-        request_id=f"job:{job.id}:{request}",
-    )
 
 
 def describe_job(job: Job, state: str = "") -> str:

@@ -11,10 +11,12 @@ key or declared sender, the CLI user. An open agent is shaped by each person
 who talks to it; a predefined one has one personality, and only what it
 knows about each user is theirs.
 
-The agent's own file is the stored one, else the workspace's file of that
-name on disk (read by the caller of `read` through the workspace's safe
-open), so a workspace set up by hand, or from before files were stored,
-keeps working; once stored, the stored file wins.
+The agent's own file is the stored one, else the file of that name in the
+device's local directory (`STATE/local`, `daemon.local_dir`: written by its
+administrator only; read by the caller of `read` through a safe open), so a
+device set up by hand keeps working; once stored, the stored file wins. The
+workspace's files of those names are never read for it: any caller's command
+may write there, and the agent's own file is in every caller's prompt.
 
 BOOTSTRAP.md is the first-run conversation. Written empty it is removed: a
 tombstone in the scope the write goes to hides the agent's template (and the
@@ -43,14 +45,13 @@ PER_USER_IN_PREDEFINED = frozenset({"USER.md"})
 # The agent's own file on disk when none is stored: name -> text, or None when there is none.
 DiskFile = Callable[[str], "str | None"]
 
-# Only "main" falls back to the workspace's files on disk (a workspace set up by hand). A named agent's
-# own files are only the stored ones (`edgeclaw memory import`, or written in its sessions): a file on
-# disk could be written by any caller's command, and the default agent's would give it another's soul.
+# Only "main" falls back to the files of the local directory (a device set up by hand). A named agent's
+# own files are only the stored ones (`edgeclaw memory import`, or written by the local CLI or console).
 DEFAULT_AGENT = "main"
 
 
 def reads_disk(agent_id: str) -> bool:
-    """Whether this agent's own context files fall back to the workspace's files on disk."""
+    """Whether this agent's own context files fall back to the local directory's files on disk."""
     return agent_id == DEFAULT_AGENT
 
 

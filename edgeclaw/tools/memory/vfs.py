@@ -10,7 +10,10 @@
   chunked and indexed on write, and its new chunks embedded.
 - The seven context files (SOUL.md, IDENTITY.md, AGENTS.md, TOOLS.md,
   HEARTBEAT.md, USER.md, BOOTSTRAP.md) are routed by agent type
-  (`tools.memory.context`). Writing BOOTSTRAP.md empty removes it.
+  (`tools.memory.context`). Writing BOOTSTRAP.md empty removes it. A write
+  that would change the agent's own copy (a predefined agent's), which is in
+  every caller's prompt, is refused unless the caller's channel is one of
+  `memory.shared_writers` (the local CLI and console), as for global memory.
 - `skills/**` is served, read-only, from the skill directories
   (`tools.skills.library`), whichever directory holds the skill.
 
@@ -27,10 +30,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
 from edgeclaw.errors import ToolError, ToolRefused
+from edgeclaw.store.context_files import AGENT_SCOPE
 from edgeclaw.store.memory import (
     GLOBAL,
     Document,
@@ -42,7 +47,7 @@ from edgeclaw.store.memory import (
 from edgeclaw.tools.base import Args, ToolContext, ToolResult
 from edgeclaw.tools.fs.files import ROUTED_TOOLS, render_lines, replace_text
 from edgeclaw.tools.fs.workspace import Workspace, format_size
-from edgeclaw.tools.memory.context import CONTEXT_FILES, DEFAULT_AGENT, ContextFiles, reads_disk
+from edgeclaw.tools.memory.context import BOOTSTRAP, CONTEXT_FILES, DEFAULT_AGENT, ContextFiles, reads_disk
 from edgeclaw.tools.skills.library import VIRTUAL_ROOT, SkillLibrary
 from edgeclaw.wording import plural
 
@@ -74,11 +79,19 @@ class VirtualFiles:
         memory: MemoryStore,
         contexts: ContextFiles,
         skills: SkillLibrary | None = None,
+        *,
+        local: Workspace | None = None,
+        shared_writers: Iterable[str] = ("cli", "console"),
     ) -> None:
         self.ws = workspace
         self.memory = memory
         self.contexts = contexts
         self.skills = skills
+        # The administrator's directory (daemon.local_dir): the default agent's own context files
+        # when none is stored. Never the workspace, which any caller's command may write.
+        self.local = local
+        # The channels that may change what every caller's prompt holds (memory.shared_writers).
+        self.shared_writers = frozenset(shared_writers)
 
     # -- which paths ---------------------------------------------------------------------------
 
@@ -191,7 +204,7 @@ class VirtualFiles:
         if tool == "read_file":
             if current is None:
                 raise ToolError(f"no such file or directory: {args['path']!r}")
-            where = ", from the workspace's disk" if current.on_disk else ""
+            where = ", from the device's local directory" if current.on_disk else ""
             shown = f"{name} ({current.placement.whose(current.scope)} context file{where})"
             return _result(
                 render_lines(shown, current.content, args.get("start_line", 1), args.get("end_line"))
@@ -212,6 +225,7 @@ class VirtualFiles:
             )
             if content == current.content:
                 return _result(message)
+        self._check_shared_write(ctx, name, content)
         scope, created = self.contexts.write(agent, user, name, content)
         placement = self.contexts.placement(agent, user, name)
         whose = placement.whose(scope)
@@ -223,13 +237,27 @@ class VirtualFiles:
         size = format_size(len(content.encode("utf-8")))
         return _result(f"{verb} {name} ({whose} context file; {size}, {_line_count(content)} lines)")
 
+    def _check_shared_write(self, ctx: ToolContext, name: str, content: str) -> None:
+        """The agent's own copy (a predefined agent's) is in every caller's prompt: only the device's
+        administrator changes it, as for the global memory. Ending the first run (BOOTSTRAP.md
+        written empty) puts no text into anyone's prompt, and is anyone's."""
+        if self.contexts.placement(ctx.agent_id, ctx.identity, name).write != AGENT_SCOPE:
+            return
+        if ctx.channel in self.shared_writers or (name == BOOTSTRAP and not content.strip()):
+            return
+        raise ToolRefused(
+            f"{name} of agent {ctx.agent_id!r} is the agent's own, in every caller's system prompt: only "
+            f"the local CLI or console changes it (memory.shared_writers: "
+            f"{', '.join(sorted(self.shared_writers)) or 'none'}); you are {ctx.identity}"
+        )
+
     def _disk_context(self, name: str, agent: str = DEFAULT_AGENT) -> str | None:
-        """The agent's own context file from the workspace, when none is stored (one safe open);
-        only the default agent has one there (`reads_disk`)."""
-        if not reads_disk(agent):
+        """The agent's own context file from the local directory, when none is stored (one safe
+        open); only the default agent has one there (`reads_disk`)."""
+        if not reads_disk(agent) or self.local is None:
             return None
         try:
-            content = self.ws.read_file(self.ws.resolve(name), shown=name)
+            content = self.local.read_file(self.local.resolve(name), shown=name)
         except FileNotFoundError:
             return None
         except OSError as e:

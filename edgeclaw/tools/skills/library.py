@@ -10,10 +10,13 @@ front matter::
     The body: what to check, in which order, with which tool calls.
 
 Skill directories, in the order a name is looked up (the first one holding a
-name wins): the workspace's `skills/`, the configured `skills.dirs`, and the
-system directory (the skills shipped with edgeclaw unless `skills.system_dir`
-says otherwise). Every file is read through `Workspace.read_file` rooted at
-its directory: one open that follows no symlink, checked on its descriptor.
+name wins): the device's local `skills/` (`STATE/local/skills`, which only
+its administrator writes), the configured `skills.dirs`, and the system
+directory (the skills shipped with edgeclaw unless `skills.system_dir` says
+otherwise). Never the workspace's `skills/`: the skills are listed in every
+caller's prompt, and any caller's command may write the workspace. Every
+file is read through `Workspace.read_file` rooted at its directory: one open
+that follows no symlink, checked on its descriptor.
 
 The system prompt lists only names and descriptions; the model reads a skill
 with `read_file skills/NAME/SKILL.md` (the virtual file system serves that
@@ -60,7 +63,7 @@ BUILTIN_DIR = Path(__file__).resolve().parent.parent.parent / "builtin_skills"
 class SkillRoot:
     """A directory of skills: `workspace` rooted where its safe reads start, `prefix` below that."""
 
-    label: str  # "workspace", "configured", "system": for listings and messages
+    label: str  # "local", "configured", "system": for listings and messages
     workspace: Workspace
     prefix: str = ""
 

@@ -31,7 +31,7 @@ import signal
 import sqlite3
 import subprocess
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -306,6 +306,26 @@ async def call(c: Caller, request_id: str, tool: str, args: dict[str, Any], corr
     )
 
 
+@contextlib.asynccontextmanager
+async def unacknowledged(tmp_path: Path) -> AsyncIterator[tuple[DaemonProcess, Caller, Link]]:
+    """A daemon connected through a link that drops what it sends from the moment the caller is
+    ready: the broker sees neither the PUBACKs of the commands it delivers nor their answers."""
+    broker = Mosquitto(tmp_path / "broker").start()
+    link = Link(broker.port)
+    await link.restore()
+    try:
+        with daemon(tmp_path, link.port) as d:
+            d.start()
+            async with Caller(broker.port, [ANSWERS, f"{BASE}/status"]) as c:
+                await online(c)
+                link.swallow()
+                yield d, c, link
+    finally:
+        with contextlib.suppress(AssertionError):
+            await link.cut()
+        broker.kill()
+
+
 async def test_requests_delivered_again_after_a_kill_before_their_puback_are_answered_once(tmp_path):
     """The daemon takes two calls, but its PUBACKs (and answers) never reach the broker; it is
     killed with one call done (its answer in the outbox) and one running. At the next start the
@@ -313,79 +333,55 @@ async def test_requests_delivered_again_after_a_kill_before_their_puback_are_ans
     one is answered from the outbox, the running one `interrupted` -- so each caller hears exactly
     once, and nothing runs twice. The caller's own retry, a new publish, is answered from the
     ledger, marked `replay`."""
-    broker = Mosquitto(tmp_path / "broker").start()
-    link = Link(broker.port)
-    await link.restore()
-    try:
-        with daemon(tmp_path, link.port) as d:
-            d.start()
-            async with Caller(broker.port, [ANSWERS, f"{BASE}/status"]) as c:
-                await online(c)
-                link.swallow()
-                await call(c, "quick", "file_append", {"path": "ran/quick.log", "content": "ran\n"})
-                await call(c, "slow", "gpio", {"action": "pulse", "pin": 17, "duration_ms": 8000})
-                await poll(
-                    lambda: d.ledger_states() == {"quick": "done", "slow": "running"},
-                    20,
-                    "one done, one running",
-                )
-                d.kill()
-                await link.cut()
-                await link.restore()
-                assert c.on(ANSWERS) == []
-                statuses = len(c.on(f"{BASE}/status"))
-                d.start()
-                await online(c, since=statuses)
-                await c.answers(ANSWERS, 2, within=30)
-                await asyncio.sleep(1.0)  # a second answer to either would come now
-                got = c.on(ANSWERS)
-                assert sorted(m.correlation or b"" for m in got) == [b"quick", b"slow"], [m.json for m in got]
-                assert not any("replay" in m.json for m in got), [m.json for m in got]
-                answers = {m.correlation: m.json for m in got}
-                assert answers[b"quick"]["ok"] is True
-                assert answers[b"slow"]["code"] == "interrupted" and answers[b"slow"]["may_have_run"] is True
-                assert d.executions() == Counter({"quick": 1})
-                # The caller retries on purpose: the stored answer, marked as a replay; not run again.
-                await call(c, "quick", "file_append", {"path": "ran/quick.log", "content": "ran\n"}, "again")
-                [again] = await c.wait_for(
-                    lambda: [m for m in c.on(ANSWERS) if m.correlation == b"again"], what="the retry"
-                )
-                assert again.json["replay"] is True and again.json["ok"] is True
-                assert d.executions() == Counter({"quick": 1})
-    finally:
-        with contextlib.suppress(AssertionError):
-            await link.cut()
-        broker.kill()
+    async with unacknowledged(tmp_path) as (d, c, link):
+        await call(c, "quick", "file_append", {"path": "ran/quick.log", "content": "ran\n"})
+        await call(c, "slow", "gpio", {"action": "pulse", "pin": 17, "duration_ms": 8000})
+        await poll(
+            lambda: d.ledger_states() == {"quick": "done", "slow": "running"},
+            20,
+            "one done, one running",
+        )
+        d.kill()
+        await link.cut()
+        await link.restore()
+        assert c.on(ANSWERS) == []
+        statuses = len(c.on(f"{BASE}/status"))
+        d.start()
+        await online(c, since=statuses)
+        await c.answers(ANSWERS, 2, within=30)
+        await asyncio.sleep(1.0)  # a second answer to either would come now
+        got = c.on(ANSWERS)
+        assert sorted(m.correlation or b"" for m in got) == [b"quick", b"slow"], [m.json for m in got]
+        assert not any("replay" in m.json for m in got), [m.json for m in got]
+        answers = {m.correlation: m.json for m in got}
+        assert answers[b"quick"]["ok"] is True
+        assert answers[b"slow"]["code"] == "interrupted" and answers[b"slow"]["may_have_run"] is True
+        assert d.executions() == Counter({"quick": 1})
+        # The caller retries on purpose: the stored answer, marked as a replay; not run again.
+        await call(c, "quick", "file_append", {"path": "ran/quick.log", "content": "ran\n"}, "again")
+        [again] = await c.wait_for(
+            lambda: [m for m in c.on(ANSWERS) if m.correlation == b"again"], what="the retry"
+        )
+        assert again.json["replay"] is True and again.json["ok"] is True
+        assert d.executions() == Counter({"quick": 1})
 
 
 async def test_a_request_delivered_again_while_it_runs_is_answered_once(tmp_path):
     """The link drops after the daemon took a long call but before its PUBACK reached the broker;
     after the reconnect the broker delivers the call again (DUP) while it still runs. That copy
     does not wait for an answer of its own: the call answers once, when it finishes."""
-    broker = Mosquitto(tmp_path / "broker").start()
-    link = Link(broker.port)
-    await link.restore()
-    try:
-        with daemon(tmp_path, link.port) as d:
-            d.start()
-            async with Caller(broker.port, [ANSWERS, f"{BASE}/status"]) as c:
-                await online(c)
-                link.swallow()
-                await call(c, "long", "gpio", {"action": "pulse", "pin": 17, "duration_ms": 4000})
-                await poll(lambda: d.ledger_states() == {"long": "running"}, 20, "the call running")
-                statuses = len(c.on(f"{BASE}/status"))
-                await link.cut()
-                await link.restore()
-                await online(c, since=statuses)  # reconnected while the call runs
-                await c.answers(ANSWERS, 1, within=30)
-                await asyncio.sleep(1.0)  # a second answer would come now
-                got = c.on(ANSWERS)
-                assert [m.correlation for m in got] == [b"long"], [m.json for m in got]
-                assert got[0].json["ok"] is True and "replay" not in got[0].json
-    finally:
-        with contextlib.suppress(AssertionError):
-            await link.cut()
-        broker.kill()
+    async with unacknowledged(tmp_path) as (d, c, link):
+        await call(c, "long", "gpio", {"action": "pulse", "pin": 17, "duration_ms": 4000})
+        await poll(lambda: d.ledger_states() == {"long": "running"}, 20, "the call running")
+        statuses = len(c.on(f"{BASE}/status"))
+        await link.cut()
+        await link.restore()
+        await online(c, since=statuses)  # reconnected while the call runs
+        await c.answers(ANSWERS, 1, within=30)
+        await asyncio.sleep(1.0)  # a second answer would come now
+        got = c.on(ANSWERS)
+        assert [m.correlation for m in got] == [b"long"], [m.json for m in got]
+        assert got[0].json["ok"] is True and "replay" not in got[0].json
 
 
 async def test_link_to_the_broker_cut_mid_burst_no_answer_lost_none_twice(tmp_path):

@@ -902,8 +902,10 @@ async def test_broker_killed_and_restarted_under_200_calls_each_answered_and_non
         answers = by_id(c.on(ANSWERS))
         assert set(answers) == set(ids)
         for i, got in answers.items():
-            originals = [a for a in got if not a.get("replay")]
-            assert len(originals) <= 1, (i, got)  # answered from a run once; any repeat says it is a replay
+            # Answered from a run once; any other answer says it is a replay, or is a copy of that one
+            # (the answers of the last moments are published again after the broker came back).
+            originals = {json.dumps(a, sort_keys=True) for a in got if not a.get("replay")}
+            assert len(originals) <= 1, (i, got)
             assert all(a["ok"] and a["for_llm"] == f"done {i}" for a in got)
         assert d.work.executions == Counter(dict.fromkeys(ids, 1)), "a call ran twice (or never)"
         assert d.work.started == d.work.executions

@@ -145,6 +145,11 @@ class MqttConfig:
     max_concurrent: int = 8  # requests running at once
     outbox_max: int = 10000  # messages kept while the broker is unreachable
     dedup_window_s: float = 600.0  # a repeated request id within this window is answered, not run again
+    # Answers the broker acknowledged this recently are published again after a lost connection, in
+    # case the broker died before saving them (match its autosave interval); bounded by count and bytes.
+    resend_window_s: float = 30.0
+    resend_max_messages: int = 1000
+    resend_max_bytes: int = 1 << 20
     hmac_secret_env: str = ""  # shared secret for signed commands: an environment variable ...
     hmac_secret_file: str = ""  # ... or a file (never inline)
     hmac_key_name: str = "command"  # callers signing with it are "mqtt:NAME" (role operate)

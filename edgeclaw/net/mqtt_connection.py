@@ -27,6 +27,14 @@ broker delivers it again. This reaches into aiomqtt's private paho client
 reaches in once more, to mend a race in how aiomqtt watches the socket for
 writing.
 
+Every inbound message carries the DUP flag of its PUBLISH (`Delivery.dup`): the broker sets it on
+a message it sends again, after a reconnect, because we had not acknowledged it; a publisher's fresh
+publish reaches us with it clear (MQTT does not forward a publisher's DUP). aiomqtt drops the flag,
+so `_GuardedClient` keeps it.
+
+When an established connection ends, the listeners added with `when_lost` are called, before the
+next attempt (the sender puts the answers the broker may have lost with it back in the outbox).
+
 Broker problems keep the MQTT reason code (`BrokerError`), for the log,
 `Connection.last_error` and `edgeclaw doctor` (`check_broker`).
 """
@@ -66,14 +74,27 @@ STOP_RECANCEL_S = 0.5
 MAX_INFLIGHT = 20
 
 
+class Delivery(aiomqtt.Message):
+    """An inbound message with the DUP flag aiomqtt leaves out: True when the broker had sent it to
+    us before (a redelivery of a message we never acknowledged), False for a first delivery."""
+
+    dup: bool = False
+
+
 class _GuardedClient(aiomqtt.Client):
-    """aiomqtt's client, watching the socket for writing only while it is still open.
+    """aiomqtt's client, keeping each message's DUP flag, and watching the socket for writing only
+    while it is still open.
 
     paho asks for the watch from its own thread; aiomqtt takes the descriptor's number then and
     has the loop add the watch later. When the broker dies in between, the socket is closed by
     the time the loop gets there, and `add_writer` fails inside the loop's callback (a traceback
     in the log, nothing else), or, were the number reused meanwhile, watches someone else's file.
     """
+
+    def _on_message(self, client: Any, userdata: Any, message: Any) -> None:
+        delivery = Delivery._from_paho_message(message)
+        delivery.dup = bool(message.dup)
+        self._queue.put_nowait(delivery)  # dispatched at once (see _dispatching_queue)
 
     def _on_socket_register_write(self, client: Any, userdata: Any, sock: Any) -> None:
         fileno = sock.fileno()
@@ -270,6 +291,7 @@ class Connection:
         self._client_used = False
         self._lost: asyncio.Future[None] | None = None  # resolved when the current connection ends
         self._connected = asyncio.Event()
+        self._lost_listeners: list[Callable[[], None]] = []
         self.connects = 0  # successful connections since start
         self.last_error: BrokerError | None = None  # why the last attempt or connection ended
         self._stopping = False
@@ -286,6 +308,18 @@ class Connection:
         except TimeoutError:
             return False
         return True
+
+    def when_lost(self, listener: Callable[[], None]) -> None:
+        """Call `listener` each time an established connection ends (on the loop, before the next
+        connection attempt); never for an attempt that failed, nor for the end `stop` makes."""
+        self._lost_listeners.append(listener)
+
+    def _tell_lost(self) -> None:
+        for listener in self._lost_listeners:
+            try:
+                listener()
+            except Exception:
+                log.exception("error handling the lost connection")
 
     # -- the client ----------------------------------------------------------
     def open(self) -> None:
@@ -431,9 +465,12 @@ class Connection:
                 self.last_error = BrokerError(f"{type(e).__name__}: {e}")
                 log.exception("unexpected error in the MQTT connection")
             finally:
+                was_connected = self._connected.is_set()
                 self._connected.clear()
                 if self._lost is not None and not self._lost.done():
                     self._lost.set_result(None)
+                if was_connected and not self._stopping:  # a clean stop loses nothing at the broker
+                    self._tell_lost()
             if time.monotonic() - started >= STABLE_CONNECTION_S:
                 self.backoff.reset()
             delay = self.backoff.next()

@@ -46,6 +46,7 @@ from edgeclaw.channels.mqtt.protocol import (
 )
 from edgeclaw.channels.mqtt.reader import RequestReader
 from edgeclaw.channels.mqtt.reporting import Reporter
+from edgeclaw.channels.mqtt.resend import RecentAnswers
 from edgeclaw.channels.mqtt.sender import Sender
 from edgeclaw.channels.mqtt.serving import RequestServer
 from edgeclaw.channels.mqtt.telemetry import HealthSources, TelemetryCollector
@@ -169,7 +170,11 @@ class MqttChannel:
         self.connection = Connection(self.settings, self._on_message, on_connect=self._on_connect)
         self.outbox = Outbox(db, config.outbox_max)
         self.ledger: RequestLedger[Route] = RequestLedger(db, config.dedup_window_s)
-        self.sender = Sender(self.connection, self.outbox)
+        self.sender = Sender(
+            self.connection,
+            self.outbox,
+            RecentAnswers(config.resend_window_s, config.resend_max_messages, config.resend_max_bytes),
+        )
         self.approver = MqttApprover(
             self.connection, self.topics.approval_request, enabled=self.keys.approver is not None
         )

@@ -10,6 +10,9 @@ that happen to reuse an id are not confused:
 * not in the ledger → run it;
 * answered → answer again from the stored answer, without running;
 * running in this process → answer this copy too when it finishes;
+
+(those two for a caller's retry: a copy the broker redelivers, with the DUP
+flag, is not answered again -- see channels.mqtt.serving)
 * recorded, unfinished, but not by this process → the daemon stopped while
   it waited or ran: it is answered `interrupted` and not run again (at most
   once beats a doubled actuator command).

@@ -51,6 +51,9 @@ class Incoming:
     response_topic: str | None  # MQTT 5 only, like the two below
     correlation: bytes | None
     user_properties: list[tuple[str, str]] | None
+    # The broker's DUP flag: it had sent us this very message before and got no PUBACK (we were
+    # killed, or the connection dropped, before acknowledging it). A publisher's retry is not one.
+    redelivered: bool = False
 
     @classmethod
     def of(cls, message: aiomqtt.Message) -> Incoming:
@@ -63,6 +66,7 @@ class Incoming:
             getattr(props, "ResponseTopic", None),
             getattr(props, "CorrelationData", None),
             getattr(props, "UserProperty", None),
+            bool(getattr(message, "dup", False)),  # net.mqtt_connection.Delivery
         )
 
 

@@ -118,38 +118,51 @@ class Outbox:
                 record(conn)
             if delete:
                 self._delete(conn, delete)
-            # A loop, not one victim: after a restart with a lower `outbox_max` the stored backlog
-            # is over the bound, and one-in-one-out would keep it there for good.
-            while self._depth >= self.max_messages:
-                lowest = conn.execute("SELECT min(kind) FROM mqtt_outbox").fetchone()[0]
-                if lowest is None:
-                    self._depth = 0
-                    break
-                if message.kind < lowest:
-                    # Everything stored is worth more than this message.
-                    self._count_dropped(conn, 1)
-                    return None
-                victim = conn.execute(
-                    "SELECT seq FROM mqtt_outbox WHERE kind = ? ORDER BY ord LIMIT 1", (lowest,)
-                ).fetchone()[0]
-                conn.execute("DELETE FROM mqtt_outbox WHERE seq = ?", (victim,))
-                self._depth -= 1
+            return self._insert(conn, message)
+
+    def restore(self, messages: Iterable[OutMessage]) -> int:
+        """Store messages that had left the outbox again, in their old places (their `ord`), in
+        one transaction; returns how many were stored (the bound may drop some, counted)."""
+        stored = 0
+        with self.db.transaction("outbox entries (messages to publish again)") as conn:
+            for message in messages:
+                stored += self._insert(conn, message) is not None
+        return stored
+
+    def _insert(self, conn: sqlite3.Connection, message: OutMessage) -> int | None:
+        """Insert one message, first dropping what the bound requires (see the module doc)."""
+        # A loop, not one victim: after a restart with a lower `outbox_max` the stored backlog
+        # is over the bound, and one-in-one-out would keep it there for good.
+        while self._depth >= self.max_messages:
+            lowest = conn.execute("SELECT min(kind) FROM mqtt_outbox").fetchone()[0]
+            if lowest is None:
+                self._depth = 0
+                break
+            if message.kind < lowest:
+                # Everything stored is worth more than this message.
                 self._count_dropped(conn, 1)
-            seq = conn.execute(
-                "INSERT INTO mqtt_outbox (ord, kind, topic, payload, qos, retain, correlation, created)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    message.ord,
-                    int(message.kind),
-                    message.topic,
-                    message.payload,
-                    message.qos,
-                    int(message.retain),
-                    message.correlation,
-                    time.time(),
-                ),
-            ).lastrowid
-            self._depth += 1
+                return None
+            victim = conn.execute(
+                "SELECT seq FROM mqtt_outbox WHERE kind = ? ORDER BY ord LIMIT 1", (lowest,)
+            ).fetchone()[0]
+            conn.execute("DELETE FROM mqtt_outbox WHERE seq = ?", (victim,))
+            self._depth -= 1
+            self._count_dropped(conn, 1)
+        seq = conn.execute(
+            "INSERT INTO mqtt_outbox (ord, kind, topic, payload, qos, retain, correlation, created)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                message.ord,
+                int(message.kind),
+                message.topic,
+                message.payload,
+                message.qos,
+                int(message.retain),
+                message.correlation,
+                time.time(),
+            ),
+        ).lastrowid
+        self._depth += 1
         return seq
 
     def peek(self, limit: int, exclude: Collection[int] = ()) -> list[StoredMessage]:

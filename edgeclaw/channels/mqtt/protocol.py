@@ -395,7 +395,8 @@ def cancel_error(request_id: str | None, target: str | None, code: str, message:
 
 
 def replayed(answer: bytes) -> bytes:
-    """A stored answer sent again, marked so the caller can tell it is a repeat."""
+    """A stored answer sent to a caller's retry (a new publish of a request already answered),
+    marked so the caller can tell it is a repeat. A copy the broker redelivers gets none."""
     try:
         obj = json.loads(answer)
     except (UnicodeDecodeError, json.JSONDecodeError):

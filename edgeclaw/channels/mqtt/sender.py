@@ -19,6 +19,12 @@ slow to acknowledge costs disk, not memory.
 An answer published again because its PUBACK was lost may reach the caller
 twice (QoS 1 is at-least-once): the copies are the same bytes with the same
 Correlation Data.
+
+A PUBACK is not the end of the story: a broker killed before its next save to
+disk loses what it acknowledged since (see `resend`). The answers acknowledged
+in the last `resend_window_s` are kept in memory, and when an established
+connection is lost they go back into the outbox, in their old places, to be
+published again after the reconnect.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from edgeclaw.channels.mqtt.outbox import Kind, Outbox, OutMessage, StoredMessage
+from edgeclaw.channels.mqtt.resend import RecentAnswers
 from edgeclaw.net.mqtt_connection import Connection, PublishFailed, publish_properties
 from edgeclaw.tasks import TaskSet
 
@@ -57,9 +64,13 @@ class StoredPublish:
 
 
 class Sender:
-    def __init__(self, connection: Connection, outbox: Outbox) -> None:
+    def __init__(self, connection: Connection, outbox: Outbox, recent: RecentAnswers | None = None) -> None:
         self.connection = connection
         self.outbox = outbox
+        # Answers the broker acknowledged lately: back into the outbox when the connection is lost.
+        self.recent = recent if recent is not None else RecentAnswers(0, 0, 0)
+        self._losses = 0  # connections lost so far
+        connection.when_lost(self._on_lost)
         # True while the outbox may hold messages not in flight: new ones must then queue behind them.
         self._backlog = outbox.depth > 0
         self._in_flight: set[int] = set()  # outbox rows being published right now
@@ -164,6 +175,7 @@ class Sender:
     async def publish(self, out: StoredPublish) -> None:
         """Publish a message `store` handed out; on success its row goes, on failure it waits."""
         m = out.message
+        losses = self._losses
         try:
             await self.connection.publish(
                 m.topic,
@@ -191,6 +203,7 @@ class Sender:
             self._acked.add(out.seq)
             if self._delete_handle is None:
                 self._delete_handle = asyncio.get_running_loop().call_later(ACK_FLUSH_S, self._delete_acked)
+            self._acknowledged([m], losses)
 
     def _failed(self, out: StoredPublish) -> None:
         if out.seq is None:
@@ -213,6 +226,41 @@ class Sender:
         self._backlog = True
         if self.connection.connected and not self._closed:
             self._start_forwarder()
+
+    def _acknowledged(self, messages: list[OutMessage], losses: int) -> None:
+        """Stored messages the broker acknowledged, on a connection that was up when they were sent
+        (`losses` then): answers are kept in `recent`, or, when that connection was lost before
+        this task got to run again (the PUBACK and the loss in one read), put back at once."""
+        answers = [m for m in messages if m.kind in DURABLE]
+        if not answers or not self.recent.enabled:
+            return
+        if losses == self._losses:
+            for m in answers:
+                self.recent.add(m)
+        else:
+            self._restore(answers)
+
+    def _on_lost(self) -> None:
+        """The connection is gone, and the broker may have gone with it: the answers it acknowledged
+        lately go back into the outbox, to be published again after the reconnect."""
+        self._losses += 1
+        answers = self.recent.take()
+        if answers:
+            self._restore(answers)
+            log.info(
+                "connection lost: %d answer(s) acknowledged in the last %g s are published again after "
+                "the reconnect, in case the broker lost them",
+                len(answers),
+                self.recent.window_s,
+            )
+
+    def _restore(self, answers: list[OutMessage]) -> None:
+        try:
+            self.outbox.restore(answers)
+        except sqlite3.Error as e:
+            log.error("cannot keep %d answer(s) to publish again (%s)", len(answers), e)
+            return
+        self._queued()
 
     def _delete_acked(self) -> None:
         self._delete_handle = None
@@ -243,6 +291,7 @@ class Sender:
                 self._backlog = False
                 return
             seqs = [m.seq for m in batch]
+            losses = self._losses
             self._in_flight.update(seqs)
             try:
                 results = await asyncio.gather(
@@ -254,6 +303,7 @@ class Sender:
             failed = [m.seq for m, r in zip(batch, results, strict=True) if r is not None]
             # At once, not with the next flush: the next peek must not see them again.
             self.outbox.delete(done)
+            self._acknowledged([m.message for m, r in zip(batch, results, strict=True) if r is None], losses)
             if failed:
                 unexpected = [r for r in results if r is not None and not isinstance(r, PublishFailed)]
                 for error in unexpected:

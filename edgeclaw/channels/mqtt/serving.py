@@ -9,6 +9,12 @@ The path of a request (`tool/call`, `chat/in`, an admin topic):
   → `_conclude`: the answer stored with the ledger's record of it, then published, to the MQTT 5
   Response Topic with its Correlation Data, else to `tool/result` / `chat/out`.
 
+Exactly one answer per request *sent*: a copy the broker delivers again (the DUP flag: we had not
+acknowledged it when the daemon was killed or the connection dropped) is not answered again when
+the ledger knows it -- its answer went out, waits in the outbox, or comes when the request running
+finishes -- while a caller's own retry (a new publish of the same request) is answered from the
+ledger, marked `replay`.
+
 Every request is its proven caller's (channels.mqtt.keys): a caller without the role a request
 needs is answered `forbidden`. A `tool/cancel` stops a call of the same caller only; it goes around
 the ledger and admission, so it gets through when the device is busy.
@@ -112,7 +118,15 @@ class RequestServer:
         self._only_observes = only_observes  # the registry's: a call that changes nothing
         self.after_answer = after_answer  # the events of a call go out with its answer
         self.on_bad_signature = on_bad_signature
-        self.counters = {"requests": 0, "answered": 0, "busy": 0, "replayed": 0, "rejected": 0}
+        # `redelivered`: copies the broker sent again that needed no answer of their own.
+        self.counters = {
+            "requests": 0,
+            "answered": 0,
+            "busy": 0,
+            "replayed": 0,
+            "redelivered": 0,
+            "rejected": 0,
+        }
         self._slots = asyncio.Semaphore(config.max_concurrent)
         self.admitted = 0  # waiting or running
         self.tasks = TaskSet()  # one per admitted request
@@ -137,7 +151,7 @@ class RequestServer:
                     self.on_bad_signature(msg.topic)
                 self.answer(route, refusal(kind, request_id)(e.code, e.message))
                 return
-            self.serve(command)
+            self.serve(command, redelivered=msg.redelivered)
         except Exception as e:
             # A fault of ours (the state database failing, a bug) must not leave the caller waiting
             # for an answer that never comes. Unless one already went out, this is it.
@@ -146,9 +160,10 @@ class RequestServer:
                 problem = f"internal error: {type(e).__name__}: {e}"
                 self.answer(route, refusal(kind, peek_id(msg.payload))("internal", problem))
 
-    def serve(self, command: Command) -> None:
+    def serve(self, command: Command, *, redelivered: bool = False) -> None:
         """Admit a request: recorded in the ledger (durably, before the broker gets our PUBACK for
-        it) with where its answer goes and what it names, so that even a crash leaves it answered."""
+        it) with where its answer goes and what it names, so that even a crash leaves it answered.
+        `redelivered`: the broker's DUP flag (see `_answered_from_ledger`)."""
         asked, route = command.asked, command.route
         if isinstance(asked, CancelRequest):
             self._cancel(asked, route, command.caller)
@@ -172,7 +187,9 @@ class RequestServer:
             return
         if self.admitted >= self.config.inbound_queue:
             # A repeat of a known request needs no slot: answer it from the ledger even when busy.
-            if key is not None and self._answered_from_ledger(key, self.ledger.lookup(key), route, error):
+            if key is not None and self._answered_from_ledger(
+                key, self.ledger.lookup(key), route, error, redelivered
+            ):
                 return
             self.counters["busy"] += 1
             self.answer(
@@ -190,7 +207,7 @@ class RequestServer:
                 key = journal_key(command.kind)
                 self.ledger.begin(key, recorded, started=started)
             elif self._answered_from_ledger(
-                key, self.ledger.begin(key, recorded, started=started), route, error
+                key, self.ledger.begin(key, recorded, started=started), route, error, redelivered
             ):
                 return
         except StorageFull as e:
@@ -220,8 +237,20 @@ class RequestServer:
             return ("operate", f"tool {asked.tool!r} (it does not only observe)")
         return ("operate", "tool/call")
 
-    def _answered_from_ledger(self, key: str, found: Lookup, route: Route, error: ErrorAnswer) -> bool:
-        """Handle a request the ledger already knows; False when it is new (and must run)."""
+    def _answered_from_ledger(
+        self, key: str, found: Lookup, route: Route, error: ErrorAnswer, redelivered: bool
+    ) -> bool:
+        """Handle a request the ledger already knows; False when it is new (and must run).
+
+        A copy the broker `redelivered` (DUP) is the same PUBLISH the ledger recorded, not a
+        retry: its request has its one answer already -- delivered, waiting in the outbox (sent
+        after the reconnect or restart), or to come from the call still running -- so it gets
+        none of its own. A caller's retry is a new PUBLISH (DUP clear): answered from the ledger.
+        """
+        if redelivered and found.seen in (Seen.DONE, Seen.RUNNING):
+            self.counters["redelivered"] += 1
+            log.debug("request %s delivered again by the broker: already answered once", key)
+            return True
         if found.seen is Seen.DONE:
             assert found.answer is not None  # a finished request always has its answer stored
             self.counters["replayed"] += 1

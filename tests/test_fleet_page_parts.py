@@ -74,6 +74,11 @@ async def test_a_lockout_holds_one_source_and_the_bearer_too():
         await a.login("pass-word", "10.0.0.9")
     assert await a.bearer(TOK, "10.0.0.1")  # another source is not locked out
     assert (await a.login("pass-word", "10.0.0.1")) is not None
+    for _ in range(3):  # wrong form entries lock their own source too, and only it
+        assert await a.login("guess", "10.0.0.8") is None
+    with pytest.raises(LockedOut):
+        await a.login("pass-word", "10.0.0.8")
+    assert (await a.login("pass-word", "10.0.0.1")) is not None
 
 
 def test_a_short_token_is_refused_naming_its_key():

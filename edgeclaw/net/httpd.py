@@ -16,7 +16,7 @@ HTTP needs and bounds everything a client controls:
   `IDLE_TIMEOUT_S`; when every slot is taken, a newcomer first closes the
   connections idling between requests, so idle keep-alives cannot starve
   a client that has something to ask;
-- the `Host` header: when `allowed_hosts` is given, only those names, the
+- the `Host` header: when `allowed_hosts` is given (even empty), only those names, the
   address the client connected to and the localhost names are served (421
   otherwise), so a DNS-rebound name in a browser cannot reach the endpoint;
 - responses: a whole body with its length, or a stream in chunked transfer
@@ -159,7 +159,7 @@ class HttpServer:
         max_connections: int = 64,
         max_per_source: int = MAX_PER_SOURCE,
         head_timeout_s: float = HEAD_TIMEOUT_S,
-        allowed_hosts: Iterable[str] | None = (),
+        allowed_hosts: Iterable[str] | None = None,
     ) -> None:
         self.handler = handler
         self.host = host

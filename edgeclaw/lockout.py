@@ -7,10 +7,12 @@ When the lock-out ends, the count starts afresh. Every wrong entry also costs
 `failure_delay_s`, taken under the one lock that checks run under, so
 parallel guesses cannot overlap it.
 
-Counts are kept per key (a port, an address) so a form could lock one source
-out alone; both forms pass no key today and count for the whole device or
-server: a second cable, or a second browser, must not buy a second set of
-guesses.
+Counts are kept per key. The console counts for the whole device (no key): a
+second cable must not buy a second set of guesses. The HTTP endpoints count
+per source address: a guesser locks only its own address out, and a right
+password or token from another address still gets in (a count for everyone
+would let any guesser lock the owner out). Each key checks under its own lock
+(`checking_for`), so one source's slow wrong entries do not hold up another's.
 """
 
 from __future__ import annotations
@@ -41,6 +43,17 @@ class LoginLockout:
         self._locked_until: dict[str, float] = {}
         # One check at a time: parallel guesses must not slip past the count.
         self.checking = asyncio.Lock()
+        self._checking: dict[str, asyncio.Lock] = {ALL: self.checking}
+
+    def checking_for(self, key: str) -> asyncio.Lock:
+        """The lock checks for `key` run under (for ALL, `checking`)."""
+        lock = self._checking.get(key)
+        if lock is None:
+            if len(self._checking) > 4096:  # forget idle keys' locks; a held one stays
+                for old in [k for k, v in self._checking.items() if k != ALL and not v.locked()]:
+                    del self._checking[old]
+            lock = self._checking[key] = asyncio.Lock()
+        return lock
 
     def failures(self, key: str = ALL) -> int:
         return self._failures.get(key, 0)

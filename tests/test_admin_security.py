@@ -248,12 +248,14 @@ WEAKER = [
         "mcp.server.listen",
         BASE_CONFIG.replace(
             "[mcp.server]\n",
-            '[mcp.server]\nlisten = "0.0.0.0:8765"\n' + MCP_TOKEN,
+            '[mcp.server]\nlisten = "0.0.0.0:8765"\nallow_plain_http = true\n' + MCP_TOKEN,
         ),
     ),
     (
         "fleet_page.listen",
-        BASE_CONFIG.replace("[fleet_page]\n", '[fleet_page]\nlisten = "192.168.1.5:8088"\n'),
+        BASE_CONFIG.replace(
+            "[fleet_page]\n", '[fleet_page]\nlisten = "192.168.1.5:8088"\nallow_plain_http = true\n'
+        ),
     ),
     ("mcp.servers", BASE_CONFIG + '[mcp.servers.x]\ncommand = "/bin/true"\nsandbox = false\n'),
 ]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from edgeclaw.config.pin_hash import hash_pin, parse_pin_hash
-from edgeclaw.errors import ConfigError
+from edgeclaw.errors import ConfigError, ConfigErrors
 from edgeclaw.fleetpage.access import Access, LockedOut
 from edgeclaw.fleetpage.service import host_port
 from edgeclaw.fleetpage.window import HISTORY_POINTS, MAX_MESSAGE_BYTES, FleetWindow
@@ -25,10 +25,13 @@ class Clock:
         return self.now
 
 
+TOK = "tok-0123456789abcdefghij"
+
+
 def access(clock: Clock, **kw: object) -> Access:
     defaults: dict[str, object] = {
         "password_hash": parse_pin_hash(hash_pin("pass-word", "pbkdf2-sha256")),
-        "token": "tok",
+        "token": TOK,
         "ttl_s": 60.0,
         "failure_delay_s": 0.0,
         "clock": clock,
@@ -51,13 +54,36 @@ async def test_a_session_ends_at_its_expiry_however_much_it_is_used():
 async def test_the_token_logs_in_and_wrong_entries_lock_the_form():
     clock = Clock()
     a = access(clock, max_failures=3, lockout_s=30.0)
-    assert (await a.login("tok")).who == "token"
-    for entry in ("", "tok ", "PASS-WORD"):
+    assert (await a.login(TOK)).who == "token"
+    for entry in ("", TOK + " ", "PASS-WORD"):
         assert await a.login(entry) is None
     with pytest.raises(LockedOut):
         await a.login("pass-word")  # even the right one, while locked
     clock.now += 31
     assert (await a.login("pass-word")) is not None
+
+
+async def test_a_lockout_holds_one_source_and_the_bearer_too():
+    clock = Clock()
+    a = access(clock, max_failures=3, lockout_s=30.0)
+    for _ in range(3):
+        assert not await a.bearer("guess-0123456789abcdefghij", "10.0.0.9")
+    with pytest.raises(LockedOut):
+        await a.bearer(TOK, "10.0.0.9")  # the right token, from the locked source
+    with pytest.raises(LockedOut):
+        await a.login("pass-word", "10.0.0.9")
+    assert await a.bearer(TOK, "10.0.0.1")  # another source is not locked out
+    assert (await a.login("pass-word", "10.0.0.1")) is not None
+    for _ in range(3):  # wrong form entries lock their own source too, and only it
+        assert await a.login("guess", "10.0.0.8") is None
+    with pytest.raises(LockedOut):
+        await a.login("pass-word", "10.0.0.8")
+    assert (await a.login("pass-word", "10.0.0.1")) is not None
+
+
+def test_a_short_token_is_refused_naming_its_key():
+    with pytest.raises(ConfigErrors, match=r"fleet_page.token_file.*128 bits.*token_urlsafe"):
+        Access(token="0123456789abcdef0123")
 
 
 async def test_the_csrf_token_is_the_sessions_own():

@@ -505,7 +505,10 @@ def mcp_serve_findings(runtime: Runtime) -> list[Finding]:
             url = f"{'https' if tls else 'http'}://{srv.listen}{srv.path}"
             loopback = host in ("127.0.0.1", "::1", "localhost")
             if tls is None and not loopback:
-                detail = f"{url} without TLS: the bearer token crosses the network in clear (tls_cert_file)"
+                detail = (
+                    f"{url} without TLS: the bearer token crosses the network in clear "
+                    "(allowed by mcp.server.allow_plain_http; set tls_cert_file)"
+                )
                 out.append(Finding("warn", check, detail))
             else:
                 out.append(Finding("ok", check, f"{url}, bearer token {name!r}"))

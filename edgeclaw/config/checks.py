@@ -22,6 +22,7 @@ from edgeclaw.config.check_tables import (
     plain,
     url_problem,
 )
+from edgeclaw.config.listener_checks import listener_problems
 from edgeclaw.config.policy_rules import PolicyRules, rule_problems, rules_from_config
 from edgeclaw.config.schema import Config
 from edgeclaw.config.secrets import both_named, secret_ref
@@ -341,6 +342,7 @@ _SECTION_CHECKS: tuple[Callable[[Config], list[tuple[str, str]]], ...] = (
     nodes_problems,
     web_problems,
     caller_problems,
+    listener_problems,
 )
 # The checks that report through `fail`, in the order their problems are reported.
 _CHECKS: tuple[Callable[[Config, Fail], None], ...] = (

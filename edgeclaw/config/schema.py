@@ -393,6 +393,8 @@ class McpServeConfig:
     tls_cert_file: str = ""  # with tls_key_file: HTTPS instead of HTTP
     tls_key_file: str = ""
     allowed_origins: list[str] = field(default_factory=list)  # browser Origins let in; none = no browser
+    allowed_hosts: list[str] = field(default_factory=list)  # Host names served besides local ones
+    allow_plain_http: bool = False  # a non-loopback listen without TLS (refused otherwise)
     mqtt: bool = False  # MCP over MQTT on the daemon's broker connection ([mqtt] must be enabled)
     mqtt_server_name: str = ""  # the server-name in the MQTT topics; empty = "edgeclaw/{device id}"
     mqtt_presence_expiry_s: int = 600  # the retained presence expires unless refreshed (half as often)
@@ -442,6 +444,7 @@ class FleetPageConfig:
     max_events: int = 500  # events kept for the page, all devices together
     call_timeout_s: float = 150.0  # a call waits this long for its answer (approvals take time)
     broadcast_wait_s: float = 10.0  # a broadcast collects answers this long at most
+    allow_plain_http: bool = False  # a non-loopback listen (no TLS here: a proxy's job); refused otherwise
 
 
 @dataclass(repr=False, eq=False)

@@ -13,6 +13,7 @@ from edgeclaw import __version__
 from edgeclaw.backends.mcp.protocol import MAX_MESSAGE_BYTES
 from edgeclaw.channels.mcp.http import McpHttpEndpoint
 from edgeclaw.channels.mcp.server import McpServer
+from edgeclaw.config.listener_checks import token_problem
 from edgeclaw.config.schema import McpServeConfig
 from edgeclaw.daemon.runtime import Runtime
 from edgeclaw.errors import ConfigError, ConfigErrors
@@ -89,8 +90,8 @@ def read_token(cfg: McpServeConfig, source: str) -> tuple[str, str]:
         token = path.read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigErrors([ConfigError(source, key, f"cannot read {path}: {e}")]) from None
-    if len(token) < 16:
-        raise ConfigErrors([ConfigError(source, key, f"{path}: the token must be at least 16 characters")])
+    if problem := token_problem(token):
+        raise ConfigErrors([ConfigError(source, key, f"{path}: {problem}")])
     return token, path.stem
 
 
@@ -139,7 +140,12 @@ class McpHttpService:
             allowed_origins=self._cfg.allowed_origins,
         )
         self.http = HttpServer(
-            self.endpoint.handle, self._host, self._port, tls=self._tls, max_body=MAX_MESSAGE_BYTES
+            self.endpoint.handle,
+            self._host,
+            self._port,
+            tls=self._tls,
+            max_body=MAX_MESSAGE_BYTES,
+            allowed_hosts=self._cfg.allowed_hosts,
         )
         await self.http.__aenter__()
         log.info("MCP over streamable HTTP at %s", self.url)

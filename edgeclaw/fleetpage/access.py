@@ -4,10 +4,13 @@
   console's PIN (`edgeclaw.config.pin_hash`, made by `edgeclaw console hash-pin`);
   a token (from `token_file`) is taken at the same form, and as
   `Authorization: Bearer TOKEN` by scripts. Both are compared in constant time.
-- Wrong entries are counted for the whole server, like the console's PIN, by
-  the same rule (`edgeclaw.lockout`): after `max_failures` the form refuses
-  everything for `lockout_s` without looking, and every wrong entry costs
-  `failure_delay_s` under one lock, so parallel guesses do not overlap it.
+- Wrong entries are counted per source address by the console's rule
+  (`edgeclaw.lockout`): after `max_failures` from one address, the form and a
+  bearer token from that address are refused for `lockout_s` without looking,
+  and every wrong entry costs `failure_delay_s` under that address's lock, so
+  its parallel guesses do not overlap it. Another address is not locked out:
+  a guesser cannot lock the owner out. A wrong bearer token counts like a
+  wrong form entry.
 - A session is a random cookie value with a fixed end (`ttl_s` after its login,
   not extended by use) and its own random CSRF token, which every POST made with
   the cookie must echo in `X-CSRF-Token`. At most `max_sessions` live at once;
@@ -23,7 +26,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from edgeclaw.config.listener_checks import token_problem
 from edgeclaw.config.pin_hash import PinHash
+from edgeclaw.errors import ConfigError, ConfigErrors
 from edgeclaw.lockout import LoginLockout
 
 
@@ -56,23 +61,25 @@ class Access:
     ) -> None:
         if password_hash is None and not token:
             raise ValueError("the fleet page needs a password hash or a token to let anyone in")
+        if token and (problem := token_problem(token)):
+            raise ConfigErrors([ConfigError("", "fleet_page.token_file", problem)])
         self.password_hash = password_hash
         self._token = token.encode("utf-8")
         self.ttl_s = ttl_s
         self.max_sessions = max_sessions
         self.clock = clock
-        # Counted for the whole server (no key), like the console's PIN.
+        # Counted per source address: a guesser locks out only itself.
         self.lockout = LoginLockout(
             max_failures=max_failures, lockout_s=lockout_s, failure_delay_s=failure_delay_s, clock=clock
         )
         self._sessions: dict[str, Session] = {}  # in login order, oldest first
 
     # -- login ------------------------------------------------------------------
-    async def login(self, entry: str) -> Session | None:
+    async def login(self, entry: str, source: str = "") -> Session | None:
         """A new session for a right password or token; None for a wrong one; LockedOut while locked."""
         lockout = self.lockout
-        async with lockout.checking:
-            left = lockout.locked_for()
+        async with lockout.checking_for(source):
+            left = lockout.locked_for(source)
             if left > 0:
                 raise LockedOut(left)
             who = ""
@@ -86,11 +93,25 @@ class Access:
             ):
                 who = "password"
             if who:
-                lockout.succeeded()
+                lockout.succeeded(source)
                 return self._open(who)
-            lockout.failed()
+            lockout.failed(source)
             await lockout.slow_down()
             return None
+
+    async def bearer(self, token: str, source: str = "") -> bool:
+        """Whether `token` is the bearer token, counted like a form entry; LockedOut while locked."""
+        lockout = self.lockout
+        async with lockout.checking_for(source):
+            left = lockout.locked_for(source)
+            if left > 0:
+                raise LockedOut(left)
+            if self.token_matches(token):
+                lockout.succeeded(source)
+                return True
+            lockout.failed(source)
+            await lockout.slow_down()
+            return False
 
     def token_matches(self, entry: str) -> bool:
         if not self._token:

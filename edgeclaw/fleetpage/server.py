@@ -149,7 +149,7 @@ class FleetPage:
         if method == "POST":
             self._same_origin(request)
         session = self.access.session(_cookie(request, self.cookie))
-        bearer = self._bearer(request)
+        bearer = await self._bearer(request)
         if path == "/":
             if session is None:
                 await exchange.respond(303, headers={"Location": "/login", **SECURITY_HEADERS})
@@ -192,9 +192,15 @@ class FleetPage:
         if request.header("sec-fetch-site") == "cross-site":
             raise _Refusal(403, "a cross-site POST is refused")
 
-    def _bearer(self, request: Request) -> bool:
+    async def _bearer(self, request: Request) -> bool:
         scheme, _, value = request.header("authorization").partition(" ")
-        return scheme.lower() == "bearer" and self.access.token_matches(value.strip())
+        if scheme.lower() != "bearer":
+            return False
+        try:
+            return await self.access.bearer(value.strip(), request.source)
+        except LockedOut as e:
+            log.warning("fleet page: bearer token from %s refused while locked out", request.source)
+            raise _Refusal(429, str(e)) from None
 
     # -- login ------------------------------------------------------------------------
     async def _login(self, request: Request, exchange: Exchange) -> None:
@@ -202,13 +208,13 @@ class FleetPage:
         form = parse_qs(request.body.decode("utf-8", "replace"), max_num_fields=4)
         entry = (form.get("secret") or [""])[0]
         try:
-            session = await self.access.login(entry)
+            session = await self.access.login(entry, request.source)
         except LockedOut as e:
-            log.warning("fleet page login refused while locked out")
+            log.warning("fleet page login from %s refused while locked out", request.source)
             await self._page(exchange, "login.html", status=429, error=str(e))
             return
         if session is None:
-            log.warning("fleet page login: wrong password or token")
+            log.warning("fleet page login from %s: wrong password or token", request.source)
             await self._page(exchange, "login.html", status=401, error="wrong password or token")
             return
         log.info("fleet page login (%s)", session.who)

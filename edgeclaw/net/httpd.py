@@ -6,12 +6,19 @@ import to a board for a single endpoint. This serves exactly what streamable
 HTTP needs and bounds everything a client controls:
 
 - the request line and headers: at most `MAX_HEAD_BYTES`, `MAX_HEADERS` lines,
-  read within `HEAD_TIMEOUT_S`;
+  read within `head_timeout_s` (a few seconds: a client that trickles its
+  headers holds a slot no longer than that);
 - the body: a `Content-Length` of at most `max_body` (413 otherwise), read
   within `BODY_TIMEOUT_S`; a chunked request body is refused (411), which no
   MCP client sends;
-- connections: at most `max_connections` at once (503 beyond), each kept
-  alive between requests for `IDLE_TIMEOUT_S`;
+- connections: at most `max_connections` at once and `max_per_source` from
+  one source address (503 beyond), each kept alive between requests for
+  `IDLE_TIMEOUT_S`; when every slot is taken, a newcomer first closes the
+  connections idling between requests, so idle keep-alives cannot starve
+  a client that has something to ask;
+- the `Host` header: when `allowed_hosts` is given (even empty), only those names, the
+  address the client connected to and the localhost names are served (421
+  otherwise), so a DNS-rebound name in a browser cannot reach the endpoint;
 - responses: a whole body with its length, or a stream in chunked transfer
   encoding (server-sent events), on which the connection stays usable.
 
@@ -24,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from urllib.parse import urlsplit
@@ -33,10 +40,12 @@ log = logging.getLogger("edgeclaw.mcp.http")
 
 MAX_HEAD_BYTES = 16 * 1024
 MAX_HEADERS = 64
-HEAD_TIMEOUT_S = 10.0
+HEAD_TIMEOUT_S = 5.0
 BODY_TIMEOUT_S = 30.0
 IDLE_TIMEOUT_S = 75.0
 WRITE_TIMEOUT_S = 30.0
+MAX_PER_SOURCE = 16
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "localhost.localdomain"})
 
 
 @dataclass
@@ -47,6 +56,11 @@ class Request:
     headers: dict[str, str]  # names in lower case; repeated headers joined with ", "
     body: bytes = b""
     peer: str = ""
+
+    @property
+    def source(self) -> str:
+        """The client's address without its port: what per-source limits and lock-outs count by."""
+        return self.peer.rpartition(":")[0] or self.peer
 
     @property
     def path(self) -> str:
@@ -143,6 +157,9 @@ class HttpServer:
         tls: ssl.SSLContext | None = None,
         max_body: int = 4 * 1024 * 1024,
         max_connections: int = 64,
+        max_per_source: int = MAX_PER_SOURCE,
+        head_timeout_s: float = HEAD_TIMEOUT_S,
+        allowed_hosts: Iterable[str] | None = None,
     ) -> None:
         self.handler = handler
         self.host = host
@@ -151,7 +168,14 @@ class HttpServer:
         self.max_body = max_body
         self.max_connections = max_connections
         self._server: asyncio.Server | None = None
+        self.max_per_source = max_per_source
+        self.head_timeout_s = head_timeout_s
+        # The names served besides the local ones and the address connected to; None: no Host check.
+        self.allowed_hosts = None if allowed_hosts is None else frozenset(h.lower() for h in allowed_hosts)
         self._connections: set[asyncio.Task[None]] = set()
+        self._per_source: dict[str, int] = {}
+        self._idle: set[asyncio.Task[None]] = set()  # waiting for a next request on a kept-alive connection
+        self._evicted: set[asyncio.Task[None]] = set()  # idle ones cancelled to make room
 
     @property
     def bound_port(self) -> int:
@@ -180,35 +204,68 @@ class HttpServer:
         assert task is not None
         peer = writer.get_extra_info("peername")
         peer_text = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer or "")
+        source = str(peer[0]) if isinstance(peer, tuple) else peer_text
+        counted = False
         try:
+            if self._per_source.get(source, 0) >= self.max_per_source:
+                log.warning("HTTP: %s already holds %d connections; refused", source, self.max_per_source)
+                await Exchange(writer, keep_alive=False).respond(
+                    503, b"too many connections from your address\n", content_type="text/plain"
+                )
+                return
+            if len(self._connections) >= self.max_connections:
+                self._close_idle()
             if len(self._connections) >= self.max_connections:
                 await Exchange(writer, keep_alive=False).respond(
                     503, b"too many connections\n", content_type="text/plain"
                 )
                 return
             self._connections.add(task)
+            self._per_source[source] = self._per_source.get(source, 0) + 1
+            counted = True
             await self._serve(reader, writer, peer_text)
         except (ConnectionError, TimeoutError, asyncio.IncompleteReadError, ssl.SSLError):
             pass  # the client went away, stalled or spoke no TLS: nothing to answer
+        except asyncio.CancelledError:
+            if task not in self._evicted:
+                raise
         except Exception:
             log.exception("HTTP connection from %s failed", peer_text)
         finally:
             self._connections.discard(task)
+            self._idle.discard(task)
+            self._evicted.discard(task)
+            if counted:
+                left = self._per_source[source] - 1
+                if left:
+                    self._per_source[source] = left
+                else:
+                    del self._per_source[source]
             writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(writer.wait_closed(), 2.0)
 
+    def _close_idle(self) -> None:
+        """Every slot is taken: end the connections idling between requests, to make room."""
+        for task in list(self._idle):
+            self._idle.discard(task)
+            self._connections.discard(task)  # the slot is free now, whenever the task gets to end
+            self._evicted.add(task)
+            task.cancel()
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: str) -> None:
+        task = asyncio.current_task()
+        assert task is not None
         first = True
         while True:
             try:
-                async with asyncio.timeout(HEAD_TIMEOUT_S if first else IDLE_TIMEOUT_S):
-                    head = await _read_head(reader)
+                head = await self._next_head(reader, task, first=first)
                 if head is None:
                     return  # closed between requests
                 request = _parse_head(head, peer)
                 async with asyncio.timeout(BODY_TIMEOUT_S):
                     request.body = await self._read_body(reader, request)
+                self._check_host(request, writer)
             except HttpError as e:
                 exchange = Exchange(writer, keep_alive=False)
                 await exchange.respond(e.status, f"{e}\n".encode(), content_type="text/plain")
@@ -223,6 +280,42 @@ class HttpServer:
                 await exchange.end()
             if not keep_alive or writer.is_closing():
                 return
+
+    async def _next_head(
+        self, reader: asyncio.StreamReader, task: asyncio.Task[None], *, first: bool
+    ) -> bytes | None:
+        """The next request's head: idle (evictable) until its first byte, then within the head timeout."""
+        start = b""
+        if not first:
+            self._idle.add(task)
+            try:
+                async with asyncio.timeout(IDLE_TIMEOUT_S):
+                    start = await reader.read(1)
+            finally:
+                self._idle.discard(task)
+            if not start:
+                return None
+        async with asyncio.timeout(self.head_timeout_s):
+            head = await _read_head(reader)
+        if head is None:
+            if start:
+                raise HttpError(400, "the request ended inside its headers")
+            return None
+        return start + head
+
+    def _check_host(self, request: Request, writer: asyncio.StreamWriter) -> None:
+        if self.allowed_hosts is None:
+            return
+        host = host_name(request.header("host"))
+        local = writer.get_extra_info("sockname")
+        own = str(local[0]).lower() if isinstance(local, tuple) else ""
+        if host in LOCAL_HOSTS or host in self.allowed_hosts or (own and host == own):
+            return
+        raise HttpError(
+            421,
+            f"this server does not answer for Host {request.header('host')[:100]!r} "
+            "(add the name to the endpoint's allowed_hosts)",
+        )
 
     async def _read_body(self, reader: asyncio.StreamReader, request: Request) -> bytes:
         if "transfer-encoding" in request.headers:
@@ -273,6 +366,15 @@ def _parse_head(head: bytes, peer: str) -> Request:
     if "content-length" in headers and "," in headers["content-length"]:
         raise HttpError(400, "more than one Content-Length")
     return Request(method, target, version, headers, peer=peer)
+
+
+def host_name(host: str) -> str:
+    """The name in a `Host` header, without its port or an IPv6 address's brackets, in lower case."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    name, _, port = host.rpartition(":")
+    return name if name and port.isdigit() else host
 
 
 def _keeps_alive(request: Request) -> bool:

@@ -29,6 +29,7 @@ from typing import Any
 
 from edgeclaw.backends.mcp.protocol import INVALID_REQUEST, McpError, decode, encode, error
 from edgeclaw.channels.mcp.server import McpServer, ServedSession, SessionLimit
+from edgeclaw.lockout import LoginLockout
 from edgeclaw.net.httpd import Exchange, Request
 
 log = logging.getLogger("edgeclaw.mcp.http")
@@ -77,6 +78,7 @@ class McpHttpEndpoint:
         token: str,
         token_name: str,
         allowed_origins: Sequence[str] = (),
+        lockout: LoginLockout | None = None,
     ) -> None:
         if not token:
             raise ValueError("the MCP endpoint needs a bearer token")
@@ -86,6 +88,8 @@ class McpHttpEndpoint:
         self.identity = f"mcp:http:{token_name}"
         self.allowed_origins = frozenset(o.rstrip("/") for o in allowed_origins)
         self.sessions: dict[str, _HttpSession] = {}
+        # Wrong tokens counted per source address: a guesser is locked out alone, and slowed.
+        self.lockout = lockout or LoginLockout()
 
     async def handle(self, request: Request, exchange: Exchange) -> None:
         if request.path != self.path:
@@ -97,14 +101,26 @@ class McpHttpEndpoint:
                 exchange, 403, f"origin {origin[:100]!r} is not allowed (mcp.server.allowed_origins)"
             )
             return
-        if not self._authorized(request):
-            await exchange.respond(
-                401,
-                b"a bearer token is required (Authorization: Bearer TOKEN)\n",
-                {"WWW-Authenticate": 'Bearer realm="edgeclaw"'},
-                content_type="text/plain",
-            )
-            return
+        lockout, source = self.lockout, request.source
+        async with lockout.checking_for(source):
+            left = lockout.locked_for(source)
+            if left > 0:
+                log.warning("MCP HTTP: %s is locked out after wrong tokens", source)
+                await _plain(exchange, 429, f"too many wrong tokens: try again in {max(1, round(left))} s")
+                return
+            if not self._authorized(request):
+                if request.header("authorization"):  # a guess; a client's first, token-less try is not
+                    lockout.failed(source)
+                    log.warning("MCP HTTP: wrong bearer token from %s", source)
+                    await lockout.slow_down()
+                await exchange.respond(
+                    401,
+                    b"a bearer token is required (Authorization: Bearer TOKEN)\n",
+                    {"WWW-Authenticate": 'Bearer realm="edgeclaw"'},
+                    content_type="text/plain",
+                )
+                return
+            lockout.succeeded(source)
         if request.method == "POST":
             await self._post(request, exchange)
         elif request.method == "GET":

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -278,3 +280,24 @@ async def test_a_daemon_logs_in_as_its_device_goes_online_and_answers_under_the_
         finally:
             stop_daemon(proc)
     assert "not authorized" not in log.read_text().lower(), log.read_text()[-3000:]
+
+
+@pytest.mark.skipif(shutil.which("mosquitto_pub") is None, reason="mosquitto_pub is not installed")
+def test_a_denied_qos1_publish_is_acknowledged_not_authorized_under_mqtt5(broker):
+    """What a client sees of the ACL itself: the broker's PUBACK carries reason code 135."""
+
+    def puback(user: str, topic: str) -> str:
+        credentials = ["-p", str(broker.port), "-u", user, "-P", PASSWORDS[user]]
+        out = subprocess.run(
+            ["mosquitto_pub", *credentials, "-V", "5", "-q", "1", "-d", "-t", topic, "-m", "{}"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        [line] = [line for line in out.stdout.splitlines() if "received PUBACK" in line]
+        return line
+
+    assert "RC:135" in puback(B, f"edgeclaw/{A}/status")
+    assert "RC:135" in puback("fleet-backend", f"edgeclaw/{A}/status")
+    assert "RC:135" in puback("mcp-ops", f"$mcp-rpc/mcp-other/{A}/edgeclaw")
+    assert "RC:135" not in puback(B, f"edgeclaw/{B}/status")

@@ -236,24 +236,7 @@ async def test_reads_another_device_or_mcp_client_cannot_see(broker):
 async def test_a_daemon_logs_in_as_its_device_goes_online_and_answers_under_the_acl(broker, tmp_path):
     work = tmp_path / "daemon"
     work.mkdir()
-    config = work / "edgeclaw.toml"
-    config.write_text(
-        "\n".join(
-            [
-                'board = "sim"',
-                f'device_id = "{A}"',
-                "[tools.channels.mqtt]",
-                'allow = ["i2c"]',
-                "[mqtt]",
-                "enabled = true",
-                f"port = {broker.port}",
-                f'username = "{A}"',
-                'password_env = "BROKER_PASSWORD"',
-                "telemetry_interval_s = 0",
-            ]
-        )
-        + "\n"
-    )
+    config = daemon_config(work, broker.port, "[tools.channels.mqtt]", 'allow = ["i2c"]')
     log = work / "daemon.log"
     answers, status = f"reply/{A}/fleet-backend/1", f"edgeclaw/{A}/status"
     async with (
@@ -301,3 +284,61 @@ def test_a_denied_qos1_publish_is_acknowledged_not_authorized_under_mqtt5(broker
     assert "RC:135" in puback("fleet-backend", f"edgeclaw/{A}/status")
     assert "RC:135" in puback("mcp-ops", f"$mcp-rpc/mcp-other/{A}/edgeclaw")
     assert "RC:135" not in puback(B, f"edgeclaw/{B}/status")
+
+
+def daemon_config(work: Path, port: int, *extra: str) -> Path:
+    """The config of device A logging in as its own user (password in BROKER_PASSWORD)."""
+    config = work / "edgeclaw.toml"
+    lines = ['board = "sim"', f'device_id = "{A}"', *extra, "[mqtt]", "enabled = true", f"port = {port}"]
+    lines += [f'username = "{A}"', 'password_env = "BROKER_PASSWORD"', "telemetry_interval_s = 0"]
+    config.write_text("\n".join(lines) + "\n")
+    return config
+
+
+async def test_mcp_over_mqtt_under_the_acl_serves_its_client_and_nobody_posing_as_it(broker, tmp_path):
+    """The daemon serves MCP over MQTT under the template; another MCP client can neither read the
+    first one's RPC topic nor put a request on it."""
+    work = tmp_path / "daemon"
+    work.mkdir()
+    mcp = ["[tools.channels.mcp]", 'allow = ["i2c"]', "[mcp.server]", "mqtt = true"]
+    config = daemon_config(work, broker.port, *mcp)
+    name = f"edgeclaw/{A}"
+    rpc = f"$mcp-rpc/mcp-ops/{A}/{name}"
+    as_client = [("MCP-COMPONENT-TYPE", "mcp-client"), ("MCP-MQTT-CLIENT-ID", "mcp-ops")]
+
+    def answer(c: Caller, request_id: int) -> dict | None:
+        for m in c.on(rpc):
+            body = m.json
+            if body.get("id") == request_id and ("result" in body or "error" in body):
+                return body
+        return None
+
+    env = daemon_env(work / "state", config, BROKER_PASSWORD=PASSWORDS[A])
+    async with (
+        login(broker, "mcp-ops", [f"$mcp-server/presence/{A}/#", rpc], client_id="mcp-ops") as ops,
+        login(broker, "mcp-other", [rpc, "$mcp-rpc/#"], client_id="mcp-other") as other,
+    ):
+        proc = run_daemon(env, work / "daemon.log", "--board", "sim")
+        try:
+            await ops.wait_for(lambda: ops.received, 60, "the device's MCP presence")
+            hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "ops"}}
+            init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
+            await ops.publish(f"$mcp-server/{A}/{name}", init, user=as_client)
+            await ops.wait_for(lambda: answer(ops, 1), 20, "initialize answered")
+            await ops.publish(rpc, {"jsonrpc": "2.0", "method": "notifications/initialized"}, user=as_client)
+            call = {"name": "i2c", "arguments": {"action": "scan", "bus": 1}}
+            await ops.publish(
+                rpc, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}, user=as_client
+            )
+            result = await ops.wait_for(lambda: answer(ops, 2), 20, "tools/call answered")
+            assert result["result"]["isError"] is False, result
+
+            # mcp-other, claiming to be mcp-ops on its topic: the broker drops it before the device sees it
+            forged = {"jsonrpc": "2.0", "id": 99, "method": "tools/call", "params": call}
+            await other.publish(rpc, forged, user=as_client)
+            await ops.publish(rpc, {"jsonrpc": "2.0", "id": 3, "method": "tools/list"}, user=as_client)
+            await ops.wait_for(lambda: answer(ops, 3), 20, "tools/list answered")
+            assert answer(ops, 99) is None and not [m for m in ops.on(rpc) if m.json.get("id") == 99]
+            assert other.received == []
+        finally:
+            stop_daemon(proc)

@@ -78,12 +78,37 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def write_password_file(path: Path, users: dict[str, str]) -> Path:
+    """A mosquitto password file made by `mosquitto_passwd` (salted hashes), one line per user."""
+    tool = shutil.which("mosquitto_passwd")
+    if tool is None:
+        pytest.skip("mosquitto_passwd is not installed")
+    path.unlink(missing_ok=True)
+    for user, password in users.items():
+        subprocess.run(
+            [tool, "-b", *(() if path.exists() else ("-c",)), str(path), user, password], check=True
+        )
+    return path
+
+
 class Mosquitto:
-    def __init__(self, workdir: Path, *, extra_conf: str = "", persistent: bool = False) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        extra_conf: str = "",
+        persistent: bool = False,
+        password_file: Path | None = None,
+        acl_file: Path | None = None,
+    ) -> None:
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
-        self.extra_conf = extra_conf
+        # With a password file nobody gets in without logging in (the later allow_anonymous wins);
+        # with an ACL file each user reads and writes only what it grants.
+        logins = f"allow_anonymous false\npassword_file {password_file}\n" if password_file else ""
+        logins += f"acl_file {acl_file}\n" if acl_file else ""
+        self.extra_conf = extra_conf + logins
         # With persistence the broker keeps sessions and queued messages across a SIGKILL, as far
         # as it saved them: after every change (autosave_on_changes with an interval of 1), which
         # leaves only what it took in during its last loop turn to lose.
@@ -196,8 +221,12 @@ class Caller:
         v5: bool = True,
         tls: aiomqtt.TLSParameters | None = None,
         session_expiry_s: int = 0,
+        username: str | None = None,
+        password: str | None = None,
     ) -> None:
         self.port = port
+        self.username = username
+        self.password = password
         self.tls = tls
         # > 0: a persistent session (MQTT 5), so the broker queues answers while we are away.
         self.session_expiry_s = session_expiry_s
@@ -217,6 +246,8 @@ class Caller:
             protocol=aiomqtt.ProtocolVersion.V5 if self.v5 else aiomqtt.ProtocolVersion.V311,
             timeout=30,
             tls_params=self.tls,
+            username=self.username,
+            password=self.password,
             properties=self._connect_properties(),
         )
         self._client.pending_calls_threshold = 1 << 30

@@ -28,6 +28,7 @@ from edgeclaw.backends.web.search import (
     searxng_parse,
 )
 from edgeclaw.config.policy_rules import PolicyRules
+from edgeclaw.config.tool_checks import DUCKDUCKGO_DISABLED
 from edgeclaw.tools.base import ToolContext
 from edgeclaw.tools.policy import PolicyEngine
 from edgeclaw.tools.registry import Registry
@@ -578,10 +579,10 @@ def test_config_problems_name_the_key(monkeypatch):
     ) == [
         "tools.web.search.fallback_providers[0]: brave is the provider itself",
         "tools.web.search.fallback_providers[2]: searxng is listed twice",
+        "tools.web.search.fallback_providers[3]: " + DUCKDUCKGO_DISABLED,
         "tools.web.search.num_results: expected 1 to 20, got 21",
         "tools.web.search.brave: api_key_env or api_key_file is required (brave needs a key)",
         "tools.web.search.searxng.url: required: the URL of your SearXNG instance",
-        "tools.web.search.duckduckgo.url: not used: ddgs finds DuckDuckGo itself",
     ]
     assert _problems({"fallback_providers": ["brave"]}) == [
         "tools.web.search.fallback_providers: set tools.web.search.provider first"
@@ -600,13 +601,28 @@ def test_config_problems_name_the_key(monkeypatch):
     )
 
 
-def test_a_chain_with_duckduckgo_needs_ddgs_installed(monkeypatch):
-    monkeypatch.setitem(sys.modules, "ddgs", None)
-    assert _problems({"provider": "duckduckgo"}) == [
-        "tools.web.search.duckduckgo: needs the ddgs package, not installed (pip install 'edgeclaw[ddg]')"
-    ]
-    _fake_ddgs(monkeypatch, [])
-    assert _problems({"provider": "duckduckgo"}) == []
+def test_config_check_refuses_duckduckgo_naming_the_key_and_the_alternatives(monkeypatch):
+    """Refused by `config check`, not only at search time, installed ddgs or not: its own HTTP client
+    would connect outside the web guard."""
+    assert "searxng" in DUCKDUCKGO_DISABLED and "brave" in DUCKDUCKGO_DISABLED
+    for ddgs in (None, "fake"):
+        if ddgs is None:
+            monkeypatch.setitem(sys.modules, "ddgs", None)
+        else:
+            _fake_ddgs(monkeypatch, [])
+        assert _problems({"provider": "duckduckgo"}) == ["tools.web.search.provider: " + DUCKDUCKGO_DISABLED]
+        assert _problems(
+            {
+                "provider": "searxng",
+                "searxng": {"url": "http://192.168.1.20:8888"},
+                "fallback_providers": ["duckduckgo"],
+            }
+        ) == ["tools.web.search.fallback_providers[0]: " + DUCKDUCKGO_DISABLED]
+    # a [tools.web.search.duckduckgo] table nobody chains to is not a search anyone makes
+    assert (
+        _problems({"provider": "searxng", "searxng": {"url": "http://192.168.1.20:8888"}, "duckduckgo": {}})
+        == []
+    )
 
 
 def test_keys_come_from_the_environment_or_a_file(tmp_path, monkeypatch):
@@ -620,7 +636,7 @@ def test_keys_come_from_the_environment_or_a_file(tmp_path, monkeypatch):
     config = _config(
         {
             "provider": "brave",
-            "fallback_providers": ["tavily", "duckduckgo"],
+            "fallback_providers": ["tavily"],
             "brave": {"api_key_env": "BRAVE_KEY"},
             "tavily": {"api_key_file": str(key_file)},
             "exa": {"api_key_env": "EXA_KEY_NOT_SET"},  # not in the chain: not read, no problem
@@ -640,8 +656,8 @@ def test_keys_come_from_the_environment_or_a_file(tmp_path, monkeypatch):
     tool = search_tool(config.tools.web.search, values, lambda ctx: NetworkPolicy())
     assert tool is not None
     chain = tool._chain
-    assert chain.names == ["brave", "tavily", "duckduckgo"]
-    assert [p.api_key for p in chain.providers] == [KEY, PLAIN_KEY, ""]
+    assert chain.names == ["brave", "tavily"]
+    assert [p.api_key for p in chain.providers] == [KEY, PLAIN_KEY]
     assert search_tool(_config({}).tools.web.search, values, lambda ctx: NetworkPolicy()) is None
 
 

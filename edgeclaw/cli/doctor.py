@@ -20,6 +20,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from edgeclaw.cli.common import EXIT_OK, EXIT_TOOL_ERROR, config_of
+from edgeclaw.cli.doctor_identity import CHECK, commands_signed, identity_problems
 from edgeclaw.daemon.runtime import Runtime, build_runtime
 from edgeclaw.store.state import StateStore
 from edgeclaw.tools.base import ToolContext
@@ -430,7 +431,7 @@ def mqtt_policy_finding(runtime: Runtime) -> Finding | None:
         return Finding(
             "ok", "mqtt tools", f"MQTT callers get the {default_profile!r} profile: reading, hardware"
         )
-    signed = bool(config.mqtt.hmac_secret_env or config.mqtt.hmac_secret_file)
+    signed = commands_signed(config)
     shown = ", ".join(beyond[:8]) + (f" and {len(beyond) - 8} more" if len(beyond) > 8 else "")
     if signed:
         return Finding("ok", "mqtt tools", f"MQTT callers may also use {shown} (commands are signed)")
@@ -438,7 +439,8 @@ def mqtt_policy_finding(runtime: Runtime) -> Finding | None:
         "warn",
         "mqtt tools",
         f"MQTT callers may also use {shown}, and commands are not signed: anyone who can publish "
-        "to the broker can. Set mqtt.hmac_secret_env or hmac_secret_file, or narrow [tools.channels.mqtt]",
+        "to the broker can. Set mqtt.hmac_secret_env or hmac_secret_file (or a [callers.NAME] that "
+        "operates), or narrow [tools.channels.mqtt]",
     )
 
 
@@ -459,7 +461,16 @@ async def diagnose(runtime: Runtime) -> list[Finding]:
     findings += console_login_findings(runtime)
     findings += await mcp_findings(runtime)
     findings += mcp_serve_findings(runtime)
+    findings += identity_findings(runtime)
     return findings
+
+
+def identity_findings(runtime: Runtime) -> list[Finding]:
+    """Every way this config lets one caller act as another or as admin (doctor_identity)."""
+    problems = identity_problems(runtime.config)
+    if not problems:
+        return [Finding("ok", CHECK, "no caller can act as another or as the administrator")]
+    return [Finding("warn", CHECK, problem) for problem in problems]
 
 
 async def mcp_findings(runtime: Runtime) -> list[Finding]:
@@ -513,7 +524,7 @@ def mcp_serve_findings(runtime: Runtime) -> list[Finding]:
             else:
                 out.append(Finding("ok", check, f"{url}, bearer token {name!r}"))
     if srv.mqtt and config.mqtt.enabled:
-        signed = bool(config.mqtt.hmac_secret_env or config.mqtt.hmac_secret_file)
+        signed = commands_signed(config)
         detail = "on the broker connection; MCP messages are unsigned: the broker's ACL decides who may call"
         if signed:
             detail += " (the edgeclaw topics' HMAC does not cover $mcp-rpc/...)"

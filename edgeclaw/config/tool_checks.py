@@ -122,6 +122,15 @@ def _installed(module: str) -> bool:
         return True
 
 
+# Refused here as well as at run time: its only way in was the ddgs package, whose own HTTP client
+# connects outside the web guard (no vetted, pinned address, no allow_networks, no proxy rule).
+DUCKDUCKGO_DISABLED = (
+    "duckduckgo is disabled: the ddgs package it searched through connects outside the web guard; "
+    "use searxng (which can query DuckDuckGo itself) or a keyed provider "
+    "(brave, tavily, jina, exa, perplexity)"
+)
+
+
 def search_problems(config: Config) -> list[tuple[str, str]]:
     """[tools.web.search]: the chain (no repeats), and each provider in it usable as configured."""
     problems: list[tuple[str, str]] = []
@@ -129,8 +138,12 @@ def search_problems(config: Config) -> list[tuple[str, str]]:
     where = "tools.web.search"
     if s.fallback_providers and not s.provider:
         problems.append((f"{where}.fallback_providers", "set tools.web.search.provider first"))
+    if s.provider == "duckduckgo":
+        problems.append((f"{where}.provider", DUCKDUCKGO_DISABLED))
     for i, name in enumerate(s.fallback_providers):
-        if name == s.provider:
+        if name == "duckduckgo":
+            problems.append((f"{where}.fallback_providers[{i}]", DUCKDUCKGO_DISABLED))
+        elif name == s.provider:
             problems.append((f"{where}.fallback_providers[{i}]", f"{name} is the provider itself"))
         elif name in s.fallback_providers[:i]:
             problems.append((f"{where}.fallback_providers[{i}]", f"{name} is listed twice"))
@@ -145,12 +158,8 @@ def search_problems(config: Config) -> list[tuple[str, str]]:
             problems.append((key, f"api_key_env or api_key_file is required ({kind} needs a key)"))
         if kind == "searxng" and not table.url:
             problems.append((f"{key}.url", "required: the URL of your SearXNG instance"))
-        elif kind == "duckduckgo" and table.url:
-            problems.append((f"{key}.url", "not used: ddgs finds DuckDuckGo itself"))
-        elif table.url and (problem := url_problem(table.url)):
+        elif kind != "duckduckgo" and table.url and (problem := url_problem(table.url)):
             problems.append((f"{key}.url", problem))
-        if kind == "duckduckgo" and not _installed("ddgs"):
-            problems.append((key, "needs the ddgs package, not installed (pip install 'edgeclaw[ddg]')"))
         if table.model and kind != "perplexity":
             problems.append((f"{key}.model", "only perplexity takes a model"))
         if table.timeout_s <= 0:

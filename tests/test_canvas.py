@@ -1,0 +1,353 @@
+"""The canvas tool on the sim board: frames drawn, pushed through the real I2C backend into the sim
+SSD1306's display RAM (read back pixel by pixel), and the PNG the tool writes compared with it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+
+from edgeclaw.backends.display.st7789 import CASET, RAMWR, RASET, TftDisplay
+from edgeclaw.backends.spi import SPIDevice
+from edgeclaw.board import load_profile, read_profile
+from edgeclaw.errors import ConfigErrors
+from tests.hw_support import call, make_runtime, ok
+
+
+@pytest.fixture
+async def sim(tmp_path):
+    runtime = make_runtime(tmp_path)
+    yield runtime
+    await runtime.aclose()
+
+
+def oled(runtime: Any) -> Any:
+    """The sim SSD1306 behind the sim profile's display "oled" (0x3c on I2C bus 1)."""
+    return runtime.registry.get("canvas").backends.sim.displays["oled"]
+
+
+def ram_pixels(chip: Any, width: int = 128, height: int = 64) -> set[tuple[int, int]]:
+    return {(x, y) for y in range(height) for x in range(width) if chip.pixel(x, y)}
+
+
+def png_pixels(path: Path) -> set[tuple[int, int]]:
+    with Image.open(path) as picture:
+        mono = picture.convert("L")
+        return {(x, y) for y in range(mono.height) for x in range(mono.width) if mono.getpixel((x, y))}
+
+
+async def test_text_presented_reaches_the_oled_ram_and_matches_the_png(sim):
+    result = await ok(sim, "canvas", action="text", text="Hello edgeclaw, this line wraps", present=True)
+    assert result["png"] == "canvas/oled.png" and result["presented"]
+    chip = oled(sim)
+    # The init sequence set the chip up as a 128x64 panel and turned it on.
+    assert chip.display_on and chip.charge_pump and chip.contrast == 0xCF
+    assert chip.settings[0xA8] == (63,) and chip.settings[0xDA] == (0x12,)
+    lit = ram_pixels(chip)
+    assert lit == png_pixels(sim.workspace / "canvas/oled.png")
+    assert 100 < len(lit) < 128 * 64 // 2
+    assert {y for _, y in lit} & set(range(12, 24))  # a second line: the text wrapped
+    assert chip.lit(*next(iter(lit)))
+
+
+async def test_drawing_without_present_changes_the_png_but_not_the_screen(sim):
+    await ok(sim, "canvas", action="rect", x=0, y=0, width=10, height=10, fill=True)
+    assert len(png_pixels(sim.workspace / "canvas/oled.png")) == 100
+    assert not ram_pixels(oled(sim))
+    done = await ok(sim, "canvas", action="present")
+    assert done["presented"] and len(ram_pixels(oled(sim))) == 100
+
+
+async def test_rectangles_and_lines_land_on_exact_pixels(sim):
+    await ok(sim, "canvas", action="rect", x=10, y=5, width=20, height=12, fill=True)
+    await ok(sim, "canvas", action="rect", x=40, y=20, width=8, height=8)  # outline
+    await ok(sim, "canvas", action="line", x=60, y=0, x2=60, y2=63)
+    await ok(sim, "canvas", action="line", x=70, y=30, x2=127, y2=30, present=True)
+    filled = {(x, y) for x in range(10, 30) for y in range(5, 17)}
+    outline = {(x, y) for x in range(40, 48) for y in range(20, 28) if x in (40, 47) or y in (20, 27)}
+    vertical = {(60, y) for y in range(64)}
+    horizontal = {(x, 30) for x in range(70, 128)}
+    assert ram_pixels(oled(sim)) == filled | outline | vertical | horizontal
+    # Cleared, and a pixel drawn black on white.
+    await ok(sim, "canvas", action="clear", color="white")
+    await ok(sim, "canvas", action="line", x=5, y=5, x2=5, y2=5, color="black", present=True)
+    assert ram_pixels(oled(sim)) == {(x, y) for x in range(128) for y in range(64)} - {(5, 5)}
+
+
+async def test_a_bitmap_from_the_workspace_is_dithered_to_one_bit(sim):
+    gradient = Image.new("L", (64, 64))
+    gradient.putdata([x * 4 for y in range(64) for x in range(64)])
+    gradient.save(sim.workspace / "ramp.png")
+    result = await call(sim, "canvas", action="bitmap", path="ramp.png", x=32, present=True)
+    assert result.ok and "64x64, dithered to 1 bit" in result.for_llm
+    lit = ram_pixels(oled(sim))
+    assert lit == png_pixels(sim.workspace / "canvas/oled.png")
+    assert all(32 <= x < 96 for x, _ in lit)
+    # Dithered: the dark left edge is mostly unlit, the bright right edge mostly lit, the middle mixed.
+    assert sum(1 for x, _ in lit if x < 40) < 40
+    assert sum(1 for x, _ in lit if x >= 88) > 400
+    assert 400 < sum(1 for x, _ in lit if 56 <= x < 72) < 650
+
+
+async def test_a_chart_has_its_minimum_and_maximum_written_beside_it(sim):
+    result = await call(
+        sim, "canvas", action="chart", values=[3, 1, 4, 1, 5, 9, 2, 6], style="bar", present=True
+    )
+    assert result.ok and "1 to 9" in result.for_llm
+    lit = ram_pixels(oled(sim))
+    assert lit == png_pixels(sim.workspace / "canvas/oled.png")
+    # The tallest bar (9, the sixth) reaches the top row; the labels sit at the left.
+    assert any(y == 0 for x, y in lit if x > 20)
+    assert any(x < 10 for x, _ in lit)
+    line = await call(sim, "canvas", action="chart", values=[0.5, 0.25, 0.75])
+    assert line.ok and "0.25 to 0.75" in line.for_llm
+
+
+async def test_bad_input_gets_a_clear_error(sim):
+    cases = [
+        ({"action": "text", "display": "tv", "text": "x"}, "board profile 'sim' declares no display 'tv'"),
+        ({"action": "rect", "x": 120, "y": 0, "width": 20, "height": 5}, "does not fit the 128x64 screen"),
+        ({"action": "line", "x": 0, "y": 0, "x2": 128, "y2": 10}, "end (128, 10) is off the 128x64 screen"),
+        ({"action": "text", "text": "word " * 200}, "fit below y=0"),
+        ({"action": "text", "text": "x", "y": 60}, "0 fit below y=60"),
+        ({"action": "text", "text": "bell\x07"}, "printable characters"),
+        ({"action": "bitmap", "path": "/etc/passwd"}, "outside the workspace"),
+        ({"action": "bitmap", "path": "../x.png"}, "refused"),
+        ({"action": "bitmap", "path": "missing.png"}, "missing.png"),
+        ({"action": "chart", "values": []}, "at least one value"),
+        ({"action": "text"}, "text needs text"),
+    ]
+    for args, words in cases:
+        outcome = await call(sim, "canvas", **args)
+        assert not outcome.ok, args
+        assert words in outcome.error, (args, outcome.error)
+    (sim.workspace / "notes.txt").write_text("not a picture")
+    outcome = await call(sim, "canvas", action="bitmap", path="notes.txt")
+    assert not outcome.ok and "cannot read notes.txt as a picture" in outcome.error
+    assert not ram_pixels(oled(sim))  # nothing reached the screen
+
+
+async def test_a_board_without_displays_refuses_naming_its_profile(tmp_path):
+    runtime = make_runtime(tmp_path, board="generic-linux")
+    try:
+        outcome = await call(runtime, "canvas", action="clear")
+        assert outcome.refused and "board profile 'generic-linux' declares no display" in outcome.error
+    finally:
+        await runtime.aclose()
+
+
+async def test_the_framebuffer_is_a_canvas_too(sim):
+    await ok(
+        sim,
+        "canvas",
+        display="screen",
+        action="rect",
+        x=0,
+        y=0,
+        width=4,
+        height=2,
+        color="#ff0000",
+        fill=True,
+    )
+    await ok(sim, "canvas", display="screen", action="present")
+    fb = (sim.state_dir / "sim" / "fb0.fb").read_bytes()
+    assert len(fb) == 320 * 240 * 2
+    assert fb[:8] == bytes.fromhex("00f8") * 4  # RGB565 red, little-endian, as a Linux framebuffer holds it
+    assert fb[640:648] == bytes.fromhex("00f8") * 4 and fb[1280:1288] == bytes(8)
+
+
+# -- the board profile's [[displays]] ----------------------------------------------------------------
+SIM_I2C = """
+[board]
+name = "{name}"
+simulated = true
+[[i2c]]
+bus = 1
+read = [{{ first = 0x08, last = 0x77 }}]
+write = {write}
+"""
+
+
+def profile_text(name: str, write: str, display: str) -> str:
+    return SIM_I2C.format(name=name, write=write) + display
+
+
+def load(tmp_path: Path, text: str) -> Any:
+    path = tmp_path / "board.toml"
+    path.write_text(text)
+    return read_profile(path)
+
+
+def problems(tmp_path: Path, text: str) -> str:
+    with pytest.raises(ConfigErrors) as caught:
+        load(tmp_path, text)
+    return str(caught.value)
+
+
+OLED_AT_3C = (
+    '[[displays]]\nname = "oled"\nkind = "ssd1306"\nwidth = 128\nheight = 64\nbus = 1\naddress = 0x3C\n'
+)
+
+
+def test_an_oled_must_sit_at_an_address_its_bus_grants_for_writing(tmp_path):
+    assert load(tmp_path, profile_text("ok", "[0x3C]", OLED_AT_3C)).display("oled").address == 0x3C
+    said = problems(tmp_path, profile_text("ro", "[0x48]", OLED_AT_3C))
+    assert "displays[0].address" in said and "not in I2C bus 1's write list (0x48)" in said
+    said = problems(tmp_path, profile_text("nobus", "[0x3C]", OLED_AT_3C.replace("bus = 1", "bus = 3")))
+    assert "I2C bus 3 is not granted" in said
+
+
+def test_display_entries_are_checked(tmp_path):
+    bad = [
+        (OLED_AT_3C.replace("height = 64", "height = 60"), "pages of 8"),
+        (OLED_AT_3C.replace("width = 128", "width = 200"), "at most 128x64"),
+        (OLED_AT_3C.replace('name = "oled"', 'name = "my oled!"'), "letters, digits"),
+        (OLED_AT_3C + OLED_AT_3C, "used twice"),
+        (OLED_AT_3C.replace("\nbus = 1\naddress = 0x3C", ""), "expected bus and address"),
+        (OLED_AT_3C + 'format = "rgb565"\n', "takes mono"),
+        (OLED_AT_3C + 'access = "ro"\n', "cannot be read back"),
+        (
+            '[[displays]]\nname = "fb"\nkind = "framebuffer"\nwidth = 320\nheight = 240\n',
+            "framebuffer device",
+        ),
+        (
+            '[[displays]]\nname = "fb"\nkind = "framebuffer"\nwidth = 320\nheight = 240\n'
+            'device = "/dev/fb0"\nformat = "bgr233"\n',
+            "takes rgb565, xrgb8888",
+        ),
+        (
+            '[[displays]]\nname = "tft"\nkind = "st7789"\nwidth = 240\nheight = 240\nbus = 0\n'
+            'chip_select = 0\ndc_pin = "dc"\n',
+            "SPI 0.0 is not granted",
+        ),
+    ]
+    for display, words in bad:
+        said = problems(tmp_path, profile_text("bad", "[0x3C]", display))
+        assert words in said, (display, said)
+    real = '[board]\nname = "real"\n[[displays]]\nname = "fb"\nkind = "framebuffer"\nwidth = 8\nheight = 8\n'
+    assert "only a simulated board" in problems(tmp_path, real + 'device = "sim:fb0"\n')
+
+
+TFT_PROFILE = """
+[board]
+name = "tft"
+[[spi]]
+bus = 0
+chip_select = 1
+max_speed_hz = 32_000_000
+access = "{access}"
+[[gpio]]
+pin = 25
+name = "dc"
+direction = "{direction}"
+[[displays]]
+name = "tft"
+kind = "st7789"
+width = 240
+height = 240
+bus = 0
+chip_select = 1
+dc_pin = "dc"
+"""
+
+
+def test_a_tft_needs_a_writable_spi_device_and_an_output_pin_for_d_c(tmp_path):
+    assert load(tmp_path, TFT_PROFILE.format(access="rw", direction="out")).display("tft").dc_pin == "dc"
+    assert "needs access = 'rw'" in problems(tmp_path, TFT_PROFILE.format(access="ro", direction="out"))
+    assert "granted GPIO output pin" in problems(tmp_path, TFT_PROFILE.format(access="rw", direction="in"))
+
+
+def test_the_sim_profile_declares_its_oled_and_framebuffer():
+    sim = load_profile("sim")
+    assert [(d.name, d.kind, d.width, d.height) for d in sim.displays] == [
+        ("oled", "ssd1306", 128, 64),
+        ("screen", "framebuffer", 320, 240),
+    ]
+    assert sim.i2c_bus(1).may_write(0x3C)
+
+
+# -- SH1106 and ST7789 -------------------------------------------------------------------------------
+async def _present_sh1106(tmp_path: Path) -> Any:
+    from edgeclaw.backends.hub import BoardBackends
+    from edgeclaw.backends.sim.drivers import SimDrivers
+    from edgeclaw.config.schema import HardwareConfig
+    from edgeclaw.tools.ui.drawing import Frame
+
+    display = OLED_AT_3C.replace('"ssd1306"', '"sh1106"') + "column_offset = 2\n"
+    profile = load(tmp_path, profile_text("sh", "[0x3C]", display))
+    config = HardwareConfig()
+    drivers = SimDrivers(tmp_path, timeout_s=2, flash_timeout_s=2, wiring=[], displays=profile.displays)
+    backends = BoardBackends(profile, config, tmp_path, drivers=drivers)
+    frame = Frame(128, 64, "1")
+    frame.rect(0, 0, 3, 9, None, True)
+    await backends.display("oled").present(frame.image)
+    chip = backends.sim.displays["oled"]
+    await backends.aclose()
+    return chip
+
+
+async def test_sh1106_page_addressing(tmp_path):
+    chip = await _present_sh1106(tmp_path)
+    assert chip.sh1106 and chip.columns == 132 and chip.display_on
+    lit = {(x, y) for y in range(64) for x in range(132) if chip.pixel(x, y)}
+    assert lit == {(x, y) for x in range(2, 5) for y in range(9)}  # shifted by the panel's column offset
+    assert 0x20 not in chip.settings and 0xB7 in chip.commands  # page addressing only, all 8 pages
+
+
+class RecordingSPI:
+    """An SPI driver that keeps what was clocked out, beside the D/C level at the time."""
+
+    label = "SPI 0.1"
+
+    def __init__(self, log: list[tuple[str, bytes]], dc: dict[str, bool]) -> None:
+        self.log, self.dc = log, dc
+
+    def transfer(self, data: bytes, speed_hz: int, mode: int, bits_per_word: int) -> bytes:
+        self.log.append(("data" if self.dc["level"] else "command", bytes(data)))
+        return bytes(len(data))
+
+    def close(self) -> None:
+        pass
+
+
+class DCPin:
+    def __init__(self, dc: dict[str, bool]) -> None:
+        self.dc = dc
+
+    async def write(self, pin: int, active: bool) -> None:
+        assert pin == 25
+        self.dc["level"] = active
+
+
+async def test_st7789_gets_its_init_a_window_and_rgb565_pixels_high_byte_first(tmp_path, monkeypatch):
+    from edgeclaw.backends.display import st7789
+    from edgeclaw.tools.ui.drawing import Frame
+
+    async def no_wait(_s: float) -> None:
+        return None
+
+    monkeypatch.setattr(st7789.asyncio, "sleep", no_wait)
+    profile = load(tmp_path, TFT_PROFILE.format(access="rw", direction="out"))
+    grant = profile.display("tft")
+    log: list[tuple[str, bytes]] = []
+    dc = {"level": False}
+    spi = SPIDevice(RecordingSPI(log, dc), timeout_s=2, threaded=False)
+    display = TftDisplay(grant, spi, profile.spi_device(0, 1), DCPin(dc), 25)  # type: ignore[arg-type]
+    frame = Frame(240, 240, "RGB")
+    frame.rect(0, 0, 1, 1, "#ff0000", True)
+    frame.rect(1, 0, 1, 1, "#0000ff", True)
+    await display.present(frame.image)
+    commands = [data[0] for kind, data in log if kind == "command"]
+    assert commands[:2] == [0x01, 0x11] and 0x3A in commands and commands[-3:] == [CASET, RASET, RAMWR]
+    assert ("data", b"\x55") in log  # COLMOD: 16 bits a pixel
+    caset = log.index(("command", bytes([CASET])))
+    assert log[caset + 1] == ("data", bytes([0, 0, 0, 239]))
+    assert log[caset + 3] == ("data", bytes([0, 0, 0, 239]))
+    pixels = b"".join(data for kind, data in log[caset + 5 :] if kind == "data")
+    assert len(pixels) == 240 * 240 * 2 and max(len(d) for _, d in log) <= 4096
+    assert pixels[:4] == bytes.fromhex("f800001f")  # red, then blue: RGB565 high byte first
+    log.clear()
+    await display.present(frame.image)  # initialised once: the next frame is window and pixels only
+    assert [data[0] for kind, data in log if kind == "command"] == [CASET, RASET, RAMWR]

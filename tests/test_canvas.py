@@ -351,3 +351,30 @@ async def test_st7789_gets_its_init_a_window_and_rgb565_pixels_high_byte_first(t
     log.clear()
     await display.present(frame.image)  # initialised once: the next frame is window and pixels only
     assert [data[0] for kind, data in log if kind == "command"] == [CASET, RASET, RAMWR]
+
+
+def test_tools_list_shows_the_ui_group_with_its_schemas(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "HOME": str(tmp_path)}
+    listed = subprocess.run(
+        [sys.executable, "-m", "edgeclaw", "tools", "list", "--json", "--board", "sim"],
+        capture_output=True, text=True, env=env, check=True, timeout=60,
+    )  # fmt: skip
+    ui = {t["name"]: t for t in json.loads(listed.stdout) if t["group"] == "ui"}
+    assert set(ui) == {"canvas", "screenshot"}
+    canvas = ui["canvas"]["parameters"]
+    assert canvas["properties"]["action"]["enum"] == [
+        "text",
+        "line",
+        "rect",
+        "bitmap",
+        "chart",
+        "clear",
+        "present",
+    ]
+    assert canvas["properties"]["display"]["description"] == "Default 'oled'."
+    assert ui["screenshot"]["parameters"]["properties"]["display"]["description"] == "Default 'screen'."

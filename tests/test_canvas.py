@@ -378,3 +378,68 @@ def test_tools_list_shows_the_ui_group_with_its_schemas(tmp_path):
     ]
     assert canvas["properties"]["display"]["description"] == "Default 'oled'."
     assert ui["screenshot"]["parameters"]["properties"]["display"]["description"] == "Default 'screen'."
+
+
+# -- the sim SSD1306 on its own: the datasheet's command set -----------------------------------------
+def test_the_sim_ssd1306_follows_the_datasheets_addressing():
+    from edgeclaw.backends.sim.ssd1306 import SSD1306
+
+    chip = SSD1306()
+    assert chip.read(1) == b"\x40"  # status: display off after reset
+    chip.write(bytes((0x80, 0xAF, 0x80, 0x81, 0x80, 0x10)))  # Co = 1: one command byte per control byte
+    assert chip.display_on and chip.contrast == 0x10 and chip.read(1) == b"\x00"
+    # Page addressing (the reset default): B2h, column 0x15 from its two nibbles, then data.
+    chip.write(bytes((0x00, 0xB2, 0x05, 0x11)))
+    chip.write(bytes((0x40, 0xFF, 0x01)))
+    assert chip.ram[2][0x15] == 0xFF and chip.ram[2][0x16] == 0x01
+    assert chip.pixel(0x15, 16) and chip.pixel(0x15, 23) and chip.pixel(0x16, 16) and not chip.pixel(0x16, 17)
+    # Horizontal addressing inside a window: columns 10-11 of pages 1-2, wrapping column then page.
+    chip.write(bytes((0x00, 0x20, 0x00, 0x21, 10, 11, 0x22, 1, 2)))
+    chip.write(bytes((0x40, 1, 2, 3, 4)))
+    assert [chip.ram[1][10], chip.ram[1][11], chip.ram[2][10], chip.ram[2][11]] == [1, 2, 3, 4]
+    chip.write(bytes((0x40, 5)))
+    assert chip.ram[1][10] == 5 and chip.ram[1][12] == 0  # the fifth byte wrapped to the window's start
+    # Vertical addressing: page first, then column.
+    chip.write(bytes((0x00, 0x20, 0x01, 0x21, 20, 21, 0x22, 0, 1)))
+    chip.write(bytes((0x40, 7, 8, 9)))
+    assert (chip.ram[0][20], chip.ram[1][20], chip.ram[0][21]) == (7, 8, 9)
+    # Inverse display and entire display on change what is seen, not the RAM.
+    chip.write(bytes((0x00, 0xA7)))
+    assert not chip.lit(0x15, 16) and chip.lit(0, 63) and chip.pixel(0x15, 16)
+    chip.write(bytes((0x00, 0xA6, 0xA5)))
+    assert chip.lit(0, 63)
+    chip.write(bytes((0x00, 0xA4, 0xAE)))
+    assert not chip.lit(0x15, 16)
+
+
+async def test_a_display_that_stops_answering_is_a_clear_error(sim):
+    await ok(sim, "canvas", action="text", text="before")
+    sim.registry.get("canvas").backends.i2c(1).driver.inject(0x3C, "nack")
+    outcome = await call(sim, "canvas", action="present")
+    assert not outcome.ok and "display 'oled': no device acknowledged at 0x3c on bus 1" in outcome.error
+
+
+async def test_the_i2c_write_grant_is_checked_again_when_the_display_opens(tmp_path):
+    from edgeclaw.backends.base import DeviceUnavailable
+    from edgeclaw.backends.display.ssd1306 import OledDisplay
+    from edgeclaw.board import I2CBusGrant
+
+    profile = load(tmp_path, profile_text("ok", "[0x3C]", OLED_AT_3C))
+    grant = profile.display("oled")
+    with pytest.raises(DeviceUnavailable, match="0x3c on I2C bus 1 may not be written"):
+        OledDisplay(grant, None, I2CBusGrant(bus=1, write=[0x48]))  # type: ignore[arg-type]
+    with pytest.raises(DeviceUnavailable, match="may not be written"):
+        OledDisplay(grant, None, None)  # type: ignore[arg-type]
+
+
+def test_the_device_profile_gets_the_ui_tools_and_remote_does_not():
+    from edgeclaw.config.policy_rules import PROFILES
+
+    assert "group:ui" in (PROFILES["device"] or ())
+    remote = PROFILES["remote"] or ()
+    assert not {"group:ui", "canvas", "screenshot"} & set(remote)
+
+
+async def test_text_over_the_schemas_bound_is_refused_before_drawing(sim):
+    outcome = await call(sim, "canvas", action="text", text="x" * 1001)
+    assert not outcome.ok and "1000" in outcome.error

@@ -32,7 +32,6 @@ class ScreenshotTool(Tool):
         "Save what the board's display shows (its framebuffer) as a PNG in the workspace (path in "
         "the answer). Follow with image describe to know what it shows."
     )
-    observes_only = True
 
     def __init__(self, profile: BoardProfile, backends: BoardBackends, ws: Workspace) -> None:
         self.profile = profile

@@ -443,3 +443,25 @@ def test_the_device_profile_gets_the_ui_tools_and_remote_does_not():
 async def test_text_over_the_schemas_bound_is_refused_before_drawing(sim):
     outcome = await call(sim, "canvas", action="text", text="x" * 1001)
     assert not outcome.ok and "1000" in outcome.error
+
+
+async def test_without_pillow_the_tools_say_how_to_install_it(sim, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "PIL", None)  # `from PIL import Image` raises ImportError
+    drawn = await call(sim, "canvas", action="text", text="x")
+    assert not drawn.ok and "'PIL' is not installed (pip install 'edgeclaw[display]'" in drawn.error
+    shot = await call(sim, "screenshot")
+    assert not shot.ok and "pip install 'edgeclaw[display]'" in shot.error
+
+
+async def test_a_huge_bitmap_and_non_finite_chart_values_are_refused(sim):
+    Image.new("1", (5000, 4000)).save(sim.workspace / "huge.png")
+    huge = await call(sim, "canvas", action="bitmap", path="huge.png")
+    assert not huge.ok and "huge.png is 5000x4000: too large to draw" in huge.error
+    tool = sim.registry.get("canvas")
+    frame = tool._frame(sim.board.display("oled"))
+    from edgeclaw.tools.ui.drawing import DrawError
+
+    with pytest.raises(DrawError, match="finite"):
+        frame.chart([1.0, float("inf")], "line", (0, 0, None, None), None)

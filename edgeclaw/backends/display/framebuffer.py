@@ -61,17 +61,24 @@ class FramebufferDisplay:
             with path.open("ab") as f:
                 f.truncate(size)
 
-    def _read(self) -> bytes:
-        g = self.grant
-        row = g.width * self.pixel_bytes
-        stride = self._stride()
+    def _open(self, flags: int) -> int:
         try:
             if self.sim:
                 self._ensure_sim_file()
-            with open(self.path, "rb", buffering=0) as f:
-                data = f.read(stride * g.height)
+            return os.open(self.path, flags)
         except OSError as e:
             raise self._open_error(e) from None
+
+    def _read(self) -> bytes:
+        g = self.grant
+        row, stride = g.width * self.pixel_bytes, self._stride()
+        fd = self._open(os.O_RDONLY)
+        try:
+            data = os.pread(fd, stride * g.height, 0)
+        except OSError as e:
+            raise self._open_error(e) from None
+        finally:
+            os.close(fd)
         if len(data) < stride * (g.height - 1) + row:
             raise BackendError(
                 f"framebuffer {g.name!r}: {self.path} holds {len(data)} bytes, less than a "
@@ -83,19 +90,15 @@ class FramebufferDisplay:
 
     def _write(self, pixels: bytes) -> None:
         g = self.grant
-        row = g.width * self.pixel_bytes
-        stride = self._stride()
+        row, stride = g.width * self.pixel_bytes, self._stride()
+        fd = self._open(os.O_WRONLY)
         try:
-            if self.sim:
-                self._ensure_sim_file()
-            fd = os.open(self.path, os.O_WRONLY)
-            try:
-                for y in range(g.height):
-                    os.pwrite(fd, pixels[y * row : (y + 1) * row], y * stride)
-            finally:
-                os.close(fd)
+            for y in range(g.height):
+                os.pwrite(fd, pixels[y * row : (y + 1) * row], y * stride)
         except OSError as e:
             raise self._open_error(e) from None
+        finally:
+            os.close(fd)
 
     async def present(self, image: Any) -> None:
         if self.grant.access != "rw":

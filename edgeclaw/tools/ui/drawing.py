@@ -9,6 +9,7 @@ saying what was wrong; nothing is drawn then.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from edgeclaw.backends.display.frame import pillow
 
 MONO_OFF = ("black", "off", "#000", "#000000")
+BITMAP_PIXELS_MAX = 4096 * 4096  # a picture to scale down to a small screen; larger ones are refused
 
 
 class DrawError(ValueError):
@@ -135,9 +137,8 @@ class Frame:
         Image = pillow()
         x, y, width, height = self.area(x, y, width, height)
         try:
-            with Image.open(path) as picture:
-                picture.load()
-                if picture.width * picture.height > 4096 * 4096:
+            with Image.open(path) as picture:  # reads the header only: the size is known before decoding
+                if picture.width * picture.height > BITMAP_PIXELS_MAX:
                     raise DrawError(f"{shown} is {picture.width}x{picture.height}: too large to draw")
                 picture = picture.convert("RGBA")
         except (OSError, Image.DecompressionBombError, SyntaxError) as e:
@@ -159,6 +160,8 @@ class Frame:
         the left (top and bottom); the minimum and maximum."""
         if not values:
             raise DrawError("a chart needs at least one value")
+        if not all(math.isfinite(v) for v in values):
+            raise DrawError("chart values must be finite numbers")
         x, y, width, height = self.area(*box)
         low, high = min(values), max(values)
         labels = [_number(high), _number(low)]

@@ -376,7 +376,8 @@ def test_tools_list_shows_the_ui_group_with_its_schemas(tmp_path):
         "clear",
         "present",
     ]
-    assert canvas["properties"]["display"]["description"] == "Default 'oled'."
+    sizes = "oled (ssd1306 128x64), screen (framebuffer 320x240); default 'oled'."
+    assert canvas["properties"]["display"]["description"] == sizes
     assert ui["screenshot"]["parameters"]["properties"]["display"]["description"] == "Default 'screen'."
 
 

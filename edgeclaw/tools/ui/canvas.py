@@ -19,7 +19,7 @@ from edgeclaw.errors import BackendError, ToolError, ToolRefused
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
 from edgeclaw.tools.fs.file_io import write_atomically
 from edgeclaw.tools.fs.workspace import Workspace
-from edgeclaw.tools.ui.displays import display_grant
+from edgeclaw.tools.ui.displays import display_grant, displays_text
 from edgeclaw.tools.ui.drawing import DrawError, Frame
 
 CANVAS_DIR = "canvas"
@@ -52,7 +52,9 @@ class CanvasTool(Tool):
                 "display": {
                     "type": "string",
                     "maxLength": 64,
-                    "description": f"Default {drawable[0]!r}." if drawable else "A declared display.",
+                    "description": f"{displays_text(profile)}; default {drawable[0]!r}."
+                    if drawable
+                    else "A declared display.",
                 },
                 "x": _COORD,
                 "y": _COORD,

@@ -92,7 +92,7 @@ access = "ro"
 
 
 async def test_a_real_boards_xrgb8888_framebuffer_read_only(tmp_path):
-    device = tmp_path / "fb0"
+    device = tmp_path / "kiosk-fb"
     write_pixels(device, 64, 48, lambda rgb: bytes((rgb[2], rgb[1], rgb[0], 0xFF)), 4)
     device.write_bytes(device.read_bytes()[:-4] + bytes((0x10, 0x20, 0x30, 0)))  # the last pixel
     board = write_profile(tmp_path, "kiosk", FB_PROFILE.format(device=device))
@@ -129,7 +129,7 @@ async def test_a_board_without_a_framebuffer_refuses_naming_its_profile(tmp_path
 async def test_doctor_says_whether_the_displays_are_usable(tmp_path):
     from edgeclaw.cli.doctor import display_findings
 
-    device = tmp_path / "fb0"
+    device = tmp_path / "kiosk-fb"
     device.write_bytes(bytes(64 * 48 * 4))
     runtime = make_runtime(tmp_path, board=write_profile(tmp_path, "kiosk", FB_PROFILE.format(device=device)))
     try:
@@ -148,3 +148,17 @@ async def test_doctor_says_whether_the_displays_are_usable(tmp_path):
         ] == [("display oled", True), ("display screen", True)]
     finally:
         await sim.aclose()
+
+
+async def test_canvas_and_screenshot_on_an_xrgb8888_framebuffer(tmp_path):
+    body = "simulated = true\n" + FB_PROFILE.format(device="sim:fb1").replace('access = "ro"', "")
+    runtime = make_runtime(tmp_path, board=write_profile(tmp_path, "panel", body))
+    try:
+        await ok(runtime, "canvas", action="rect", x=1, y=0, width=2, height=1, color="#102030", fill=True)
+        await ok(runtime, "canvas", action="present")
+        fb = (runtime.state_dir / "sim" / "fb1.fb").read_bytes()
+        assert len(fb) == 64 * 48 * 4 and fb[:12] == bytes(4) + bytes.fromhex("30201000") * 2  # B, G, R, X
+        shot = read_png(runtime.workspace / (await ok(runtime, "screenshot"))["path"])
+        assert [shot.getpixel((x, 0)) for x in range(4)] == [(0, 0, 0), (16, 32, 48), (16, 32, 48), (0, 0, 0)]
+    finally:
+        await runtime.aclose()

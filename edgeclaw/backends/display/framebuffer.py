@@ -37,7 +37,7 @@ class FramebufferDisplay:
     def _stride(self) -> int:
         """Bytes a row takes: the kernel's stride for /dev/fbN where it says, else width x pixel."""
         name = Path(self.path).name
-        if name.startswith("fb") and name[2:].isdigit():
+        if self.path.startswith("/dev/fb") and name[2:].isdigit():
             try:
                 return int(Path(f"/sys/class/graphics/{name}/stride").read_text().strip())
             except (OSError, ValueError):

@@ -353,18 +353,37 @@ async def test_st7789_gets_its_init_a_window_and_rgb565_pixels_high_byte_first(t
     assert [data[0] for kind, data in log if kind == "command"] == [CASET, RASET, RAMWR]
 
 
-def test_tools_list_shows_the_ui_group_with_its_schemas(tmp_path):
+def edgeclaw_cli(tmp_path: Path, *args: str) -> Any:
     import json
     import os
     import subprocess
     import sys
 
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "HOME": str(tmp_path)}
-    listed = subprocess.run(
-        [sys.executable, "-m", "edgeclaw", "tools", "list", "--json", "--board", "sim"],
-        capture_output=True, text=True, env=env, check=True, timeout=60,
-    )  # fmt: skip
-    ui = {t["name"]: t for t in json.loads(listed.stdout) if t["group"] == "ui"}
+    env["EDGECLAW_STATE_DIR"] = str(tmp_path / "state")
+    done = subprocess.run(
+        [sys.executable, "-m", "edgeclaw", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=60,
+    )
+    return json.loads(done.stdout)
+
+
+def test_a_cli_tool_call_draws_and_writes_the_png(tmp_path):
+    args = '{"action": "rect", "width": 3, "height": 2, "fill": true, "present": true}'
+    result = edgeclaw_cli(tmp_path, "tool", "call", "canvas", args, "--board", "sim", "--json")
+    assert result["ok"] and result["data"]["presented"]
+    assert png_pixels(tmp_path / "state" / "workspace" / result["data"]["png"]) == {
+        (x, y) for x in range(3) for y in range(2)
+    }
+
+
+def test_tools_list_shows_the_ui_group_with_its_schemas(tmp_path):
+    listed = edgeclaw_cli(tmp_path, "tools", "list", "--json", "--board", "sim")
+    ui = {t["name"]: t for t in listed if t["group"] == "ui"}
     assert set(ui) == {"canvas", "screenshot"}
     canvas = ui["canvas"]["parameters"]
     assert canvas["properties"]["action"]["enum"] == [

@@ -485,3 +485,13 @@ async def test_a_huge_bitmap_and_non_finite_chart_values_are_refused(sim):
 
     with pytest.raises(DrawError, match="finite"):
         frame.chart([1.0, float("inf")], "line", (0, 0, None, None), None)
+
+
+def test_text_wraps_at_spaces_keeps_newlines_and_cuts_a_word_wider_than_a_line():
+    from edgeclaw.tools.ui.drawing import Frame
+
+    frame = Frame(128, 64, "1")  # the built-in font: 6 pixels a character
+    assert frame.wrap("one two\n\nthree", 128) == ["one two", "", "three"]
+    assert frame.wrap("aaaa bbbb cccc", 60) == ["aaaa bbbb", "cccc"]
+    assert frame.wrap("abcdefghijkl", 30) == ["abcde", "fghij", "kl"]
+    assert frame.wrap("abc", 3) == ["a", "b", "c"]  # narrower than a character: one a line

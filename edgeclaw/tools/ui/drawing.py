@@ -89,10 +89,9 @@ class Frame:
                     continue
                 if line:
                     lines.append(line)
-                while self.font.getlength(word) > width:  # a word wider than the line: cut it
-                    cut = max(
-                        1, next(n for n in range(len(word), 0, -1) if self.font.getlength(word[:n]) <= width)
-                    )
+                while len(word) > 1 and self.font.getlength(word) > width:  # wider than a line: cut it
+                    fitting = (n for n in range(len(word), 0, -1) if self.font.getlength(word[:n]) <= width)
+                    cut = next(fitting, 1)  # a box narrower than one character still takes one a line
                     lines.append(word[:cut])
                     word = word[cut:]
                 line = word

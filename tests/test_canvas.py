@@ -495,3 +495,43 @@ def test_text_wraps_at_spaces_keeps_newlines_and_cuts_a_word_wider_than_a_line()
     assert frame.wrap("aaaa bbbb cccc", 60) == ["aaaa bbbb", "cccc"]
     assert frame.wrap("abcdefghijkl", 30) == ["abcde", "fghij", "kl"]
     assert frame.wrap("abc", 3) == ["a", "b", "c"]  # narrower than a character: one a line
+
+
+async def test_st7789_through_the_spi_backend_fills_the_sim_controllers_frame_memory(tmp_path, monkeypatch):
+    """The real SPIDevice and GPIOController (gpiozero's mock pins) in front of a sim ST7789 that reads
+    the D/C pin with every byte: the picture read back pixel by pixel is the frame drawn."""
+    from edgeclaw.backends.display import st7789
+    from edgeclaw.backends.gpio import GPIOController, GpiozeroDriver
+    from edgeclaw.backends.sim.st7789 import ST7789
+    from edgeclaw.tools.ui.drawing import Frame
+
+    async def no_wait(_s: float) -> None:
+        return None
+
+    monkeypatch.setattr(st7789.asyncio, "sleep", no_wait)
+    profile = load(
+        tmp_path,
+        TFT_PROFILE.format(access="rw", direction="out").replace("dc_pin", "row_offset = 40\ndc_pin"),
+    )
+    grant = profile.display("tft")
+    pins = GpiozeroDriver(profile.spec.gpio, mock=True)
+    gpio = GPIOController(pins, timeout_s=2, threaded=False)
+    chip = ST7789(lambda: bool(pins.factory.pin(25).state))
+    display = TftDisplay(
+        grant, SPIDevice(chip, timeout_s=2, threaded=False), profile.spi_device(0, 1), gpio, 25
+    )
+    frame = Frame(240, 240, "RGB")
+    frame.clear("#000080")
+    frame.rect(10, 20, 30, 5, "#ff8000", True)
+    frame.text(0, 100, "st7789", "white", None)
+    await display.present(frame.image)
+    assert chip.display_on and not chip.sleeping and chip.inverted and chip.colmod == 0x55
+    assert chip.window == (0, 239, 40, 279)  # the panel's rows sit at row_offset in the controller's RAM
+    expected = frame.image.convert("RGB")
+    for y in range(240):
+        for x in range(240):
+            r, g, b = expected.getpixel((x, y))
+            want = (r & 0xF8 | r >> 5, g & 0xFC | g >> 6, b & 0xF8 | b >> 5)  # RGB565 and back
+            assert chip.pixel(x, y + 40) == want, (x, y)
+    assert chip.pixel(0, 0) == (0, 0, 0)  # above the window: untouched
+    gpio.close()

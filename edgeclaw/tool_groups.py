@@ -22,8 +22,7 @@ if TYPE_CHECKING:
     from edgeclaw.config.schema import Config
 
 # Each group's tools. A group with no names here is open: its members are whatever registers with
-# it at run time (`mcp`, `mcp:SERVER`, `custom`), or none yet (`ui`: the browser and canvas tools are
-# planned, see `RESERVED_NAMES`).
+# it at run time (`mcp`, `mcp:SERVER`, `custom`).
 TOOL_GROUPS: dict[str, tuple[str, ...]] = {
     "fs": (
         "read_file",
@@ -49,7 +48,8 @@ TOOL_GROUPS: dict[str, tuple[str, ...]] = {
         "agents_list",
         "delegate",
     ),
-    "ui": (),
+    # The board's own screen: drawn on (canvas) and read back (screenshot); the browser is to come.
+    "ui": ("canvas", "screenshot"),
     "automation": ("cron", "gateway", "schedule"),
     "messaging": ("message",),
     "hardware": (
@@ -72,9 +72,9 @@ TOOL_GROUPS: dict[str, tuple[str, ...]] = {
     "custom": (),
 }
 
-# Names kept for tools to come (the `ui` group's) and one that older configs name: no custom tool
-# may take them, and a policy list may name them (they match nothing), as it always could.
-RESERVED_NAMES: frozenset[str] = frozenset({"browser", "canvas", "memory_recall"})
+# Names kept for a tool to come (the `ui` group's browser) and one that older configs name: no custom
+# tool may take them, and a policy list may name them (they match nothing), as it always could.
+RESERVED_NAMES: frozenset[str] = frozenset({"browser", "memory_recall"})
 
 # Each built-in tool's group.
 GROUP_OF: dict[str, str] = {name: group for group, names in TOOL_GROUPS.items() for name in names}
@@ -104,6 +104,9 @@ HARDWARE_TOOLS = _family(*(name for name in TOOL_GROUPS["hardware"] if name != "
 MEDIA_TOOLS = _family("tts", "image", "camera", "read_bytes")
 
 MEMORY_TOOLS = _family(*TOOL_GROUPS["memory"])
+
+# canvas and screenshot: Pillow and the display drivers load with them.
+UI_TOOLS = _family(*TOOL_GROUPS["ui"])
 
 
 def memory_tool_groups(config: Config) -> dict[str, str]:

@@ -32,6 +32,9 @@ NOT_AT_START = (
     "edgeclaw.tools.hardware",
     "edgeclaw.tools.media",
     "edgeclaw.backends.media",
+    "edgeclaw.tools.ui",  # canvas and screenshot, and the display drivers and Pillow they draw with
+    "edgeclaw.backends.display",
+    "PIL",
     "edgeclaw.tools.web.fetch",
     "edgeclaw.tools.web.search",
     "edgeclaw.tools.web.http_request",

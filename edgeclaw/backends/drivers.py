@@ -73,6 +73,12 @@ class BoardDrivers(ABC):
     def serial_device(self, path: str) -> str:
         """The device behind a `[[serial]]` grant's path (`sim:NAME` names a sim part)."""
 
+    def framebuffer_path(self, device: str) -> str:
+        """The file behind a framebuffer display's `device` (`sim:NAME` names a file of the sim board)."""
+        if device.startswith("sim:"):
+            raise DeviceUnavailable(f"framebuffer {device!r} is a sim part: only a simulated board has one")
+        return device
+
     def sim_parts(self) -> Any:
         """The sim board's device models (`backends.sim.board.SimParts`); only a simulated board has them."""
         raise DeviceUnavailable("this board is not simulated")

@@ -25,6 +25,7 @@ from edgeclaw.board import BoardProfile, MemoryRegionGrant
 # Everything but I2C is imported when first opened: a daemon that never touches the
 # probe never loads the GDB client, QEMU launcher or ctypes.
 if TYPE_CHECKING:
+    from edgeclaw.backends.display import Display
     from edgeclaw.backends.esp32 import Esp32Bridge
     from edgeclaw.backends.gpio import GPIOController
     from edgeclaw.backends.mmio import MemoryAccess
@@ -73,6 +74,7 @@ class BoardBackends:
         self._esp32: Esp32Bridge | None = None
         self._sensors: Sensors | None = None
         self._serial: SerialPorts | None = None
+        self._displays: dict[str, Display] = {}
 
     @property
     def sim(self) -> Any:
@@ -138,6 +140,19 @@ class BoardBackends:
 
             self._sensors = Sensors(self.profile, self)
         return self._sensors
+
+    def display(self, name: str) -> Display:
+        """A `[[displays]]` screen by name, its driver over the buses that reach it."""
+        found = self._displays.get(name)
+        if found is not None:
+            return found
+        grant = self.profile.display(name)
+        if grant is None:
+            raise DeviceUnavailable(f"display {name!r} is not declared by the board profile")
+        from edgeclaw.backends.display import open_display
+
+        handle = self._displays[name] = open_display(grant, self)
+        return handle
 
     def esp32(self) -> Esp32Bridge:
         if self._esp32 is not None:
@@ -225,6 +240,7 @@ class BoardBackends:
         self._memory.clear()
         self._gpio = self._probe = self._esp32 = None
         self._sensors = None  # its drivers hold the buses just closed
+        self._displays.clear()  # likewise
         self._serial = None
 
 

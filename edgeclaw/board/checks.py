@@ -1,8 +1,8 @@
 """The profile's checks across keys, which the types alone cannot express.
 
 Each table (`[[i2c]]`, `[[spi]]`, `[[gpio]]`, `[[memory]]`, `[probe]`, `[camera]`, `[[serial]]`,
-`[esp32]`, `[[devices]]`) has its own small check; every problem names the file, the key and what
-was expected.
+`[esp32]`, `[[displays]]`, `[[devices]]`) has its own small check; every problem names the file,
+the key and what was expected.
 """
 
 from __future__ import annotations
@@ -14,11 +14,16 @@ from typing import TYPE_CHECKING, Any
 from edgeclaw.board.schema import (
     DEVICE_FORM_KEYS,
     DEVICE_NAME_MAX,
+    DISPLAY_FORMATS,
+    DISPLAY_NAME_MAX,
     FORM_MARKERS,
     MAX_ACCESS_BYTES,
+    OLED_KINDS,
+    TFT_KINDS,
     W1_ID_PATTERN,
     AddressRange,
     DeviceSpec,
+    DisplayGrant,
     I2CBusGrant,
     ProfileSchema,
     format_ranges,
@@ -189,6 +194,79 @@ def _check_esp32(fail: Fail, spec: ProfileSchema) -> None:
             fail(f"esp32.adc[{i}].pin", f"expected an ADC1 pin (32-39), got {a.pin}")
 
 
+# The controllers' own RAM: an SSD1306 drives 128x64, an SH1106 132x64 (shown through a 128-wide window);
+# an ST7735 holds 132x162, an ST7789 240x320. A framebuffer is bounded only by sanity.
+_DISPLAY_RAM = {"ssd1306": (128, 64), "sh1106": (132, 64), "st7735": (132, 162), "st7789": (240, 320)}
+_FRAMEBUFFER_MAX = 8192
+
+
+def _check_display_wiring(fail: Fail, key: str, d: DisplayGrant, spec: ProfileSchema) -> None:
+    """An OLED on a writable I2C address, a TFT on a writable SPI device with its D/C pin, a
+    framebuffer at a device: each where the profile grants it."""
+    if d.kind in OLED_KINDS:
+        bus = next((g for g in spec.i2c if g.bus == d.bus), None)
+        if d.bus is None or d.address is None:
+            fail(key, f"a {d.kind} is reached over I2C: expected bus and address")
+        elif bus is None:
+            fail(f"{key}.bus", f"I2C bus {d.bus} is not granted by this profile (add an [[i2c]] entry)")
+        elif not bus.may_write(d.address):
+            fail(
+                f"{key}.address",
+                f"0x{d.address:02x} is not in I2C bus {d.bus}'s write list ({format_ranges(bus.write)}): "
+                "a display is driven by writing to it",
+            )
+    elif d.kind in TFT_KINDS:
+        spi = next((s for s in spec.spi if (s.bus, s.chip_select) == (d.bus, d.chip_select)), None)
+        pin = next((p for p in spec.gpio if p.name == d.dc_pin), None)
+        if d.bus is None or d.chip_select is None:
+            fail(key, f"a {d.kind} is reached over SPI: expected bus and chip_select")
+        elif spi is None:
+            fail(key, f"SPI {d.bus}.{d.chip_select} is not granted by this profile (add an [[spi]] entry)")
+        elif spi.access != "rw":
+            fail(key, f"SPI {d.bus}.{d.chip_select} is granted read-only: a display needs access = 'rw'")
+        if pin is None or pin.direction != "out":
+            fail(f"{key}.dc_pin", f"expected the name of a granted GPIO output pin, got {d.dc_pin!r}")
+    elif not d.device:
+        fail(
+            f"{key}.device",
+            "expected a framebuffer device such as /dev/fb0 (or sim:NAME on a simulated board)",
+        )
+    elif d.device.startswith("sim:") and not spec.board.simulated:
+        fail(
+            f"{key}.device", f"{d.device!r} is a sim part: only a simulated board (simulated = true) has one"
+        )
+    if d.kind != "framebuffer" and d.access != "rw":
+        fail(f"{key}.access", f"a {d.kind} cannot be read back: expected access = 'rw'")
+
+
+def _check_displays(fail: Fail, spec: ProfileSchema) -> None:
+    names: set[str] = set()
+    for i, d in enumerate(spec.displays):
+        key = f"displays[{i}]"
+        if (
+            not d.name
+            or len(d.name) > DISPLAY_NAME_MAX
+            or not d.name.replace("-", "").replace("_", "").isalnum()
+        ):
+            fail(f"{key}.name", f"expected 1-{DISPLAY_NAME_MAX} letters, digits, '-' or '_', got {d.name!r}")
+        elif d.name in names:
+            fail(f"{key}.name", f"display name {d.name!r} is used twice")
+        names.add(d.name)
+        most_w, most_h = _DISPLAY_RAM.get(d.kind, (_FRAMEBUFFER_MAX, _FRAMEBUFFER_MAX))
+        if not (1 <= d.width <= most_w and 1 <= d.height <= most_h):
+            fail(key, f"expected a {d.kind} of at most {most_w}x{most_h} pixels, got {d.width}x{d.height}")
+        elif d.kind in OLED_KINDS and d.height % 8:
+            fail(
+                f"{key}.height",
+                f"an OLED's rows come in pages of 8: expected 16, 32, 48 or 64, got {d.height}",
+            )
+        if d.pixel_format not in DISPLAY_FORMATS[d.kind]:
+            fail(f"{key}.format", f"a {d.kind} takes {', '.join(DISPLAY_FORMATS[d.kind])}, got {d.format!r}")
+        if not (0 <= d.column_offset < 256 and 0 <= d.row_offset < 256):
+            fail(key, "expected column_offset and row_offset in 0-255")
+        _check_display_wiring(fail, key, d, spec)
+
+
 def _check_i2c_grants(fail: Fail, spec: ProfileSchema) -> None:
     _check_i2c(fail, "i2c", spec.i2c)
 
@@ -203,6 +281,7 @@ TABLE_CHECKS: tuple[Callable[[Fail, ProfileSchema], None], ...] = (
     _check_camera,
     _check_serial,
     _check_esp32,
+    _check_displays,
 )
 
 

@@ -99,6 +99,12 @@ def _camera(spec: ProfileSchema) -> Iterator[str]:
         yield f"camera {c.kind}{where}, up to {c.max_width}x{c.max_height}"
 
 
+def _displays(spec: ProfileSchema) -> Iterator[str]:
+    for d in spec.displays:
+        drawn = "" if d.access == "rw" else ", read only"
+        yield f"display {d.name!r}: {d.kind} {d.width}x{d.height} {d.location}{drawn}"
+
+
 def _devices(spec: ProfileSchema) -> Iterator[str]:
     for d in spec.devices:
         yield f"device {d.name!r}: {describe_device(d)}"
@@ -114,6 +120,7 @@ _TABLES: tuple[Callable[[ProfileSchema], Iterator[str]], ...] = (
     _esp32,
     _serial,
     _camera,
+    _displays,
     _devices,
 )
 

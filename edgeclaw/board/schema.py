@@ -301,6 +301,59 @@ class CameraGrant:
     max_height: int = 1080
 
 
+DisplayKind = Literal["ssd1306", "sh1106", "st7735", "st7789", "framebuffer"]
+# The kinds by how they are reached: an OLED over I2C, a TFT over SPI, a framebuffer device (or file).
+OLED_KINDS: tuple[str, ...] = ("ssd1306", "sh1106")
+TFT_KINDS: tuple[str, ...] = ("st7735", "st7789")
+DISPLAY_FORMATS: dict[str, tuple[str, ...]] = {  # the pixel formats each kind takes; the first is its default
+    "ssd1306": ("mono",),
+    "sh1106": ("mono",),
+    "st7735": ("rgb565",),
+    "st7789": ("rgb565",),
+    "framebuffer": ("rgb565", "xrgb8888"),
+}
+DISPLAY_NAME_MAX = 32
+
+
+@dataclass(repr=False, eq=False)
+class DisplayGrant:
+    """`[[displays]]`: a screen the `canvas` tool may draw on and `screenshot` may read.
+
+    An OLED (`ssd1306`, `sh1106`) sits on a granted I2C bus at an address that bus grants for
+    writing; a TFT (`st7735`, `st7789`) on a granted SPI device with `access = "rw"`, its data/command
+    line a GPIO output pin named by `dc_pin`; a `framebuffer` is a device such as /dev/fb0 (on a
+    simulated board `sim:NAME`, a file in the state directory) holding `format` pixels. Only a
+    framebuffer can be read back (`screenshot`); `access = "ro"` lets it be read but not drawn on.
+    """
+
+    name: str
+    kind: DisplayKind
+    width: int
+    height: int
+    bus: int | None = None  # OLED: the I2C bus; TFT: the SPI bus
+    address: int | None = None  # OLED: its I2C address (0x3c or 0x3d)
+    chip_select: int | None = None  # TFT
+    dc_pin: str = ""  # TFT: the granted GPIO output pin wired to D/C
+    column_offset: int = 0  # TFT/SH1106: where the panel's first column sits in the controller's RAM
+    row_offset: int = 0
+    device: str = ""  # framebuffer: /dev/fbN, or sim:NAME on a simulated board
+    format: str = ""  # empty: the kind's default (DISPLAY_FORMATS)
+    access: Access = "rw"
+
+    @property
+    def pixel_format(self) -> str:
+        return self.format or DISPLAY_FORMATS[self.kind][0]
+
+    @property
+    def location(self) -> str:
+        """Where it is wired, in words."""
+        if self.kind in OLED_KINDS:
+            return f"at 0x{self.address or 0:02x} on I2C bus {self.bus}"
+        if self.kind in TFT_KINDS:
+            return f"on SPI {self.bus}.{self.chip_select} (D/C on {self.dc_pin!r})"
+        return f"at {self.device} ({self.pixel_format})"
+
+
 @dataclass(repr=False, eq=False)
 class OneWireSection:
     """[onewire] of a profile: where 1-Wire devices are listed."""
@@ -325,6 +378,7 @@ class ProfileSchema:
     devices: list[DeviceSpec] = field(default_factory=list)
     onewire: OneWireSection = field(default_factory=OneWireSection)
     camera: CameraGrant | None = None
+    displays: list[DisplayGrant] = field(default_factory=list)
 
 
 def _in_ranges(address: int, ranges: list[AddressRange | int]) -> bool:
@@ -395,6 +449,13 @@ class BoardProfile:
 
     def device(self, name: str) -> DeviceSpec | None:
         return next((d for d in self._spec.devices if d.name == name), None)
+
+    @property
+    def displays(self) -> list[DisplayGrant]:
+        return self._spec.displays
+
+    def display(self, name: str) -> DisplayGrant | None:
+        return next((d for d in self._spec.displays if d.name == name), None)
 
     def i2c_devices_at(self, bus: int, address: int) -> list[DeviceSpec]:
         return [d for d in self._spec.devices if d.form == "i2c" and (d.bus, d.address) == (bus, address)]

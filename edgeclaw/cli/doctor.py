@@ -81,6 +81,35 @@ def device_findings(runtime: Runtime) -> list[Finding]:
     return out
 
 
+def display_findings(runtime: Runtime) -> list[Finding]:
+    """Whether canvas and screenshot can work here: the profile's displays, their device files, Pillow."""
+    from importlib.util import find_spec
+
+    profile, spec = runtime.board, runtime.board.spec
+    displays = spec.displays if spec is not None else []
+    if not displays:
+        return [Finding("ok", "displays", f"{profile.name} declares none: canvas and screenshot refuse")]
+    out = []
+    if find_spec("PIL") is None:
+        out.append(
+            Finding("FAIL", "displays", "canvas and screenshot need Pillow: pip install 'edgeclaw[display]'")
+        )
+    for d in displays:
+        check = f"display {d.name}"
+        tools = (
+            "canvas" if d.kind != "framebuffer" else "screenshot" + (", canvas" if d.access == "rw" else "")
+        )
+        if d.kind == "framebuffer" and not d.device.startswith("sim:"):
+            found = _device(check, d.device, write=d.access == "rw")
+            detail = (
+                f"{found.detail} ({tools})" if found.level == "ok" else f"{found.detail}; {tools} cannot work"
+            )
+            out.append(Finding(found.level, check, detail))
+        else:  # the sim's, or an OLED/TFT whose bus device file is checked with the other grants
+            out.append(Finding("ok", check, f"{d.kind} {d.width}x{d.height} {d.location} ({tools})"))
+    return out
+
+
 def state_findings(runtime: Runtime) -> list[Finding]:
     out = []
     for what, path in (("state directory", runtime.state_dir), ("workspace", runtime.workspace)):
@@ -446,6 +475,7 @@ def mqtt_policy_finding(runtime: Runtime) -> Finding | None:
 
 async def diagnose(runtime: Runtime) -> list[Finding]:
     findings = state_findings(runtime) + state_database_findings(runtime) + device_findings(runtime)
+    findings += display_findings(runtime)
     findings.append(await sandbox_finding(runtime))
     limits = sandbox_limits_finding(runtime)
     if limits is not None:

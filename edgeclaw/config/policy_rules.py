@@ -27,11 +27,13 @@ PROFILES: dict[str, tuple[str, ...] | None] = {
     "coding": ("group:fs", "group:runtime", "group:sessions", "group:memory", "group:skills", "image"),
     "messaging": ("group:messaging", "sessions_list", "sessions_history", "sessions_send", "session_status"),
     "minimal": ("session_status",),
-    # Boards without a shell: hardware, files and messages, nothing that runs programs.
-    "device": ("group:hardware", "group:fs", "group:messaging", "session_status"),
+    # Boards without a shell: hardware, the board's own screen (ui), files and messages, nothing
+    # that runs programs.
+    "device": ("group:hardware", "group:ui", "group:fs", "group:messaging", "session_status"),
     # What a caller on a network wire gets unless the config widens it: reading files, the hardware
     # (which the board profile bounds: writes only where it grants them) and its own status. No
-    # shell, no background processes, no file writes, no custom tools.
+    # shell, no background processes, no file writes, no custom tools; so no ui tools either (both
+    # write a PNG to the workspace, and canvas draws on a screen people look at).
     "remote": ("read_file", "read_bytes", "list_files", "search", "glob", "group:hardware", "session_status"),
     # Home Assistant's commands (unsigned: whoever may write its topics): the board's switches only.
     "homeassistant": ("gpio",),

@@ -178,7 +178,7 @@ def build_runtime(
     from edgeclaw.backends.hub import BoardBackends
     from edgeclaw.config.checks import policy_rules
     from edgeclaw.config.secrets import resolve_secrets
-    from edgeclaw.tool_groups import HARDWARE_TOOLS, MEDIA_TOOLS, web_tool_groups
+    from edgeclaw.tool_groups import HARDWARE_TOOLS, MEDIA_TOOLS, UI_TOOLS, web_tool_groups
     from edgeclaw.tools.fs.files import fs_tools
     from edgeclaw.tools.fs.workspace import Workspace
     from edgeclaw.tools.policy import PolicyEngine
@@ -260,6 +260,13 @@ def build_runtime(
         return hardware_tools(profile, config.hardware, hardware, ws, config.console.ports)
 
     registry.register_deferred(HARDWARE_TOOLS, hardware_family)
+
+    def ui_family() -> list[Tool]:
+        from edgeclaw.tools.ui import ui_tools  # canvas and screenshot, on the profile's [[displays]]
+
+        return ui_tools(profile, hardware, ws)
+
+    registry.register_deferred(UI_TOOLS, ui_family)
     lifecycle.on_close(hardware.aclose)
     from edgeclaw.tools.nodes.tool import nodes_tool  # peers on the broker; the MQTT channel attaches it
 

@@ -17,7 +17,8 @@ The shipped sim profile (board_profiles/sim.toml) is the sim board's wiring:
 every simulated profile runs on it (`SimDrivers`), so a device a test's own
 profile declares where the sim has nothing answers as a missing part does.
 GPIO (gpiozero's MockFactory), memory (files) and the STM32 (QEMU) are made by
-`SimDrivers` from the grants.
+`SimDrivers` from the grants. The profile's `[[displays]]` add an OLED controller model
+(`sim.ssd1306`) where an SSD1306 or SH1106 is declared on an I2C bus.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 
 from edgeclaw.backends.sim.i2c import SimI2CBus, SimI2CDevice
 from edgeclaw.backends.sim.mcp3008 import MCP3008
-from edgeclaw.board import DeviceSpec
+from edgeclaw.board import DeviceSpec, DisplayGrant
 
 SIM_I2C_BUS = 1
 # MCP3008 inputs (volts, Vref 3.3 V): a ramp, so each channel reads differently.
@@ -169,10 +170,28 @@ def sim_layout(devices: Iterable[DeviceSpec]) -> dict[tuple[str, int, int], str]
     return layout
 
 
-class SimParts:
-    """The sim board's device models for one wiring (a profile's `[[devices]]`)."""
+def _display_model(display: DisplayGrant) -> SimI2CDevice:
+    from edgeclaw.backends.sim.ssd1306 import SSD1306
 
-    def __init__(self, state_dir: Path, devices: Iterable[DeviceSpec]) -> None:
+    sh1106 = display.kind == "sh1106"
+    return SSD1306(columns=132 if sh1106 else 128, pages=8, sh1106=sh1106)
+
+
+def oled_places(displays: Iterable[DisplayGrant]) -> dict[tuple[int, int], DisplayGrant]:
+    """(bus, address) -> the OLED declared there, for the displays the sim has a model of."""
+    return {
+        (d.bus, d.address): d
+        for d in displays
+        if d.kind in ("ssd1306", "sh1106") and d.bus is not None and d.address is not None
+    }
+
+
+class SimParts:
+    """The sim board's device models for one wiring (a profile's `[[devices]]` and `[[displays]]`)."""
+
+    def __init__(
+        self, state_dir: Path, devices: Iterable[DeviceSpec], displays: Iterable[DisplayGrant] = ()
+    ) -> None:
         devices = list(devices)
         self.i2c: dict[int, dict[int, SimI2CDevice]] = {}
         self.spi: dict[tuple[int, int], MCP3008] = {}
@@ -189,6 +208,11 @@ class SimParts:
                 self.i2c.setdefault(bus, {})[where] = model
             else:
                 self.spi[(bus, where)] = model
+        self.displays: dict[str, Any] = {}  # a `[[displays]]` entry's name -> its controller model
+        for (bus, address), display in oled_places(displays).items():
+            model = self.displays[display.name] = _display_model(display)
+            self.models.append(model)
+            self.i2c.setdefault(bus, {}).setdefault(address, model)
         for device in devices:
             if device.form == "onewire" and device.part in SIM_MODELS:
                 onewire.append(self._add(device.part, device, state_dir))
@@ -243,10 +267,21 @@ def sim_wiring() -> list[DeviceSpec]:
     return load_profile("sim").devices
 
 
+def sim_displays() -> list[DisplayGrant]:
+    """The sim board's own screens: the shipped sim profile's `[[displays]]`."""
+    from edgeclaw.board import load_profile
+
+    return load_profile("sim").displays
+
+
 def __getattr__(name: str) -> Any:
     # I2C_BUS1_PARTS (address -> part on bus 1, as the sim board is wired) is worked out from the sim
     # profile when first asked for, so importing this module reads no file.
     if name == "I2C_BUS1_PARTS":
         layout = sim_layout(sim_wiring())
-        return {where: part for (form, bus, where), part in layout.items() if (form, bus) == ("i2c", 1)}
+        parts = {where: part for (form, bus, where), part in layout.items() if (form, bus) == ("i2c", 1)}
+        for (bus, address), display in oled_places(sim_displays()).items():
+            if bus == 1:
+                parts.setdefault(address, display.kind)
+        return parts
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

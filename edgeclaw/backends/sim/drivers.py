@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any
 from edgeclaw.backends.base import DeviceUnavailable
 from edgeclaw.backends.drivers import BoardDrivers
 from edgeclaw.backends.i2c import I2CBus
-from edgeclaw.board import DeviceSpec, GPIOPinGrant, I2CBusGrant, MemoryRegionGrant, SPIDeviceGrant
+from edgeclaw.board import (
+    DeviceSpec,
+    DisplayGrant,
+    GPIOPinGrant,
+    I2CBusGrant,
+    MemoryRegionGrant,
+    SPIDeviceGrant,
+)
 
 if TYPE_CHECKING:
     from edgeclaw.backends.gpio import GPIOController
@@ -29,8 +36,9 @@ if TYPE_CHECKING:
 
 class SimDrivers(BoardDrivers):
     """The sim board's drivers. `wiring` is the `[[devices]]` its parts are built from (by default the
-    shipped sim profile's: the sim board as every simulated profile sees it); `threaded` puts the
-    I2C and SPI buses on worker threads (see the module docstring)."""
+    shipped sim profile's: the sim board as every simulated profile sees it) and `displays` the
+    `[[displays]]` (by default the shipped sim profile's when `wiring` is too, else none); `threaded`
+    puts the I2C and SPI buses on worker threads (see the module docstring)."""
 
     simulated = True
 
@@ -41,20 +49,25 @@ class SimDrivers(BoardDrivers):
         timeout_s: float,
         flash_timeout_s: float,
         wiring: Sequence[DeviceSpec] | None = None,
+        displays: Sequence[DisplayGrant] | None = None,
         threaded: bool = False,
     ) -> None:
         super().__init__(state_dir, timeout_s=timeout_s, flash_timeout_s=flash_timeout_s)
         self._wiring = wiring
+        self._displays = displays
         self.threaded = threaded
         self._parts: SimParts | None = None
         self._serial_parts: dict[str, Any] = {}  # sim serial parts by name, each behind a pty
 
     def sim_parts(self) -> SimParts:
         if self._parts is None:
-            from edgeclaw.backends.sim.board import SimParts, sim_wiring
+            from edgeclaw.backends.sim.board import SimParts, sim_displays, sim_wiring
 
             wiring = self._wiring if self._wiring is not None else sim_wiring()
-            self._parts = SimParts(self.state_dir, wiring)
+            displays = self._displays
+            if displays is None:
+                displays = sim_displays() if self._wiring is None else []
+            self._parts = SimParts(self.state_dir, wiring, displays)
         return self._parts
 
     def i2c_bus(self, grant: I2CBusGrant) -> I2CBus:
@@ -99,6 +112,14 @@ class SimDrivers(BoardDrivers):
                 raise DeviceUnavailable(f"the sim board has no serial part {path!r} (it has {known})")
             part = self._serial_parts[name] = make()
         return str(part.port)
+
+    def framebuffer_path(self, device: str) -> str:
+        if not device.startswith("sim:"):
+            return device  # a simulated board may grant a real framebuffer too
+        name = device.removeprefix("sim:")
+        if not name.replace("-", "").replace("_", "").isalnum():
+            raise DeviceUnavailable(f"the sim board has no framebuffer {device!r}")
+        return str(self.state_dir / "sim" / f"{name}.fb")  # made, all black, when first opened
 
     def close(self) -> None:
         super().close()

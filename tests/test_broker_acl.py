@@ -104,8 +104,8 @@ def may_write(who: str, allowed: list[str], denied: list[str]):
                 f"edgeclaw/{A}/tool/result",
                 f"edgeclaw/{A}/approval/request",
                 f"reply/{A}/fleet-backend/1",
-                f"$mcp-rpc/mcp-ops/{A}/edgeclaw",
-                f"$mcp-server/presence/{A}/edgeclaw",
+                f"$mcp-rpc/mcp-ops/{A}-mcp/edgeclaw/{A}",
+                f"$mcp-server/presence/{A}-mcp/edgeclaw/{A}",
             ],
             [
                 f"edgeclaw/{A}/tool/call",  # not even its own commands
@@ -114,7 +114,7 @@ def may_write(who: str, allowed: list[str], denied: list[str]):
                 f"reply/{B}/fleet-backend/1",
                 # a broadcast's shared answer topic names no device: nobody answers there
                 "reply/fleetpage/srv/broadcast",
-                f"$mcp-server/presence/{B}/edgeclaw",
+                f"$mcp-server/presence/{B}-mcp/edgeclaw/{B}",
             ],
         ),
         may_write(
@@ -130,7 +130,7 @@ def may_write(who: str, allowed: list[str], denied: list[str]):
                 f"edgeclaw/{A}/tool/call",
                 f"reply/{A}/fleet-backend/1",
                 f"reply/{A}/fleetpage/srv",
-                f"$mcp-rpc/mcp-ops/{A}/edgeclaw",
+                f"$mcp-rpc/mcp-ops/{A}-mcp/edgeclaw/{A}",
             ],
         ),
         may_write(
@@ -178,14 +178,14 @@ def may_write(who: str, allowed: list[str], denied: list[str]):
         may_write(
             "mcp-ops",
             [
-                f"$mcp-rpc/mcp-ops/{A}/edgeclaw",
+                f"$mcp-rpc/mcp-ops/{A}-mcp/edgeclaw/{A}",
                 "$mcp-client/presence/mcp-ops",
-                f"$mcp-server/{A}/edgeclaw",
+                f"$mcp-server/{A}-mcp/edgeclaw/{A}",
             ],
             [
-                f"$mcp-rpc/mcp-other/{A}/edgeclaw",
+                f"$mcp-rpc/mcp-other/{A}-mcp/edgeclaw/{A}",
                 "$mcp-client/presence/mcp-other",
-                f"$mcp-server/presence/{A}/edgeclaw",
+                f"$mcp-server/presence/{A}-mcp/edgeclaw/{A}",
                 f"edgeclaw/{A}/tool/call",
                 f"edgeclaw/{A}/status",
             ],
@@ -201,7 +201,7 @@ async def test_each_role_publishes_only_what_it_is_given(broker, user, allowed, 
 
 async def test_an_mcp_client_naming_itself_as_another_still_gets_only_its_own_rpc_topic(broker):
     """The RPC level is bound to the user name, not to the MQTT client id the client picks."""
-    mine, theirs = f"$mcp-rpc/mcp-ops/{A}/edgeclaw", f"$mcp-rpc/mcp-other/{A}/edgeclaw"
+    mine, theirs = f"$mcp-rpc/mcp-ops/{A}-mcp/edgeclaw/{A}", f"$mcp-rpc/mcp-other/{A}-mcp/edgeclaw/{A}"
     got = await delivered(
         broker, "mcp-ops", [theirs, "$mcp-client/presence/mcp-other"], mine, client_id="mcp-other"
     )
@@ -210,9 +210,9 @@ async def test_an_mcp_client_naming_itself_as_another_still_gets_only_its_own_rp
 
 async def test_reads_another_device_or_mcp_client_cannot_see(broker):
     a_call, b_call = f"edgeclaw/{A}/tool/call", f"edgeclaw/{B}/tool/call"
-    rpc = f"$mcp-rpc/mcp-ops/{A}/edgeclaw"
+    rpc = f"$mcp-rpc/mcp-ops/{A}-mcp/edgeclaw/{A}"
     async with (
-        login(broker, A, [a_call, f"$mcp-rpc/+/{A}/edgeclaw"]) as a,
+        login(broker, A, [a_call, f"$mcp-rpc/+/+/edgeclaw/{A}"]) as a,
         login(broker, B, [a_call, "edgeclaw/+/tool/call", f"reply/{A}/#", rpc]) as b,
         login(broker, "mcp-other", [rpc, "$mcp-rpc/#"]) as other,
         login(broker, "fleet-page", ["edgeclaw/#"]) as page,
@@ -282,7 +282,7 @@ def test_a_denied_qos1_publish_is_acknowledged_not_authorized_under_mqtt5(broker
 
     assert "RC:135" in puback(B, f"edgeclaw/{A}/status")
     assert "RC:135" in puback("fleet-backend", f"edgeclaw/{A}/status")
-    assert "RC:135" in puback("mcp-ops", f"$mcp-rpc/mcp-other/{A}/edgeclaw")
+    assert "RC:135" in puback("mcp-ops", f"$mcp-rpc/mcp-other/{A}-mcp/edgeclaw/{A}")
     assert "RC:135" not in puback(B, f"edgeclaw/{B}/status")
 
 
@@ -303,7 +303,7 @@ async def test_mcp_over_mqtt_under_the_acl_serves_its_client_and_nobody_posing_a
     mcp = ["[tools.channels.mcp]", 'allow = ["i2c"]', "[mcp.server]", "mqtt = true"]
     config = daemon_config(work, broker.port, *mcp)
     name = f"edgeclaw/{A}"
-    rpc = f"$mcp-rpc/mcp-ops/{A}/{name}"
+    rpc = f"$mcp-rpc/mcp-ops/{A}-mcp/{name}"
     as_client = [("MCP-COMPONENT-TYPE", "mcp-client"), ("MCP-MQTT-CLIENT-ID", "mcp-ops")]
 
     def answer(c: Caller, request_id: int) -> dict | None:
@@ -315,7 +315,7 @@ async def test_mcp_over_mqtt_under_the_acl_serves_its_client_and_nobody_posing_a
 
     env = daemon_env(work / "state", config, BROKER_PASSWORD=PASSWORDS[A])
     async with (
-        login(broker, "mcp-ops", [f"$mcp-server/presence/{A}/#", rpc], client_id="mcp-ops") as ops,
+        login(broker, "mcp-ops", [f"$mcp-server/presence/{A}-mcp/#", rpc], client_id="mcp-ops") as ops,
         login(broker, "mcp-other", [rpc, "$mcp-rpc/#"], client_id="mcp-other") as other,
     ):
         proc = run_daemon(env, work / "daemon.log", "--board", "sim")
@@ -323,7 +323,7 @@ async def test_mcp_over_mqtt_under_the_acl_serves_its_client_and_nobody_posing_a
             await ops.wait_for(lambda: ops.received, 60, "the device's MCP presence")
             hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "ops"}}
             init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
-            await ops.publish(f"$mcp-server/{A}/{name}", init, user=as_client)
+            await ops.publish(f"$mcp-server/{A}-mcp/{name}", init, user=as_client)
             await ops.wait_for(lambda: answer(ops, 1), 20, "initialize answered")
             await ops.publish(rpc, {"jsonrpc": "2.0", "method": "notifications/initialized"}, user=as_client)
             call = {"name": "i2c", "arguments": {"action": "scan", "bus": 1}}

@@ -9,6 +9,7 @@ from edgeclaw.channels.mqtt import MqttChannel
 from edgeclaw.channels.mqtt.keys import Keys
 from edgeclaw.daemon.fleet import install_fleet
 from edgeclaw.daemon.runtime import Runtime
+from edgeclaw.net.device_key import DeviceSigner
 from edgeclaw.tools.runtime.custom import custom_tools_for
 
 if TYPE_CHECKING:
@@ -103,6 +104,8 @@ def mqtt_service(runtime: Runtime) -> MqttChannel:
         custom_tools=custom_tools_for(runtime.registry),
         # The retained status: config hash, firmware, sandbox, providers, MCP servers.
         status_facts=install_fleet(runtime),
+        # The device's own key (state_dir/device.key): everything it publishes is signed with it.
+        signer=DeviceSigner(runtime.state_dir, v5=runtime.config.mqtt.protocol == "5"),
     )
     attach_peers(runtime, channel)
     mqtt = runtime.config.mqtt

@@ -181,6 +181,7 @@ class Received:
     retain: bool
     at: float
     user: list[tuple[str, str]] = field(default_factory=list)  # the MQTT 5 user properties
+    response_topic: str | None = None
 
     @property
     def json(self) -> Any:
@@ -281,8 +282,9 @@ class Caller:
                         corr = getattr(props, "CorrelationData", None) if props is not None else None
                         payload = m.payload if isinstance(m.payload, bytes) else str(m.payload).encode()
                         user = list(getattr(props, "UserProperty", None) or []) if props is not None else []
+                        reply = getattr(props, "ResponseTopic", None) if props is not None else None
                         self.received.append(
-                            Received(m.topic.value, payload, corr, m.retain, time.monotonic(), user)
+                            Received(m.topic.value, payload, corr, m.retain, time.monotonic(), user, reply)
                         )
             except aiomqtt.MqttError:
                 pass

@@ -15,6 +15,7 @@ from edgeclaw.errors import ConfigError, ConfigErrors
 from edgeclaw.fleetpage.access import Access, LockedOut
 from edgeclaw.fleetpage.service import host_port
 from edgeclaw.fleetpage.window import HISTORY_POINTS, MAX_MESSAGE_BYTES, FleetWindow
+from tests.fleet_support import SignedDevice
 
 
 class Clock:
@@ -160,21 +161,24 @@ def test_what_devices_send_is_bounded():
     assert w.take("other/d1/status", status()) == []
 
 
-def test_an_approval_waits_until_an_event_decides_it():
+def test_an_approval_waits_until_an_event_decides_it(tmp_path: Path):
+    dev = SignedDevice(tmp_path, "a")  # only what the device signed can be answered or close a question
     w = FleetWindow(clock=lambda: 100.0)
+    w.take(*dev.message("status", {"state": "online"}))
     question = {"id": "q1", "tool": "exec", "summary": "echo hi", "expires_at": 200.0}
-    w.take("edgeclaw/a/approval/request", json.dumps(question).encode())
+    w.take(*dev.message("approval/request", question))
     assert [q["id"] for q in w.snapshot()["approvals"]] == ["q1"]
     asked = {"kind": "approval", "decision": "asked", "approval": "q1"}
-    w.take("edgeclaw/a/events", json.dumps(asked).encode())
+    w.take(*dev.message("events", asked))
     assert len(w.snapshot()["approvals"]) == 1
     decided = {"kind": "approval", "decision": "allow-once", "approval": "q1"}
-    updates = w.take("edgeclaw/a/events", json.dumps(decided).encode())
+    updates = w.take(*dev.message("events", decided))
     assert ("approval_done", {"device": "a", "id": "q1", "decision": "allow-once"}) in updates
     assert w.snapshot()["approvals"] == []
     # An expired question leaves the queue by itself.
     late = FleetWindow(clock=lambda: 300.0)
-    late.take("edgeclaw/a/approval/request", json.dumps(question).encode())
+    late.take(*dev.message("status", {"state": "online"}))
+    late.take(*dev.message("approval/request", question))
     assert late.snapshot()["approvals"] == []
 
 

@@ -173,6 +173,9 @@ class DeviceSigner:
         except DeviceKeyUnavailable as e:
             self.problem = str(e)
             log.warning("this device signs nothing it publishes: %s", e)
+            return
+        # The key a fleet page provisions for this device (fleet_page.device_keys).
+        log.info("signing what it publishes with the device key %s", self.key.public)
 
     @property
     def loaded(self) -> bool:

@@ -189,6 +189,16 @@ def test_an_approval_waits_until_an_event_decides_it(tmp_path: Path):
         ('[fleet_page]\nlogin_hash = "plain text"\n', [], "fleet_page.login_hash: expected $ALGORITHM"),
         ("[fleet_page]\nsession_ttl_s = 0\n", [], "fleet_page.session_ttl_s"),
         ('[mqtt]\nprotocol = "3.1.1"\n', [], "needs MQTT 5"),
+        (
+            '[fleet_page]\ndevice_keys = { a = "ed25519:QUJD" }\n',
+            [],
+            "fleet_page.device_keys: fleet_page.device_keys.a: an ed25519 key is 32 bytes",
+        ),
+        (
+            '[fleet_page]\ndevice_keys_file = "/dev/null/keys"\n',
+            [],
+            "fleet_page.device_keys_file: cannot read the device keys file /dev/null/keys",
+        ),
     ],
 )
 def test_fleet_serve_refuses_what_it_cannot_use(tmp_path: Path, config: str, argv: list[str], says: str):

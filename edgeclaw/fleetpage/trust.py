@@ -113,7 +113,7 @@ class DeviceKeys:
         """Read the keys file again when it changed; True when it was read. A file that cannot be
         used raises at start (`strict`); later it is logged and the keys read before stay."""
         stamp = self._stamp()
-        if self.file is None or stamp == self._file_stamp:
+        if self.file is None or (stamp == self._file_stamp and not strict):
             return False
         self._file_stamp = stamp
         try:

@@ -13,7 +13,8 @@ Each message then gets one verdict: `verified` (signed with the pinned key), `fo
 has a pinned key and the message is not signed with it: unsigned, or someone else's), `key_changed`
 (a status signed with a new key it announces: the device was re-installed, or someone poses as it;
 not trusted until re-pinned) or `unverifiable` (no key is pinned and none can be: the device signs
-nothing, first use is off, or this page cannot check signatures because `cryptography` is missing).
+nothing, first use is off, or this page cannot check signatures because it has neither
+OpenSSL 1.1.1 nor `cryptography`).
 
 Re-pinning a device whose key changed: put its new key in place of its line in `device_keys_file`
 (or in `device_keys`, then restart), or delete the line to pin it again at first sight. The file is

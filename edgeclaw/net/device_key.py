@@ -1,13 +1,14 @@
 """Each device's own signing key: what it publishes is signed, so a page or a peer can tell it from a
 message another MQTT client published in its name.
 
-The key is Ed25519, from the `cryptography` package (the `crypto` extra, imported only when a key
-is loaded or a signature checked). The device makes it at its first start: 32 random bytes in
-`device.key` in the state directory, mode 0600, checked at every load like `secrets.key`
+The key is Ed25519, signed and checked by the OpenSSL the interpreter's `ssl` module already
+loaded (`net.ed25519_openssl`: ~0.5 MiB, where importing `cryptography` costs ~8 MiB), else by the
+`cryptography` package (the `crypto` extra). The device makes it at its first start: 32 random bytes
+in `device.key` in the state directory, mode 0600, checked at every load like `secrets.key`
 (`store.keyfile`). Its public half is announced in the retained `status` as `device_key`:
-``"ed25519:" + base64(32-byte public key)``. Without the package (or with a key file that may
-not be used, or over MQTT 3.1.1, which has no user properties) the device signs nothing and says
-why in `status` (`device_key_problem`); a page then treats it as unverifiable.
+``"ed25519:" + base64(32-byte public key)``. With neither library (or with a key file that may not
+be used, or over MQTT 3.1.1, which has no user properties) the device signs nothing and says why in
+`status` (`device_key_problem`); a page then treats it as unverifiable.
 
 Every message the device publishes carries an MQTT 5 user property ``sig`` = base64 of the
 signature over::
@@ -53,13 +54,53 @@ def signed_input(topic: str, payload: bytes, correlation: bytes | None = None) -
 
 
 def _ed25519() -> Any:
+    """The Ed25519 implementation to use: OpenSSL through `ed25519_openssl`, else `cryptography`'s
+    (wrapped to the same three calls); DeviceKeyUnavailable when there is neither."""
+    from edgeclaw.net import ed25519_openssl
+
+    try:
+        ed25519_openssl.libcrypto()
+        return ed25519_openssl
+    except ed25519_openssl.OpenSSLUnavailable as e:
+        openssl_problem = str(e)
     try:
         from cryptography.hazmat.primitives.asymmetric import ed25519
     except ImportError:
         raise DeviceKeyUnavailable(
-            f"device signatures need the 'cryptography' package; {CRYPTO_HINT}"
+            f"device signatures need OpenSSL 1.1.1 or the 'cryptography' package ({openssl_problem}); "
+            f"{CRYPTO_HINT}"
         ) from None
-    return ed25519
+    return _CryptographyEd25519(ed25519)
+
+
+class _CryptographyEd25519:
+    """`cryptography`'s Ed25519 behind the calls `ed25519_openssl` offers."""
+
+    def __init__(self, ed25519: Any) -> None:
+        self._ed25519 = ed25519
+
+    def PrivateKey(self, seed: bytes) -> _CryptographyPrivateKey:  # named as in ed25519_openssl
+        return _CryptographyPrivateKey(self._ed25519.Ed25519PrivateKey.from_private_bytes(seed))
+
+    def verify(self, public_key: bytes, signature: bytes, message: bytes) -> bool:
+        from cryptography.exceptions import InvalidSignature
+
+        try:
+            self._ed25519.Ed25519PublicKey.from_public_bytes(public_key).verify(signature, message)
+        except (InvalidSignature, ValueError):
+            return False
+        return True
+
+
+class _CryptographyPrivateKey:
+    def __init__(self, private: Any) -> None:
+        self._private = private
+
+    def public_bytes(self) -> bytes:
+        return self._private.public_key().public_bytes_raw()
+
+    def sign(self, message: bytes) -> bytes:
+        return self._private.sign(message)
 
 
 def public_key_text(raw: bytes) -> str:
@@ -97,8 +138,6 @@ def verify(
     """Whether `signature` (base64) is the device's with `public_key` over this message. False for a
     missing or malformed signature; DeviceKeyUnavailable when nothing here can check one."""
     ed25519 = _ed25519()
-    from cryptography.exceptions import InvalidSignature
-
     if not signature:
         return False
     try:
@@ -107,13 +146,7 @@ def verify(
         return False
     if len(raw) != SIGNATURE_BYTES:
         return False
-    try:
-        ed25519.Ed25519PublicKey.from_public_bytes(public_key).verify(
-            raw, signed_input(topic, payload, correlation)
-        )
-    except (InvalidSignature, ValueError):
-        return False
-    return True
+    return ed25519.verify(public_key, raw, signed_input(topic, payload, correlation))
 
 
 class DeviceKey:
@@ -121,8 +154,7 @@ class DeviceKey:
 
     def __init__(self, private: Any) -> None:
         self._private = private
-        raw = private.public_key().public_bytes_raw()
-        self.public = public_key_text(raw)
+        self.public = public_key_text(private.public_bytes())
 
     @classmethod
     def in_state_dir(cls, state_dir: Path) -> DeviceKey:
@@ -140,7 +172,7 @@ class DeviceKey:
             )
         except BackendError as e:
             raise DeviceKeyUnavailable(str(e)) from None
-        return cls(ed25519.Ed25519PrivateKey.from_private_bytes(seed))
+        return cls(ed25519.PrivateKey(seed))
 
     def sign(self, topic: str, payload: bytes, correlation: bytes | None = None) -> str:
         """The `sig` user property's value for this message."""
@@ -151,8 +183,8 @@ class DeviceKey:
 class DeviceSigner:
     """What the device's connection signs with: its key once loaded, or why there is none.
 
-    Loaded once, off the event loop (`load`), before the first connection: the package takes tens
-    of milliseconds to import, which start-up does not wait for.
+    Loaded once, off the event loop (`load`), before the first connection: reading the key file and
+    binding the library are start-up work nothing needs to wait for.
     """
 
     def __init__(self, state_dir: Path, *, v5: bool = True) -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from edgeclaw.fleetpage import trust
-from edgeclaw.fleetpage.trust import DeviceKeys, DeviceKeysError
 from edgeclaw.fleetpage.window import MAX_SUSPECT, FleetWindow
 from edgeclaw.net.device_key import DeviceKeyUnavailable
+from edgeclaw.net.device_trust import DeviceKeys, DeviceKeysError
 from edgeclaw.tools.approval import action_digest
 from tests.fleet_support import SignedDevice
 

@@ -45,9 +45,9 @@ import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from edgeclaw.fleetpage.trust import UNVERIFIABLE, VERIFIED
 from edgeclaw.fleetpage.window import FleetWindow, Update
 from edgeclaw.net.device_key import signature_of
+from edgeclaw.net.device_trust import UNVERIFIABLE, VERIFIED
 from edgeclaw.net.mqtt_connection import Connection, ConnectionSettings, PublishFailed
 from edgeclaw.net.signing import KEY_PROPERTY, USER_PROPERTY, mac
 

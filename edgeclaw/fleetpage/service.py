@@ -29,8 +29,8 @@ from edgeclaw.errors import ConfigError
 from edgeclaw.fleetpage.access import Access
 from edgeclaw.fleetpage.broker import FleetBroker
 from edgeclaw.fleetpage.server import COOKIE, FleetPage
-from edgeclaw.fleetpage.trust import DeviceKeys, DeviceKeysError
 from edgeclaw.fleetpage.window import FleetWindow
+from edgeclaw.net.device_trust import DeviceKeys, DeviceKeysError
 from edgeclaw.net.httpd import HttpServer
 from edgeclaw.net.mqtt_connection import ConnectionSettings, TlsSettings
 

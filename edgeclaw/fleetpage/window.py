@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgeclaw.fleetpage.trust import FORGED, KEY_CHANGED, UNVERIFIABLE, VERIFIED, DeviceKeys
+from edgeclaw.net.device_trust import FORGED, KEY_CHANGED, UNVERIFIABLE, VERIFIED, DeviceKeys
 
 log = logging.getLogger("edgeclaw.fleetpage")
 

@@ -1,8 +1,9 @@
 """Which key each device's messages must carry: pinned at first sight or provisioned, and the verdict
-on each message the page reads (docs/fleet.md#device-keys).
+on each message a reader takes from the broker — the fleet page (docs/fleet.md#device-keys) and a
+device's `nodes` tool reading its peers (docs/mqtt.md#device-signatures).
 
 A device announces its public key in its retained status and signs everything it publishes
-(net/device_key.py). The page keeps one pinned key per device:
+(net/device_key.py). The reader keeps one pinned key per device:
 
 - provisioned: `[fleet_page] device_keys` (a table DEVICE = "ed25519:BASE64") or lines
   `DEVICE ed25519:BASE64` in `device_keys_file`;
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from edgeclaw.net.device_key import DeviceKeyUnavailable, parse_public_key, public_key_text, verify
 
-log = logging.getLogger("edgeclaw.fleetpage")
+log = logging.getLogger("edgeclaw.device_trust")
 
 VERIFIED = "verified"
 FORGED = "forged"

@@ -11,13 +11,13 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from edgeclaw.config.device_key_text import parse_public_key
 from edgeclaw.net import device_key
 from edgeclaw.net.device_key import (
     KEY_FILENAME,
     DeviceKey,
     DeviceKeyUnavailable,
     DeviceSigner,
-    parse_public_key,
     signature_of,
     verify,
 )

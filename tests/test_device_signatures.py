@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from edgeclaw.net.device_key import KEY_FILENAME, parse_public_key, signature_of, verify
+from edgeclaw.config.device_key_text import parse_public_key
+from edgeclaw.net.device_key import KEY_FILENAME, signature_of, verify
 from edgeclaw.net.signing import envelope
 from edgeclaw.tools.approval import action_digest
 from tests.fleet_support import FleetDaemon

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ed25519 as reference
 
+from edgeclaw.config.device_key_text import parse_public_key
 from edgeclaw.net import device_key, ed25519_openssl
-from edgeclaw.net.device_key import DeviceKey, parse_public_key, verify
+from edgeclaw.net.device_key import DeviceKey, verify
 
 # RFC 8032 section 7.1, TEST 1 and TEST 2: (secret key, public key, message, signature).
 RFC8032 = [

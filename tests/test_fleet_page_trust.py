@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from edgeclaw.fleetpage import trust
 from edgeclaw.fleetpage.window import MAX_SUSPECT, FleetWindow
+from edgeclaw.net import device_trust as trust
 from edgeclaw.net.device_key import DeviceKeyUnavailable
 from edgeclaw.net.device_trust import DeviceKeys, DeviceKeysError
 from edgeclaw.tools.approval import action_digest
@@ -174,6 +174,19 @@ def test_keys_that_cannot_be_used_are_refused_naming_them(tmp_path, keys, file, 
         path.write_text(file)
     with pytest.raises(DeviceKeysError, match=says.replace("*", r"\*")):
         DeviceKeys(keys, file=path)
+
+
+def test_config_check_refuses_a_provisioned_key_that_cannot_be_one(tmp_path):
+    from edgeclaw.config.loader import load_config
+    from edgeclaw.errors import ConfigErrors
+
+    good = SignedDevice(tmp_path / "good", "good").key.public
+    path = tmp_path / "edgeclaw.toml"
+    path.write_text(f'[fleet_page.device_keys]\ngood = "{good}"\nbad = "ed25519:QUJD"\n')
+    with pytest.raises(ConfigErrors) as caught:
+        load_config(path)
+    assert "fleet_page.device_keys.bad: an ed25519 key is 32 bytes" in str(caught.value)
+    assert "device_keys.good" not in str(caught.value)
 
 
 def test_a_device_that_signs_nothing_is_shown_unverifiable_and_never_answered(tmp_path):

@@ -30,14 +30,14 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from edgeclaw.config.device_key_text import public_key_text
+
 log = logging.getLogger("edgeclaw.device_key")
 
 KEY_FILENAME = "device.key"
 SIG_PROPERTY = "sig"  # the MQTT 5 user property carrying the signature
-ALGORITHM = "ed25519"
 CONTEXT = b"edgeclaw-device-sig/1\n"  # a signature made for this can be used for nothing else
 SEED_BYTES = 32
-PUBLIC_BYTES = 32
 SIGNATURE_BYTES = 64
 CRYPTO_HINT = "install edgeclaw with the crypto extra: pip install 'edgeclaw[crypto]'"
 
@@ -101,27 +101,6 @@ class _CryptographyPrivateKey:
 
     def sign(self, message: bytes) -> bytes:
         return self._private.sign(message)
-
-
-def public_key_text(raw: bytes) -> str:
-    return f"{ALGORITHM}:{base64.b64encode(raw).decode('ascii')}"
-
-
-def parse_public_key(text: object) -> bytes:
-    """The 32 raw bytes of an announced or provisioned key (``ed25519:BASE64``); ValueError naming
-    what is wrong."""
-    if not isinstance(text, str):
-        raise ValueError(f"a device key must be a string {ALGORITHM}:BASE64, got {type(text).__name__}")
-    algorithm, sep, body = text.strip().partition(":")
-    if not sep or algorithm != ALGORITHM:
-        raise ValueError(f"a device key must start with '{ALGORITHM}:', got {text[:40]!r}")
-    try:
-        raw = base64.b64decode(body, validate=True)
-    except (binascii.Error, ValueError):
-        raise ValueError(f"the device key {text[:60]!r} is not valid base64") from None
-    if len(raw) != PUBLIC_BYTES:
-        raise ValueError(f"an {ALGORITHM} key is {PUBLIC_BYTES} bytes, {text[:60]!r} holds {len(raw)}")
-    return raw
 
 
 def signature_of(user_properties: list[tuple[str, str]] | None) -> str | None:

@@ -28,7 +28,8 @@ import logging
 import os
 from pathlib import Path
 
-from edgeclaw.net.device_key import DeviceKeyUnavailable, parse_public_key, public_key_text, verify
+from edgeclaw.config.device_key_text import parse_public_key, public_key_text
+from edgeclaw.net.device_key import DeviceKeyUnavailable, verify
 
 log = logging.getLogger("edgeclaw.device_trust")
 

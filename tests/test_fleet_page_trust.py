@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from edgeclaw.fleetpage.window import MAX_SUSPECT, FleetWindow
-from edgeclaw.net import device_trust as trust
+from edgeclaw.net import device_key
 from edgeclaw.net.device_key import DeviceKeyUnavailable
 from edgeclaw.net.device_trust import DeviceKeys, DeviceKeysError
 from edgeclaw.tools.approval import action_digest
@@ -209,10 +209,10 @@ def test_a_device_that_signs_nothing_is_shown_unverifiable_and_never_answered(tm
 def test_a_page_that_cannot_check_signatures_trusts_nothing(tmp_path, monkeypatch):
     dev = SignedDevice(tmp_path, "a")
 
-    def missing(*args: object, **kw: object) -> bool:
-        raise DeviceKeyUnavailable("device signatures need the 'cryptography' package")
+    def missing() -> None:
+        raise DeviceKeyUnavailable("device signatures need OpenSSL 1.1.1 or the 'cryptography' package")
 
-    monkeypatch.setattr(trust, "verify", missing)
+    monkeypatch.setattr(device_key, "_ed25519", missing)
     w = window(tmp_path)
     take(w, dev.message("status", {"state": "online"}))
     take(w, dev.message("approval/request", question()))

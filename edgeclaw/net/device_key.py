@@ -73,6 +73,15 @@ def _ed25519() -> Any:
     return _CryptographyEd25519(ed25519)
 
 
+def signing_problem() -> str | None:
+    """Why nothing here can sign or check a device signature, or None when something can."""
+    try:
+        _ed25519()
+    except DeviceKeyUnavailable as e:
+        return str(e)
+    return None
+
+
 class _CryptographyEd25519:
     """`cryptography`'s Ed25519 behind the calls `ed25519_openssl` offers."""
 

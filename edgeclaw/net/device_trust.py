@@ -29,7 +29,7 @@ import os
 from pathlib import Path
 
 from edgeclaw.config.device_key_text import parse_public_key, public_key_text
-from edgeclaw.net.device_key import DeviceKeyUnavailable, verify
+from edgeclaw.net.device_key import signing_problem, verify
 
 log = logging.getLogger("edgeclaw.device_trust")
 
@@ -96,11 +96,8 @@ class DeviceKeys:
 
     @staticmethod
     def _crypto_problem() -> str | None:
-        try:
-            verify(bytes(32), "", b"", None, None)
-        except DeviceKeyUnavailable as e:
-            return f"this page cannot check device signatures: {e}"
-        return None
+        problem = signing_problem()
+        return f"this page cannot check device signatures: {problem}" if problem else None
 
     # -- the pins ------------------------------------------------------------------
     def _stamp(self) -> tuple[int, int] | None:

@@ -437,6 +437,25 @@ def test_the_page_raised_no_script_errors_on_the_way(browser):
 
 
 # -- refusals over plain HTTP ---------------------------------------------------------------------------
+def test_a_host_name_the_page_does_not_serve_is_refused(tmp_path, broker):
+    """DNS rebinding: a browser page from another name, resolved to the page's address, gets nothing."""
+    named = PageServer(tmp_path, broker.port, allowed_hosts=["fleet.example.net"])
+    try:
+        for host, served in [
+            ("evil.example", False),
+            ("fleet.example.net", True),
+            (f"127.0.0.1:{named.port}", True),
+            (f"localhost:{named.port}", True),
+            ("fleet.example.net.evil.example", False),
+        ]:
+            status, _, body = named.request("GET", "/login", headers={"Host": host})
+            assert (status != 421) == served, (host, status, body[:200])
+            if not served:
+                assert b"allowed_hosts" in body
+    finally:
+        named.stop()
+
+
 def test_a_wrong_password_gets_no_session(page):
     status, headers, body = page.request(
         "POST", "/login", "secret=guess", {"Content-Type": "application/x-www-form-urlencoded"}

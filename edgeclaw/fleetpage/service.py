@@ -203,7 +203,8 @@ async def serve(config: Config, *, broker: str | None = None, listen: str | None
         log.warning(
             "the fleet page listens on %s, not loopback: put a TLS reverse proxy in front of it", host
         )
-    async with HttpServer(page, host, port, max_body=256 * 1024) as http:
+    allowed_hosts = config.fleet_page.allowed_hosts
+    async with HttpServer(page, host, port, max_body=256 * 1024, allowed_hosts=allowed_hosts) as http:
         page.cookie = f"{COOKIE}_{http.bound_port}"  # two pages on one host keep their own sessions
         runner = asyncio.create_task(fleet.run())
         watcher = asyncio.create_task(page.watch_broker())

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from edgeclaw.net.device_key import DeviceKey
 from tests.mqtt_support import daemon_env, run_daemon
 
 PREFIX = "edgeclaw"
@@ -122,6 +123,28 @@ class Fleet:
             text = d.log.read_text(errors="replace") if d.log.exists() else ""
             out.append(f"--- {d.device} ---\n{text[-3000:]}")
         return "\n".join(out)
+
+
+class SignedDevice:
+    """A device's key on the test side: messages in `device`'s name, signed as the daemon signs them
+    (net/device_key.py), for a page's window or a broker."""
+
+    def __init__(self, state: Path, device: str, prefix: str = PREFIX) -> None:
+        self.device = device
+        self.prefix = prefix
+        self.key = DeviceKey.in_state_dir(state / device)
+
+    def topic(self, what: str) -> str:
+        return f"{self.prefix}/{self.device}/{what}"
+
+    def message(
+        self, what: str, body: dict[str, Any], correlation: bytes | None = None
+    ) -> tuple[str, bytes, str]:
+        """(topic, payload, sig) of `body` published on `what` (`status` announces the key)."""
+        if what == "status":
+            body = {"device_key": self.key.public, **body}
+        topic, payload = self.topic(what), json.dumps(body).encode()
+        return topic, payload, self.key.sign(topic, payload, correlation)
 
 
 def fleet_size(default: int) -> int:

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +180,8 @@ class Received:
     correlation: bytes | None
     retain: bool
     at: float
+    user: list[tuple[str, str]] = field(default_factory=list)  # the MQTT 5 user properties
+    response_topic: str | None = None
 
     @property
     def json(self) -> Any:
@@ -279,8 +281,10 @@ class Caller:
                         props = m.properties
                         corr = getattr(props, "CorrelationData", None) if props is not None else None
                         payload = m.payload if isinstance(m.payload, bytes) else str(m.payload).encode()
+                        user = list(getattr(props, "UserProperty", None) or []) if props is not None else []
+                        reply = getattr(props, "ResponseTopic", None) if props is not None else None
                         self.received.append(
-                            Received(m.topic.value, payload, corr, m.retain, time.monotonic())
+                            Received(m.topic.value, payload, corr, m.retain, time.monotonic(), user, reply)
                         )
             except aiomqtt.MqttError:
                 pass

@@ -135,3 +135,26 @@ def test_a_callers_key_counts_as_signing_for_the_mqtt_tools_line(run_cli, state_
     config.write_text(mqtt + callers + wide)
     [line] = [line for line in run_cli("doctor").stdout.splitlines() if "mqtt tools:" in line]
     assert line.startswith("ok    mqtt tools: MQTT callers may also use ") and "(commands are signed)" in line
+
+
+def test_a_device_that_would_sign_nothing(tmp_path: Path, monkeypatch):
+    from edgeclaw.cli.doctor_identity import device_signing_problem
+    from edgeclaw.net import device_key
+
+    def problem(mqtt: dict[str, Any]) -> str | None:
+        config = config_from_dict({"board": "sim", "mqtt": {**MQTT, **mqtt}}, "edgeclaw.toml")
+        return device_signing_problem(config, tmp_path)
+
+    assert problem({}) is None  # the key is made at the daemon's first start
+    assert not (tmp_path / device_key.KEY_FILENAME).exists()  # and not by the doctor
+    assert "need MQTT 5" in str(problem({"protocol": "3.1.1"}))
+    device_key.DeviceKey.in_state_dir(tmp_path)
+    assert problem({}) is None
+    (tmp_path / device_key.KEY_FILENAME).chmod(0o640)
+    assert "mode 0640" in str(problem({})) and "chmod 600" in str(problem({}))
+
+    def missing() -> None:
+        raise device_key.DeviceKeyUnavailable("no Ed25519 here")
+
+    monkeypatch.setattr(device_key, "_ed25519", missing)
+    assert "signs nothing it publishes: no Ed25519 here" in str(problem({}))

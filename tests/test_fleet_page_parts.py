@@ -15,6 +15,7 @@ from edgeclaw.errors import ConfigError, ConfigErrors
 from edgeclaw.fleetpage.access import Access, LockedOut
 from edgeclaw.fleetpage.service import host_port
 from edgeclaw.fleetpage.window import HISTORY_POINTS, MAX_MESSAGE_BYTES, FleetWindow
+from tests.fleet_support import SignedDevice
 
 
 class Clock:
@@ -160,21 +161,24 @@ def test_what_devices_send_is_bounded():
     assert w.take("other/d1/status", status()) == []
 
 
-def test_an_approval_waits_until_an_event_decides_it():
+def test_an_approval_waits_until_an_event_decides_it(tmp_path: Path):
+    dev = SignedDevice(tmp_path, "a")  # only what the device signed can be answered or close a question
     w = FleetWindow(clock=lambda: 100.0)
+    w.take(*dev.message("status", {"state": "online"}))
     question = {"id": "q1", "tool": "exec", "summary": "echo hi", "expires_at": 200.0}
-    w.take("edgeclaw/a/approval/request", json.dumps(question).encode())
+    w.take(*dev.message("approval/request", question))
     assert [q["id"] for q in w.snapshot()["approvals"]] == ["q1"]
     asked = {"kind": "approval", "decision": "asked", "approval": "q1"}
-    w.take("edgeclaw/a/events", json.dumps(asked).encode())
+    w.take(*dev.message("events", asked))
     assert len(w.snapshot()["approvals"]) == 1
     decided = {"kind": "approval", "decision": "allow-once", "approval": "q1"}
-    updates = w.take("edgeclaw/a/events", json.dumps(decided).encode())
+    updates = w.take(*dev.message("events", decided))
     assert ("approval_done", {"device": "a", "id": "q1", "decision": "allow-once"}) in updates
     assert w.snapshot()["approvals"] == []
     # An expired question leaves the queue by itself.
     late = FleetWindow(clock=lambda: 300.0)
-    late.take("edgeclaw/a/approval/request", json.dumps(question).encode())
+    late.take(*dev.message("status", {"state": "online"}))
+    late.take(*dev.message("approval/request", question))
     assert late.snapshot()["approvals"] == []
 
 
@@ -185,6 +189,16 @@ def test_an_approval_waits_until_an_event_decides_it():
         ('[fleet_page]\nlogin_hash = "plain text"\n', [], "fleet_page.login_hash: expected $ALGORITHM"),
         ("[fleet_page]\nsession_ttl_s = 0\n", [], "fleet_page.session_ttl_s"),
         ('[mqtt]\nprotocol = "3.1.1"\n', [], "needs MQTT 5"),
+        (
+            '[fleet_page]\ndevice_keys = { a = "ed25519:QUJD" }\n',
+            [],
+            "fleet_page.device_keys: fleet_page.device_keys.a: an ed25519 key is 32 bytes",
+        ),
+        (
+            '[fleet_page]\ndevice_keys_file = "/dev/null/keys"\n',
+            [],
+            "fleet_page.device_keys_file: cannot read the device keys file /dev/null/keys",
+        ),
     ],
 )
 def test_fleet_serve_refuses_what_it_cannot_use(tmp_path: Path, config: str, argv: list[str], says: str):

@@ -21,6 +21,7 @@ from edgeclaw.config.loader import config_from_dict
 from edgeclaw.errors import ConfigErrors
 from edgeclaw.net.signing import envelope, mac
 from edgeclaw.net.wire import WireError
+from tests.fleet_support import SignedDevice
 from tests.mqtt_support import Caller, needs_mosquitto, poll
 from tests.test_mqtt import ANSWERS, BASE, broker, call, daemon_config, running_daemon
 
@@ -292,7 +293,7 @@ def test_an_unknown_role_is_a_config_error():
 
 
 # -- the fleet page -------------------------------------------------------------------------
-async def test_the_fleet_page_names_the_key_it_signs_with():
+async def test_the_fleet_page_names_the_key_it_signs_with(tmp_path):
     from edgeclaw.fleetpage.broker import FleetBroker
     from edgeclaw.fleetpage.window import FleetWindow
     from edgeclaw.net.mqtt_connection import ConnectionSettings
@@ -312,7 +313,11 @@ async def test_the_fleet_page_names_the_key_it_signs_with():
         command_key_name="fleet-page",
         approver_key_name="fleet-approver",
     )
-    page.window.take("edgeclaw/dev-01/status", b'{"state": "online"}')
+    # The page answers only a question the device signed (docs/fleet.md#device-keys).
+    device = SignedDevice(tmp_path, "dev-01")
+    page.window.take(*device.message("status", {"state": "online"}))
+    question = {"id": "q1", "tool": "exec", "expires_at": time.time() + 60, "action_digest": "ab" * 32}
+    page.window.take(*device.message("approval/request", question))
     sent = Sent()
     page.connection = sent  # type: ignore[assignment]
     with contextlib.suppress(TimeoutError):  # nobody answers here

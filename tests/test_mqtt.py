@@ -32,7 +32,7 @@ from edgeclaw.daemon.lifecycle import Daemon
 from edgeclaw.daemon.mqtt import mqtt_service
 from edgeclaw.errors import ConfigErrors
 from edgeclaw.net.signing import envelope, mac
-from edgeclaw.tools.approval import ApprovalBroker
+from edgeclaw.tools.approval import ApprovalBroker, action_digest
 from edgeclaw.tools.base import Tool, ToolContext, ToolResult
 from tests.llm_server import ScriptedLLM, openai_text, openai_tools, without_note
 from tests.mqtt_support import OPENSSL, Caller, Mosquitto, make_certificates, needs_mosquitto, poll
@@ -524,8 +524,8 @@ async def test_approvals_are_asked_over_mqtt(tmp_path, broker):
     ):
         assert d.guarded is not None
 
-        async def decide(question_id: str, decision: str, corr: bytes | None = None) -> None:
-            body = {"id": question_id, "decision": decision}
+        async def decide(q: dict[str, Any], decision: str, corr: bytes | None = None) -> None:
+            body = {"id": q["id"], "decision": decision, "action_digest": q["action_digest"]}
             signed = envelope(APPROVER.encode(), respond, body, response_topic=ANSWERS, correlation=corr)
             await c.publish(respond, signed, response_topic=ANSWERS, correlation=corr)
 
@@ -534,7 +534,9 @@ async def test_approvals_are_asked_over_mqtt(tmp_path, broker):
         q = question.json
         assert q["tool"] == "guarded" and q["summary"] == "switch the pump on"
         assert q["session"] == "mqtt:anonymous:tools" and q["expires_at"] > time.time() + 60
-        await decide(q["id"], "allow-once", b"ack")
+        # The question names the action by its digest: the tool and the arguments approved.
+        assert q["action_digest"] == action_digest("guarded", {})
+        await decide(q, "allow-once", b"ack")
         answers = await c.answers(ANSWERS, 2)
         ack = next(a for a in answers if a.correlation == b"ack")
         assert ack.json == {"id": q["id"], "ok": True}
@@ -543,7 +545,7 @@ async def test_approvals_are_asked_over_mqtt(tmp_path, broker):
 
         await c.publish(f"{BASE}/tool/call", {"id": "g2", "tool": "guarded"}, response_topic=ANSWERS)
         questions = await c.answers(f"{BASE}/approval/request", 2)
-        await decide(questions[1].json["id"], "deny")
+        await decide(questions[1].json, "deny")
         answers = await c.answers(ANSWERS, 4)
         denied = next(a.json for a in answers if a.json.get("id") == "g2")
         assert denied["ok"] is False and "denied by mqtt:approver" in denied["error"]
@@ -1084,7 +1086,8 @@ async def test_the_last_will_is_set_afresh_for_each_connection(tmp_path, broker)
                 lambda: [m for m in c.on(status) if m.json["state"] == "offline"], what="the Last Will"
             )
         body = will[0].json
-        assert set(body) == {"state", "version", "board", "ts"} and body["board"] == "sim"
+        assert set(body) == {"state", "version", "board", "device_key", "ts"} and body["board"] == "sim"
+        assert body["device_key"] == first.json["device_key"]  # the key a page pins, in the Will too
         assert body["ts"] > first.json["ts"]  # the Will of the second connection, not the first
         # The device takes its session back and says so.
         await c.wait_for(lambda: c.on(status)[-1].json["state"] == "online", 30, "online after the takeover")

@@ -166,9 +166,31 @@ def test_chat_parsing_json_or_plain_text():
 
 
 def test_approval_parsing():
-    assert parse_approval({"id": "a", "decision": "allow-always"}).decision is Decision.ALLOW_ALWAYS
+    digest = "ab" * 32
+    answer = parse_approval({"id": "a", "decision": "allow-always", "action_digest": digest})
+    assert answer.decision is Decision.ALLOW_ALWAYS and answer.action_digest == digest
     with pytest.raises(WireError, match="allow-once, allow-always, deny"):
-        parse_approval({"id": "a", "decision": "yes"})
+        parse_approval({"id": "a", "decision": "yes", "action_digest": digest})
+
+
+@pytest.mark.parametrize(
+    ("digest", "code", "says"),
+    [
+        (None, "missing_field", "missing field 'action_digest': copy it from the approval request"),
+        ("", "missing_field", "missing field 'action_digest'"),
+        ("AB" * 32, "bad_field", "64 lower-case hex digits"),
+        ("ab" * 31, "bad_field", "64 lower-case hex digits"),
+        ("zz" * 32, "bad_field", "64 lower-case hex digits"),
+        (7, "bad_field", "must be a string"),
+    ],
+)
+def test_an_approval_answer_must_name_the_action_it_decides(digest, code, says):
+    body = {"id": "a", "decision": "deny"}
+    if digest is not None:
+        body["action_digest"] = digest
+    with pytest.raises(WireError) as refused:
+        parse_approval(body)
+    assert refused.value.code == code and says in refused.value.message and refused.value.request_id == "a"
 
 
 def test_answers_and_replays():

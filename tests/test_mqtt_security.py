@@ -69,7 +69,8 @@ async def test_the_requester_cannot_approve_its_own_call_only_the_approver_key_c
             await c.publish(RESPOND, body, response_topic=ANSWERS, correlation=corr, **kw)
             return (await c.wait_for(lambda: [a for a in c.on(ANSWERS) if a.correlation == corr]))[0].json
 
-        allow = {"id": q["id"], "decision": "allow-once", "ts": time.time()}
+        digest = q["action_digest"]
+        allow = {"id": q["id"], "decision": "allow-once", "action_digest": digest, "ts": time.time()}
         # Unsigned, signed with the command key (what the requester holds), or with the approver
         # key over another Response Topic: none of them decides.
         unsigned = await respond(allow, b"unsigned")
@@ -104,7 +105,7 @@ async def test_the_requester_cannot_approve_its_own_call_only_the_approver_key_c
         # A deny and a timeout are on record too, saying by whom and why.
         await c.publish(CALL, signed(CALL, {"id": "g2", "tool": "guarded"}), response_topic=ANSWERS)
         questions = await c.answers(f"{BASE}/approval/request", 2)
-        deny = {"id": questions[1].json["id"], "decision": "deny"}
+        deny = {"id": questions[1].json["id"], "decision": "deny", "action_digest": q["action_digest"]}
         await c.publish(RESPOND, signed(RESPOND, deny, APPROVER_KEY), response_topic=ANSWERS)
         d.runtime.approvals.timeout_s = 0.3
         await c.publish(CALL, signed(CALL, {"id": "g3", "tool": "guarded"}), response_topic=ANSWERS)

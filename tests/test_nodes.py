@@ -3,6 +3,7 @@
 Real mosquitto, two real `edgeclaw run` daemons on the sim board sharing a command key. The
 technician's side is `edgeclaw tool call nodes ...` on the bench device (it runs in that device's
 daemon, over the control socket); the other device is a greenhouse board whose TMP102 is read.
+The ghost is played by the test with a device key of its own; the unsigned one signs nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import pytest
 from edgeclaw.backends.sim.tmp102 import decode_temperature
 from edgeclaw.channels.mqtt.peers import PeerDirectory
 from edgeclaw.channels.mqtt.topics import DeviceTopics
+from edgeclaw.net import ed25519_openssl
+from edgeclaw.net.device_key import SIG_PROPERTY, DeviceKey
 from edgeclaw.net.signing import envelope
 from edgeclaw.tools.nodes.tool import NodesPolicy
 from tests.llm_server import Scripted, ScriptedLLM, openai_text, openai_tools
@@ -32,6 +35,8 @@ KEY = "nodes-test-command-key-0123456789"
 BENCH = "bench-1"
 GREENHOUSE = "greenhouse-1"
 GHOST = "greenhouse-ghost"  # online by its retained status, but nobody answers for it
+GHOST_KEY = DeviceKey(ed25519_openssl.PrivateKey(bytes(range(32))))
+UNSIGNED = "greenhouse-unsigned"  # an older device: its status carries no key and no signature
 TEMPERATURE_C = 21.5  # the sim board's TMP102 at power-up
 
 
@@ -127,17 +132,31 @@ def devices(tmp_path_factory: pytest.TempPathFactory, broker: Mosquitto, llm: Sc
                 await c.wait_for(online, 90, "both devices online")
             except AssertionError:
                 raise AssertionError(logs(bench, greenhouse)) from None
-            # A device that is listed but never answers: its status alone, retained.
-            await c.publish(
-                f"edgeclaw/{GHOST}/status",
-                {"state": "online", "version": "0", "board": "sim", "ts": time.time()},
-                retain=True,
-            )
+            # A device that is listed but never answers: its status alone, retained, signed.
+            status = {"state": "online", "version": "0", "board": "sim", "ts": time.time()}
+            await publish_as_ghost(c, f"edgeclaw/{GHOST}/status", {**status, "device_key": GHOST_KEY.public})
+            await c.publish(f"edgeclaw/{UNSIGNED}/status", status, retain=True)
 
     asyncio.run(up())
     yield bench, greenhouse
     bench.stop()
     greenhouse.stop()
+
+
+async def publish_as_ghost(
+    c: Caller,
+    topic: str,
+    body: dict[str, Any],
+    *,
+    correlation: bytes | None = None,
+    key: DeviceKey = GHOST_KEY,
+) -> None:
+    """Publish `body` signed with `key` (the ghost's own by default), as a device signs; retained when
+    it is a status."""
+    payload = json.dumps(body).encode()
+    signature = key.sign(topic, payload, correlation)
+    retain = topic.endswith("/status")
+    await c.publish(topic, payload, correlation=correlation, user=[(SIG_PROPERTY, signature)], retain=retain)
 
 
 def logs(*daemons: Daemon) -> str:
@@ -167,13 +186,18 @@ def test_the_bench_lists_its_peers_from_their_retained_status(devices):
         code, out = nodes(bench, {"action": "list"})
         assert out["ok"], out
         peers = {p["device"]: p for p in out["data"]["peers"]}
-        if GREENHOUSE in peers and GHOST in peers and peers[GREENHOUSE].get("last_seen"):
+        if {GREENHOUSE, GHOST, UNSIGNED} <= set(peers) and peers[GREENHOUSE].get("last_seen"):
             break
         assert time.monotonic() < deadline, out
         time.sleep(0.5)
     assert BENCH not in peers  # not its own peer
     g = peers[GREENHOUSE]
     assert g["state"] == "online" and g["board"] == "sim" and g["callable"] is True
+    # The daemon's status is signed with the key it announces: pinned at first sight, as is the ghost's.
+    assert g["trust"] == "verified" and peers[GHOST]["trust"] == "verified"
+    assert peers[UNSIGNED]["trust"] == "unverifiable"
+    line = next(x for x in out["for_llm"].splitlines() if x.startswith(UNSIGNED))
+    assert "unverified" in line
     line = next(x for x in out["for_llm"].splitlines() if x.startswith(GREENHOUSE))
     assert "online" in line and "callable" in line and " s ago" in line
     code, out = nodes(bench, {"action": "status", "peer": GREENHOUSE})
@@ -322,16 +346,61 @@ def test_only_the_called_peer_can_answer_the_call(devices, broker: Mosquitto):
             )
             (request,) = await c.answers(f"edgeclaw/{GHOST}/tool/call", 1)
             request_id = request.json["id"]
+            correlation = request_id.encode()
             forged = {"id": request_id, "ok": True, "tool": "hardware_info", "for_llm": "forged"}
-            await c.publish(f"reply/{GREENHOUSE}/nodes/{BENCH}", forged, correlation=request_id.encode())
+            await c.publish(f"reply/{GREENHOUSE}/nodes/{BENCH}", forged, correlation=correlation)
+            # On the ghost's own level, but unsigned, or signed with another key, or signed for
+            # another call: each is dropped, so the ghost's own answer still counts.
+            reply = f"reply/{GHOST}/nodes/{BENCH}"
+            await c.publish(reply, forged, correlation=correlation)
+            stranger = DeviceKey(ed25519_openssl.PrivateKey(b"\x07" * 32))
+            await publish_as_ghost(c, reply, forged, correlation=correlation, key=stranger)
+            await publish_as_ghost(c, reply, forged, correlation=b"another call's id")
             await asyncio.sleep(0.5)
             genuine = {"id": request_id, "ok": True, "tool": "hardware_info", "for_llm": "ghost board"}
-            await c.publish(f"reply/{GHOST}/nodes/{BENCH}", genuine, correlation=request_id.encode())
+            await publish_as_ghost(c, reply, genuine, correlation=correlation)
             return await call
 
     code, out = asyncio.run(run())
     assert code == 0 and out["ok"], out
-    assert out["for_llm"] == f"[{GHOST}] ghost board"
+    assert out["for_llm"] == f"[{GHOST}] ghost board" and out["data"]["verified"] is True
+
+
+def test_a_peer_that_signs_nothing_is_not_called(devices, broker: Mosquitto):
+    """Anyone on the broker could answer in the name of a peer that signs nothing: fail closed."""
+    bench, _ = devices
+
+    async def run() -> tuple[tuple[int, dict[str, Any]], list[Any]]:
+        async with Caller(broker.port, [f"edgeclaw/{UNSIGNED}/tool/call"]) as c:
+            result = await asyncio.to_thread(
+                nodes, bench, {"action": "call", "peer": UNSIGNED, "tool": "hardware_info", "timeout_s": 5}
+            )
+            await asyncio.sleep(0.5)
+            return result, c.on(f"edgeclaw/{UNSIGNED}/tool/call")
+
+    (code, out), requests = asyncio.run(run())
+    assert code != 0 and "cannot be verified" in out["error"] and "unsigned_peers" in out["error"], out
+    assert requests == []  # nothing was sent to it
+
+
+def test_a_status_not_signed_with_the_pinned_key_does_not_replace_the_peer_s(devices, broker: Mosquitto):
+    bench, _ = devices
+
+    async def forge() -> None:
+        async with Caller(broker.port, []) as c:
+            fake = {"state": "offline", "version": "6.6.6", "board": "sim", "ts": time.time()}
+            await c.publish(f"edgeclaw/{GHOST}/health", {"ts": time.time() + 3600})
+            stranger = DeviceKey(ed25519_openssl.PrivateKey(b"\x09" * 32))
+            await publish_as_ghost(
+                c, f"edgeclaw/{GHOST}/status", {**fake, "device_key": stranger.public}, key=stranger
+            )
+            await asyncio.sleep(0.5)
+
+    asyncio.run(forge())
+    code, out = nodes(bench, {"action": "status", "peer": GHOST})
+    assert code == 0 and out["ok"], out
+    assert out["data"]["state"] == "online" and out["data"]["version"] == "0"
+    assert out["data"]["trust"] == "verified" and out["data"]["health"] is None
 
 
 def test_a_peer_refusing_under_its_own_policy_passes_the_refusal_back(devices):

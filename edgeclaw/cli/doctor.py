@@ -20,7 +20,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from edgeclaw.cli.common import EXIT_OK, EXIT_TOOL_ERROR, config_of
-from edgeclaw.cli.doctor_identity import CHECK, commands_signed, identity_problems
+from edgeclaw.cli.doctor_identity import CHECK, commands_signed, device_signing_problem, identity_problems
 from edgeclaw.daemon.runtime import Runtime, build_runtime
 from edgeclaw.store.state import StateStore
 from edgeclaw.tools.base import ToolContext
@@ -498,6 +498,8 @@ async def diagnose(runtime: Runtime) -> list[Finding]:
 def identity_findings(runtime: Runtime) -> list[Finding]:
     """Every way this config lets one caller act as another or as admin (doctor_identity)."""
     problems = identity_problems(runtime.config)
+    if signing := device_signing_problem(runtime.config, runtime.state_dir):
+        problems.append(signing)
     if not problems:
         return [Finding("ok", CHECK, "no caller can act as another or as the administrator")]
     return [Finding("warn", CHECK, problem) for problem in problems]

@@ -6,7 +6,8 @@ needs only the config and the files it names, never the network: unsigned comman
 `mqtt:anonymous`), unsigned admin commands, one caller holding roles that should be apart, legacy keys
 shared by whole groups of callers, secrets in files others may read, a broker without TLS or login
 while commands are unsigned, unsigned updates, HTTP listeners reachable without TLS or login, and
-approvals answered where no signature covers them.
+approvals answered where no signature covers them. And whether this device signs what it publishes
+(its device key), without which a page or a peer cannot tell its messages from forged ones.
 """
 
 from __future__ import annotations
@@ -127,3 +128,30 @@ def _listener_problems(config: Config) -> Iterator[str]:
             f"fleet_page.listen = {page.listen!r} serves plain HTTP beyond loopback: its login and session "
             "cross the network in clear; put TLS in front and listen on 127.0.0.1"
         )
+
+
+def device_signing_problem(config: Config, state_dir: Path) -> str | None:
+    """Why this device would sign nothing it publishes, or None. Reads the key file's mode, never makes
+    the key (the daemon does, as its own user)."""
+    if not config.mqtt.enabled:
+        return None
+    from edgeclaw.net.device_key import KEY_FILENAME, signing_problem
+
+    fix = "a fleet page shows it unverifiable and takes no approval from it, peers do not call it"
+    if config.mqtt.protocol != "5":
+        return f'this device signs nothing it publishes: signatures need MQTT 5 (mqtt.protocol = "5"); {fix}'
+    if problem := signing_problem():
+        return f"this device signs nothing it publishes: {problem}; {fix}"
+    path = state_dir / KEY_FILENAME
+    try:
+        mode = stat.S_IMODE(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return None  # made at the daemon's first start
+    except OSError as e:
+        return f"cannot read the device key {path}: {e.strerror}"
+    if mode & 0o077:
+        return (
+            f"the device key {path} has mode {mode:04o}: the daemon refuses it and signs nothing; "
+            f"chmod 600 it ({fix})"
+        )
+    return None

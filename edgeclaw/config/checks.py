@@ -22,6 +22,7 @@ from edgeclaw.config.check_tables import (
     plain,
     url_problem,
 )
+from edgeclaw.config.device_key_text import provisioned_key_problems
 from edgeclaw.config.listener_checks import listener_problems
 from edgeclaw.config.policy_rules import PolicyRules, rule_problems, rules_from_config
 from edgeclaw.config.schema import Config
@@ -343,6 +344,7 @@ _SECTION_CHECKS: tuple[Callable[[Config], list[tuple[str, str]]], ...] = (
     web_problems,
     caller_problems,
     listener_problems,
+    provisioned_key_problems,
 )
 # The checks that report through `fail`, in the order their problems are reported.
 _CHECKS: tuple[Callable[[Config, Fail], None], ...] = (

@@ -445,6 +445,14 @@ class FleetPageConfig:
     call_timeout_s: float = 150.0  # a call waits this long for its answer (approvals take time)
     broadcast_wait_s: float = 10.0  # a broadcast collects answers this long at most
     allow_plain_http: bool = False  # a non-loopback listen (no TLS here: a proxy's job); refused otherwise
+    # Host names served besides local ones (the name a reverse proxy forwards): others get 421, so a
+    # page a browser loaded from another name (DNS rebinding) cannot reach this one.
+    allowed_hosts: list[str] = field(default_factory=list)
+    # Each device's signing key (docs/fleet.md#device-keys): provisioned here (DEVICE = "ed25519:BASE64")
+    # or in the file (one `DEVICE ed25519:BASE64` a line), where keys pinned at first sight are added too.
+    device_keys: dict[str, str] = field(default_factory=dict)
+    device_keys_file: str = ""  # empty = <state dir>/fleet-page-device-keys
+    trust_on_first_use: bool = True  # pin an unknown device's key from its first signed status
 
 
 @dataclass(repr=False, eq=False)

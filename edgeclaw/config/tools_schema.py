@@ -235,6 +235,8 @@ class NodesToolConfig:
     peers: list[str] = field(default_factory=list)  # device ids or shell-style patterns ("greenhouse-*")
     tools: list[str] = field(default_factory=list)  # the peers' tool names (or patterns) that may be called
     timeout_s: float = 10.0  # how long a call waits for the peer's answer
+    # Call peers with no device key pinned (they sign nothing) and take their answers, marked unverified.
+    unsigned_peers: bool = False
 
 
 @dataclass(repr=False, eq=False)

@@ -3,12 +3,14 @@ database, secrets and the custom tools' definition API."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from edgeclaw.channels.mqtt import MqttChannel
 from edgeclaw.channels.mqtt.keys import Keys
 from edgeclaw.daemon.fleet import install_fleet
 from edgeclaw.daemon.runtime import Runtime
+from edgeclaw.net.device_key import DeviceSigner
 from edgeclaw.tools.runtime.custom import custom_tools_for
 
 if TYPE_CHECKING:
@@ -16,6 +18,11 @@ if TYPE_CHECKING:
 
     from edgeclaw.agent.loop import AgentLoop
     from edgeclaw.tools.automation.targets import Delivery
+
+
+log = logging.getLogger("edgeclaw.mqtt.peers")
+
+PEER_KEYS_FILENAME = "peer-device-keys"  # DEVICE ed25519:BASE64 lines, as the fleet page's keys file
 
 
 def attach_peers(runtime: Runtime, channel: MqttChannel) -> None:
@@ -27,11 +34,22 @@ def attach_peers(runtime: Runtime, channel: MqttChannel) -> None:
     tool = runtime.registry.get("nodes")
     if not isinstance(tool, NodesTool):
         return
+    from edgeclaw.net.device_trust import DeviceKeys, DeviceKeysError
+
+    try:
+        keys = DeviceKeys(file=runtime.state_dir / PEER_KEYS_FILENAME)
+    except DeviceKeysError as e:
+        # Fail closed without stopping the device: no peer is trusted, so none is called.
+        log.error("no peer can be verified or called until this is fixed: %s", e)
+        keys = DeviceKeys(first_use=False)
     directory = PeerDirectory(
         channel.connection,
         channel.topics,
         command_secret=runtime.secrets.get("mqtt.hmac", ""),
         v5=runtime.config.mqtt.protocol == "5",
+        # Each peer's key, pinned at first sight and kept across restarts (docs/mqtt.md#device-signatures).
+        keys=keys,
+        unsigned_peers=runtime.config.tools.nodes.unsigned_peers,
     )
     channel.extend(directory)
     tool.attach(directory)
@@ -103,6 +121,8 @@ def mqtt_service(runtime: Runtime) -> MqttChannel:
         custom_tools=custom_tools_for(runtime.registry),
         # The retained status: config hash, firmware, sandbox, providers, MCP servers.
         status_facts=install_fleet(runtime),
+        # The device's own key (state_dir/device.key): everything it publishes is signed with it.
+        signer=DeviceSigner(runtime.state_dir, v5=runtime.config.mqtt.protocol == "5"),
     )
     attach_peers(runtime, channel)
     mqtt = runtime.config.mqtt

@@ -21,6 +21,12 @@ the devices' `status`, `health`, `events` and `approval/request` into the
 Answers are matched by their Correlation Data, which only the server knows; each
 request also expires on the broker when the wait for it ends, so a device that
 comes back later does not run a command nobody waits for.
+
+What the devices publish is judged against their pinned keys (`trust.DeviceKeys`, through the
+window). An answer that does not verify with its device's pinned key is dropped (a broadcast
+answer in another device's name included); a broadcast answer from a device with no pinned key is
+kept, marked `"verified": false`. An approval is answered only for a question its device signed,
+and the answer names that question's `action_digest`, so the device takes it for that action only.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from edgeclaw.fleetpage.window import FleetWindow, Update
+from edgeclaw.net.device_key import signature_of
+from edgeclaw.net.device_trust import UNVERIFIABLE, VERIFIED
 from edgeclaw.net.mqtt_connection import Connection, ConnectionSettings, PublishFailed
 from edgeclaw.net.signing import KEY_PROPERTY, USER_PROPERTY, mac
 
@@ -111,7 +119,12 @@ class FleetBroker:
         if topic.startswith(REPLY_ROOT + "/"):
             self._answer(topic, payload, message.properties)
             return
-        updates = self.window.take(topic, payload)
+        props = message.properties
+        correlation = getattr(props, "CorrelationData", None) if props is not None else None
+        signature = signature_of(getattr(props, "UserProperty", None) if props is not None else None)
+        updates = self.window.take(
+            topic, payload, signature, correlation if isinstance(correlation, bytes) else None
+        )
         if updates:
             self.on_update(updates)
 
@@ -126,20 +139,33 @@ class FleetBroker:
             return
         if not isinstance(answer, dict):
             return
+        assert isinstance(correlation, bytes)
+        signature = signature_of(getattr(properties, "UserProperty", None))
         if waiting.device:
             # Only from under the called device's own level (`reply/{dev}/...`), which the ACL of
-            # docs/mqtt.md lets no other device write.
+            # docs/mqtt.md lets no other device write, and signed by it when its key is pinned.
             if topic != f"{REPLY_ROOT}/{waiting.device}/fleetpage/{self.server_id}":
+                return
+            trust = self.window.keys.judge(waiting.device, topic, payload, correlation, signature)
+            if trust not in (VERIFIED, UNVERIFIABLE):
+                log.info("dropped an answer in the name of %s that it did not sign", waiting.device)
                 return
             waiting.answers.append(answer)
             waiting.done.set()
             return
         device = answer.get("device")
-        if isinstance(device, str) and all(a.get("device") != device for a in waiting.answers):
-            waiting.answers.append(answer)
-            waiting.expect.discard(device)
-            if waiting.until_all and not waiting.expect:
-                waiting.done.set()
+        if not isinstance(device, str) or any(a.get("device") == device for a in waiting.answers):
+            return
+        trust = self.window.keys.judge(device, topic, payload, correlation, signature)
+        if trust not in (VERIFIED, UNVERIFIABLE):
+            # Another client answering in this device's name: dropped, and the device's own answer
+            # still counts when it comes.
+            log.warning("dropped a broadcast answer in the name of %s that it did not sign", device)
+            return
+        waiting.answers.append({**answer, "verified": trust == VERIFIED})
+        waiting.expect.discard(device)
+        if waiting.until_all and not waiting.expect:
+            waiting.done.set()
 
     # -- commands -------------------------------------------------------------------
     async def call(self, device: str, tool: str, args: dict[str, Any], timeout_s: float) -> dict[str, Any]:
@@ -158,7 +184,19 @@ class FleetBroker:
                 "this fleet page holds no approver key (mqtt.approver_secret_env or approver_secret_file): "
                 "it cannot approve"
             )
-        request = {"id": question_id, "decision": decision}
+        question = self.window.question(device, question_id)
+        if question is None:
+            raise CommandRefused(
+                f"no approval request {question_id!r} signed by {device} is waiting: a question another "
+                "client published in its name, or one from a device whose key is not pinned, is not "
+                "answered from this page (docs/fleet.md#device-keys)"
+            )
+        digest = question.get("action_digest")
+        if not isinstance(digest, str) or not digest:
+            raise CommandRefused(
+                f"{device}'s approval request names no action_digest (an older edgeclaw): not answered here"
+            )
+        request = {"id": question_id, "decision": decision, "action_digest": digest}
         answer = await self._one(device, "approval/response", request, self._approver_key, timeout_s)
         if answer.get("ok"):
             self.window.decided(device, question_id)

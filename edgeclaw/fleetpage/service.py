@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from edgeclaw.config.paths import state_dir
 from edgeclaw.config.pin_hash import PinHash, parse_pin_hash
 from edgeclaw.config.schema import Config
 from edgeclaw.config.secrets import SecretRef, secret_refs
@@ -29,12 +30,14 @@ from edgeclaw.fleetpage.access import Access
 from edgeclaw.fleetpage.broker import FleetBroker
 from edgeclaw.fleetpage.server import COOKIE, FleetPage
 from edgeclaw.fleetpage.window import FleetWindow
+from edgeclaw.net.device_trust import DeviceKeys, DeviceKeysError
 from edgeclaw.net.httpd import HttpServer
 from edgeclaw.net.mqtt_connection import ConnectionSettings, TlsSettings
 
 log = logging.getLogger("edgeclaw.fleetpage")
 
 CATALOG_TIMEOUT_S = 60.0
+KEYS_FILENAME = "fleet-page-device-keys"  # in the state directory, unless device_keys_file names another
 
 
 def host_port(text: str, key: str, source: str) -> tuple[str, int]:
@@ -91,6 +94,17 @@ def build_access(config: Config) -> tuple[Access, str]:
         lockout_s=fp.lockout_s,
     )
     return access, made
+
+
+def device_keys(config: Config) -> DeviceKeys:
+    """The keys each device must sign with: `[fleet_page] device_keys`, the keys file, first sight."""
+    fp = config.fleet_page
+    path = Path(fp.device_keys_file) if fp.device_keys_file else state_dir(config.state_dir) / KEYS_FILENAME
+    try:
+        return DeviceKeys(fp.device_keys, file=path, first_use=fp.trust_on_first_use)
+    except DeviceKeysError as e:
+        key = "fleet_page.device_keys" if str(e).startswith("fleet_page.") else "fleet_page.device_keys_file"
+        raise ConfigError(config._source, key, str(e)) from None
 
 
 def connection_settings(config: Config, broker: str | None) -> ConnectionSettings:
@@ -154,7 +168,11 @@ async def serve(config: Config, *, broker: str | None = None, listen: str | None
     access, made_token = build_access(config)
     refs = secret_refs(config)
     window = FleetWindow(
-        config.mqtt.topic_prefix, history_s=fp.history_s, max_devices=fp.max_devices, max_events=fp.max_events
+        config.mqtt.topic_prefix,
+        history_s=fp.history_s,
+        max_devices=fp.max_devices,
+        max_events=fp.max_events,
+        keys=device_keys(config),
     )
     page: FleetPage | None = None
     fleet = FleetBroker(
@@ -185,7 +203,8 @@ async def serve(config: Config, *, broker: str | None = None, listen: str | None
         log.warning(
             "the fleet page listens on %s, not loopback: put a TLS reverse proxy in front of it", host
         )
-    async with HttpServer(page, host, port, max_body=256 * 1024) as http:
+    allowed_hosts = config.fleet_page.allowed_hosts
+    async with HttpServer(page, host, port, max_body=256 * 1024, allowed_hosts=allowed_hosts) as http:
         page.cookie = f"{COOKIE}_{http.bound_port}"  # two pages on one host keep their own sessions
         runner = asyncio.create_task(fleet.run())
         watcher = asyncio.create_task(page.watch_broker())

@@ -10,7 +10,15 @@ messages at once.
 Everything a device controls is bounded: how many devices are remembered
 (`max_devices`), the size of a message kept (`MAX_MESSAGE_BYTES`), the events
 (`max_events`, all devices together) and the approvals waiting
-(`MAX_APPROVALS`).
+(`MAX_APPROVALS`, and `MAX_SUSPECT` questions that are not the device's).
+
+Every message is judged against the key pinned for its device (`trust.DeviceKeys`). A message
+that does not verify with a device's pinned key (`forged`, or signed with a new key: `key_changed`)
+changes nothing: its status, health and events are dropped and counted in the row (`forged`); its
+approval question is listed as such, without the means to answer it. Only a question signed by its
+device can be answered, and only an event signed by the device closes one. A device that signs
+nothing (or whose key this page cannot check) is shown, marked `unverifiable`, and none of its
+questions can be answered here: fail closed.
 """
 
 from __future__ import annotations
@@ -23,11 +31,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgeclaw.net.device_trust import FORGED, KEY_CHANGED, UNVERIFIABLE, VERIFIED, DeviceKeys
+
 log = logging.getLogger("edgeclaw.fleetpage")
 
 MAX_MESSAGE_BYTES = 64 * 1024
 HISTORY_POINTS = 360  # per device: one point per history_s / 360 (10 s for the hour)
 MAX_APPROVALS = 256
+MAX_SUSPECT = 32  # questions not signed by their device, kept to be shown (the oldest go first)
 # The figures of a health message the charts draw (and the table shows).
 CHART_FIGURES = ("cpu_temp_c", "load_1m", "mem_used_pct")
 
@@ -40,6 +51,27 @@ class DeviceView:
     status: dict[str, Any] = field(default_factory=dict)
     health: dict[str, Any] = field(default_factory=dict)
     history: deque[list[float | None]] = field(default_factory=lambda: deque(maxlen=HISTORY_POINTS))
+    trust: str = UNVERIFIABLE  # the verdict on its last status
+    announced: str | None = None  # the new key a status announced while another is pinned
+    forged: int = 0  # messages dropped because they do not verify with the pinned key
+
+    def trust_note(self, keys: DeviceKeys) -> str:
+        """Why the row is not `verified`, in the page's words ("" when it is)."""
+        if self.trust == VERIFIED:
+            return ""
+        if self.trust == KEY_CHANGED:
+            return (
+                f"announces another key ({self.announced}) than the one pinned: not trusted until re-pinned "
+                "(docs/fleet.md#device-keys)"
+            )
+        if keys.problem:
+            return keys.problem
+        problem = self.status.get("device_key_problem")
+        if isinstance(problem, str) and problem:
+            return f"signs nothing: {problem[:300]}"
+        if not keys.first_use:
+            return "no key is provisioned for it (fleet_page.device_keys), and trust_on_first_use is off"
+        return "no signed status seen yet"
 
     def row(self) -> dict[str, Any]:
         """The table's row: what the status and the health say, null where they say nothing."""
@@ -60,6 +92,8 @@ class DeviceView:
             "outbox_depth": _number(h.get("outbox_depth")),
             "sandbox": _text(sandbox.get("in_force") or sandbox.get("configured")),
             "groups": [g for g in groups if isinstance(g, str)],
+            "trust": self.trust,
+            "forged": self.forged,
         }
 
 
@@ -74,14 +108,18 @@ class FleetWindow:
         max_devices: int = 2000,
         max_events: int = 500,
         clock: Callable[[], float] = time.time,
+        keys: DeviceKeys | None = None,
     ) -> None:
         self.prefix = prefix
+        # The key each device must sign with; without one given, keys pinned at first sight in memory.
+        self.keys = keys if keys is not None else DeviceKeys()
         self.history_s = history_s
         self.max_devices = max_devices
         self.clock = clock
         self.devices: dict[str, DeviceView] = {}
         self.events: deque[dict[str, Any]] = deque(maxlen=max_events)
-        self.approvals: dict[tuple[str, str], dict[str, Any]] = {}
+        self.approvals: dict[tuple[str, str], dict[str, Any]] = {}  # signed by their device
+        self.suspect: deque[dict[str, Any]] = deque(maxlen=MAX_SUSPECT)  # forged or unverifiable
         self._full_logged = False
 
     @property
@@ -89,8 +127,11 @@ class FleetWindow:
         p = self.prefix
         return [f"{p}/+/status", f"{p}/+/health", f"{p}/+/events", f"{p}/+/approval/request"]
 
-    def take(self, topic: str, payload: bytes) -> list[Update]:
-        """One message from the broker; what changed, for the page's stream (nothing when ignored)."""
+    def take(
+        self, topic: str, payload: bytes, signature: str | None = None, correlation: bytes | None = None
+    ) -> list[Update]:
+        """One message from the broker with its `sig` user property; what changed, for the page's
+        stream (nothing when ignored)."""
         head = self.prefix + "/"
         if not topic.startswith(head):
             return []
@@ -107,7 +148,11 @@ class FleetWindow:
             return []
         if not isinstance(data, dict):
             return []
-        return _KINDS[what](self, device, data)
+        announced = data.get("device_key") if what == "status" else None
+        trust = self.keys.judge(device, topic, payload, correlation, signature, announced=announced)
+        if trust in (FORGED, KEY_CHANGED) and what != "approval/request":
+            return self._rejected(device, trust, data)
+        return _KINDS[what](self, device, data, trust)
 
     # -- per topic -------------------------------------------------------------
     def _view(self, device: str) -> DeviceView | None:
@@ -123,14 +168,30 @@ class FleetWindow:
             view = self.devices[device] = DeviceView(device)
         return view
 
-    def _status(self, device: str, data: dict[str, Any]) -> list[Update]:
+    def _rejected(self, device: str, trust: str, data: dict[str, Any]) -> list[Update]:
+        """A message in `device`'s name that its pinned key did not sign: changes nothing but the count
+        (and, for a status signed with a new key, the warning)."""
+        view = self._view(device)
+        if view is None:
+            return []
+        view.forged += 1
+        if trust == KEY_CHANGED:
+            view.trust = KEY_CHANGED
+            view.announced = str(data.get("device_key"))[:80]
+        return [("device", self.row(view))]
+
+    def row(self, view: DeviceView) -> dict[str, Any]:
+        return {**view.row(), "trust_note": view.trust_note(self.keys)}
+
+    def _status(self, device: str, data: dict[str, Any], trust: str) -> list[Update]:
         view = self._view(device)
         if view is None:
             return []
         view.status = data
-        return [("device", view.row())]
+        view.trust, view.announced = trust, None
+        return [("device", self.row(view))]
 
-    def _health(self, device: str, data: dict[str, Any]) -> list[Update]:
+    def _health(self, device: str, data: dict[str, Any], trust: str) -> list[Update]:
         view = self._view(device)
         if view is None:
             return []
@@ -145,30 +206,46 @@ class FleetWindow:
             history.append(point)
         while history and (history[0][0] or 0.0) < ts - self.history_s:
             history.popleft()
-        return [("device", view.row()), ("health", {"device": device, "point": point})]
+        return [("device", self.row(view)), ("health", {"device": device, "point": point})]
 
-    def _event(self, device: str, data: dict[str, Any]) -> list[Update]:
+    def _event(self, device: str, data: dict[str, Any], trust: str) -> list[Update]:
         if device not in self.devices and len(self.devices) >= self.max_devices:
             return []
-        event = {**data, "device": device}
+        event = {**data, "device": device, "verified": trust == VERIFIED}
         self.events.append(event)
         updates: list[Update] = [("event", event)]
-        if data.get("kind") == "approval" and data.get("decision") not in (None, "asked"):
-            key = (device, str(data.get("approval")))
-            if self.approvals.pop(key, None) is not None:
+        if (
+            trust == VERIFIED
+            and data.get("kind") == "approval"
+            and data.get("decision") not in (None, "asked")
+        ):
+            question_id = str(data.get("approval"))
+            if self._close(device, question_id):
                 updates.append(
-                    ("approval_done", {"device": device, "id": key[1], "decision": data["decision"]})
+                    ("approval_done", {"device": device, "id": question_id, "decision": data["decision"]})
                 )
         return updates
 
-    def _approval(self, device: str, data: dict[str, Any]) -> list[Update]:
+    def _close(self, device: str, question_id: str) -> bool:
+        """The question decided: gone from the queue, with every copy of it not signed by the device."""
+        found = self.approvals.pop((device, question_id), None) is not None
+        for copy in [q for q in self.suspect if q["device"] == device and q.get("id") == question_id]:
+            self.suspect.remove(copy)
+            found = True
+        return found
+
+    def _approval(self, device: str, data: dict[str, Any], trust: str) -> list[Update]:
         question_id = data.get("id")
         if not isinstance(question_id, str) or not question_id:
             return []
         self._drop_expired()
+        question = {**data, "device": device, "trust": trust}
+        if trust != VERIFIED:
+            # Listed to be seen, never to be answered; a copy never replaces the device's own.
+            self.suspect.append(question)
+            return [("approval", question)]
         if len(self.approvals) >= MAX_APPROVALS:
             return []
-        question = {**data, "device": device}
         self.approvals[(device, question_id)] = question
         return [("approval", question)]
 
@@ -183,18 +260,27 @@ class FleetWindow:
             expires = _number(question.get("expires_at"))
             if expires is not None and expires < now:
                 del self.approvals[key]
+        for question in list(self.suspect):
+            expires = _number(question.get("expires_at"))
+            if expires is None or expires < now:
+                self.suspect.remove(question)
 
     def decided(self, device: str, question_id: str) -> None:
         """An approval answered from the page: no longer waiting (its event confirms it later)."""
-        self.approvals.pop((device, question_id), None)
+        self._close(device, question_id)
+
+    def question(self, device: str, question_id: str) -> dict[str, Any] | None:
+        """The waiting question `question_id` of `device` that the device itself signed, or None."""
+        self._drop_expired()
+        return self.approvals.get((device, question_id))
 
     # -- for the page ------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         self._drop_expired()
         return {
-            "devices": [v.row() for v in sorted(self.devices.values(), key=lambda v: v.device)],
+            "devices": [self.row(v) for v in sorted(self.devices.values(), key=lambda v: v.device)],
             "events": list(self.events),
-            "approvals": list(self.approvals.values()),
+            "approvals": [*self.approvals.values(), *self.suspect],
         }
 
     def device(self, device: str) -> dict[str, Any] | None:
@@ -202,7 +288,7 @@ class FleetWindow:
         if view is None:
             return None
         return {
-            "row": view.row(),
+            "row": self.row(view),
             "status": view.status,
             "health": view.health,
             "history": list(view.history),
@@ -219,7 +305,7 @@ class FleetWindow:
         )
 
 
-_KINDS: dict[str, Callable[[FleetWindow, str, dict[str, Any]], list[Update]]] = {
+_KINDS: dict[str, Callable[[FleetWindow, str, dict[str, Any], str], list[Update]]] = {
     "status": FleetWindow._status,
     "health": FleetWindow._health,
     "events": FleetWindow._event,

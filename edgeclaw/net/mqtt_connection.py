@@ -42,6 +42,7 @@ Broker problems keep the MQTT reason code (`BrokerError`), for the log,
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import math
 import random
@@ -50,7 +51,7 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiomqtt
 from aiomqtt.exceptions import MqttConnectError
@@ -59,6 +60,8 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
+
+from edgeclaw.net.device_key import SIG_PROPERTY
 
 log = logging.getLogger("edgeclaw.mqtt")
 
@@ -266,6 +269,29 @@ def publish_properties(
     return props
 
 
+class MessageSigner(Protocol):
+    """Signs what a connection publishes (the device's key, net/device_key.py)."""
+
+    @property
+    def loaded(self) -> bool: ...
+    def load(self) -> None: ...
+    def sign(self, topic: str, payload: bytes, correlation: bytes | None = None) -> str | None: ...
+
+
+def signed_properties(
+    signer: MessageSigner, topic: str, payload: bytes, properties: Properties | None, packet: int
+) -> Properties | None:
+    """`properties` plus the `sig` user property over this message; a copy, so a caller that
+    publishes the same properties again (a retry) never carries two signatures."""
+    correlation = getattr(properties, "CorrelationData", None) if properties is not None else None
+    signature = signer.sign(topic, payload, correlation if isinstance(correlation, bytes) else None)
+    if signature is None:
+        return properties
+    signed = copy.copy(properties) if properties is not None else Properties(packet)
+    signed.UserProperty = (SIG_PROPERTY, signature)  # appended to a new list: the original keeps its own
+    return signed
+
+
 class Connection:
     """Owns the client and its reconnect loop; hands every inbound message to `on_message`.
 
@@ -281,9 +307,12 @@ class Connection:
         *,
         on_connect: Callable[[], None] | None = None,
         backoff: ReconnectBackoff | None = None,
+        signer: MessageSigner | None = None,
     ) -> None:
         self.settings = settings
         self._on_message = on_message
+        # Signs every message published (and the Last Will) when it has a key: MQTT 5 only.
+        self.signer = signer
         self._on_connect = on_connect
         self.backoff = backoff or ReconnectBackoff()
         # The client of the current connection, or the one the next attempt will use.
@@ -351,7 +380,15 @@ class Connection:
         will = None
         if s.will_topic and s.will_payload is not None:
             # Evaluated now, once per connection: the Last Will carries this connection's timestamp.
-            will = aiomqtt.Will(s.will_topic, s.will_payload(), qos=1, retain=s.will_retain)
+            payload = s.will_payload()
+            will_properties = None
+            if self.signer is not None and s.v5:
+                will_properties = signed_properties(
+                    self.signer, s.will_topic, payload, None, PacketTypes.WILLMESSAGE
+                )
+            will = aiomqtt.Will(
+                s.will_topic, payload, qos=1, retain=s.will_retain, properties=will_properties
+            )
         acknowledge: list[Callable[[int, int], object]] = []
 
         def dispatch(message: aiomqtt.Message) -> None:
@@ -423,6 +460,11 @@ class Connection:
 
     async def run(self) -> None:
         """Connect, serve, reconnect; forever, until cancelled."""
+        if self.signer is not None and not self.signer.loaded:
+            # Off the loop: loading the key imports a package that takes a while, and the daemon's
+            # start does not wait for it. The client `open` built has an unsigned Will: a new one.
+            await asyncio.to_thread(self.signer.load)
+            self._client_used = True
         while not self._stopping:
             started = time.monotonic()
             try:
@@ -498,6 +540,8 @@ class Connection:
             raise PublishFailed("not connected to the broker")
         if not self.settings.v5:
             properties = None
+        elif self.signer is not None:
+            properties = signed_properties(self.signer, topic, payload, properties, PacketTypes.PUBLISH)
         # When the connection drops, the wait for the PUBACK is cancelled at once (aiomqtt itself
         # would wait for its timeout). Cancelling this task, rather than racing a second task
         # against `lost`, keeps the common path at one task per message.

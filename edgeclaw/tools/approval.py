@@ -11,14 +11,23 @@ or why nobody could) goes to the audit trail, so all channels' approvals are
 on record in one form: one info line on `edgeclaw.audit` and an `approval`
 event on MQTT `events`. The summary is not in the event: it quotes the
 command, an argument value.
+
+Each question names the action it is about by a digest (`action_digest`): SHA-256 of the
+canonical JSON of ``{"tool": TOOL, "args": ARGS}`` (keys sorted, no spaces, UTF-8), where ARGS
+is what is being approved (for a shell command: ``{"command": COMMAND}``). A channel whose
+answers come from elsewhere (MQTT) takes an answer only when it names that digest, so a decision
+made for one action never lets another run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -41,6 +50,14 @@ class Decision(StrEnum):
         return self is not Decision.DENY
 
 
+def action_digest(tool: str, args: Mapping[str, Any]) -> str:
+    """The hex SHA-256 of the canonical action: ``{"tool", "args"}`` as JSON with sorted keys."""
+    canonical = json.dumps(
+        {"tool": tool, "args": dict(args)}, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 @dataclass(frozen=True)
 class ApprovalRequest:
     """A question to a person: may this tool call run? Answered once, or it expires."""
@@ -50,6 +67,7 @@ class ApprovalRequest:
     summary: str  # what will run, as the person should see it (already scrubbed by the caller)
     ctx: ToolContext
     expires_at: float  # wall clock
+    action_digest: str = ""  # of the tool and the arguments approved (`action_digest`)
 
     @property
     def seconds_left(self) -> float:
@@ -103,12 +121,25 @@ class ApprovalBroker:
             self._refusals.pop(channel, None)
 
     async def request(
-        self, tool: str, summary: str, ctx: ToolContext, timeout_s: float | None = None
+        self,
+        tool: str,
+        summary: str,
+        ctx: ToolContext,
+        timeout_s: float | None = None,
+        *,
+        args: Mapping[str, Any] | None = None,
     ) -> tuple[Decision, str]:
-        """Ask and wait. Returns the decision and a reason fit for an error message when it is a deny."""
+        """Ask and wait. Returns the decision and a reason fit for an error message when it is a deny.
+
+        `args` is what is being approved (digested into the question's `action_digest`)."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
         request = ApprovalRequest(
-            id=secrets.token_hex(8), tool=tool, summary=summary, ctx=ctx, expires_at=time.time() + timeout
+            id=secrets.token_hex(8),
+            tool=tool,
+            summary=summary,
+            ctx=ctx,
+            expires_at=time.time() + timeout,
+            action_digest=action_digest(tool, args or {}),
         )
         refusal = self._refusals.get(ctx.channel)
         if refusal is not None:

@@ -54,6 +54,7 @@ from edgeclaw.channels.mqtt.topics import DeviceTopics, FleetTopics, group_probl
 from edgeclaw.channels.mqtt.work import RequestWork
 from edgeclaw.config.schema import MqttConfig
 from edgeclaw.errors import ConfigError, ConfigErrors
+from edgeclaw.net.device_key import DeviceSigner
 from edgeclaw.net.mqtt_connection import Connection, ConnectionSettings, TlsSettings
 from edgeclaw.net.wire import WireError
 from edgeclaw.store.db import Database
@@ -142,6 +143,7 @@ class MqttChannel:
         audit: AuditTrail | None = None,
         outlets: Outlets | None = None,
         status_facts: Callable[[], dict[str, Any]] | None = None,
+        signer: DeviceSigner | None = None,
     ) -> None:
         self.config = config
         self.source = source  # the config file, for error messages
@@ -167,7 +169,11 @@ class MqttChannel:
             (*self.topics.subscriptions(admin=True, discovery=config.discovery), *self.fleet.subscriptions()),
             will=(self.topics.status, lambda: self.reporter.status_payload("offline")),
         )
-        self.connection = Connection(self.settings, self._on_message, on_connect=self._on_connect)
+        # The device's own key signs everything published (net/device_key.py); None: nothing is signed.
+        self.signer = signer
+        self.connection = Connection(
+            self.settings, self._on_message, on_connect=self._on_connect, signer=signer
+        )
         self.outbox = Outbox(db, config.outbox_max)
         self.ledger: RequestLedger[Route] = RequestLedger(db, config.dedup_window_s)
         self.sender = Sender(
@@ -210,6 +216,7 @@ class MqttChannel:
             counters=self.counters,
             audit=audit,
             status_facts=status_facts,
+            signer=signer,
         )
         self.requests.after_answer = self.reporter.with_answer
         self.requests.on_bad_signature = self.reporter.bad_signature

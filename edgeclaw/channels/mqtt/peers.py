@@ -21,6 +21,14 @@ The answer is taken only from the topic under the called peer's own level
 the broker ACL of docs/mqtt.md (a device may write only `reply/{its id}/#`),
 no other device can pose as the peer's answer; without ACLs, whoever can
 publish could, if they knew the call's id (128 random bits, sent to the peer).
+
+Beyond the broker, every peer's messages are checked against its device key
+(net/device_trust.py: pinned at first sight in `peer-device-keys` in the state
+directory): a status or health not signed with the peer's pinned key is dropped
+(the one before it stays), and so is an answer, which must be signed over its
+call's Correlation Data. A peer with no key pinned (it signs nothing: an older
+edgeclaw, MQTT 3.1.1) is listed as `unverifiable` and is not called, unless
+`[tools.nodes] unsigned_peers = true` takes its answers, marked unverified.
 """
 
 from __future__ import annotations
@@ -37,6 +45,8 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from edgeclaw.channels.mqtt.topics import DeviceTopics
+from edgeclaw.net.device_key import signature_of, verify
+from edgeclaw.net.device_trust import FORGED, KEY_CHANGED, UNVERIFIABLE, DeviceKeys
 from edgeclaw.net.mqtt_connection import Connection, PublishFailed
 from edgeclaw.net.signing import USER_PROPERTY, mac
 from edgeclaw.tools.nodes.tool import Peer, PeerUnavailable
@@ -61,8 +71,12 @@ class PeerDirectory:
         *,
         command_secret: str = "",
         v5: bool = True,
+        keys: DeviceKeys | None = None,
+        unsigned_peers: bool = False,
     ) -> None:
         self.connection = connection
+        self.keys = keys if keys is not None else DeviceKeys()
+        self.unsigned_peers = unsigned_peers
         self.topics = topics
         self._secret = command_secret.encode("utf-8") if command_secret else b""
         self._v5 = v5
@@ -70,6 +84,8 @@ class PeerDirectory:
         self.reply_filter = f"{REPLY_ROOT}/+/nodes/{topics.device}"
         self._status: dict[str, dict[str, Any]] = {}
         self._health: dict[str, dict[str, Any]] = {}
+        self._trust: dict[str, str] = {}  # device -> the verdict on its latest status
+        self._dropped_logged: set[tuple[str, str]] = set()
         # Call id -> (the peer called, its answer to come).
         self._waiting: dict[str, tuple[str, asyncio.Future[dict[str, Any]]]] = {}
         self._full_logged = False
@@ -81,7 +97,9 @@ class PeerDirectory:
 
     def peers(self) -> Sequence[Peer]:
         names = sorted(set(self._status) | set(self._health))
-        return [Peer(n, self._status.get(n), self._health.get(n)) for n in names]
+        return [
+            Peer(n, self._status.get(n), self._health.get(n), self._trust.get(n, UNVERIFIABLE)) for n in names
+        ]
 
     async def call(self, peer: str, tool: str, args: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
         if peer == self.device:
@@ -92,6 +110,12 @@ class PeerDirectory:
             )
         if not self.connection.connected:
             raise PeerUnavailable(f"cannot call {tool} on {peer}: not connected to the broker")
+        if self._peer_key(peer) is None and not self.unsigned_peers:
+            raise PeerUnavailable(
+                f"peer {peer!r} cannot be verified (no device key pinned for it: it signs nothing, or its "
+                "signed status has not been seen), so anyone on the broker could answer in its name: not "
+                "called ([tools.nodes] unsigned_peers = true takes such answers, marked unverified)"
+            )
         if len(self._waiting) >= MAX_WAITING:
             raise PeerUnavailable(
                 f"cannot call {tool} on {peer}: {MAX_WAITING} peer calls are already waiting"
@@ -175,7 +199,7 @@ class PeerDirectory:
     ) -> None:
         peer = self._answering_peer(topic)
         if peer is not None:
-            self._on_answer(peer, payload)
+            self._on_answer(peer, topic, payload, signature_of(user_properties))
             return
         report = self._report(topic)
         if report is None:
@@ -184,6 +208,8 @@ class PeerDirectory:
         table = self._status if what == "status" else self._health
         if not payload:  # a retained message cleared: the device is gone from the broker
             table.pop(device, None)
+            if what == "status":
+                self._trust.pop(device, None)
             return
         if len(payload) > MAX_REPORT_BYTES:
             log.debug("ignoring a %d-byte %s of %s", len(payload), what, device)
@@ -199,9 +225,25 @@ class PeerDirectory:
                 log.warning("more than %d devices on the broker: new ones are not listed", MAX_PEERS)
                 self._full_logged = True
             return
+        announced = value.get("device_key") if what == "status" else None
+        signature = signature_of(user_properties)
+        verdict = self.keys.judge(device, topic, payload, None, signature, announced=announced)
+        if verdict in (FORGED, KEY_CHANGED):
+            self._log_dropped(device, f"a {what} not signed with its pinned key ({verdict})")
+            return
         table[device] = value
+        if what == "status":
+            self._trust[device] = verdict
 
-    def _on_answer(self, peer: str, payload: bytes) -> None:
+    def _peer_key(self, peer: str) -> bytes | None:
+        return None if self.keys.problem else self.keys.pinned(peer)
+
+    def _log_dropped(self, device: str, what: str) -> None:
+        if (device, what) not in self._dropped_logged:
+            self._dropped_logged.add((device, what))
+            log.warning("dropped %s from the broker in the name of %s", what, device)
+
+    def _on_answer(self, peer: str, topic: str, payload: bytes, signature: str | None) -> None:
         try:
             answer = json.loads(payload)
         except ValueError:
@@ -214,6 +256,15 @@ class PeerDirectory:
             # Late (the call timed out), repeated, or not from the peer that was called.
             log.debug("an answer from %s for no call waiting for it", peer)
             return
+        assert isinstance(request_id, str)
+        key = self._peer_key(peer)
+        # Signed over the call's Correlation Data (its id): a genuine answer to another call does not
+        # verify here. A forged answer is dropped, so the peer's own can still arrive.
+        verified = key is not None and verify(key, topic, payload, request_id.encode("ascii"), signature)
+        if not verified and (key is not None or not self.unsigned_peers):
+            self._log_dropped(peer, "an answer not signed with its device key")
+            return
+        answer["verified"] = verified  # what the peer's payload says of this is not taken
         entry[1].set_result(answer)
 
     def start(self) -> None:

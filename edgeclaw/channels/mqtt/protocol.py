@@ -8,7 +8,7 @@ Error codes: `bad_json` (not JSON, not an object, or JSON this device will not
 take: nested deeper than `MAX_JSON_DEPTH`, numbers too long or not finite),
 `missing_field`, `bad_field`, `too_large`, `bad_signature`, `stale`,
 `retained`, `bad_response_topic`, `busy`, `interrupted`, `stopping`,
-`cancelled`, `internal`, `no_agent` (chat), `unknown_approval`,
+`cancelled`, `internal`, `no_agent` (chat), `unknown_approval`, `wrong_action`,
 `admin_disabled`, `invalid_definition`, `not_found`, `unavailable`, and for
 tool calls the registry's own stages (`unknown_tool`, `arguments`, `policy`,
 `rate_limit`, `bounds`, `tool_error`, `timeout`, ...).
@@ -127,6 +127,7 @@ class CancelRequest:
 class ApprovalAnswer:
     id: str
     decision: Decision
+    action_digest: str  # the question's, naming the action decided on
 
 
 def encode(obj: Any) -> bytes:
@@ -281,12 +282,25 @@ def parse_approval(obj: dict[str, Any]) -> ApprovalAnswer:
     request_id = _text_field(obj, "id", what, required=True, limit=MAX_ID_CHARS)
     decision = _text_field(obj, "decision", what, required=True, limit=40)
     try:
-        return ApprovalAnswer(request_id, Decision(decision))
+        verdict = Decision(decision)
     except ValueError:
         allowed = ", ".join(d.value for d in Decision)
         raise WireError(
             "bad_field", f"{what}: decision must be one of {allowed}, got {decision!r}", request_id
         ) from None
+    digest = _text_field(obj, "action_digest", what, required=False, limit=64)
+    if not digest:
+        raise WireError(
+            "missing_field",
+            f"{what}: missing field 'action_digest': copy it from the approval request answered, so the "
+            "decision holds only for the action that was asked about",
+            request_id,
+        )
+    if len(digest) != 64 or digest.strip("0123456789abcdef"):
+        raise WireError(
+            "bad_field", f"{what}: action_digest must be 64 lower-case hex digits (SHA-256)", request_id
+        )
+    return ApprovalAnswer(request_id, verdict, digest)
 
 
 def parse_admin(obj: dict[str, Any]) -> AdminRequest:

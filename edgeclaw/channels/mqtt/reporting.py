@@ -24,6 +24,7 @@ from edgeclaw.channels.mqtt.status import machine_status
 from edgeclaw.channels.mqtt.telemetry import TelemetryCollector
 from edgeclaw.channels.mqtt.topics import DeviceTopics, FleetTopics
 from edgeclaw.config.schema import MqttConfig
+from edgeclaw.net.device_key import DeviceSigner
 from edgeclaw.net.mqtt_connection import Connection, PublishFailed
 from edgeclaw.tasks import TaskSet
 from edgeclaw.tools.audit import AuditRecord, AuditTrail
@@ -58,6 +59,7 @@ class Reporter:
         counters: dict[str, int],
         audit: AuditTrail | None = None,
         status_facts: Callable[[], dict[str, Any]] | None = None,
+        signer: DeviceSigner | None = None,
     ) -> None:
         self.config = config
         self.topics = topics
@@ -75,6 +77,7 @@ class Reporter:
         # What the daemon adds to the retained status (config hash, firmware, sandbox, providers,
         # MCP servers): asked at every status publish, so it must be cheap and never wait.
         self.status_facts = status_facts
+        self.signer = signer  # its public key (or why there is none) is part of every status
         # The board's own Home Assistant entities (homeassistant.py), given a device id: set by the
         # daemon when it carries them on this connection; they join the discovery message.
         self.ha_components: Callable[[str], dict[str, dict[str, Any]]] | None = None
@@ -89,9 +92,12 @@ class Reporter:
     # -- status ----------------------------------------------------------------------
     def status_payload(self, state: str) -> bytes:
         """The Last Will and the clean stop's status: what was known at connect time, `ts` then."""
-        return encode(
-            {"state": state, "version": self.version, "board": self.board, "ts": round(time.time(), 3)}
-        )
+        status = {"state": state, "version": self.version, "board": self.board, **self._key_fields()}
+        return encode({**status, "ts": round(time.time(), 3)})
+
+    def _key_fields(self) -> dict[str, Any]:
+        """`device_key` (the public key a page pins), or `device_key_problem` saying why there is none."""
+        return self.signer.status_fields() if self.signer is not None else {}
 
     def _online_status(self) -> dict[str, Any]:
         """The retained `online` status without its `ts`: the device, the machine, the software and
@@ -117,7 +123,12 @@ class Reporter:
 
     def _encode_status(self, status: dict[str, Any]) -> bytes:
         text = json.dumps({**status, "ts": round(time.time(), 3)}, ensure_ascii=False, separators=(",", ":"))
-        return self.registry.scrubber.scrub(text).encode("utf-8", "surrogatepass")
+        text = self.registry.scrubber.scrub(text)
+        key = self._key_fields()
+        if key:
+            # After the scrub: a public key looks as random as a secret, and is meant to be read.
+            text = json.dumps({**json.loads(text), **key}, ensure_ascii=False, separators=(",", ":"))
+        return text.encode("utf-8", "surrogatepass")
 
     def _discovery_payload(self) -> bytes:
         return encode(

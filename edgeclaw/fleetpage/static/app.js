@@ -42,7 +42,16 @@ const COLUMNS = [
   ["cpu_temp_c", (r) => fixed(r.cpu_temp_c, 1)], ["load_1m", (r) => fixed(r.load_1m, 2)],
   ["mem_used_pct", (r) => fixed(r.mem_used_pct, 1)], ["outbox_depth", (r) => fixed(r.outbox_depth, 0)],
   ["sandbox", (r) => r.sandbox || "—"], ["groups", (r) => (r.groups || []).join(", ")],
+  ["trust", (r) => trustText(r)],
 ];
+// What the page could check of a device's key (docs/fleet.md#device-keys).
+const TRUST = { verified: "verified", unverifiable: "unverifiable", key_changed: "KEY CHANGED", forged: "forged" };
+function trustText(r) {
+  const base = TRUST[r.trust] || "unverifiable";
+  return r.forged ? `${base} (${r.forged} forged dropped)` : base;
+}
+// A question is answerable only when its device signed it; copies in its name are listed apart.
+const questionKey = (q) => q.trust === "verified" ? `${q.device}/${q.id}` : `${q.device}/${q.id}/${q.trust}`;
 
 function renderTable() {
   const body = $("devices").querySelector("tbody");
@@ -65,6 +74,10 @@ function renderTable() {
     for (const [name, show] of COLUMNS) {
       const td = el("td", show(r), { "data-key": name });
       if (name === "state") td.className = `state-${r.state}`;
+      if (name === "trust") {
+        td.className = `trust-${r.trust}`;
+        if (r.trust_note) td.title = r.trust_note;
+      }
       tr.append(td);
     }
     tr.addEventListener("click", () => openDevice(r.device));
@@ -102,10 +115,19 @@ function renderEvents() {
 function renderApprovals() {
   const now = Date.now() / 1000;
   for (const [k, q] of state.pending) if (q.expires_at && q.expires_at < now) state.pending.delete(k);
-  $("approvals-count").textContent = String(state.pending.size);
+  $("approvals-count").textContent = String([...state.pending.values()].filter((q) => q.trust === "verified").length);
   $("approvals-off").hidden = state.approvals;
   $("approval-list").replaceChildren(...[...state.pending.values()].map((q) => {
-    const li = el("li", null, { "data-approval": q.id, "data-device": q.device });
+    const li = el("li", null, { "data-approval": q.id, "data-device": q.device, "data-trust": q.trust });
+    if (q.trust !== "verified") {
+      // Never answerable here: shown so the operator knows someone publishes in the device's name.
+      li.className = "suspect";
+      li.append(el("strong", q.trust === "forged"
+        ? `FORGED in the name of ${q.device}: not signed with its key — do not act on it`
+        : `UNVERIFIABLE: ${q.device}'s signature cannot be checked — answer it elsewhere`));
+      li.append(el("div", `claims: ${q.tool}`, { class: "note" }), el("code", q.summary || ""));
+      return li;
+    }
     li.append(el("strong", `${q.device}: ${q.tool}`), el("code", q.summary || ""));
     li.append(el("div", `asked by ${q.caller || q.sender || "?"}, expires ${ago(q.expires_at).replace(" ago", "")}`,
       { class: "note" }));
@@ -124,7 +146,7 @@ async function decide(q, decision, li) {
   try {
     const r = await api("/api/approve", { device: q.device, id: q.id, decision });
     if (r.answer && r.answer.ok === false) throw new Error(r.answer.error || r.answer.code);
-    state.pending.delete(`${q.device}/${q.id}`);
+    state.pending.delete(questionKey(q));
     renderApprovals();
   } catch (err) {
     li.append(el("p", String(err.message || err), { class: "error" }));
@@ -324,7 +346,8 @@ async function broadcast(event) {
       (r.missing.length ? `; no answer from ${r.missing.join(", ")}` : "");
     $("bc-results").querySelector("tbody").replaceChildren(...r.answers.map((a) => {
       const tr = el("tr", null, { "data-device": a.device || "" });
-      tr.append(el("td", a.device || "?"), el("td", a.ok ? "ok" : a.code || "error"),
+      const who = a.verified === false ? `${a.device || "?"} (unverified)` : a.device || "?";
+      tr.append(el("td", who), el("td", a.ok ? "ok" : a.code || "error"),
         el("td", a.ok ? (a.for_user || a.for_llm || "").split("\n")[0] : a.error || ""));
       return tr;
     }));
@@ -344,7 +367,7 @@ function takeSnapshot(snap) {
   renderLink();
   state.devices = new Map(snap.devices.map((r) => [r.device, r]));
   state.events = snap.events.slice(-MAX_EVENTS);
-  state.pending = new Map(snap.approvals.map((q) => [`${q.device}/${q.id}`, q]));
+  state.pending = new Map(snap.approvals.map((q) => [questionKey(q), q]));
   renderTable(); renderEvents(); renderApprovals();
 }
 
@@ -377,10 +400,12 @@ function connect() {
     renderEvents();
   });
   source.addEventListener("approval", (m) => {
-    const q = JSON.parse(m.data); state.pending.set(`${q.device}/${q.id}`, q); renderApprovals();
+    const q = JSON.parse(m.data); state.pending.set(questionKey(q), q); renderApprovals();
   });
   source.addEventListener("approval_done", (m) => {
-    const d = JSON.parse(m.data); state.pending.delete(`${d.device}/${d.id}`); renderApprovals();
+    const d = JSON.parse(m.data);
+    for (const [k, q] of state.pending) if (q.device === d.device && q.id === d.id) state.pending.delete(k);
+    renderApprovals();
   });
 }
 

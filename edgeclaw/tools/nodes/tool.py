@@ -48,6 +48,9 @@ class Peer:
     device: str
     status: dict[str, Any] | None = None
     health: dict[str, Any] | None = None
+    # Whether its status is signed with its pinned device key: "verified", or "unverifiable" (it signs
+    # nothing, or nothing can check it). Reports signed with another key never get this far.
+    trust: str = "unverifiable"
 
     @property
     def state(self) -> str:
@@ -140,6 +143,7 @@ def _peer_summary(peer: Peer, policy: NodesPolicy) -> dict[str, Any]:
         "hostname": status.get("hostname"),
         "addresses": status.get("addresses"),
         "callable": policy.calls_allowed and policy.peer_allowed(peer.device),
+        "trust": peer.trust,
     }
     if health:
         out["health_ts"] = health.get("ts")
@@ -166,6 +170,8 @@ def _peer_line(s: dict[str, Any]) -> str:
         parts.append(f"edgeclaw {s['version']}")
     if isinstance(s.get("last_seen"), int | float):
         parts.append(f"last seen {_ago(s['last_seen'])}")
+    if s.get("trust") != "verified":
+        parts.append("unverified (signs nothing)")
     parts.append("callable" if s["callable"] else "list only")
     return " | ".join(str(p) for p in parts)
 
@@ -305,10 +311,13 @@ class NodesTool(Tool):
         for_llm = answer.get("for_llm")
         text = for_llm if isinstance(for_llm, str) else ""
         for_user = answer.get("for_user")
-        data = {"peer": peer, "tool": tool, "answer": answer.get("data")}
+        verified = answer.get("verified") is True
+        data = {"peer": peer, "tool": tool, "answer": answer.get("data"), "verified": verified}
+        # An answer from a peer that signs nothing (taken only with unsigned_peers) says so to the model.
+        label = f"[{peer}]" if verified else f"[{peer}, unverified]"
         return ToolResult(
-            f"[{peer}] {text}",
-            for_user=f"[{peer}] {for_user}" if isinstance(for_user, str) else None,
+            f"{label} {text}",
+            for_user=f"{label} {for_user}" if isinstance(for_user, str) else None,
             data=data,
         )
 

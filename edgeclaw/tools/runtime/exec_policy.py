@@ -217,7 +217,9 @@ class CommandGate:
         # harmless first line must not stand for the rest.
         size = f"[a command of {lines} lines]\n" if lines > 1 else ""
         summary = self.scrub(f"{size}{assessment.command}\n(why: {'; '.join(assessment.reasons)})")
-        decision, why = await self._broker().request(tool, summary, ctx, timeout_s=self.approval_timeout_s)
+        decision, why = await self._broker().request(
+            tool, summary, ctx, timeout_s=self.approval_timeout_s, args={"command": assessment.command}
+        )
         if not decision.allows:
             raise ToolRefused(f"not approved: {why}")
         if decision is Decision.ALLOW_ALWAYS:

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from edgeclaw.config.device_key_text import parse_public_key
+from edgeclaw.net.device_key import signature_of, verify
 from tests.mqtt_support import (
     Caller,
     Mosquitto,
@@ -104,6 +106,8 @@ def may_write(who: str, allowed: list[str], denied: list[str]):
                 f"edgeclaw/{A}/tool/result",
                 f"edgeclaw/{A}/approval/request",
                 f"reply/{A}/fleet-backend/1",
+                # a broadcast's shared answer topic: checked by the device's signature, not the broker
+                "reply/fleetpage/srv/broadcast",
                 f"$mcp-rpc/mcp-ops/{A}-mcp/edgeclaw/{A}",
                 f"$mcp-server/presence/{A}-mcp/edgeclaw/{A}",
             ],
@@ -112,8 +116,7 @@ def may_write(who: str, allowed: list[str], denied: list[str]):
                 f"edgeclaw/{A}/approval/response",  # nor approve its own questions
                 "edgeclaw/_all/tool/call",
                 f"reply/{B}/fleet-backend/1",
-                # a broadcast's shared answer topic names no device: nobody answers there
-                "reply/fleetpage/srv/broadcast",
+                "reply/fleetpage/srv/other",
                 f"$mcp-server/presence/{B}-mcp/edgeclaw/{B}",
             ],
         ),
@@ -263,6 +266,39 @@ async def test_a_daemon_logs_in_as_its_device_goes_online_and_answers_under_the_
         finally:
             stop_daemon(proc)
     assert "not authorized" not in log.read_text().lower(), log.read_text()[-3000:]
+
+
+async def test_a_broadcast_answer_under_the_acl_verifies_and_one_in_another_s_name_does_not(broker, tmp_path):
+    """The shared broadcast answer topic names no device, so the broker admits B answering as A there;
+    what tells them apart is A's signature, which the fleet page checks (tests/test_fleet_page_trust.py)."""
+    work = tmp_path / "daemon"
+    work.mkdir()
+    config = daemon_config(work, broker.port, "[tools.channels.mqtt]", 'allow = ["i2c"]')
+    log = work / "daemon.log"
+    answers, status = "reply/fleetpage/srv/broadcast", f"edgeclaw/{A}/status"
+    async with login(broker, "fleet-page", [answers, status]) as page, login(broker, B) as b:
+        proc = run_daemon(
+            daemon_env(work / "state", config, BROKER_PASSWORD=PASSWORDS[A]), log, "--board", "sim"
+        )
+        try:
+            online = await page.wait_for(
+                lambda: next((m for m in page.on(status) if m.json.get("state") == "online"), None),
+                60,
+                "the device online",
+            )
+            key = parse_public_key(online.json["device_key"])
+            request = {"id": "b1", "tool": "i2c", "args": {"action": "scan", "bus": 1}}
+            await page.publish("edgeclaw/_all/tool/call", request, response_topic=answers, correlation=b"b1")
+            [genuine] = await page.answers(answers, 1, within=30)
+            forged = {**genuine.json, "for_llm": "nothing on the bus"}
+            await b.publish(answers, forged, correlation=b"b1", user=genuine.user)  # A's signature copied
+            await page.answers(answers, 2)
+        finally:
+            stop_daemon(proc)
+    first, second = page.on(answers)
+    assert first.json["device"] == second.json["device"] == A  # both in A's name
+    assert verify(key, answers, first.payload, first.correlation, signature_of(first.user))
+    assert not verify(key, answers, second.payload, second.correlation, signature_of(second.user))
 
 
 @pytest.mark.skipif(shutil.which("mosquitto_pub") is None, reason="mosquitto_pub is not installed")

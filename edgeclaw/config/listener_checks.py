@@ -57,8 +57,8 @@ def plain_http_problem(section: str, listen: str, tls: bool, allow_plain_http: b
     if is_loopback(host):
         return None
     return (
-        f"{listen!r} is not a loopback address and {section} has no TLS: the bearer token and "
-        f"everything after it would cross the network in the clear. Listen on 127.0.0.1, "
+        f"{listen!r} is not a loopback address and {section} has no TLS: what it serves (and a bearer "
+        f"token, where there is one) would cross the network in the clear. Listen on 127.0.0.1, "
         + (
             "set tls_cert_file and tls_key_file, "
             if section == "mcp.server"
@@ -78,7 +78,7 @@ def _token_file_problem(path: str) -> str | None:
 
 
 def listener_problems(config: Config) -> list[tuple[str, str]]:
-    """[mcp.server] and [fleet_page]: plain HTTP off loopback, and weak bearer tokens."""
+    """[mcp.server], [metrics] and [fleet_page]: plain HTTP off loopback, and weak bearer tokens."""
     problems: list[tuple[str, str]] = []
     srv, fp = config.mcp.server, config.fleet_page
     if srv.listen:
@@ -88,6 +88,11 @@ def listener_problems(config: Config) -> list[tuple[str, str]]:
             problems.append(("mcp.server.listen", problem))
         if srv.token_file and (problem := _token_file_problem(srv.token_file)):
             problems.append(("mcp.server.token_file", problem))
+    metrics = config.metrics
+    if metrics.listen and (
+        problem := plain_http_problem("metrics", metrics.listen, False, metrics.allow_plain_http)
+    ):
+        problems.append(("metrics.listen", problem))
     if problem := plain_http_problem("fleet_page", fp.listen, False, fp.allow_plain_http):
         problems.append(("fleet_page.listen", problem))
     if fp.token_file and (problem := _token_file_problem(fp.token_file)):

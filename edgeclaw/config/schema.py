@@ -427,6 +427,15 @@ class SparkplugConfig:
 
 
 @dataclass(repr=False, eq=False)
+class MetricsConfig:
+    """[metrics]: the daemon's Prometheus metrics on GET /metrics (docs/metrics.md). Off by default."""
+
+    listen: str = ""  # HOST:PORT, e.g. "127.0.0.1:9464"; empty = off
+    allow_plain_http: bool = False  # a non-loopback listen (there is no TLS here); refused otherwise
+    allowed_hosts: list[str] = field(default_factory=list)  # Host names served besides local ones
+
+
+@dataclass(repr=False, eq=False)
 class FleetPageConfig:
     """[fleet_page]: `edgeclaw fleet serve`, the fleet's web page (docs/fleet.md#the-fleet-page)."""
 
@@ -482,6 +491,7 @@ class Config:
     mcp: McpConfig = field(default_factory=McpConfig)
     sparkplug: SparkplugConfig = field(default_factory=SparkplugConfig)
     fleet_page: FleetPageConfig = field(default_factory=FleetPageConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     callers: dict[str, CallerConfig] = field(default_factory=dict)  # MQTT callers by name
     # Where it came from, for messages; not a TOML key.
     _source: str = "<defaults>"

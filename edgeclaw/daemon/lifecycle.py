@@ -227,6 +227,10 @@ class Daemon:
                         socket_path(runtime.state_dir), self.status, call=control_calls(runtime)
                     )
                     await stack.enter_async_context(control)
+                    if self.config.metrics.listen:
+                        from edgeclaw.daemon.metrics import MetricsService
+
+                        await stack.enter_async_context(MetricsService(runtime, self.status))
                     watchdog = LoopWatchdog.from_env(notifier, environ)
                     if watchdog is not None:
                         await stack.enter_async_context(watchdog)

@@ -61,8 +61,8 @@ async def serve_stdio(runtime: Runtime, identity: str, stdin: IO[bytes], stdout:
         await serve(server, identity, reader, write)
 
 
-def parse_listen(listen: str, source: str) -> tuple[str, int]:
-    """ "HOST:PORT" (or "[IPv6]:PORT") → (host, port); ConfigErrors naming the key otherwise."""
+def parse_listen(listen: str, source: str, key: str = "mcp.server.listen") -> tuple[str, int]:
+    """ "HOST:PORT" (or "[IPv6]:PORT") → (host, port); ConfigErrors naming `key` otherwise."""
     host, sep, port_text = listen.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")
     if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
@@ -70,7 +70,7 @@ def parse_listen(listen: str, source: str) -> tuple[str, int]:
             [
                 ConfigError(
                     source,
-                    "mcp.server.listen",
+                    key,
                     f'expected "HOST:PORT" (e.g. "127.0.0.1:8765"), got {listen!r}',
                 )
             ]

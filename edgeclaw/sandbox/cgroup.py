@@ -216,6 +216,15 @@ def find_layout(setting: str = "auto") -> CgroupLayout | None:
     return _LAYOUTS[setting]
 
 
+def memory_in_use(setting: str = "auto") -> int | None:
+    """Bytes charged to all sandboxed commands' cgroups together, once a command has found them (None
+    before, or without a memory controller). Never looks for them itself: that may move this process."""
+    layout = _LAYOUTS.get(setting)
+    if layout is None or layout.memory_top is None:
+        return None
+    return _read_int(layout.memory_top / ("memory.current" if layout.v2 else "memory.usage_in_bytes"))
+
+
 def layout_reason(setting: str) -> str:
     """Why `find_layout(setting)` found nothing (or how it found what it did)."""
     find_layout(setting)

@@ -332,6 +332,14 @@ class MqttChannel:
             )
         log.info("MQTT channel stopped (%d message(s) left in the outbox)", self.outbox.depth)
 
+    def status_snapshot(self) -> dict[str, Any]:
+        """What `edgeclaw status` and the metrics show of this channel."""
+        return {
+            "connected": self.connection.connected,
+            "broker": f"{self.config.host}:{self.config.port}",
+            "outbox": self.outbox.depth,
+        }
+
     def health_problem(self) -> str | None:
         """What keeps this channel from serving (the daemon's health check), or None."""
         if self.connection.connected:

@@ -520,7 +520,8 @@ async def mcp_findings(runtime: Runtime) -> list[Finding]:
             out.append(Finding("FAIL", check, f"{st['state']}: {st['error'] or 'no answer'} ({st['where']})"))
         else:
             server = f"{st['server']}, " if st["server"] else ""
-            detail = f"{st['where']}: {server}MCP {st['protocol_version']}, {st['tools']} tools"
+            left_out = f", {len(st['broken'])} left out" if st["broken"] else ""
+            detail = f"{st['where']}: {server}MCP {st['protocol_version']}, {st['tools']} tools{left_out}"
             out.append(Finding("ok", check, detail))
             for tool, why in sorted(st["broken"].items()):
                 out.append(Finding("warn", check, f"tool {tool!r} left out: {why}"))

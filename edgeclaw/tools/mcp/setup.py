@@ -167,6 +167,7 @@ class McpBridge:
     def _add_tools(self, server: str, tools: list[dict[str, Any]]) -> dict[str, str]:
         from edgeclaw.tools.mcp.bridge import McpTool
         from edgeclaw.tools.mcp.names import tool_name
+        from edgeclaw.tools.mcp.schema_subset import SchemaUnusable, described, normalise
         from edgeclaw.tools.schema import SchemaError, compile_schema
 
         cfg = self.config.mcp.servers[server]
@@ -176,22 +177,28 @@ class McpBridge:
         taken = set(self.registry.names())
         for remote in allowed_tools(cfg, list(by_name)):
             spec = by_name[remote]
-            schema = spec.get("inputSchema")
-            if not isinstance(schema, dict):
-                broken[remote] = "no inputSchema object"
-                continue
             try:
+                # Brought to the subset edgeclaw checks; what only the server checks is said in the
+                # description (tools/mcp/schema_subset.py).
+                schema, notes = normalise(spec.get("inputSchema"))
                 compile_schema(schema)
+            except SchemaUnusable as e:
+                broken[remote] = str(e)
+                continue
             except SchemaError as e:
                 broken[remote] = f"its input schema does not compile: {e}"
                 continue
+            if notes:
+                log.info(
+                    "MCP server %s: tool %s checked by the server only: %s", server, remote, "; ".join(notes)
+                )
             name = tool_name(server, remote, taken)
             tool = McpTool(
                 self.manager,
                 server=server,
                 remote_name=remote,
                 name=name,
-                description=str(spec.get("description") or ""),
+                description=described(str(spec.get("description") or ""), notes),
                 parameters=schema,
                 timeout_s=cfg.timeout_s,
             )

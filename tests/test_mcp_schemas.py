@@ -1,0 +1,273 @@
+"""MCP servers' input schemas as real servers write them, brought to the subset edgeclaw checks: the
+npm reference server `@modelcontextprotocol/server-everything` (zod's `$schema`) over stdio and
+streamable HTTP, `mcp-server-time`, and a server of Pydantic models built with the official SDK
+(`$defs`, `$ref`, Optional fields, enums, `format`, a model that contains itself)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edgeclaw.tools.mcp.schema_subset import MAX_DEPTH, SchemaUnusable, normalise
+from edgeclaw.tools.schema import compile_schema
+from tests.test_mcp_client import CTX, TIME_SERVER, demo_stdio, free_port, runtime_with
+
+MODELS = str(Path(__file__).resolve().parent / "mcp_servers" / "models_server.py")
+EVERYTHING_VERSION = "2026.8.31"
+NODE_CACHE = (
+    Path(os.environ.get("EDGECLAW_TEST_CACHE", Path.home() / ".cache" / "edgeclaw-tests"))
+    / f"mcp-everything-{EVERYTHING_VERSION}"
+)
+EVERYTHING_TOOLS = 13  # what server-everything 2026.8.31 lists
+
+
+# -- the rewriting, piece by piece --------------------------------------------------------------------
+def test_refs_are_inlined_and_a_model_that_contains_itself_is_checked_down_to_where_it_recurs():
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {"root": {"$ref": "#/$defs/Node"}},
+        "required": ["root"],
+        "$defs": {
+            "Node": {
+                "type": "object",
+                "properties": {
+                    "label": {"type": "string"},
+                    "children": {"type": "array", "items": {"$ref": "#/$defs/Node"}},
+                },
+                "required": ["label"],
+            }
+        },
+    }
+    out, notes = normalise(schema)
+    assert "$defs" not in out and "$schema" not in out
+    check = compile_schema(out)
+    check({"root": {"label": "a", "children": [{"anything": "below the recursion"}]}})
+    with pytest.raises(ValueError, match=r"argument 'root.label': expected string"):
+        check({"root": {"label": 1}})
+    assert notes == ["root.children[]: Node refers to itself; accepted as any value where it recurs"]
+
+
+def test_optional_nullable_format_and_draft4_bounds():
+    out, notes = normalise(
+        {
+            "type": "object",
+            "properties": {
+                "a": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None},
+                "b": {"type": "string", "nullable": True, "enum": ["x", "y"]},
+                "when": {"type": "string", "format": "date-time", "description": "The moment."},
+                "n": {"type": "number", "minimum": 0, "exclusiveMinimum": True},
+            },
+        }
+    )
+    check = compile_schema(out)
+    check({"a": None, "b": None, "when": "not a date: the server checks formats", "n": 0.5})
+    with pytest.raises(ValueError, match="'a'"):
+        check({"a": "1"})
+    with pytest.raises(ValueError, match="'n'"):
+        check({"n": 0})  # draft 4's exclusiveMinimum: true beside minimum 0
+    assert out["properties"]["when"]["description"] == "The moment. (format: date-time)"
+    assert notes == []
+
+
+def test_all_of_is_merged_and_a_disagreement_is_said():
+    out, notes = normalise(
+        {
+            "allOf": [
+                {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]},
+                {"properties": {"b": {"type": "integer"}, "a": {"type": "integer"}}, "required": ["b"]},
+            ]
+        }
+    )
+    check = compile_schema(out)
+    check({"a": "x", "b": 1})
+    with pytest.raises(ValueError, match="'b'"):
+        check({"a": "x"})
+    assert notes == ["a: allOf members disagree; the first is checked"]
+
+
+def test_what_only_the_server_checks_is_named_and_not_refused():
+    out, notes = normalise(
+        {
+            "type": "object",
+            "properties": {
+                "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+                "env": {"type": "object", "additionalProperties": {"type": "string"}},
+            },
+        }
+    )
+    compile_schema(out)({"tags": ["a", "a"], "env": {"X": "1"}})
+    assert notes == [
+        "tags: uniqueItems is not checked before the call",
+        "env: the values of extra properties are not checked before the call",
+    ]
+
+
+def test_nesting_is_bounded():
+    deep: dict[str, Any] = {"type": "string"}
+    for _ in range(MAX_DEPTH + 5):
+        deep = {"type": "object", "properties": {"x": deep}}
+    out, notes = normalise(deep)
+    compile_schema(out)
+    assert any(f"nested deeper than {MAX_DEPTH}" in n for n in notes)
+
+
+@pytest.mark.parametrize(
+    ("schema", "says"),
+    [
+        ({"type": "string"}, "not an object of named arguments"),
+        ({"type": "object", "properties": {"a": {"$ref": "other.json#/a"}}}, "does not name a definition"),
+        ({"type": "object", "properties": {"a": False}}, "accepts nothing"),
+        ([], "no inputSchema object"),
+    ],
+)
+def test_schemas_that_cannot_be_used_say_why(schema: Any, says: str):
+    with pytest.raises(SchemaUnusable, match=says):
+        normalise(schema)
+
+
+# -- real servers ---------------------------------------------------------------------------------------
+async def test_a_server_of_pydantic_models_is_offered_whole_and_nulls_reach_it(tmp_path):
+    runtime = runtime_with(
+        tmp_path, {"models": {"command": sys.executable, "args": [MODELS], "sandbox": False}}
+    )
+    try:
+        await runtime.mcp.start()
+        status = runtime.mcp.status()["models"]
+        assert status["state"] == "connected" and status["broken"] == {}, status
+        infos = {i.name: i for i in runtime.registry.infos(CTX)}
+        assert {"mcp_models_plan", "mcp_models_maybe", "mcp_models_weekday", "mcp_models_tree"} <= set(infos)
+        assert "Checked by the server only" in infos["mcp_models_tree"].description
+
+        trip = {
+            "name": "coast",
+            "stops": [{"place": "Husum", "minutes": 20}, {"place": "Sylt", "minutes": 0}],
+        }
+        out = await runtime.registry.execute("mcp_models_plan", {"trip": trip}, CTX)
+        assert out.ok, out.for_llm
+        assert json.loads(out.for_llm) == {
+            **trip,
+            "mode": "train",
+            "stops": [{**s, "note": None} for s in trip["stops"]],
+        }
+        bad = {**trip, "stops": [{"place": "Husum", "minutes": "twenty"}]}
+        refused = await runtime.registry.execute("mcp_models_plan", {"trip": bad}, CTX)
+        assert refused.refused and "trip.stops[0].minutes" in (refused.error or "")
+        wrong_mode = await runtime.registry.execute("mcp_models_plan", {"trip": {**trip, "mode": "fly"}}, CTX)
+        assert wrong_mode.refused and "trip.mode" in (wrong_mode.error or "")
+
+        nulls = await runtime.registry.execute("mcp_models_maybe", {"count": None, "label": "x"}, CTX)
+        assert nulls.ok and json.loads(nulls.for_llm) == {"count": None, "label": "x"}
+        day = await runtime.registry.execute("mcp_models_weekday", {"at": "2026-12-05T10:00:00"}, CTX)
+        assert day.ok and day.for_llm == "Saturday"
+        nested = {"label": "a", "children": [{"label": "b", "children": [{"label": "c"}]}]}
+        assert (await runtime.registry.execute("mcp_models_tree", {"root": nested}, CTX)).for_llm == "3"
+    finally:
+        await runtime.aclose()
+
+
+async def test_the_time_server_is_offered_whole(tmp_path):
+    runtime = runtime_with(tmp_path, {"time": {"command": TIME_SERVER}})
+    try:
+        await runtime.mcp.start()
+        status = runtime.mcp.status()["time"]
+        assert status["state"] == "connected" and status["broken"] == {} and status["tools"] == 2, status
+    finally:
+        await runtime.aclose()
+
+
+@pytest.fixture(scope="session")
+def everything() -> str:
+    """server-everything's entry point, installed from npm once into the test cache."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        pytest.skip("node and npm are needed for server-everything (scripts/bootstrap --system)")
+    package = NODE_CACHE / "node_modules" / "@modelcontextprotocol" / "server-everything"
+    if not package.is_dir():
+        NODE_CACHE.mkdir(parents=True, exist_ok=True)
+        spec = f"@modelcontextprotocol/server-everything@{EVERYTHING_VERSION}"
+        done = subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund", "--prefix", str(NODE_CACHE), spec],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+    return str(package / "dist" / "index.js")
+
+
+async def assert_everything_works(runtime: Any, server: str) -> None:
+    await runtime.mcp.start()
+    status = runtime.mcp.status()[server]
+    assert status["state"] == "connected", status
+    assert status["broken"] == {} and status["tools"] == EVERYTHING_TOOLS, status
+    echo = await runtime.registry.execute(f"mcp_{server}_echo", {"message": "hello"}, CTX)
+    assert echo.ok and "hello" in echo.for_llm, echo.for_llm
+    total = await runtime.registry.execute(f"mcp_{server}_get-sum", {"a": 2, "b": 40}, CTX)
+    assert total.ok and "42" in total.for_llm, total.for_llm
+    refused = await runtime.registry.execute(f"mcp_{server}_get-sum", {"a": 2, "b": "40"}, CTX)
+    assert refused.refused and "'b'" in (refused.error or "")
+
+
+async def test_server_everything_over_stdio(tmp_path, everything):
+    node = shutil.which("node")
+    runtime = runtime_with(
+        tmp_path, {"ev": {"command": node, "args": [everything, "stdio"], "sandbox": False}}
+    )
+    try:
+        await assert_everything_works(runtime, "ev")
+    finally:
+        await runtime.aclose()
+
+
+@pytest.fixture
+def everything_http(everything: str) -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [shutil.which("node") or "node", everything, "streamableHttp"],
+        env={**os.environ, "PORT": str(port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            break
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, "server-everything did not listen"
+            time.sleep(0.1)
+    yield f"http://127.0.0.1:{port}/mcp"
+    proc.terminate()
+    proc.wait(10)
+
+
+async def test_server_everything_over_streamable_http(tmp_path, everything_http):
+    runtime = runtime_with(tmp_path, {"evh": {"transport": "http", "url": everything_http}})
+    try:
+        await assert_everything_works(runtime, "evh")
+    finally:
+        await runtime.aclose()
+
+
+async def test_doctor_counts_the_tools_left_out(tmp_path):
+    from edgeclaw.cli.doctor import mcp_findings
+
+    runtime = runtime_with(tmp_path, {"demo": demo_stdio(flags=["--broken"])})
+    try:
+        findings = await mcp_findings(runtime)
+    finally:
+        await runtime.aclose()
+    [summary] = [f for f in findings if f.level == "ok"]
+    assert "1 left out" in summary.detail
+    assert any(f.level == "warn" and "'add' left out" in f.detail for f in findings)

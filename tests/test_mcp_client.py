@@ -230,6 +230,14 @@ def test_script_folders_made_visible_never_hold_or_lie_in_what_is_hidden(tmp_pat
     bridge = McpBridge(runtime.config, runtime.registry, state_dir=state, secrets={}, hidden=[secrets])
     args = ["-u", "relative.py", *(str(p) for p in scripts.values())]
     assert bridge._scripts_of(args) == [scripts["elsewhere"].parent]
+    # A Node package's script: its whole node_modules (its dependencies), unless that holds what is hidden.
+    package = tmp_path / "opt" / "mcp" / "node_modules" / "@scope" / "server" / "dist"
+    in_state = state / "npm" / "node_modules" / "server" / "index.js"
+    for script in (package / "index.js", in_state):
+        script.parent.mkdir(parents=True)
+        script.write_text("")
+    found = bridge._scripts_of([str(package / "index.js"), str(in_state)])
+    assert found == [tmp_path / "opt" / "mcp" / "node_modules"]
 
 
 async def test_network_in_the_sandbox_only_when_configured(tmp_path):

@@ -271,3 +271,49 @@ async def test_doctor_counts_the_tools_left_out(tmp_path):
     [summary] = [f for f in findings if f.level == "ok"]
     assert "1 left out" in summary.detail
     assert any(f.level == "warn" and "'add' left out" in f.detail for f in findings)
+
+
+# -- in the default sandbox, as a user configures it ---------------------------------------------------
+@pytest.fixture(scope="session")
+def everything_installed(everything: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """server-everything where a user would install it (`npm install --prefix /opt/mcp ...`): not in a
+    home directory, which the sandbox hides (the test cache is in one)."""
+    prefix = tmp_path_factory.mktemp("opt-mcp")
+    shutil.copytree(NODE_CACHE / "node_modules", prefix / "node_modules", symlinks=True)
+    return str(prefix / Path(everything).relative_to(NODE_CACHE))
+
+
+def _everything_config(state_env: dict[str, str], everything: str, extra: str = "") -> None:
+    node = shutil.which("node")
+    Path(state_env["EDGECLAW_CONFIG"]).write_text(
+        f'board = "sim"\n{extra}\n[mcp.servers.ev]\ncommand = "{node}"\nargs = ["{everything}", "stdio"]\n'
+    )
+
+
+def test_server_everything_in_the_default_sandbox_lists_all_its_tools(
+    run_cli, state_env, everything_installed
+):
+    _everything_config(state_env, everything_installed)
+    out = run_cli("tools", "list", timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split() for line in out.stdout.splitlines() if line.startswith("mcp_ev_")]
+    assert len(rows) == EVERYTHING_TOOLS, out.stdout + out.stderr
+    assert all(r[1] == "mcp:ev" for r in rows)
+
+
+def test_a_chat_calls_server_everything_in_the_default_sandbox(run_cli, state_env, everything_installed):
+    from tests.llm_server import ScriptedLLM, openai_text, openai_tools
+
+    with ScriptedLLM() as llm:
+        _everything_config(
+            state_env,
+            everything_installed,
+            '[agent]\nproviders = ["local"]\nprovider_attempts = 1\n'
+            f'[providers.local]\nkind = "openai"\nmodel = "m"\nbase_url = "{llm.url}/v1"\ntimeout_s = 10\n',
+        )
+        llm.reply(openai_tools(("mcp_ev_get-sum", {"a": 19, "b": 23})), openai_text("The sum is 42."))
+        out = run_cli("chat", "--message", "what is 19 + 23? use the tool", timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "The sum is 42."
+        result = next(m for m in llm.requests[1]["messages"] if m["role"] == "tool")
+        assert "42" in result["content"], result

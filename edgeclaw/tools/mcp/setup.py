@@ -255,14 +255,19 @@ class McpBridge:
 
     def _scripts_of(self, args: list[str]) -> list[Path]:
         """The directories of the files a server's arguments name (`python3 /opt/srv/server.py`): the
-        server reads them, wherever they lie. Never what the sandbox hides: the state directory and
-        the daemon's own files stay out of sight whatever the arguments say."""
+        server reads them, wherever they lie. A script inside a Node package installation
+        (`node /opt/mcp/node_modules/@scope/server/dist/index.js`) needs its dependencies beside it, so
+        the outermost `node_modules` it lies in is shown whole. Never what the sandbox hides: the state
+        directory and the daemon's own files stay out of sight whatever the arguments say."""
         out: list[Path] = []
         hidden = [self.state_dir.resolve(), *(Path(os.path.realpath(p)) for p in self.hidden)]
         for arg in args:
             if not os.path.isabs(arg) or not os.path.isfile(arg):
                 continue
-            folder = Path(os.path.realpath(arg)).parent
+            script = Path(os.path.realpath(arg))
+            folder = script.parent
+            if "node_modules" in script.parts:
+                folder = Path(*script.parts[: script.parts.index("node_modules") + 1])
             if not any(folder.is_relative_to(h) or h.is_relative_to(folder) for h in hidden):
                 out.append(folder)
         return out

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from edgeclaw.tools.mcp.schema_subset import MAX_DEPTH, SchemaUnusable, normalise
+from edgeclaw.tools.mcp.schema_subset import MAX_DEPTH, MAX_PARTS, SchemaUnusable, normalise, usable
 from edgeclaw.tools.schema import compile_schema
 from tests.test_mcp_client import CTX, TIME_SERVER, demo_stdio, free_port, runtime_with
 
@@ -120,6 +120,111 @@ def test_nesting_is_bounded():
     out, notes = normalise(deep)
     compile_schema(out)
     assert any(f"nested deeper than {MAX_DEPTH}" in n for n in notes)
+
+
+def test_members_of_all_of_that_disagree_on_a_type_keep_the_first_and_say_so():
+    out, notes = normalise(
+        {"type": "object", "properties": {"n": {"allOf": [{"type": "integer"}, {"type": "string"}]}}}
+    )
+    check = compile_schema(out)
+    check({"n": 1})
+    with pytest.raises(ValueError, match=r"argument 'n': expected integer"):
+        check({"n": "1"})
+    assert notes == ["n: allOf members disagree on type; the first is checked"]
+
+
+@pytest.mark.parametrize(
+    "defs",
+    [
+        {"A": {"$ref": "#/$defs/B"}, "B": {"$ref": "#/$defs/A"}},
+        {"A": {"anyOf": [{"type": "string"}, {"$ref": "#/$defs/A"}]}},
+        {"A": {"allOf": [{"$ref": "#/$defs/B"}]}, "B": {"nullable": True, "$ref": "#/$defs/A"}},
+    ],
+)
+def test_references_that_only_lead_to_each_other_are_refused_with_the_loop_named(defs):
+    schema = {"type": "object", "properties": {"x": {"$ref": "#/$defs/A"}}, "$defs": defs}
+    with pytest.raises(
+        SchemaUnusable, match=r"^x(\.allOf\[0\])?: the references A -> (B -> )?A only lead to each other"
+    ):
+        normalise(schema)
+
+
+def test_a_reference_to_the_whole_schema_at_its_own_place_is_a_loop_too():
+    with pytest.raises(SchemaUnusable, match="only lead to each other"):
+        normalise({"type": "object", "anyOf": [{"$ref": "#"}]})
+    # Through a property it is a tree, checked down to where it recurs.
+    out, notes = normalise(
+        {"type": "object", "properties": {"next": {"$ref": "#"}, "v": {"type": "integer"}}}
+    )
+    compile_schema(out)({"next": {"anything": 1}, "v": 1})
+    assert notes == ["next: # refers to itself; accepted as any value where it recurs"]
+
+
+def test_a_definition_used_many_times_over_is_refused_before_it_is_built():
+    """Two uses of the next level at each of 30 levels would inline 2**30 copies."""
+
+    def levels(n: int) -> dict[str, Any]:
+        defs: dict[str, Any] = {
+            f"L{i}": {"type": "object", "properties": {k: {"$ref": f"#/$defs/L{i + 1}"} for k in "ab"}}
+            for i in range(n)
+        }
+        defs[f"L{n}"] = {"type": "integer"}
+        return {"type": "object", "properties": {"top": {"$ref": "#/$defs/L0"}}, "$defs": defs}
+
+    started = time.monotonic()
+    with pytest.raises(SchemaUnusable, match=f"more than {MAX_PARTS} parts once its references are inlined"):
+        normalise(levels(30))
+    assert time.monotonic() - started < 2
+    out, _ = normalise(levels(8))  # 2**9 fields, each a reference and its target: within the bound
+    compile_schema(out)({"top": {"a": {"b": {"a": {"b": {"a": {"b": {"a": {"b": 1}}}}}}}}})
+
+
+def test_one_of_passes_any_branch_and_a_wrong_type_is_refused_naming_the_field():
+    out, _ = normalise(
+        {
+            "type": "object",
+            "properties": {"n": {"oneOf": [{"type": "number"}, {"type": "integer"}], "discriminator": {}}},
+            "x-vendor": {"anything": True},
+        }
+    )
+    check = compile_schema(out)
+    check({"n": 3})  # integer and number both: exactly-one is the server's to insist on
+    with pytest.raises(ValueError, match=r"argument 'n': matches none of the allowed forms"):
+        check({"n": "3"})
+
+
+def test_what_python_cannot_read_is_left_to_the_server_and_the_rest_is_checked():
+    out, notes = usable(
+        {
+            "type": "object",
+            "properties": {
+                "word": {"type": "string", "pattern": "^\\p{L}+$", "maxLength": 4},
+                "size": {"type": "integer", "minimum": 1},
+            },
+            "required": ["word", "extra"],
+            "propertyNames": {"maxLength": 3},
+        }
+    )
+    check = compile_schema(out)
+    check({"word": "äb", "size": 1, "extra": [1]})
+    with pytest.raises(ValueError, match=r"argument 'word': must be at most 4 characters"):
+        check({"word": "abcde", "extra": 1})
+    with pytest.raises(ValueError, match=r"argument 'size'"):
+        check({"word": "a", "size": 0, "extra": 1})
+    with pytest.raises(ValueError, match=r"'extra'"):
+        check({"word": "a"})
+    assert notes == [
+        "word: the pattern ^\\p{L}+$ is not checked before the call",
+        "the arguments: propertyNames is not checked before the call",
+    ]
+
+
+def test_a_schema_that_is_not_json_schema_is_refused_with_the_compilers_reason():
+    with pytest.raises(SchemaUnusable, match=r"does not compile: .*unknown type 'integr'"):
+        usable({"type": "object", "properties": {"a": {"type": "integr"}}})
+    # Required but forbidden: no arguments can ever satisfy it.
+    with pytest.raises(SchemaUnusable, match="does not compile"):
+        usable({"type": "object", "properties": {}, "required": ["a"], "additionalProperties": False})
 
 
 @pytest.mark.parametrize(

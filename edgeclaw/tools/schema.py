@@ -78,7 +78,7 @@ from edgeclaw.tools.schema_errors import (
     type_error,
 )
 
-__all__ = ["ArgumentError", "SchemaError", "Validator", "compile_schema"]
+__all__ = ["SUBSET_KEYWORDS", "ArgumentError", "SchemaError", "Validator", "compile_schema"]
 
 Validator = Callable[[Any], None]
 _Check = Callable[[Any], None]
@@ -113,6 +113,8 @@ _KEYWORDS: dict[str, frozenset[str] | None] = {
     "additionalProperties": _OBJECT,
 }
 _ANNOTATIONS = frozenset({"description", "title", "default", "examples", "$comment"})
+# Every keyword a schema may carry here: what other schemas are brought to before they are compiled.
+SUBSET_KEYWORDS = frozenset(_KEYWORDS) | _ANNOTATIONS
 # Real JSON-schema keywords we refuse on purpose, so the error can say "not supported" rather than "unknown".
 _UNSUPPORTED = frozenset(
     {

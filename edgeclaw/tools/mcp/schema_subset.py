@@ -9,18 +9,27 @@ checks its own arguments too):
 
 - `$schema`, `$id`, `$defs`/`definitions`: dropped once the references are resolved;
 - `$ref` to `#/$defs/NAME` or `#/definitions/NAME` (or `#`): replaced by the definition, merged with
-  the keywords beside it; a definition that refers to itself (a tree) is checked down to where it
-  recurs, and accepted as any value from there; nesting is bounded (`MAX_DEPTH`);
+  the keywords beside it; a definition that contains itself (a tree) is checked down to where it
+  recurs, and accepted as any value from there; references that only lead to each other, with no
+  property or item between (`A` is `B`, `B` is `A`), describe no value and the tool is left out;
 - `allOf`: its members merged into one schema (properties united, `required` joined); members that
   disagree on a keyword keep the first and say so;
 - `nullable: true` (OpenAPI): `null` added to the type;
+- `oneOf`: checked as `anyOf` (any one branch passes; the server still insists on exactly one);
 - `format`: a hint in the description, never a check;
-- keywords the subset does not check (`uniqueItems`, `multipleOf`, `patternProperties`, `not`, ...)
-  and `additionalProperties` given as a schema: dropped, named in the note;
-- annotations (`readOnly`, `deprecated`, `contentMediaType`, ...): dropped.
+- any other keyword the subset does not check (`uniqueItems`, `multipleOf`, `patternProperties`,
+  `not`, ...) and `additionalProperties` given as a schema: dropped, named in the note;
+- annotations (`readOnly`, `deprecated`, `contentMediaType`, `discriminator`, `x-...`): dropped;
+- a field whose schema still does not compile (a `pattern` Python cannot read, an `enum` its own
+  type refuses): accepted as any value, named in the note.
 
-A schema that still cannot be used (its root is not an object, a `$ref` to a document elsewhere) is
-`SchemaUnusable`, and the tool is left out with that reason (`doctor` lists it).
+Inlining is bounded: nesting deeper than `MAX_DEPTH` is accepted as any value, and a schema that
+grows past `MAX_PARTS` schemas once its references are inlined (one definition used many times
+over, at every level) is refused rather than built.
+
+A schema that still cannot be used (its root is not an object, a `$ref` to a document elsewhere, a
+loop of references, too large) is `SchemaUnusable`, and the tool is left out with that reason
+(`doctor` lists it, the log says it).
 """
 
 from __future__ import annotations
@@ -28,17 +37,15 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from edgeclaw.tools.schema import SUBSET_KEYWORDS, SchemaError, compile_schema
+
 MAX_DEPTH = 32  # nesting of schemas below the root; deeper parts are accepted as any value
+# Schemas in the result once references are inlined: a few hundred for the largest real tools. The
+# bound keeps a definition used twice at each of 30 levels (2**30 copies) from being built at all.
+MAX_PARTS = 2000
 DROPPED_ANNOTATIONS = frozenset(
     {"$schema", "$id", "$anchor", "$comment", "readOnly", "writeOnly", "deprecated", "contentEncoding",
-     "contentMediaType", "contentSchema", "$defs", "definitions", "examples"}
-)  # fmt: skip
-# Checks the subset does not make: the server makes them.
-UNCHECKED = frozenset(
-    {"uniqueItems", "multipleOf", "patternProperties", "propertyNames", "minProperties", "maxProperties",
-     "not", "if", "then", "else", "contains", "minContains", "maxContains", "prefixItems",
-     "additionalItems", "unevaluatedItems", "unevaluatedProperties", "dependentRequired",
-     "dependentSchemas", "dependencies", "$dynamicRef", "$recursiveRef"}
+     "contentMediaType", "contentSchema", "$defs", "definitions", "examples", "discriminator"}
 )  # fmt: skip
 SCHEMA_KEYS = ("items",)  # keywords whose value is one schema
 SCHEMA_MAPS = ("properties",)  # keywords whose value maps names to schemas
@@ -47,6 +54,10 @@ SCHEMA_LISTS = ("anyOf", "oneOf")  # keywords whose value is a list of schemas
 
 class SchemaUnusable(ValueError):
     """The schema cannot be brought to the subset: the message says why."""
+
+
+def _field(where: str, name: str) -> str:
+    return f"{where}.{name}" if where else name
 
 
 class _Normaliser:
@@ -58,6 +69,7 @@ class _Normaliser:
                 self.defs.update({f"#/{key}/{name}": value for name, value in table.items()})
         self.root = root
         self.notes: list[str] = []
+        self.parts = 0
 
     def note(self, where: str, text: str) -> None:
         line = f"{where or 'the arguments'}: {text}"
@@ -68,64 +80,101 @@ class _Normaliser:
         if ref == "#":
             return "#", self.root
         if not isinstance(ref, str) or ref not in self.defs:
-            raise SchemaUnusable(f"{where}: $ref {ref!r} does not name a definition in this schema")
+            raise SchemaUnusable(
+                f"{where or 'the arguments'}: $ref {ref!r} does not name a definition in this schema"
+            )
         return ref, self.defs[ref]
 
-    def schema(self, schema: Any, where: str, depth: int, refs: tuple[str, ...]) -> dict[str, Any]:
+    def schema(
+        self, schema: Any, where: str, depth: int, refs: tuple[str, ...], here: tuple[str, ...]
+    ) -> dict[str, Any]:
+        """`schema` in the subset. `refs`: the references being inlined on the way down to it;
+        `here`: those among them inlined at this same place of the value (no property or item
+        between), where one coming round again is a loop that describes no value."""
         if schema is True:
             return {}
         if schema is False:
-            raise SchemaUnusable(f"{where}: the schema false accepts nothing")
+            raise SchemaUnusable(f"{where or 'the arguments'}: the schema false accepts nothing")
         if not isinstance(schema, dict):
-            raise SchemaUnusable(f"{where}: a schema must be an object, got {type(schema).__name__}")
+            raise SchemaUnusable(
+                f"{where or 'the arguments'}: a schema must be an object, got {type(schema).__name__}"
+            )
         if depth > MAX_DEPTH:
             self.note(where, f"nested deeper than {MAX_DEPTH} levels, not checked below")
             return {}
+        self.parts += 1
+        if self.parts > MAX_PARTS:
+            raise SchemaUnusable(
+                f"its input schema has more than {MAX_PARTS} parts once its references are inlined"
+            )
         out: dict[str, Any] = {}
         if "$ref" in schema:
             ref, target = self.resolve(schema["$ref"], where)
+            if ref in here:
+                loop = " -> ".join(_short(r) for r in (*here[here.index(ref) :], ref))
+                raise SchemaUnusable(
+                    f"{where or 'the arguments'}: the references {loop} only lead to each other "
+                    "and describe no value"
+                )
             if ref in refs:
-                name = ref.rpartition("/")[2] or "the schema"
-                self.note(where, f"{name} refers to itself; accepted as any value where it recurs")
+                self.note(where, f"{_short(ref)} refers to itself; accepted as any value where it recurs")
                 return {}
-            out = self.schema(target, where, depth + 1, (*refs, ref))
+            out = self.schema(target, where, depth + 1, (*refs, ref), (*here, ref))
         for key, value in schema.items():
-            if key == "$ref" or key in DROPPED_ANNOTATIONS:
+            if key == "$ref" or key in DROPPED_ANNOTATIONS or key.startswith("x-"):
                 continue
-            if key in UNCHECKED:
-                self.note(where, f"{key} is not checked before the call")
-            elif key == "format":
+            if key == "format":
                 out["description"] = _with_hint(out.get("description") or schema.get("description"), value)
             elif key == "nullable":
                 if value is True:
                     out["nullable"] = True
             elif key == "allOf":
                 if not isinstance(value, list):
-                    raise SchemaUnusable(f"{where}: allOf must be a list")
+                    raise SchemaUnusable(f"{where or 'the arguments'}: allOf must be a list")
                 for n, member in enumerate(value):
-                    self.merge(out, self.schema(member, f"{where}.allOf[{n}]", depth + 1, refs), where)
+                    self.merge(out, self.schema(member, f"{where}.allOf[{n}]", depth + 1, refs, here), where)
             elif key == "additionalProperties" and not isinstance(value, bool):
                 out[key] = True
                 self.note(where, "the values of extra properties are not checked before the call")
             elif key in SCHEMA_MAPS and isinstance(value, dict):
                 out[key] = {
-                    name: self.schema(sub, f"{where}.{name}" if where else name, depth + 1, refs)
+                    name: self.schema(sub, _field(where, name), depth + 1, refs, ())
                     for name, sub in value.items()
                 }
             elif key in SCHEMA_KEYS and isinstance(value, dict | bool):
-                out[key] = self.schema(value, f"{where}[]", depth + 1, refs)
+                out[key] = self.schema(value, f"{where}[]", depth + 1, refs, ())
             elif key in SCHEMA_KEYS and isinstance(value, list):
                 self.note(where, "a tuple of item schemas is not checked before the call")
             elif key in SCHEMA_LISTS and isinstance(value, list):
-                out[key] = [self.schema(s, f"{where}", depth + 1, refs) for s in value]
+                out[key] = [self.schema(s, where, depth + 1, refs, here) for s in value]
             elif key == "description" and "description" in out:
                 continue  # already carries a format hint
+            elif key not in SUBSET_KEYWORDS:
+                self.note(where, f"{key} is not checked before the call")
             else:
                 self.merge(out, {key: copy.deepcopy(value)}, where)
+        self.pattern(out, where)
+        _required_declared(out)
         _bounds_of_draft4(out)
         if out.pop("nullable", False):
             _allow_null(out)
+        if "oneOf" in out and "anyOf" not in out:
+            # Any one branch passes here; exactly one is the server's to insist on (overlapping
+            # branches, e.g. integer and number, would otherwise refuse a valid 3).
+            out["anyOf"] = out.pop("oneOf")
         return out
+
+    def pattern(self, schema: dict[str, Any], where: str) -> None:
+        """A `pattern` Python's `re` cannot read (ECMA-262's `\\p{L}`, `(?<name>...)`) is the server's
+        to check: the subset would refuse the whole tool over it."""
+        pattern = schema.get("pattern")
+        if not isinstance(pattern, str):
+            return
+        try:
+            compile_schema({"type": "string", "pattern": pattern})
+        except SchemaError:
+            del schema["pattern"]
+            self.note(where, f"the pattern {pattern} is not checked before the call")
 
     def merge(self, into: dict[str, Any], other: dict[str, Any], where: str) -> None:
         for key, value in other.items():
@@ -147,10 +196,29 @@ class _Normaliser:
                 self.note(where, f"allOf members disagree on {key}; the first is checked")
 
 
+def _short(ref: str) -> str:
+    return ref.rpartition("/")[2] or "the schema"
+
+
 def _with_hint(description: object, fmt: object) -> str:
     text = description if isinstance(description, str) else ""
     hint = f"(format: {fmt})"
     return f"{text} {hint}".strip() if hint not in text else text
+
+
+def _required_declared(schema: dict[str, Any]) -> None:
+    """A required name the properties do not declare may, in JSON Schema, hold any value; objects are
+    closed by default in the subset, so it is declared here as any value (an object that says
+    `additionalProperties: false` as well can never be satisfied, and stays refused)."""
+    required, props, kind = schema.get("required"), schema.get("properties", {}), schema.get("type")
+    closed = "properties" in schema or kind == "object" or (isinstance(kind, list) and "object" in kind)
+    if not closed or "additionalProperties" in schema or not isinstance(required, list):
+        return
+    if not isinstance(props, dict):
+        return
+    missing = [name for name in required if isinstance(name, str) and name not in props]
+    if missing:
+        schema["properties"] = {**props, **{name: {} for name in missing}}
 
 
 def _bounds_of_draft4(schema: dict[str, Any]) -> None:
@@ -180,11 +248,23 @@ def normalise(schema: Any) -> tuple[dict[str, Any], list[str]]:
     if not isinstance(schema, dict):
         raise SchemaUnusable("no inputSchema object")
     worker = _Normaliser(schema)
-    out = worker.schema(schema, "", 0, ("#",))
+    out = worker.schema(schema, "", 0, ("#",), ("#",))
     kind = out.get("type", "object")
     if kind != "object" and not (isinstance(kind, list) and "object" in kind):
         raise SchemaUnusable(f"its input schema is of type {kind!r}, not an object of named arguments")
     return out, worker.notes
+
+
+def usable(schema: Any) -> tuple[dict[str, Any], list[str]]:
+    """`normalise`, and the result compiled as the registry will: SchemaUnusable, with the compiler's
+    reason, when it does not (a schema that is not valid JSON Schema, such as a type that does not
+    exist, is the server's mistake, not a construct to work around)."""
+    out, notes = normalise(schema)
+    try:
+        compile_schema(out)
+    except SchemaError as e:
+        raise SchemaUnusable(f"its input schema does not compile: {e}") from None
+    return out, notes
 
 
 def described(description: str, notes: list[str]) -> str:

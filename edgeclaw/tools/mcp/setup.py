@@ -4,8 +4,10 @@
 connects and watches the servers; the bridge turns each server's tool list
 into registry tools (`mcp_{server}_{tool}`, group `mcp:{server}`, and every
 one in the runtime group `mcp`), after `tool_allow`/`tool_deny` (deny wins),
-and takes them out again when the server goes away. A tool whose schema does
-not compile is reported (doctor, status) and left out; its siblings stay.
+and takes them out again when the server goes away. A tool's schema is
+brought to the subset the registry checks first (schema_subset.py); one that
+still cannot be used is reported (doctor, status, the log) and left out; its
+siblings stay.
 
 stdio servers are third-party programs: by default they run under the
 sandbox, like `exec`, with their own writable directory
@@ -167,8 +169,7 @@ class McpBridge:
     def _add_tools(self, server: str, tools: list[dict[str, Any]]) -> dict[str, str]:
         from edgeclaw.tools.mcp.bridge import McpTool
         from edgeclaw.tools.mcp.names import tool_name
-        from edgeclaw.tools.mcp.schema_subset import SchemaUnusable, described, normalise
-        from edgeclaw.tools.schema import SchemaError, compile_schema
+        from edgeclaw.tools.mcp.schema_subset import SchemaUnusable, described, usable
 
         cfg = self.config.mcp.servers[server]
         by_name = {str(t.get("name")): t for t in tools if isinstance(t.get("name"), str) and t.get("name")}
@@ -180,13 +181,9 @@ class McpBridge:
             try:
                 # Brought to the subset edgeclaw checks; what only the server checks is said in the
                 # description (tools/mcp/schema_subset.py).
-                schema, notes = normalise(spec.get("inputSchema"))
-                compile_schema(schema)
+                schema, notes = usable(spec.get("inputSchema"))
             except SchemaUnusable as e:
                 broken[remote] = str(e)
-                continue
-            except SchemaError as e:
-                broken[remote] = f"its input schema does not compile: {e}"
                 continue
             if notes:
                 log.info(

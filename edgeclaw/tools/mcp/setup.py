@@ -178,6 +178,13 @@ class McpBridge:
         taken = set(self.registry.names())
         for remote in allowed_tools(cfg, list(by_name)):
             spec = by_name[remote]
+            execution = spec.get("execution")
+            if isinstance(execution, dict) and execution.get("taskSupport") == "required":
+                # Such a tool answers a plain call with an error: offering it would only waste turns.
+                broken[remote] = (
+                    "it runs only as a task (taskSupport 'required'), which edgeclaw does not ask for"
+                )
+                continue
             try:
                 # Brought to the subset edgeclaw checks; what only the server checks is said in the
                 # description (tools/mcp/schema_subset.py).

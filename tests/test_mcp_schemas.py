@@ -438,3 +438,21 @@ async def test_doctor_counts_the_tools_left_out(tmp_path):
     [summary] = [f for f in findings if f.level == "ok"]
     assert "1 left out" in summary.detail
     assert any(f.level == "warn" and "'add' left out" in f.detail for f in findings)
+
+
+async def test_doctor_names_the_tools_checked_in_part_by_the_server_only(tmp_path):
+    from edgeclaw.cli.doctor import mcp_findings
+
+    runtime = runtime_with(
+        tmp_path, {"models": {"command": sys.executable, "args": [MODELS], "sandbox": False}}
+    )
+    try:
+        findings = await mcp_findings(runtime)
+    finally:
+        await runtime.aclose()
+    assert [f.level for f in findings] == ["ok", "ok"], findings
+    assert "5 tools, 1 checked in part by the server only" in findings[0].detail
+    assert findings[1].detail == (
+        "tool 'tree' checked in part here; by the server only: "
+        "root.children[]: Node refers to itself; accepted as any value where it recurs"
+    )

@@ -1,7 +1,8 @@
 """An MCP server whose tools take Pydantic models, built with the official SDK, on stdio: its input
 schemas carry what generated schemas carry (`$defs` and `$ref` for nested models and enums,
 `anyOf: [X, {"type": "null"}]` for Optional fields, `format` for dates, a model that contains
-itself, a discriminated union: `oneOf` with a `discriminator`). Each tool answers with the arguments it received, as JSON, so a test sees what reached it."""
+itself, a discriminated union: `oneOf` with a `discriminator`). Each tool answers with the arguments
+it received, as JSON, so a test sees what reached it."""
 
 from __future__ import annotations
 

@@ -95,6 +95,8 @@ class McpBridge:
         self.sandbox = sandbox
         self.hidden = list(hidden or [])
         self._names: dict[str, list[str]] = {}  # server -> registry names of its tools
+        # server -> its tools whose schemas are checked only in part here, and what the server alone checks
+        self._partly: dict[str, dict[str, str]] = {}
         self._started = False
         from edgeclaw.backends.mcp.manager import McpManager, ServerSpec
 
@@ -132,7 +134,10 @@ class McpBridge:
 
     def status(self) -> dict[str, dict[str, Any]]:
         """Each server's state, for `edgeclaw status` and `doctor`."""
-        return {name: st.as_dict() for name, st in self.manager.status.items()}
+        return {
+            name: {**st.as_dict(), "partly_checked": dict(self._partly.get(name, {}))}
+            for name, st in self.manager.status.items()
+        }
 
     def retry(self) -> list[str]:
         """Every enabled server that is not connected is tried again now (the admin request; a
@@ -174,6 +179,7 @@ class McpBridge:
         cfg = self.config.mcp.servers[server]
         by_name = {str(t.get("name")): t for t in tools if isinstance(t.get("name"), str) and t.get("name")}
         broken: dict[str, str] = {}
+        partly: dict[str, str] = {}
         names: list[str] = []
         taken = set(self.registry.names())
         for remote in allowed_tools(cfg, list(by_name)):
@@ -193,8 +199,9 @@ class McpBridge:
                 broken[remote] = str(e)
                 continue
             if notes:
+                partly[remote] = "; ".join(notes)
                 log.info(
-                    "MCP server %s: tool %s checked by the server only: %s", server, remote, "; ".join(notes)
+                    "MCP server %s: tool %s checked by the server only: %s", server, remote, partly[remote]
                 )
             name = tool_name(server, remote, taken)
             tool = McpTool(
@@ -210,10 +217,12 @@ class McpBridge:
             taken.add(name)
             names.append(name)
         self._names[server] = names
+        self._partly[server] = partly
         self._publish_groups()
         return broken
 
     def _remove_tools(self, server: str) -> None:
+        self._partly.pop(server, None)
         for name in self._names.pop(server, []):
             self.registry.unregister(name)
         self._publish_groups()

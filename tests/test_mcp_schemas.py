@@ -100,6 +100,29 @@ def test_optional_nullable_format_and_draft4_bounds():
     assert notes == []
 
 
+def test_nullable_beside_branches_a_const_or_a_reference_admits_null():
+    out, notes = normalise(
+        {
+            "type": "object",
+            "properties": {
+                "either": {"anyOf": [{"type": "integer"}, {"type": "string"}], "nullable": True},
+                "one": {"oneOf": [{"type": "boolean"}], "nullable": True},
+                "fixed": {"const": "on", "nullable": True},
+                "point": {"$ref": "#/definitions/Point", "nullable": True},
+                "env": {"type": "object", "additionalProperties": {}},
+            },
+            "definitions": {"Point": {"type": "object", "properties": {"x": {"type": "number"}}}},
+        }
+    )
+    check = compile_schema(out)
+    check({"either": None, "one": None, "fixed": None, "point": None, "env": {"a": [1]}})
+    check({"either": "a", "one": True, "fixed": "on", "point": {"x": 1.5}})
+    for bad in ({"either": 1.5}, {"one": 1}, {"fixed": "off"}, {"point": {"x": "1"}}):
+        with pytest.raises(ValueError, match=f"argument '{next(iter(bad))}"):
+            check(bad)
+    assert notes == []  # additionalProperties {} is any value: nothing to say
+
+
 def test_all_of_is_merged_and_a_disagreement_is_said():
     out, notes = normalise(
         {

@@ -135,7 +135,8 @@ class _Normaliser:
                     self.merge(out, self.schema(member, f"{where}.allOf[{n}]", depth + 1, refs, here), where)
             elif key == "additionalProperties" and not isinstance(value, bool):
                 out[key] = True
-                self.note(where, "the values of extra properties are not checked before the call")
+                if value != {}:  # {} is any value: nothing is lost
+                    self.note(where, "the values of extra properties are not checked before the call")
             elif key in SCHEMA_MAPS and isinstance(value, dict):
                 out[key] = {
                     name: self.schema(sub, _field(where, name), depth + 1, refs, ())
@@ -238,8 +239,14 @@ def _allow_null(schema: dict[str, Any]) -> None:
         schema["type"] = [kind, "null"]
     elif isinstance(kind, list) and "null" not in kind:
         schema["type"] = [*kind, "null"]
+    if "const" in schema and "enum" not in schema:
+        schema["enum"] = [schema.pop("const")]
     if isinstance(schema.get("enum"), list) and None not in schema["enum"]:
         schema["enum"] = [*schema["enum"], None]
+    for key in SCHEMA_LISTS:
+        # Each branch would refuse null on its own: null is one more branch.
+        if isinstance(schema.get(key), list) and {"type": "null"} not in schema[key]:
+            schema[key] = [*schema[key], {"type": "null"}]
 
 
 def normalise(schema: Any) -> tuple[dict[str, Any], list[str]]:

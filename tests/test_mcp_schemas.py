@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ import pytest
 
 from edgeclaw.tools.mcp.schema_subset import MAX_DEPTH, MAX_PARTS, SchemaUnusable, normalise, usable
 from edgeclaw.tools.schema import compile_schema
-from tests.test_mcp_client import CTX, TIME_SERVER, demo_stdio, free_port, runtime_with
+from tests.test_mcp_client import CTX, TIME_SERVER, demo_stdio, free_port, runtime_with, wait_listening
 
 MODELS = str(Path(__file__).resolve().parent / "mcp_servers" / "models_server.py")
 EVERYTHING_VERSION = "2026.8.31"
@@ -429,17 +428,12 @@ def everything_http(everything: str) -> Iterator[str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            break
-        except OSError:
-            assert proc.poll() is None and time.monotonic() < deadline, "server-everything did not listen"
-            time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}/mcp"
-    proc.terminate()
-    proc.wait(10)
+    try:
+        wait_listening(port, proc, "server-everything")
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 async def test_server_everything_over_streamable_http(tmp_path, everything_http):

@@ -473,3 +473,20 @@ async def test_doctor_names_the_tools_checked_in_part_by_the_server_only(tmp_pat
         "tool 'tree' checked in part here; by the server only: "
         "root.children[]: Node refers to itself; accepted as any value where it recurs"
     )
+
+
+def test_from_the_command_line_a_null_reaches_the_server_and_doctor_says_what_it_left_out(run_cli, state_env):
+    """The real CLI, the models server in the default sandbox: `tool call` with a null for an Optional
+    field, a wrong type refused naming the field, and doctor's MCP lines."""
+    Path(state_env["EDGECLAW_CONFIG"]).write_text(
+        f'board = "sim"\n[mcp.servers.models]\ncommand = "{sys.executable}"\nargs = ["{MODELS}"]\n'
+    )
+    out = run_cli("tool", "call", "mcp_models_maybe", '{"count": null, "label": "x"}', timeout=60)
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"count": None, "label": "x"}, out.stdout
+    bad = run_cli("tool", "call", "mcp_models_maybe", '{"count": "two"}', timeout=60)
+    assert bad.returncode != 0 and "argument 'count'" in bad.stdout + bad.stderr, (bad.stdout, bad.stderr)
+    doctor = run_cli("doctor", timeout=120)
+    lines = [line for line in doctor.stdout.splitlines() if "mcp server models" in line]
+    assert any("5 tools, 1 checked in part by the server only" in line for line in lines), doctor.stdout
+    assert any("tool 'tree' checked in part here" in line for line in lines), doctor.stdout

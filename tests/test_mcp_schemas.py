@@ -17,7 +17,14 @@ from typing import Any
 
 import pytest
 
-from edgeclaw.tools.mcp.schema_subset import MAX_DEPTH, MAX_PARTS, SchemaUnusable, normalise, usable
+from edgeclaw.tools.mcp.schema_subset import (
+    MAX_DEPTH,
+    MAX_PARTS,
+    SchemaUnusable,
+    described,
+    normalise,
+    usable,
+)
 from edgeclaw.tools.schema import compile_schema
 from tests.test_mcp_client import CTX, TIME_SERVER, demo_stdio, free_port, runtime_with, wait_listening
 
@@ -267,6 +274,19 @@ def test_a_schema_that_is_not_json_schema_is_refused_with_the_compilers_reason()
     # Required but forbidden: no arguments can ever satisfy it.
     with pytest.raises(SchemaUnusable, match="does not compile"):
         usable({"type": "object", "properties": {}, "required": ["a"], "additionalProperties": False})
+
+
+def test_a_long_description_is_shortened_before_the_note_is():
+    notes = ["tags: uniqueItems is not checked before the call"]
+    text = described("word " * 400, notes, 1024)
+    assert len(text) <= 1024 and text.endswith(f"(Checked by the server only: {notes[0]}.)"), text
+    many = described("short", [f"f{i}: multipleOf is not checked before the call" for i in range(100)], 1024)
+    assert (
+        len(many) <= 1024
+        and many.startswith("short\n(Checked by the server only: ")
+        and many.endswith("...)")
+    )
+    assert described(" plain ", [], 1024) == "plain"
 
 
 @pytest.mark.parametrize(

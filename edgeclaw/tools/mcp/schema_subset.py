@@ -274,8 +274,17 @@ def usable(schema: Any) -> tuple[dict[str, Any], list[str]]:
     return out, notes
 
 
-def described(description: str, notes: list[str]) -> str:
-    """The tool's description with what is checked only by the server."""
+def described(description: str, notes: list[str], limit: int) -> str:
+    """The tool's description with what is checked only by the server, within `limit` characters: the
+    server's own text is shortened first, so the note (at most half the room) is never what is cut."""
+    text = description.strip()
     if not notes:
-        return description
-    return f"{description}\n(Checked by the server only: {'; '.join(notes)}.)".strip()
+        return text[:limit]
+    said = f"(Checked by the server only: {'; '.join(notes)}.)"
+    half = limit // 2
+    if len(said) > half:
+        said = said[: half - 4] + "...)"
+    room = limit - len(said) - 1
+    if len(text) > room:
+        text = text[: max(room - 3, 0)] + "..."
+    return f"{text}\n{said}".strip()

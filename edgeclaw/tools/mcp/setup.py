@@ -172,7 +172,7 @@ class McpBridge:
 
     # -- the registry ------------------------------------------------------------
     def _add_tools(self, server: str, tools: list[dict[str, Any]]) -> dict[str, str]:
-        from edgeclaw.tools.mcp.bridge import McpTool
+        from edgeclaw.tools.mcp.bridge import MAX_DESCRIPTION_CHARS, McpTool
         from edgeclaw.tools.mcp.names import tool_name
         from edgeclaw.tools.mcp.schema_subset import SchemaUnusable, described, usable
 
@@ -209,7 +209,7 @@ class McpBridge:
                 server=server,
                 remote_name=remote,
                 name=name,
-                description=described(str(spec.get("description") or ""), notes),
+                description=described(str(spec.get("description") or ""), notes, MAX_DESCRIPTION_CHARS),
                 parameters=schema,
                 timeout_s=cfg.timeout_s,
             )

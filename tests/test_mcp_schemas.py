@@ -55,6 +55,7 @@ EVERYTHING_ARGS: dict[str, dict[str, Any]] = {
 }
 # Runs only as an MCP task, which edgeclaw does not ask for: left out, with that reason.
 EVERYTHING_TASK_ONLY = "simulate-research-query"
+ONLY_AS_A_TASK = "it runs only as a task (taskSupport 'required'), which edgeclaw does not ask for"
 
 
 # -- the rewriting, piece by piece --------------------------------------------------------------------
@@ -409,7 +410,7 @@ async def assert_everything_works(runtime: Any, server: str) -> None:
     status = runtime.mcp.status()[server]
     assert status["state"] == "connected", status
     assert list(status["broken"]) == [EVERYTHING_TASK_ONLY], status
-    assert "only as a task" in status["broken"][EVERYTHING_TASK_ONLY], status
+    assert status["broken"][EVERYTHING_TASK_ONLY] == ONLY_AS_A_TASK, status
     assert status["tools"] == len(EVERYTHING_ARGS), status
     offered = {
         n.removeprefix(f"mcp_{server}_") for n in runtime.registry.names() if n.startswith(f"mcp_{server}_")
@@ -428,15 +429,18 @@ async def assert_everything_works(runtime: Any, server: str) -> None:
     assert refused.refused and "'b'" in (refused.error or "")
 
 
-async def test_server_everything_over_stdio(tmp_path, everything):
+async def test_server_everything_over_stdio(tmp_path, everything, caplog):
     node = shutil.which("node")
     runtime = runtime_with(
         tmp_path, {"ev": {"command": node, "args": [everything, "stdio"], "sandbox": False}}
     )
     try:
-        await assert_everything_works(runtime, "ev")
+        with caplog.at_level("WARNING", logger="edgeclaw.mcp"):
+            await assert_everything_works(runtime, "ev")
     finally:
         await runtime.aclose()
+    said = [r.getMessage() for r in caplog.records if "not registered" in r.getMessage()]
+    assert said == [f"MCP server ev: tool {EVERYTHING_TASK_ONLY!r} not registered: {ONLY_AS_A_TASK}"], said
 
 
 @pytest.fixture

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import strategies as st
 
 from edgeclaw.tools.mcp.schema_subset import (
     MAX_DEPTH,
@@ -128,6 +130,28 @@ def test_nullable_beside_branches_a_const_or_a_reference_admits_null():
         with pytest.raises(ValueError, match=f"argument '{next(iter(bad))}"):
             check(bad)
     assert notes == []  # additionalProperties {} is any value: nothing to say
+
+
+def test_beside_a_reference_the_fields_own_description_wins_and_keeps_a_format_hint():
+    defs = {
+        "When": {"type": "string", "description": "A moment."},
+        "Mode": {"enum": ["a"], "description": "M."},
+    }
+    out, _ = normalise(
+        {
+            "type": "object",
+            "properties": {
+                "at": {"$ref": "#/$defs/When", "description": "Departure.", "format": "date-time"},
+                "mode": {"$ref": "#/$defs/Mode", "description": "How to travel."},
+                "plain": {"$ref": "#/$defs/Mode"},
+            },
+            "$defs": defs,
+        }
+    )
+    props = out["properties"]
+    assert props["at"]["description"] == "Departure. (format: date-time)"
+    assert props["mode"]["description"] == "How to travel."
+    assert props["plain"]["description"] == "M."
 
 
 def test_all_of_is_merged_and_a_disagreement_is_said():
@@ -514,3 +538,75 @@ def test_from_the_command_line_a_null_reaches_the_server_and_doctor_says_what_it
     lines = [line for line in doctor.stdout.splitlines() if "mcp server models" in line]
     assert any("5 tools, 1 checked in part by the server only" in line for line in lines), doctor.stdout
     assert any("tool 'tree' checked in part here" in line for line in lines), doctor.stdout
+
+
+# -- whatever a server sends ----------------------------------------------------------------------------
+_NAMES = st.sampled_from(["a", "b", "c"])
+_LEAF = st.one_of(
+    st.just({}),
+    st.booleans(),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "type": st.sampled_from(
+                ["string", "integer", "number", "boolean", "null", "object", "array", "integr"]
+            )
+            | st.lists(st.sampled_from(["string", "null", "integer"]), max_size=3),
+            "$ref": st.sampled_from(["#", "#/$defs/A", "#/$defs/B", "#/definitions/C", "other.json#/x", 5]),
+            "nullable": st.booleans(),
+            "format": st.sampled_from(["uri", "date-time"]),
+            "enum": st.lists(st.one_of(st.none(), st.integers(), st.text(max_size=2)), max_size=3),
+            "const": st.one_of(st.none(), st.integers(), st.text(max_size=2)),
+            "minimum": st.one_of(st.integers(), st.booleans()),
+            "exclusiveMinimum": st.booleans(),
+            "maxLength": st.integers(-1, 5),
+            "pattern": st.sampled_from(["^a+$", "\\p{L}", "(?<n>x)", "["]),
+            "required": st.lists(_NAMES, max_size=3) | st.text(max_size=2),
+            "uniqueItems": st.booleans(),
+            "discriminator": st.just({"propertyName": "a"}),
+            "x-extra": st.integers(),
+        },
+    ),
+)
+
+
+def _extend(inner: Any) -> Any:
+    return st.fixed_dictionaries(
+        {},
+        optional={
+            "type": st.sampled_from(["object", "array", "string"]),
+            "properties": st.dictionaries(_NAMES, inner, max_size=3) | st.lists(inner, max_size=1),
+            "items": inner | st.lists(inner, max_size=2),
+            "additionalProperties": inner,
+            "anyOf": st.lists(inner, max_size=3) | inner,
+            "oneOf": st.lists(inner, max_size=3),
+            "allOf": st.lists(inner, max_size=3) | inner,
+            "required": st.lists(_NAMES, max_size=3),
+            "nullable": st.booleans(),
+            "$ref": st.sampled_from(["#/$defs/A", "#/$defs/B", "#/definitions/C"]),
+        },
+    )
+
+
+_SCHEMAS = st.recursive(_LEAF, _extend, max_leaves=12)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(root=_SCHEMAS, a=_SCHEMAS, b=_SCHEMAS, c=_SCHEMAS)
+@example(root={"allOf": [{"properties": [{}]}, {"properties": {"a": {}}}]}, a={}, b={}, c={})
+@example(root={"allOf": [{"required": "ab"}, {"required": ["a"]}], "type": "object"}, a={}, b={}, c={})
+def test_whatever_a_server_sends_is_either_usable_as_checked_or_refused_with_a_reason(root, a, b, c):
+    """Schemas are third-party input: no crash, no hang, and what is accepted compiles as the registry
+    will compile it."""
+    if isinstance(root, dict):
+        root = {**root, "$defs": {"A": a, "B": b}, "definitions": {"C": c}}
+    try:
+        out, notes = usable(root)
+    except SchemaUnusable as e:
+        assert str(e)
+        event("refused")
+        return
+    event("usable, with notes" if notes else "usable")
+    compile_schema(out)
+    assert all(isinstance(n, str) and n for n in notes)
+    assert usable(root) == (out, notes)  # the same server, the same tool

@@ -120,11 +120,13 @@ class _Normaliser:
                 self.note(where, f"{_short(ref)} refers to itself; accepted as any value where it recurs")
                 return {}
             out = self.schema(target, where, depth + 1, (*refs, ref), (*here, ref))
+        hinted = False  # the description here already carries the format hint
         for key, value in schema.items():
             if key == "$ref" or key in DROPPED_ANNOTATIONS or key.startswith("x-"):
                 continue
             if key == "format":
-                out["description"] = _with_hint(out.get("description") or schema.get("description"), value)
+                out["description"] = _with_hint(schema.get("description") or out.get("description"), value)
+                hinted = True
             elif key == "nullable":
                 if value is True:
                     out["nullable"] = True
@@ -148,8 +150,9 @@ class _Normaliser:
                 self.note(where, "a tuple of item schemas is not checked before the call")
             elif key in SCHEMA_LISTS and isinstance(value, list):
                 out[key] = [self.schema(s, where, depth + 1, refs, here) for s in value]
-            elif key == "description" and "description" in out:
-                continue  # already carries a format hint
+            elif key == "description":
+                if not hinted:  # beside a $ref, the field's own words win over the definition's
+                    out[key] = copy.deepcopy(value)
             elif key not in SUBSET_KEYWORDS:
                 self.note(where, f"{key} is not checked before the call")
             else:
@@ -181,7 +184,7 @@ class _Normaliser:
         for key, value in other.items():
             if key not in into:
                 into[key] = value
-            elif key == "properties":
+            elif key == "properties" and isinstance(into[key], dict) and isinstance(value, dict):
                 for name, sub in value.items():
                     if name in into["properties"] and into["properties"][name] != sub:
                         self.note(
@@ -189,7 +192,7 @@ class _Normaliser:
                             "allOf members disagree; the first is checked",
                         )
                     into["properties"].setdefault(name, sub)
-            elif key == "required":
+            elif key == "required" and isinstance(into[key], list) and isinstance(value, list):
                 into["required"] = [*into["required"], *(r for r in value if r not in into["required"])]
             elif key in ("description", "title", "default"):
                 continue

@@ -610,3 +610,27 @@ def test_whatever_a_server_sends_is_either_usable_as_checked_or_refused_with_a_r
     compile_schema(out)
     assert all(isinstance(n, str) and n for n in notes)
     assert usable(root) == (out, notes)  # the same server, the same tool
+
+
+async def test_a_schema_the_rewriting_did_not_foresee_costs_that_tool_only(tmp_path, monkeypatch):
+    from edgeclaw.tools.mcp import schema_subset
+
+    real = schema_subset.usable
+
+    def failing_for_add(schema: Any) -> Any:
+        if "a" in schema.get("properties", {}):
+            raise AttributeError("an unforeseen shape")
+        return real(schema)
+
+    monkeypatch.setattr(schema_subset, "usable", failing_for_add)
+    runtime = runtime_with(tmp_path, {"demo": demo_stdio()})
+    try:
+        await runtime.mcp.start()
+        status = runtime.mcp.status()["demo"]
+        assert status["state"] == "connected", status
+        assert status["broken"] == {
+            "add": "its input schema could not be read (AttributeError: an unforeseen shape)"
+        }
+        assert (await runtime.registry.execute("mcp_demo_echo", {"text": "hi"}, CTX)).for_llm == "hi"
+    finally:
+        await runtime.aclose()

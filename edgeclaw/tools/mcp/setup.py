@@ -198,6 +198,12 @@ class McpBridge:
             except SchemaUnusable as e:
                 broken[remote] = str(e)
                 continue
+            except (TypeError, ValueError, AttributeError, RecursionError) as e:
+                # The schema is third-party input: a case the rewriting did not foresee costs this
+                # tool, never its siblings or the connection.
+                log.exception("MCP server %s: the input schema of tool %r could not be read", server, remote)
+                broken[remote] = f"its input schema could not be read ({type(e).__name__}: {e})"
+                continue
             if notes:
                 partly[remote] = "; ".join(notes)
                 log.info(

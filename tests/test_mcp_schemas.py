@@ -27,6 +27,7 @@ from edgeclaw.tools.mcp.schema_subset import (
     normalise,
     usable,
 )
+from edgeclaw.tools.model_schema import model_definition
 from edgeclaw.tools.schema import compile_schema
 from tests.test_mcp_client import CTX, TIME_SERVER, demo_stdio, free_port, runtime_with, wait_listening
 
@@ -347,6 +348,10 @@ async def test_a_server_of_pydantic_models_is_offered_whole_and_nulls_reach_it(t
         }
         assert {n for n in infos if n.startswith("mcp_models_")} == every
         assert "Checked by the server only" in infos["mcp_models_tree"].description
+        # What models are shown: self-contained, every generated keyword rewritten or gone.
+        for name in every:
+            shown = json.dumps(model_definition(infos[name], "openai"))
+            assert not any(k in shown for k in ('"$ref"', '"$defs"', '"oneOf"', '"discriminator"')), shown
 
         trip = {
             "name": "coast",

@@ -20,16 +20,17 @@ checks its own arguments too):
 - any other keyword the subset does not check (`uniqueItems`, `multipleOf`, `patternProperties`,
   `not`, ...) and `additionalProperties` given as a schema: dropped, named in the note;
 - annotations (`readOnly`, `deprecated`, `contentMediaType`, `discriminator`, `x-...`): dropped;
-- a field whose schema still does not compile (a `pattern` Python cannot read, an `enum` its own
-  type refuses): accepted as any value, named in the note.
+- a `pattern` Python's `re` cannot read (ECMA-262's `\\p{L}`): dropped, named in the note;
+- a `required` name the properties do not declare: declared as any value (what JSON Schema means by
+  it; the subset closes objects by default).
 
 Inlining is bounded: nesting deeper than `MAX_DEPTH` is accepted as any value, and a schema that
 grows past `MAX_PARTS` schemas once its references are inlined (one definition used many times
 over, at every level) is refused rather than built.
 
 A schema that still cannot be used (its root is not an object, a `$ref` to a document elsewhere, a
-loop of references, too large) is `SchemaUnusable`, and the tool is left out with that reason
-(`doctor` lists it, the log says it).
+loop of references, too large, not JSON Schema at all) is `SchemaUnusable`, and the tool is left
+out with that reason (`doctor` lists it, the log says it).
 """
 
 from __future__ import annotations

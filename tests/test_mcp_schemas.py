@@ -88,6 +88,33 @@ def test_refs_are_inlined_and_a_model_that_contains_itself_is_checked_down_to_wh
     assert notes == ["root.children[]: Node refers to itself; accepted as any value where it recurs"]
 
 
+def test_a_reference_to_another_place_in_the_schema_is_inlined_as_zod_writes_it():
+    """zod-to-json-schema writes a schema used a second time as a pointer to the first use."""
+    point = {"type": "object", "properties": {"lat": {"type": "number"}}, "required": ["lat"]}
+    out, notes = normalise(
+        {
+            "type": "object",
+            "properties": {
+                "from": point,
+                "to": {"$ref": "#/properties/from"},
+                "stops": {"type": "array", "items": {"$ref": "#/$defs/a~1b%20c"}},  # escaped: "a/b c"
+            },
+            "$defs": {"a/b c": {"type": "integer"}},
+        }
+    )
+    check = compile_schema(out)
+    check({"from": {"lat": 1}, "to": {"lat": 2.5}, "stops": [1, 2]})
+    with pytest.raises(ValueError, match=r"argument 'to.lat': expected number"):
+        check({"from": {"lat": 1}, "to": {"lat": "2"}})
+    with pytest.raises(ValueError, match=r"argument 'stops\[0\]': expected integer"):
+        check({"stops": ["1"]})
+    assert notes == []
+    with pytest.raises(SchemaUnusable, match="only lead to each other"):
+        normalise({"type": "object", "properties": {"me": {"$ref": "#/properties/me"}}})
+    with pytest.raises(SchemaUnusable, match="does not name a definition"):
+        normalise({"type": "object", "properties": {"to": {"$ref": "#/properties/nowhere"}}})
+
+
 def test_optional_nullable_format_and_draft4_bounds():
     out, notes = normalise(
         {
@@ -557,7 +584,18 @@ _LEAF = st.one_of(
                 ["string", "integer", "number", "boolean", "null", "object", "array", "integr"]
             )
             | st.lists(st.sampled_from(["string", "null", "integer"]), max_size=3),
-            "$ref": st.sampled_from(["#", "#/$defs/A", "#/$defs/B", "#/definitions/C", "other.json#/x", 5]),
+            "$ref": st.sampled_from(
+                [
+                    "#",
+                    "#/$defs/A",
+                    "#/$defs/B",
+                    "#/definitions/C",
+                    "#/properties/a",
+                    "#/allOf/0",
+                    "other.json#/x",
+                    5,
+                ]
+            ),
             "nullable": st.booleans(),
             "format": st.sampled_from(["uri", "date-time"]),
             "enum": st.lists(st.one_of(st.none(), st.integers(), st.text(max_size=2)), max_size=3),

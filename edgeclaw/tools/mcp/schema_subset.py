@@ -8,7 +8,8 @@ compiled, and what cannot be checked before the call is said in the tool's descr
 checks its own arguments too):
 
 - `$schema`, `$id`, `$defs`/`definitions`: dropped once the references are resolved;
-- `$ref` to `#/$defs/NAME` or `#/definitions/NAME` (or `#`): replaced by the definition, merged with
+- `$ref` to `#/$defs/NAME`, `#/definitions/NAME`, `#` or any other place in the same schema (a JSON
+  pointer, as zod-to-json-schema writes for a schema used twice): replaced by what it names, merged with
   the keywords beside it; a definition that contains itself (a tree) is checked down to where it
   recurs, and accepted as any value from there; references that only lead to each other, with no
   property or item between (`A` is `B`, `B` is `A`), describe no value and the tool is left out;
@@ -36,6 +37,7 @@ out with that reason (`doctor` lists it, the log says it).
 from __future__ import annotations
 
 import copy
+import urllib.parse
 from typing import Any
 
 from edgeclaw.tools.schema import SUBSET_KEYWORDS, SchemaError, compile_schema
@@ -63,11 +65,6 @@ def _field(where: str, name: str) -> str:
 
 class _Normaliser:
     def __init__(self, root: dict[str, Any]) -> None:
-        self.defs: dict[str, Any] = {}
-        for key in ("definitions", "$defs"):
-            table = root.get(key)
-            if isinstance(table, dict):
-                self.defs.update({f"#/{key}/{name}": value for name, value in table.items()})
         self.root = root
         self.notes: list[str] = []
         self.parts = 0
@@ -78,13 +75,24 @@ class _Normaliser:
             self.notes.append(line)
 
     def resolve(self, ref: object, where: str) -> tuple[str, Any]:
-        if ref == "#":
-            return "#", self.root
-        if not isinstance(ref, str) or ref not in self.defs:
-            raise SchemaUnusable(
-                f"{where or 'the arguments'}: $ref {ref!r} does not name a definition in this schema"
-            )
-        return ref, self.defs[ref]
+        """The part of this schema a `$ref` points at: `#/$defs/NAME` (Pydantic), `#/definitions/NAME`,
+        or any JSON pointer into the document (zod-to-json-schema writes `#/properties/from` for a
+        schema used a second time)."""
+        node: Any = self.root
+        if isinstance(ref, str) and ref.startswith("#") and (ref == "#" or ref.startswith("#/")):
+            for token in ref[2:].split("/") if ref != "#" else []:
+                token = urllib.parse.unquote(token).replace("~1", "/").replace("~0", "~")
+                if isinstance(node, dict) and token in node:
+                    node = node[token]
+                elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+                    node = node[int(token)]
+                else:
+                    break
+            else:
+                return ref, node
+        raise SchemaUnusable(
+            f"{where or 'the arguments'}: $ref {ref!r} does not name a definition in this schema"
+        )
 
     def schema(
         self, schema: Any, where: str, depth: int, refs: tuple[str, ...], here: tuple[str, ...]

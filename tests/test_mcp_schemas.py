@@ -321,6 +321,28 @@ def test_what_python_cannot_read_is_left_to_the_server_and_the_rest_is_checked()
     ]
 
 
+def test_enum_members_the_type_refuses_are_dropped_as_json_schema_would_never_accept_them():
+    out, notes = usable(
+        {
+            "type": "object",
+            "properties": {
+                "mode": {"type": "string", "enum": ["a", "b", None]},
+                "level": {"type": "number", "enum": [1, 2.5, "3"]},
+                "either": {"type": "string", "enum": ["x", None], "nullable": True},
+            },
+        }
+    )
+    check = compile_schema(out)
+    check({"mode": "a", "level": 1, "either": None})
+    check({"level": 2.5, "either": "x"})
+    for bad in ({"mode": None}, {"level": "3"}, {"mode": "c"}):
+        with pytest.raises(ValueError, match=f"argument '{next(iter(bad))}'"):
+            check(bad)
+    assert notes == []
+    with pytest.raises(SchemaUnusable, match="does not compile"):  # nothing left that could be sent
+        usable({"type": "object", "properties": {"n": {"type": "integer", "enum": ["1"]}}})
+
+
 def test_a_schema_that_is_not_json_schema_is_refused_with_the_compilers_reason():
     with pytest.raises(SchemaUnusable, match=r"does not compile: .*unknown type 'integr'"):
         usable({"type": "object", "properties": {"a": {"type": "integr"}}})

@@ -23,7 +23,8 @@ checks its own arguments too):
 - annotations (`readOnly`, `deprecated`, `contentMediaType`, `discriminator`, `x-...`): dropped;
 - a `pattern` Python's `re` cannot read (ECMA-262's `\\p{L}`): dropped, named in the note;
 - a `required` name the properties do not declare: declared as any value (what JSON Schema means by
-  it; the subset closes objects by default).
+  it; the subset closes objects by default); `enum` members the `type` refuses: dropped (they can
+  never be sent).
 
 Inlining is bounded: nesting deeper than `MAX_DEPTH` is accepted as any value, and a schema that
 grows past `MAX_PARTS` schemas once its references are inlined (one definition used many times
@@ -41,6 +42,7 @@ import urllib.parse
 from typing import Any
 
 from edgeclaw.tools.schema import SUBSET_KEYWORDS, SchemaError, compile_schema
+from edgeclaw.tools.schema_errors import json_type
 
 MAX_DEPTH = 32  # nesting of schemas below the root; deeper parts are accepted as any value
 # Schemas in the result once references are inlined: a few hundred for the largest real tools. The
@@ -168,6 +170,7 @@ class _Normaliser:
                 self.merge(out, {key: copy.deepcopy(value)}, where)
         self.pattern(out, where)
         _required_declared(out)
+        _enum_within_type(out)
         _bounds_of_draft4(out)
         if out.pop("nullable", False):
             _allow_null(out)
@@ -232,6 +235,22 @@ def _required_declared(schema: dict[str, Any]) -> None:
     missing = [name for name in required if isinstance(name, str) and name not in props]
     if missing:
         schema["properties"] = {**props, **{name: {} for name in missing}}
+
+
+def _enum_within_type(schema: dict[str, Any]) -> None:
+    """Members of `enum` that `type` refuses can never be sent (`{"type": "string", "enum": ["a",
+    null]}`, as some generators write a nullable enum without the type saying so): JSON Schema lets
+    them lie there dead, the subset refuses such a schema, so they are dropped. None left: as it is,
+    and refused."""
+    kind, members = schema.get("type"), schema.get("enum")
+    allowed = {kind} if isinstance(kind, str) else set(kind) if isinstance(kind, list) else None
+    if allowed is None or not isinstance(members, list):
+        return
+    if "number" in allowed:
+        allowed.add("integer")
+    live = [m for m in members if json_type(m) in allowed]
+    if live and len(live) < len(members):
+        schema["enum"] = live
 
 
 def _bounds_of_draft4(schema: dict[str, Any]) -> None:

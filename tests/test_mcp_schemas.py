@@ -29,7 +29,7 @@ from edgeclaw.tools.mcp.schema_subset import (
 )
 from edgeclaw.tools.model_schema import model_definition
 from edgeclaw.tools.schema import compile_schema
-from tests.test_mcp_client import CTX, TIME_SERVER, demo_stdio, free_port, runtime_with, wait_listening
+from tests.test_mcp_client import CTX, DEMO, TIME_SERVER, demo_stdio, free_port, runtime_with, wait_listening
 
 MODELS = str(Path(__file__).resolve().parent / "mcp_servers" / "models_server.py")
 EVERYTHING_VERSION = "2026.8.31"
@@ -582,6 +582,7 @@ def test_from_the_command_line_a_null_reaches_the_server_and_doctor_says_what_it
     field, a wrong type refused naming the field, and doctor's MCP lines."""
     Path(state_env["EDGECLAW_CONFIG"]).write_text(
         f'board = "sim"\n[mcp.servers.models]\ncommand = "{sys.executable}"\nargs = ["{MODELS}"]\n'
+        f'[mcp.servers.demo]\ncommand = "{sys.executable}"\nargs = ["{DEMO}", "--broken"]\n'
     )
     out = run_cli("tool", "call", "mcp_models_maybe", '{"count": null, "label": "x"}', timeout=60)
     assert out.returncode == 0, (out.stdout, out.stderr)
@@ -592,6 +593,9 @@ def test_from_the_command_line_a_null_reaches_the_server_and_doctor_says_what_it
     lines = [line for line in doctor.stdout.splitlines() if "mcp server models" in line]
     assert any("5 tools, 1 checked in part by the server only" in line for line in lines), doctor.stdout
     assert any("tool 'tree' checked in part here" in line for line in lines), doctor.stdout
+    demo = [line for line in doctor.stdout.splitlines() if "mcp server demo" in line]
+    assert any(", 1 left out" in line for line in demo), doctor.stdout
+    assert any(line.startswith("warn") and "tool 'add' left out: " in line for line in demo), doctor.stdout
 
 
 # -- whatever a server sends ----------------------------------------------------------------------------

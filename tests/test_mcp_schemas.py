@@ -321,7 +321,7 @@ def test_what_python_cannot_read_is_left_to_the_server_and_the_rest_is_checked()
     ]
 
 
-def test_enum_members_the_type_refuses_are_dropped_as_json_schema_would_never_accept_them():
+def test_enum_members_and_keywords_the_type_refuses_are_dropped_as_json_schema_never_applies_them():
     out, notes = usable(
         {
             "type": "object",
@@ -329,11 +329,14 @@ def test_enum_members_the_type_refuses_are_dropped_as_json_schema_would_never_ac
                 "mode": {"type": "string", "enum": ["a", "b", None]},
                 "level": {"type": "number", "enum": [1, 2.5, "3"]},
                 "either": {"type": "string", "enum": ["x", None], "nullable": True},
+                "count": {"type": "integer", "maxLength": 5, "minimum": 1},  # maxLength: never applied
             },
         }
     )
     check = compile_schema(out)
-    check({"mode": "a", "level": 1, "either": None})
+    check({"mode": "a", "level": 1, "either": None, "count": 123456})
+    with pytest.raises(ValueError, match=r"argument 'count': must be >= 1"):
+        check({"count": 0})
     check({"level": 2.5, "either": "x"})
     for bad in ({"mode": None}, {"level": "3"}, {"mode": "c"}):
         with pytest.raises(ValueError, match=f"argument '{next(iter(bad))}'"):

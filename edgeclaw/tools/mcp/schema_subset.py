@@ -23,8 +23,8 @@ checks its own arguments too):
 - annotations (`readOnly`, `deprecated`, `contentMediaType`, `discriminator`, `x-...`): dropped;
 - a `pattern` Python's `re` cannot read (ECMA-262's `\\p{L}`): dropped, named in the note;
 - a `required` name the properties do not declare: declared as any value (what JSON Schema means by
-  it; the subset closes objects by default); `enum` members the `type` refuses: dropped (they can
-  never be sent).
+  it; the subset closes objects by default); `enum` members the `type` refuses and keywords for
+  other types (`maxLength` on an integer): dropped, as JSON Schema never applies them.
 
 Inlining is bounded: nesting deeper than `MAX_DEPTH` is accepted as any value, and a schema that
 grows past `MAX_PARTS` schemas once its references are inlined (one definition used many times
@@ -41,7 +41,7 @@ import copy
 import urllib.parse
 from typing import Any
 
-from edgeclaw.tools.schema import SUBSET_KEYWORDS, SchemaError, compile_schema
+from edgeclaw.tools.schema import KEYWORD_TYPES, SUBSET_KEYWORDS, SchemaError, compile_schema
 from edgeclaw.tools.schema_errors import json_type
 
 MAX_DEPTH = 32  # nesting of schemas below the root; deeper parts are accepted as any value
@@ -171,6 +171,7 @@ class _Normaliser:
         self.pattern(out, where)
         _required_declared(out)
         _enum_within_type(out)
+        _keywords_within_type(out)
         _bounds_of_draft4(out)
         if out.pop("nullable", False):
             _allow_null(out)
@@ -251,6 +252,20 @@ def _enum_within_type(schema: dict[str, Any]) -> None:
     live = [m for m in members if json_type(m) in allowed]
     if live and len(live) < len(members):
         schema["enum"] = live
+
+
+def _keywords_within_type(schema: dict[str, Any]) -> None:
+    """A keyword for other types than `type` names (`maxLength` on an integer) is never applied in
+    JSON Schema; the subset refuses it as a likely mistake of a tool's author, which for a server's
+    generated schema would cost the tool for nothing. Dropped."""
+    kind = schema.get("type")
+    types = {kind} if isinstance(kind, str) else set(kind) if isinstance(kind, list) else None
+    if types is None:
+        return
+    for key in [
+        k for k in schema if (applies := KEYWORD_TYPES.get(k)) is not None and applies.isdisjoint(types)
+    ]:
+        del schema[key]
 
 
 def _bounds_of_draft4(schema: dict[str, Any]) -> None:

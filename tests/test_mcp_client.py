@@ -45,6 +45,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_listening(port: int, proc: subprocess.Popen[bytes], what: str, seconds: float = 30) -> None:
+    """Until a server process just started accepts connections on its loopback port."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} did not start listening on port {port} (exit status {proc.poll()})")
+
+
 class HttpDemo:
     """The demo server over SSE or streamable HTTP on a loopback port; stop and start it again."""
 
@@ -64,12 +74,7 @@ class HttpDemo:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.2):
-                return
-            time.sleep(0.05)
-        raise RuntimeError("the demo server did not start listening")
+        wait_listening(self.port, self.proc, "the demo server")
 
     def kill(self) -> None:
         if self.proc is not None:

@@ -506,7 +506,8 @@ def identity_findings(runtime: Runtime) -> list[Finding]:
 
 
 async def mcp_findings(runtime: Runtime) -> list[Finding]:
-    """Each MCP server connected once: its state, tools, and tools left out for a broken schema."""
+    """Each MCP server connected once: its state, its tools, those left out (and why) and those whose
+    arguments are checked here only in part (and what the server alone checks)."""
     bridge = runtime.mcp
     if bridge is None:
         return []
@@ -521,10 +522,17 @@ async def mcp_findings(runtime: Runtime) -> list[Finding]:
         else:
             server = f"{st['server']}, " if st["server"] else ""
             left_out = f", {len(st['broken'])} left out" if st["broken"] else ""
-            detail = f"{st['where']}: {server}MCP {st['protocol_version']}, {st['tools']} tools{left_out}"
+            partly = st.get("partly_checked", {})
+            part = f", {len(partly)} checked in part by the server only" if partly else ""
+            detail = (
+                f"{st['where']}: {server}MCP {st['protocol_version']}, {st['tools']} tools{left_out}{part}"
+            )
             out.append(Finding("ok", check, detail))
             for tool, why in sorted(st["broken"].items()):
                 out.append(Finding("warn", check, f"tool {tool!r} left out: {why}"))
+            for tool, what in sorted(partly.items()):
+                checked = f"tool {tool!r} checked in part here; by the server only: {what}"
+                out.append(Finding("ok", check, checked))
     return out
 
 

@@ -57,6 +57,7 @@ import math
 import re
 import sys
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from edgeclaw.tools.schema_errors import (
@@ -78,7 +79,7 @@ from edgeclaw.tools.schema_errors import (
     type_error,
 )
 
-__all__ = ["ArgumentError", "SchemaError", "Validator", "compile_schema"]
+__all__ = ["KEYWORD_TYPES", "SUBSET_KEYWORDS", "ArgumentError", "SchemaError", "Validator", "compile_schema"]
 
 Validator = Callable[[Any], None]
 _Check = Callable[[Any], None]
@@ -113,6 +114,10 @@ _KEYWORDS: dict[str, frozenset[str] | None] = {
     "additionalProperties": _OBJECT,
 }
 _ANNOTATIONS = frozenset({"description", "title", "default", "examples", "$comment"})
+# Every keyword a schema may carry here, and the instance types each constrains (None: any): what
+# other schemas (MCP servers') are brought to before they are compiled.
+SUBSET_KEYWORDS = frozenset(_KEYWORDS) | _ANNOTATIONS
+KEYWORD_TYPES: Mapping[str, frozenset[str] | None] = MappingProxyType(_KEYWORDS)
 # Real JSON-schema keywords we refuse on purpose, so the error can say "not supported" rather than "unknown".
 _UNSUPPORTED = frozenset(
     {

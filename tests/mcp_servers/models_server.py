@@ -1,13 +1,15 @@
 """An MCP server whose tools take Pydantic models, built with the official SDK, on stdio: its input
 schemas carry what generated schemas carry (`$defs` and `$ref` for nested models and enums,
 `anyOf: [X, {"type": "null"}]` for Optional fields, `format` for dates, a model that contains
-itself). Each tool answers with the arguments it received, as JSON, so a test sees what reached it."""
+itself, a discriminated union: `oneOf` with a `discriminator`). Each tool answers with the arguments
+it received, as JSON, so a test sees what reached it."""
 
 from __future__ import annotations
 
 import json
 from datetime import datetime
 from enum import StrEnum
+from typing import Annotated, Literal
 
 from mcp.server.mcpserver import MCPServer
 from pydantic import BaseModel, Field
@@ -28,6 +30,16 @@ class Trip(BaseModel):
     name: str
     mode: Mode = Mode.train
     stops: list[Stop]
+
+
+class Cat(BaseModel):
+    kind: Literal["cat"]
+    lives: int = 9
+
+
+class Dog(BaseModel):
+    kind: Literal["dog"]
+    good: bool = True
 
 
 class Node(BaseModel):
@@ -56,6 +68,18 @@ def build() -> MCPServer:
             return 1 + sum(count(c) for c in n.children)
 
         return str(count(root))
+
+    @server.tool(description="Describe a pet, and maybe its companion.")
+    def pet(
+        pet: Annotated[Cat | Dog, Field(discriminator="kind")],
+        companion: Cat | None = None,
+        tag: int | str = 0,
+    ) -> str:
+        # The discriminated union is a oneOf with a `discriminator`; the Optional model an anyOf of a
+        # $ref and null; `int | str` an anyOf of two types.
+        return json.dumps(
+            {"pet": pet.model_dump(), "companion": companion and companion.model_dump(), "tag": tag}
+        )
 
     return server
 

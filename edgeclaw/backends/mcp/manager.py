@@ -255,12 +255,15 @@ class McpManager:
     def _register(self, name: str, tools: list[dict[str, Any]], info: ServerInfo) -> None:
         broken = self.on_tools(name, tools)
         st = self.status[name]
+        # Said once per reason: a server that announces list changes often would repeat it each time.
+        already = st.broken
         st.broken = broken
         st.tools = [str(t.get("name")) for t in tools if t.get("name") not in broken]
         st.server = f"{info.name} {info.version}".strip()
         st.protocol_version = info.protocol_version
         for tool, why in broken.items():
-            log.warning("MCP server %s: tool %r not registered: %s", name, tool, why)
+            if already.get(tool) != why:
+                log.warning("MCP server %s: tool %r not registered: %s", name, tool, why)
 
     def _notified(self, name: str, method: str) -> None:
         if method == "notifications/tools/list_changed":

@@ -4,8 +4,10 @@
 connects and watches the servers; the bridge turns each server's tool list
 into registry tools (`mcp_{server}_{tool}`, group `mcp:{server}`, and every
 one in the runtime group `mcp`), after `tool_allow`/`tool_deny` (deny wins),
-and takes them out again when the server goes away. A tool whose schema does
-not compile is reported (doctor, status) and left out; its siblings stay.
+and takes them out again when the server goes away. A tool's schema is
+brought to the subset the registry checks first (schema_subset.py); one that
+still cannot be used is reported (doctor, status, the log) and left out; its
+siblings stay.
 
 stdio servers are third-party programs: by default they run under the
 sandbox, like `exec`, with their own writable directory
@@ -93,6 +95,8 @@ class McpBridge:
         self.sandbox = sandbox
         self.hidden = list(hidden or [])
         self._names: dict[str, list[str]] = {}  # server -> registry names of its tools
+        # server -> its tools whose schemas are checked only in part here, and what the server alone checks
+        self._partly: dict[str, dict[str, str]] = {}
         self._started = False
         from edgeclaw.backends.mcp.manager import McpManager, ServerSpec
 
@@ -130,7 +134,10 @@ class McpBridge:
 
     def status(self) -> dict[str, dict[str, Any]]:
         """Each server's state, for `edgeclaw status` and `doctor`."""
-        return {name: st.as_dict() for name, st in self.manager.status.items()}
+        return {
+            name: {**st.as_dict(), "partly_checked": dict(self._partly.get(name, {}))}
+            for name, st in self.manager.status.items()
+        }
 
     def retry(self) -> list[str]:
         """Every enabled server that is not connected is tried again now (the admin request; a
@@ -165,32 +172,42 @@ class McpBridge:
 
     # -- the registry ------------------------------------------------------------
     def _add_tools(self, server: str, tools: list[dict[str, Any]]) -> dict[str, str]:
-        from edgeclaw.tools.mcp.bridge import McpTool
+        from edgeclaw.tools.mcp.bridge import MAX_DESCRIPTION_CHARS, McpTool
         from edgeclaw.tools.mcp.names import tool_name
-        from edgeclaw.tools.mcp.schema_subset import SchemaUnusable, described, normalise
-        from edgeclaw.tools.schema import SchemaError, compile_schema
+        from edgeclaw.tools.mcp.schema_subset import SchemaUnusable, described, usable
 
         cfg = self.config.mcp.servers[server]
         by_name = {str(t.get("name")): t for t in tools if isinstance(t.get("name"), str) and t.get("name")}
         broken: dict[str, str] = {}
+        partly: dict[str, str] = {}
         names: list[str] = []
         taken = set(self.registry.names())
         for remote in allowed_tools(cfg, list(by_name)):
             spec = by_name[remote]
+            execution = spec.get("execution")
+            if isinstance(execution, dict) and execution.get("taskSupport") == "required":
+                # Such a tool answers a plain call with an error: offering it would only waste turns.
+                broken[remote] = (
+                    "it runs only as a task (taskSupport 'required'), which edgeclaw does not ask for"
+                )
+                continue
             try:
                 # Brought to the subset edgeclaw checks; what only the server checks is said in the
                 # description (tools/mcp/schema_subset.py).
-                schema, notes = normalise(spec.get("inputSchema"))
-                compile_schema(schema)
+                schema, notes = usable(spec.get("inputSchema"))
             except SchemaUnusable as e:
                 broken[remote] = str(e)
                 continue
-            except SchemaError as e:
-                broken[remote] = f"its input schema does not compile: {e}"
+            except (TypeError, ValueError, AttributeError, RecursionError) as e:
+                # The schema is third-party input: a case the rewriting did not foresee costs this
+                # tool, never its siblings or the connection.
+                log.exception("MCP server %s: the input schema of tool %r could not be read", server, remote)
+                broken[remote] = f"its input schema could not be read ({type(e).__name__}: {e})"
                 continue
             if notes:
+                partly[remote] = "; ".join(notes)
                 log.info(
-                    "MCP server %s: tool %s checked by the server only: %s", server, remote, "; ".join(notes)
+                    "MCP server %s: tool %s checked by the server only: %s", server, remote, partly[remote]
                 )
             name = tool_name(server, remote, taken)
             tool = McpTool(
@@ -198,7 +215,7 @@ class McpBridge:
                 server=server,
                 remote_name=remote,
                 name=name,
-                description=described(str(spec.get("description") or ""), notes),
+                description=described(str(spec.get("description") or ""), notes, MAX_DESCRIPTION_CHARS),
                 parameters=schema,
                 timeout_s=cfg.timeout_s,
             )
@@ -206,10 +223,12 @@ class McpBridge:
             taken.add(name)
             names.append(name)
         self._names[server] = names
+        self._partly[server] = partly
         self._publish_groups()
         return broken
 
     def _remove_tools(self, server: str) -> None:
+        self._partly.pop(server, None)
         for name in self._names.pop(server, []):
             self.registry.unregister(name)
         self._publish_groups()

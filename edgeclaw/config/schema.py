@@ -424,6 +424,8 @@ class SparkplugConfig:
     edge_node_id: str = ""  # empty = the device id
     data_interval_s: float = 60.0  # every metric in an NDATA this often (changes go at once)
     poll_s: float = 1.0  # GPIO, sensors and tool statistics are checked for a change this often
+    # The primary host application's id: births only while its STATE says online (empty = none).
+    primary_host_id: str = ""
 
 
 @dataclass(repr=False, eq=False)

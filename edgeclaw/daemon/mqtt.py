@@ -89,6 +89,7 @@ def attach_sparkplug(runtime: Runtime, channel: MqttChannel) -> None:
         properties={"Board": runtime.board.name, "Version": __version__, "Device": runtime.device_id},
         data_interval_s=sp.data_interval_s,
         poll_s=sp.poll_s,
+        primary_host_id=sp.primary_host_id,
     )
     channel.extend(node)
 

@@ -54,7 +54,7 @@ from typing import Any
 
 import aiomqtt
 
-from edgeclaw.channels.mqtt.homeassistant import tmp102_celsius
+from edgeclaw.channels.mqtt.homeassistant import RecentReadings, tmp102_celsius
 from edgeclaw.net.mqtt_connection import Connection, ConnectionSettings, PublishFailed
 from edgeclaw.tasks import TaskSet
 from edgeclaw.tools.base import ToolContext
@@ -85,6 +85,7 @@ class Metric:
     read: Callable[[], Awaitable[Any]]
     write: Callable[[Any], Awaitable[None]] | None = None
     on_change: bool = True  # sent in an NDATA as soon as it changes, not just on the interval
+    unit: str = ""  # its engineering unit (the `engUnit` property of its birth), if it has one
 
 
 def topic_id_usable(name: str) -> bool:
@@ -134,6 +135,7 @@ class SparkplugNode:
         properties: dict[str, str],
         data_interval_s: float,
         poll_s: float,
+        primary_host_id: str = "",
     ) -> None:
         from edgeclaw.channels.mqtt import sparkplug_payload as pb  # protobuf: the extra
 
@@ -154,14 +156,29 @@ class SparkplugNode:
         # The devices behind the node: device id -> its metrics (none for a board without them).
         self.devices: dict[str, dict[str, Metric]] = {}
         self._last: dict[str | None, dict[str, Any]] = {}  # node (None) or device -> metric -> value sent
+        self._readings = RecentReadings(hardware, max_age_s=min(1.0, poll_s / 2))
         self._build()
         self._build_devices()
+        # Each metric's alias (node and devices share one numbering, Sparkplug 3.0 §6.4.5): named with
+        # it in the births, then only the alias in NDATA/DDATA.
+        self.aliases: dict[tuple[str | None, str], int] = {}
+        for device, scope in ((None, self.metrics), *self.devices.items()):
+            for name in scope:
+                self.aliases[(device, name)] = len(self.aliases) + 1
+        # With a primary host application (Sparkplug 3.0 §5.?): births only while it says it is online.
+        self.primary_host_id = primary_host_id
+        self._host_online = not primary_host_id
+        self._host_ts = -1
         self.settings = dataclasses.replace(
             settings,
             client_id=f"{settings.client_id}-spb",
             clean_start=True,
             session_expiry_s=0,
-            subscriptions=(self.topic("NCMD"), f"{self.topic('DCMD')}/+"),
+            subscriptions=(
+                self.topic("NCMD"),
+                f"{self.topic('DCMD')}/+",
+                *((self.state_topic,) if primary_host_id else ()),
+            ),
             connect_user_properties=(),
             will_topic=self.topic("NDEATH"),
             will_retain=False,
@@ -173,6 +190,11 @@ class SparkplugNode:
         self._runner: asyncio.Task[None] | None = None
         self._poller: asyncio.Future[None] | None = None
         self._born = asyncio.Event()  # an NBIRTH went out on the current connection
+
+    @property
+    def state_topic(self) -> str:
+        """The primary host application's STATE (Sparkplug 3.0: `spBv1.0/STATE/{host_id}`)."""
+        return f"{NAMESPACE}/STATE/{self.primary_host_id}"
 
     def topic(self, kind: str, device: str | None = None) -> str:
         node = f"{NAMESPACE}/{self.group_id}/{kind}/{self.edge_node_id}"
@@ -186,11 +208,22 @@ class SparkplugNode:
             for grant in spec.gpio:
                 writer = self._gpio_writer(grant.pin) if grant.direction == "out" else None
                 self._add(Metric(f"GPIO/{grant.name}", pb.BOOLEAN, self._gpio_reader(grant.pin), writer))
+            declared = {(d.bus, d.address) for d in self.profile.devices if d.form == "i2c"}
+            for device in self.profile.devices:
+                for value in device.values:
+                    words = value.quantity.replace("_", " ").title() + (
+                        f" {value.label}" if value.label else ""
+                    )
+                    reader = self._declared_reader(device.name, value.quantity, value.label)
+                    self._add(Metric(f"Sensors/{device.name}/{words}", pb.DOUBLE, reader, unit=value.unit))
             for bus in spec.i2c:
                 for label in bus.devices:
+                    if (bus.bus, label.address) in declared:
+                        continue  # read as a [[devices]] entry above, with every quantity it has
                     if label.name.upper().startswith("TMP102"):
                         name = f"Sensors/TMP102 (I2C {bus.bus} 0x{label.address:02x})/Temperature"
-                        self._add(Metric(name, pb.FLOAT, self._tmp102_reader(bus.bus, label.address)))
+                        reader = self._tmp102_reader(bus.bus, label.address)
+                        self._add(Metric(name, pb.FLOAT, reader, unit="°C"))
         for name, key in TOOL_KEYS:
             self._add(Metric(name, pb.UINT64, self._telemetry_reader(key)))
         for key in HEALTH_KEYS:
@@ -268,6 +301,13 @@ class SparkplugNode:
 
         return read
 
+    def _declared_reader(self, device: str, quantity: str, label: str) -> Callable[[], Awaitable[Any]]:
+        async def read() -> Any:
+            found = (await self._readings.get(device)).value(quantity, label)
+            return None if found is None else found.value
+
+        return read
+
     def _telemetry_reader(self, key: str) -> Callable[[], Awaitable[Any]]:
         async def read() -> Any:
             return self._snapshot.get(key)
@@ -299,15 +339,36 @@ class SparkplugNode:
     _snapshot: dict[str, Any] = {}
 
     # -- payloads -------------------------------------------------------------------
-    def _payload(self, values: dict[str, tuple[int, Any]], *, seq: int | None) -> bytes:
+    def _payload(
+        self,
+        values: dict[str, tuple[int, Any]],
+        *,
+        seq: int | None,
+        device: str | None = None,
+        birth: bool = True,
+    ) -> bytes:
+        """A payload of these metrics. In a birth each carries its name, alias, datatype and unit; in
+        a DATA message only its alias and value (Sparkplug 3.0: the name and datatype are known from
+        the birth)."""
         pb = self.pb
         now = int(time.time() * 1000)
         payload = pb.Payload(timestamp=now)
         if seq is not None:
             payload.seq = seq
+        scope = self._scope(device) if self.aliases else {}
         for name, (datatype, value) in values.items():
-            metric = payload.metrics.add(name=name, timestamp=now)
+            alias = self.aliases.get((device, name))
+            metric = payload.metrics.add(timestamp=now)
+            if alias is not None:
+                metric.alias = alias
+            if birth or alias is None:
+                metric.name = name
             pb.set_value(metric, datatype, value)
+            if not birth and alias is not None:
+                metric.ClearField("datatype")
+            known = scope.get(name)
+            if birth and known is not None and known.unit:
+                pb.set_string_properties(metric, {"engUnit": known.unit})
         return payload.SerializeToString()
 
     def _death_payload(self) -> bytes:
@@ -323,6 +384,9 @@ class SparkplugNode:
         """NBIRTH: every metric with its current value, bdSeq and the node controls; seq back to 0.
         Then a DBIRTH for each device."""
         pb = self.pb
+        if not self._host_online:
+            log.info("Sparkplug NBIRTH waits for the primary host %s to be online", self.primary_host_id)
+            return
         async with self._lock:
             values = await self._read_all(list(self.metrics))
             body: dict[str, tuple[int, Any]] = {
@@ -339,7 +403,7 @@ class SparkplugNode:
             for device, scope in self.devices.items():
                 values = await self._read_all(list(scope), device)
                 body = {n: (scope[n].datatype, v) for n, v in values.items()}
-                payload = self._payload(body, seq=self._next_seq())
+                payload = self._payload(body, seq=self._next_seq(), device=device)
                 await self.connection.publish(self.topic("DBIRTH", device), payload, qos=0)
                 self._last[device] = values
             self._born.set()
@@ -348,7 +412,7 @@ class SparkplugNode:
     async def data(self, *, everything: bool, scopes: tuple[str | None, ...] | None = None) -> None:
         """NDATA (and a DDATA per device): the metrics that changed since they were last sent (all of
         them if `everything`). `scopes`: the node (None) and devices to look at; None = all."""
-        if not self._born.is_set():
+        if not self._born.is_set() or not self._host_online:
             return
         async with self._lock:
             for device in (None, *self.devices) if scopes is None else scopes:
@@ -361,7 +425,7 @@ class SparkplugNode:
                     continue
                 body = {n: (scope[n].datatype, v) for n, v in changed.items()}
                 kind = "NDATA" if device is None else "DDATA"
-                payload = self._payload(body, seq=self._next_seq())
+                payload = self._payload(body, seq=self._next_seq(), device=device, birth=False)
                 await self.connection.publish(self.topic(kind, device), payload, qos=0)
                 last.update(changed)
 
@@ -371,6 +435,9 @@ class SparkplugNode:
         self._spawn(self.birth())
 
     def _on_message(self, message: aiomqtt.Message) -> None:
+        if self.primary_host_id and message.topic.value == self.state_topic:
+            self._on_host_state(message.payload)
+            return
         if message.retain:
             # Sparkplug commands are never retained; one that is was left by someone and would run
             # again at every connect.
@@ -390,12 +457,44 @@ class SparkplugNode:
             return
         self._spawn(self._command(command, device))
 
+    def _on_host_state(self, raw: Any) -> None:
+        """The primary host's STATE (retained JSON `{"online": bool, "timestamp": ms}`): a birth when it
+        comes online, nothing sent while it is offline. An older timestamp than one seen is stale."""
+        import json
+
+        try:
+            state = json.loads(raw)
+            online, stamp = state["online"], int(state.get("timestamp", 0))
+        except (ValueError, TypeError, KeyError):
+            log.warning(
+                'Sparkplug STATE of %s ignored: not {"online": bool, "timestamp": ms}', self.primary_host_id
+            )
+            return
+        if not isinstance(online, bool) or stamp < self._host_ts:
+            return
+        self._host_ts = stamp
+        was, self._host_online = self._host_online, online
+        if online and not was:
+            log.info("Sparkplug primary host %s is online: NBIRTH", self.primary_host_id)
+            self._spawn(self.birth())
+        elif was and not online:
+            log.info("Sparkplug primary host %s is offline: no data until it is back", self.primary_host_id)
+            self._born.clear()
+
+    def _by_alias(self, scope: dict[str, Metric], device: str | None, alias: int) -> str:
+        for (dev, name), number in self.aliases.items():
+            if dev == device and number == alias and name in scope:
+                return name
+        return ""
+
     async def _command(self, command: Any, device: str | None = None) -> None:
         pb = self.pb
         wrote = False
         scope = self._scope(device)
         for metric in command.metrics:
-            name = metric.name
+            name = metric.name or (
+                self._by_alias(scope, device, metric.alias) if metric.HasField("alias") else ""
+            )
             value = pb.get_value(metric)
             if device is None and name in (REBIRTH, REBOOT):
                 if metric.datatype != pb.BOOLEAN or value is not True:

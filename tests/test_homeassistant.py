@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ import pytest
 from edgeclaw.channels.mqtt.homeassistant import HomeAssistantEntities, tmp102_celsius
 from edgeclaw.channels.mqtt.topics import DeviceTopics
 from tests.mqtt_support import Caller, Mosquitto, daemon_env, needs_mosquitto, poll, run_daemon, stop_daemon
+from tests.sensor_support import sensor_read_on_the_sim_board
 
 # -- Home Assistant's schema, from its documentation ------------------------------------------------
 
@@ -82,7 +86,16 @@ PLATFORMS: dict[str, dict[str, set[str]]] = {
 }  # fmt: skip
 DEVICE_CLASSES = {
     # sensor: the classes used here with the units Home Assistant accepts for them
-    "sensor": {"temperature": {"°C", "°F", "K"}, "duration": {"d", "h", "min", "s", "ms"}},
+    "sensor": {
+        "temperature": {"°C", "°F", "K"},
+        "duration": {"d", "h", "min", "s", "ms"},
+        "pressure": {"hPa", "kPa", "Pa", "bar", "mbar"},
+        "humidity": {"%"},
+        "illuminance": {"lx"},
+        "voltage": {"V", "mV"},
+        "current": {"A", "mA"},
+        "power": {"W", "kW"},
+    },
     "binary_sensor": {"connectivity", "problem", "power", "running", "moving", "opening", "motion"},
     "switch": {"outlet", "switch"},
     "button": {"identify", "restart", "update"},
@@ -297,12 +310,11 @@ async def test_discovery_follows_home_assistants_schema_for_every_platform(broke
     assert set(by_platform) == {"sensor", "binary_sensor", "switch", "button"}
     (led,) = by_platform["switch"]
     assert (led["command_topic"], led["state_topic"]) == (f"{LED}/set", f"{LED}/state")
-    temp = next(
-        c
-        for c in by_platform["sensor"]
-        if c["unique_id"].endswith("_temperature") and "i2c" in c["unique_id"]
-    )
+    # The profile's declared TMP102, by its name there, no longer by its I2C label.
+    temp = next(c for c in by_platform["sensor"] if c["name"] == "Board temperature")
     assert (temp["device_class"], temp["unit_of_measurement"]) == ("temperature", "°C")
+    assert temp["default_entity_id"] == "sensor.ha_sim_sensor_board_temperature_temperature"
+    assert not [c for c in by_platform["sensor"] if "i2c" in c["unique_id"]]  # each part once
     kinds = {c.get("device_class") for c in by_platform["binary_sensor"]}
     assert "connectivity" in kinds
     assert [c["device_class"] for c in by_platform["button"]] == ["restart"]
@@ -441,3 +453,99 @@ async def test_the_button_binary_sensor_follows_the_pin(tmp_path: Path):
         await entities.before_disconnect()
         assert runtime.hardware is not None
         await runtime.hardware.aclose()
+
+
+# -- Home Assistant's own code ----------------------------------------------------------------------
+HA_VERSION = "2025.4.4"  # the newest release the Python 3.13.0 here installs
+HA_VENV = (
+    Path(os.environ.get("EDGECLAW_TEST_CACHE", Path.home() / ".cache" / "edgeclaw-tests"))
+    / f"ha-{HA_VERSION}"
+)
+HA_VALIDATE = Path(__file__).resolve().parent / "ha_validate.py"
+
+
+def _python_3_13() -> str | None:
+    for candidate in (
+        shutil.which("python3.13"),
+        *sorted(Path.home().glob(".pyenv/versions/3.13*/bin/python")),
+    ):
+        if candidate and Path(candidate).exists():
+            return str(candidate)
+    return None
+
+
+@pytest.fixture(scope="session")
+def ha_python() -> str:
+    """The Python of a venv with Home Assistant installed from PyPI (built once, kept in the test cache)."""
+    python = HA_VENV / "bin" / "python"
+    if not python.exists():
+        base = _python_3_13()
+        if base is None:
+            pytest.skip(
+                f"Home Assistant {HA_VERSION} needs Python 3.13 (python3.13 or pyenv), not found here"
+            )
+        subprocess.run([base, "-m", "venv", str(HA_VENV)], check=True, timeout=120)
+        done = subprocess.run(
+            [str(HA_VENV / "bin" / "pip"), "install", "-q", f"homeassistant=={HA_VERSION}"],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+        if done.returncode != 0:
+            shutil.rmtree(HA_VENV, ignore_errors=True)
+            raise AssertionError(f"installing Home Assistant {HA_VERSION} failed:\n{done.stderr[-3000:]}")
+    return str(python)
+
+
+def home_assistant_takes(ha_python: str, payload: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    done = subprocess.run(
+        [ha_python, str(HA_VALIDATE)], input=json.dumps(payload), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+@needs_mosquitto
+async def test_home_assistant_takes_every_entity_and_every_value_sensor_read_prints(
+    broker, daemon, ha_python
+):
+    async with Caller(broker.port, [DISCOVERY, f"{BASE}/ha/+/state"]) as ha:
+        (msg,) = await ha.answers(DISCOVERY, 1, within=60)
+        payload = msg.json
+        printed = sensor_read_on_the_sim_board()
+        # The board's own sensors (the telemetry's figures are entities too, read from `telemetry`).
+        sensors = {
+            c["state_topic"]: c
+            for c in payload["cmps"].values()
+            if c["p"] == "sensor" and c["state_topic"].startswith(f"{BASE}/ha/")
+        }
+        await ha.wait_for(lambda: all(ha.on(t) for t in sensors), 30, "a state of every sensor")
+        states = {t: float(ha.on(t)[-1].payload) for t in sensors}
+
+    taken = home_assistant_takes(ha_python, payload)
+    assert set(taken) == set(payload["cmps"])
+    for uid, verdict in taken.items():
+        assert verdict["ok"], (uid, verdict)
+        assert verdict["warnings"] == [], (uid, verdict["warnings"])
+        # Only the entity id of Home Assistant 2025.10 on, which this release predates.
+        assert set(verdict["dropped"]) <= {"default_entity_id"}, (uid, verdict["dropped"])
+
+    # One sensor entity for every value `sensor read` prints, named after its device, in its unit
+    # (Home Assistant writes relative humidity "%"), showing that value.
+    unmatched = dict(sensors)
+    for p in printed:
+        unit = "%" if p.unit == "%RH" else p.unit
+        match = next(
+            (
+                t
+                for t, c in unmatched.items()
+                if c["name"].lower().startswith(p.device.lower())
+                and c["unit_of_measurement"] == unit
+                and (not p.label or c["name"].endswith(p.label))
+                and states[t] == pytest.approx(p.value, abs=0.5)
+            ),
+            None,
+        )
+        assert match is not None, (p, sorted(c["name"] for c in unmatched.values()))
+        del unmatched[match]
+    assert unmatched == {}, sorted(c["name"] for c in unmatched.values())

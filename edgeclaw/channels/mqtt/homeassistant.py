@@ -259,7 +259,11 @@ class HomeAssistantEntities:
         out: dict[str, dict[str, Any]] = {}
         for e in self.entities:
             uid = f"edgeclaw_{dev_id}_{e.key}"
-            out[uid] = {"p": e.platform, "name": e.name, "unique_id": uid, **e.options}
+            # The entity id Home Assistant gives it (2025.10 on; `object_id` before, which it now warns
+            # about): the device and the key, so two boards' "Air humidity" never collide.
+            entity_id = f"{e.platform}.{_key(dev_id)}_{e.key}".replace("-", "_")
+            out[uid] = {"p": e.platform, "name": e.name, "unique_id": uid, "default_entity_id": entity_id}
+            out[uid].update(e.options)
         return out
 
     # -- readers and commands --------------------------------------------------

@@ -2,7 +2,8 @@
 discovery payload on stdin and put it through Home Assistant's own code — its abbreviation table, its
 device discovery schema, the merge of shared options into each component, and each platform's
 discovery schema — then print, per component, whether Home Assistant takes it, what it made of it,
-what it warned about and which keys it dropped as unknown. No edgeclaw code runs here."""
+what it warned about and which keys it dropped as unknown. With `render`: what one of its value
+templates makes of a payload. No edgeclaw code runs here."""
 
 from __future__ import annotations
 
@@ -25,6 +26,14 @@ async def main() -> None:
     # Templates are validated against a running Home Assistant, as in Home Assistant itself.
     hass = HomeAssistant(tempfile.mkdtemp())
     frame.async_setup(hass)
+    if sys.argv[1:] == ["render"]:
+        # {"template": ..., "payload": ...}: what Home Assistant's MQTT value template makes of a payload.
+        from homeassistant.helpers.template import Template
+
+        asked = json.load(sys.stdin)
+        rendered = Template(asked["template"], hass).async_render_with_possible_json_value(asked["payload"])
+        print(json.dumps({"rendered": rendered}))
+        return
     payload = discovery.MQTTDiscoveryPayload(json.load(sys.stdin))
     discovery._replace_all_abbreviations(payload)
     out: dict[str, dict[str, object]] = {}

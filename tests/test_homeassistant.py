@@ -497,9 +497,14 @@ def ha_python() -> str:
     return str(python)
 
 
-def home_assistant_takes(ha_python: str, payload: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def in_home_assistant(ha_python: str, asked: dict[str, Any], *args: str) -> dict[str, Any]:
+    """tests/ha_validate.py run by Home Assistant's Python: `asked` in, its answer out."""
     done = subprocess.run(
-        [ha_python, str(HA_VALIDATE)], input=json.dumps(payload), capture_output=True, text=True, timeout=300
+        [ha_python, str(HA_VALIDATE), *args],
+        input=json.dumps(asked),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
@@ -522,7 +527,7 @@ async def test_home_assistant_takes_every_entity_and_every_value_sensor_read_pri
         await ha.wait_for(lambda: all(ha.on(t) for t in sensors), 30, "a state of every sensor")
         states = {t: float(ha.on(t)[-1].payload) for t in sensors}
 
-    taken = home_assistant_takes(ha_python, payload)
+    taken = in_home_assistant(ha_python, payload)
     assert set(taken) == set(payload["cmps"])
     for uid, verdict in taken.items():
         assert verdict["ok"], (uid, verdict)
@@ -549,3 +554,21 @@ async def test_home_assistant_takes_every_entity_and_every_value_sensor_read_pri
         assert match is not None, (p, sorted(c["name"] for c in unmatched.values()))
         del unmatched[match]
     assert unmatched == {}, sorted(c["name"] for c in unmatched.values())
+
+
+@needs_mosquitto
+async def test_connectivity_is_off_in_home_assistant_once_the_device_is_killed(broker, daemon, ha_python):
+    async with Caller(broker.port, [DISCOVERY]) as ha:
+        (msg,) = await ha.answers(DISCOVERY, 1, within=60)
+    [connectivity] = [c for c in msg.json["cmps"].values() if c.get("device_class") == "connectivity"]
+    daemon.proc.kill()  # no clean stop: the broker publishes the Last Will
+    daemon.proc.wait(10)
+    async with Caller(broker.port, [connectivity["state_topic"]]) as ha:
+        will = await ha.wait_for(
+            lambda: next((m for m in ha.on(connectivity["state_topic"]) if b"offline" in m.payload), None),
+            30,
+            "the Last Will on the status topic",
+        )
+    asked = {"template": connectivity["value_template"], "payload": will.payload.decode()}
+    rendered = in_home_assistant(ha_python, asked, "render")["rendered"]
+    assert rendered == connectivity["payload_off"]  # off in Home Assistant

@@ -77,6 +77,14 @@ PLATFORMS: dict[str, dict[str, set[str]]] = {
             "optimistic", "payload_on", "payload_off", "state_on", "state_off", "retain",
         },
     },
+    "update": {
+        "required": set(),
+        "allowed": COMMON_KEYS | {
+            "state_topic", "command_topic", "payload_install", "device_class", "title", "release_url",
+            "release_summary", "latest_version_topic", "latest_version_template", "value_template",
+            "display_precision", "retain",
+        },
+    },
     "button": {
         "required": {"command_topic"},
         "allowed": COMMON_KEYS | {
@@ -99,6 +107,7 @@ DEVICE_CLASSES = {
     "binary_sensor": {"connectivity", "problem", "power", "running", "moving", "opening", "motion"},
     "switch": {"outlet", "switch"},
     "button": {"identify", "restart", "update"},
+    "update": {"firmware"},
 }
 STATE_CLASSES = {"measurement", "measurement_angle", "total", "total_increasing"}
 ENTITY_CATEGORIES = {"config", "diagnostic"}
@@ -251,7 +260,7 @@ def broker(tmp_path: Path):
 class Daemon:
     """`edgeclaw run --board sim` as device DEV, with the board's entities and a restart button."""
 
-    def __init__(self, workdir: Path, port: int, extra: str = "") -> None:
+    def __init__(self, workdir: Path, port: int, extra: str = "", env: dict[str, str] | None = None) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.log = workdir / "daemon.log"
         config = workdir / "edgeclaw.toml"
@@ -260,7 +269,9 @@ class Daemon:
             f"[mqtt]\nenabled = true\nport = {port}\ntelemetry_interval_s = 2.0\n"
             "homeassistant_poll_s = 0.2\nhomeassistant_restart_button = true\n" + extra
         )
-        self.proc = run_daemon(daemon_env(workdir / "state", config), self.log, "--board", "sim")
+        self.proc = run_daemon(
+            daemon_env(workdir / "state", config, **(env or {})), self.log, "--board", "sim"
+        )
 
     @property
     def running(self) -> bool:
@@ -307,7 +318,7 @@ async def test_discovery_follows_home_assistants_schema_for_every_platform(broke
     by_platform: dict[str, list[dict[str, Any]]] = {}
     for comp in cmps.values():
         by_platform.setdefault(comp["p"], []).append(comp)
-    assert set(by_platform) == {"sensor", "binary_sensor", "switch", "button"}
+    assert set(by_platform) == {"sensor", "binary_sensor", "switch", "button", "update"}
     (led,) = by_platform["switch"]
     assert (led["command_topic"], led["state_topic"]) == (f"{LED}/set", f"{LED}/state")
     # The profile's declared TMP102, by its name there, no longer by its I2C label.
@@ -572,3 +583,62 @@ async def test_connectivity_is_off_in_home_assistant_once_the_device_is_killed(b
     asked = {"template": connectivity["value_template"], "payload": will.payload.decode()}
     rendered = in_home_assistant(ha_python, asked, "render")["rendered"]
     assert rendered == connectivity["payload_off"]  # off in Home Assistant
+
+
+ADMIN_KEY = "ha-admin-key-0f3a9c"
+COMMAND_KEY = "ha-command-key-77d2e1"
+
+
+@needs_mosquitto
+async def test_an_update_an_admin_offers_shows_in_home_assistant_and_install_runs_it(
+    tmp_path, broker, ha_python
+):
+    """Only the admin key can offer; Home Assistant's Install then runs that offer as `gateway` `update`,
+    which still refuses an unsigned wheel (no update key configured): nothing is installed."""
+    from edgeclaw import __version__
+    from edgeclaw.net.signing import envelope
+
+    extra = (
+        'hmac_secret_env = "EC_HMAC"\nadmin_secret_env = "EC_ADMIN"\nhomeassistant_update_install = true\n'
+        '[tools.channels.homeassistant]\nallow = ["gpio", "gateway"]\n'
+    )
+    d = Daemon(
+        tmp_path / "upd", broker.port, extra=extra, env={"EC_ADMIN": ADMIN_KEY, "EC_HMAC": COMMAND_KEY}
+    )
+    gateway, answers, state = f"{BASE}/admin/gateway", "test/ha/admin", f"{BASE}/ha/update/state"
+    offer = {
+        "action": "offer_update",
+        "version": "99.0.0",
+        "url": "https://releases.example.net/edgeclaw-99.0.0-py3-none-any.whl",
+        "sha256": "ab" * 32,
+    }
+    try:
+        async with Caller(broker.port, [DISCOVERY, state, answers]) as ha:
+            (msg,) = await ha.answers(DISCOVERY, 1, within=60)
+            [update] = [c for c in msg.json["cmps"].values() if c["p"] == "update"]
+            assert (
+                update["command_topic"] == f"{BASE}/ha/update/set" and update["payload_install"] == "install"
+            )
+            first = await ha.wait_for(lambda: ha.on(state), 30, "the update entity's state")
+            assert first[-1].json == {"installed_version": __version__, "latest_version": __version__}
+
+            for n, key in enumerate((COMMAND_KEY, ADMIN_KEY)):
+                request = {"id": f"offer-{n}", **offer}
+                signed = envelope(
+                    key.encode(), gateway, request, response_topic=answers, correlation=b"%d" % n
+                )
+                await ha.publish(gateway, signed, response_topic=answers, correlation=b"%d" % n)
+                await ha.wait_for(lambda n=n: [m for m in ha.on(answers) if m.correlation == b"%d" % n], 30)
+            refused, offered = ha.on(answers)
+            assert not refused.json["ok"], refused.json  # the everyday key cannot offer an update
+            assert offered.json["ok"], offered.json
+            latest = await ha.wait_for(
+                lambda: next((m for m in ha.on(state) if m.json["latest_version"] == "99.0.0"), None), 30
+            )
+            assert latest.json["installed_version"] == __version__
+
+            await ha.publish(f"{BASE}/ha/update/set", "install")
+            await ha.wait_for(lambda: "updates must be signed" in daemon_log(d), 30, "the install refused")
+    finally:
+        d.stop()
+    assert "update to" not in daemon_log(d)  # nothing installed, no restart onto it

@@ -10,7 +10,10 @@ components that join the device discovery message (discovery.py):
   `sensor` with its unit and device class; an MCP3008 on SPI gives each
   channel's raw 10-bit reading (no driver converts it to a quantity);
 - a connectivity `binary_sensor` reads the retained `status`;
-- a restart `button`, only when configured, is a `gateway` restart.
+- a restart `button`, only when configured, is a `gateway` restart;
+- an `update` entity shows the running version and the one an admin offers (`gateway`
+  `offer_update`); with `homeassistant_update_install`, its Install runs that offer as a `gateway`
+  `update`, which the policy must admit for this channel like the restart button.
 
 Commands run through the registry as channel `homeassistant`, so the policy
 decides: its built-in profile admits `gpio` only (the restart button is
@@ -28,6 +31,7 @@ interval; availability comes from the retained `status` like every entity.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -43,10 +47,10 @@ log = logging.getLogger("edgeclaw.mqtt.homeassistant")
 
 CHANNEL = "homeassistant"
 # Home Assistant's default payloads for each platform (switch.mqtt, binary_sensor.mqtt, button.mqtt).
-ON, OFF, PRESS = "ON", "OFF", "PRESS"
+ON, OFF, PRESS, INSTALL = "ON", "OFF", "PRESS", "install"
 MCP3008_CHANNELS = 8
 
-Platform = Literal["sensor", "binary_sensor", "switch", "button"]
+Platform = Literal["sensor", "binary_sensor", "switch", "button", "update"]
 Publish = Callable[[str, bytes], Awaitable[None]]  # topic, payload: retained, QoS 1
 
 
@@ -144,6 +148,8 @@ class HomeAssistantEntities:
         poll_s: float,
         refresh_s: float,
         restart_button: bool,
+        offered: Callable[[], str] | None = None,
+        install: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.topics = topics
         self.profile = profile
@@ -162,6 +168,8 @@ class HomeAssistantEntities:
         # would only open the board's devices (and import their drivers) during start-up.
         self._connected_once = asyncio.Event()
         self._readings = RecentReadings(hardware, max_age_s=min(1.0, poll_s / 2))
+        self._offered = offered  # the version an admin offers (the running one when none is)
+        self._install_request = install  # the update request of the offer; None: no Install
         self._build(restart_button)
 
     # -- topics --------------------------------------------------------------
@@ -214,6 +222,13 @@ class HomeAssistantEntities:
             "payload_on": "online", "payload_off": "offline", "device_class": "connectivity",
             "entity_category": "diagnostic",
         }))  # fmt: skip
+        if self._offered is not None:
+            install = {"command_topic": self.command_topic("update"), "payload_install": INSTALL}
+            self._add(Entity("update", "update", "Firmware", {
+                "state_topic": self.state_topic("update"), "device_class": "firmware",
+                "entity_category": "config", "title": "edgeclaw",
+                **(install if self._install_request is not None else {}),
+            }, read=self._versions, command=self._install if self._install_request else None))  # fmt: skip
         if restart_button:
             self._add(Entity("restart", "button", "Restart", {
                 "command_topic": self.command_topic("restart"), "payload_press": PRESS,
@@ -300,6 +315,24 @@ class HomeAssistantEntities:
 
         return command
 
+    async def _versions(self) -> str | None:
+        from edgeclaw import __version__
+
+        assert self._offered is not None
+        latest = self._offered()
+        return json.dumps({"installed_version": __version__, "latest_version": latest}, sort_keys=True)
+
+    async def _install(self, payload: str) -> None:
+        """Install pressed: the update an admin offered, as `gateway` `update` (which the policy must
+        admit for this channel, and which checks the wheel and its signature as for any update)."""
+        assert self._install_request is not None
+        try:
+            args = self._install_request()
+        except Exception as e:
+            log.warning("Home Assistant install refused: %s", e)
+            return
+        await self._call("update", "gateway", args)
+
     async def _restart(self, payload: str) -> None:
         await self._call(
             "restart", "gateway", {"action": "restart", "reason": "Home Assistant restart button"}
@@ -340,7 +373,7 @@ class HomeAssistantEntities:
             # commands unless told to, so one that is retained was left there by someone else.
             log.warning("Home Assistant command on %s ignored: it is a retained message", topic)
             return
-        allowed = (PRESS,) if entity.platform == "button" else (ON, OFF)
+        allowed = {"button": (PRESS,), "update": (INSTALL,)}.get(entity.platform, (ON, OFF))
         try:
             text = payload.decode("utf-8")
         except UnicodeDecodeError:

@@ -48,13 +48,12 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiomqtt
 
-from edgeclaw.channels.mqtt.homeassistant import RecentReadings, tmp102_celsius
+from edgeclaw.channels.mqtt.sparkplug_metrics import Metric, MetricCatalogue
 from edgeclaw.net.mqtt_connection import Connection, ConnectionSettings, PublishFailed
 from edgeclaw.tasks import TaskSet
 from edgeclaw.tools.base import ToolContext
@@ -67,25 +66,6 @@ NAMESPACE = "spBv1.0"
 REBIRTH = "Node Control/Rebirth"
 REBOOT = "Node Control/Reboot"
 BDSEQ = "bdSeq"
-# Telemetry figures sent as Health/* (Double): they change all the time, so on the interval only.
-HEALTH_KEYS = ("uptime_s", "cpu_temp_c", "load_1m", "mem_used_pct", "disk_used_pct", "outbox_depth")
-TOOL_KEYS = (
-    ("Tools/calls", "tool_calls"),
-    ("Tools/errors", "tool_errors"),
-    ("Tools/refused", "tool_refused"),
-)
-
-
-@dataclass(frozen=True)
-class Metric:
-    """One metric of the node. `read` gives its value; `write` (writable metrics) takes a new one."""
-
-    name: str
-    datatype: int
-    read: Callable[[], Awaitable[Any]]
-    write: Callable[[Any], Awaitable[None]] | None = None
-    on_change: bool = True  # sent in an NDATA as soon as it changes, not just on the interval
-    unit: str = ""  # its engineering unit (the `engUnit` property of its birth), if it has one
 
 
 def topic_id_usable(name: str) -> bool:
@@ -152,13 +132,11 @@ class SparkplugNode:
         self.bdseq = BdSeq(state_dir / "sparkplug" / "bdseq")
         self.seq = 0
         self.births = 0  # NBIRTHs published (for tests and the log)
-        self.metrics: dict[str, Metric] = {}
-        # The devices behind the node: device id -> its metrics (none for a board without them).
-        self.devices: dict[str, dict[str, Metric]] = {}
         self._last: dict[str | None, dict[str, Any]] = {}  # node (None) or device -> metric -> value sent
-        self._readings = RecentReadings(hardware, max_age_s=min(1.0, poll_s / 2))
-        self._build()
-        self._build_devices()
+        catalogue = MetricCatalogue(pb, profile, hardware, telemetry, self._call, poll_s)
+        self.catalogue = catalogue
+        self.metrics = catalogue.node
+        self.devices = catalogue.devices
         # Each metric's alias (node and devices share one numbering, Sparkplug 3.0 §6.4.5): named with
         # it in the births, then only the alias in NDATA/DDATA.
         self.aliases: dict[tuple[str | None, str], int] = {}
@@ -200,132 +178,12 @@ class SparkplugNode:
         node = f"{NAMESPACE}/{self.group_id}/{kind}/{self.edge_node_id}"
         return node if device is None else f"{node}/{device}"
 
-    # -- the metrics from the profile ---------------------------------------------
-    def _build(self) -> None:
-        pb = self.pb
-        spec = self.profile._spec if self.profile is not None else None
-        if spec is not None and self.hardware is not None:
-            for grant in spec.gpio:
-                writer = self._gpio_writer(grant.pin) if grant.direction == "out" else None
-                self._add(Metric(f"GPIO/{grant.name}", pb.BOOLEAN, self._gpio_reader(grant.pin), writer))
-            declared = {(d.bus, d.address) for d in self.profile.devices if d.form == "i2c"}
-            for device in self.profile.devices:
-                for value in device.values:
-                    words = value.quantity.replace("_", " ").title() + (
-                        f" {value.label}" if value.label else ""
-                    )
-                    reader = self._declared_reader(device.name, value.quantity, value.label)
-                    self._add(Metric(f"Sensors/{device.name}/{words}", pb.DOUBLE, reader, unit=value.unit))
-            for bus in spec.i2c:
-                for label in bus.devices:
-                    if (bus.bus, label.address) in declared:
-                        continue  # read as a [[devices]] entry above, with every quantity it has
-                    if label.name.upper().startswith("TMP102"):
-                        name = f"Sensors/TMP102 (I2C {bus.bus} 0x{label.address:02x})/Temperature"
-                        reader = self._tmp102_reader(bus.bus, label.address)
-                        self._add(Metric(name, pb.FLOAT, reader, unit="°C"))
-        for name, key in TOOL_KEYS:
-            self._add(Metric(name, pb.UINT64, self._telemetry_reader(key)))
-        for key in HEALTH_KEYS:
-            self._add(Metric(f"Health/{key}", pb.DOUBLE, self._telemetry_reader(key), on_change=False))
-
-    def _add(self, metric: Metric) -> None:
-        self.metrics[metric.name] = metric
-
-    def _build_devices(self) -> None:
-        pb = self.pb
-        spec = self.profile._spec if self.profile is not None else None
-        if spec is None or self.hardware is None:
-            return
-        if spec.esp32 is not None:
-            esp: dict[str, Metric] = {}
-            grant = spec.esp32
-
-            async def port() -> Any:
-                return grant.port
-
-            async def firmware() -> Any:
-                bridge = self.hardware.esp32()
-                return bridge.peer.get("firmware")
-
-            esp["Properties/Port"] = Metric("Properties/Port", pb.STRING, port)
-            for pin in grant.gpio:
-                writer = self._esp32_writer(pin.name) if pin.direction == "out" else None
-                name = f"GPIO/{pin.name}"
-                esp[name] = Metric(
-                    name, pb.BOOLEAN, self._esp32_reader("gpio.read", pin.pin, "value"), writer
-                )
-            for adc in grant.adc:
-                name = f"ADC/{adc.name}/Millivolts"
-                esp[name] = Metric(name, pb.INT32, self._esp32_reader("adc.read", adc.pin, "millivolts"))
-            # After the reads: the first of them shakes hands, which is what names the firmware.
-            esp["Properties/Firmware"] = Metric("Properties/Firmware", pb.STRING, firmware)
-            self.devices["esp32"] = esp
-        if spec.probe is not None:
-            probe = spec.probe
-
-            def fixed(value: str) -> Callable[[], Awaitable[Any]]:
-                async def read() -> Any:
-                    return value
-
-                return read
-
-            self.devices["probe"] = {
-                "Properties/Target": Metric("Properties/Target", pb.STRING, fixed(probe.target)),
-                "Properties/Transport": Metric("Properties/Transport", pb.STRING, fixed(probe.transport)),
-            }
-
-    def _esp32_reader(self, op: str, pin: int, field: str) -> Callable[[], Awaitable[Any]]:
-        async def read() -> Any:
-            reply = await self.hardware.esp32().request(op, {"pin": pin})
-            value = reply.get(field)
-            return bool(value) if op == "gpio.read" else value
-
-        return read
-
-    def _esp32_writer(self, name: str) -> Callable[[Any], Awaitable[None]]:
-        async def write(value: Any) -> None:
-            await self._call("esp32", {"action": "gpio_write", "pin": name, "value": bool(value)})
-
-        return write
-
-    def _gpio_reader(self, pin: int) -> Callable[[], Awaitable[Any]]:
-        async def read() -> Any:
-            return bool((await self.hardware.gpio().read(pin)).active)
-
-        return read
-
-    def _tmp102_reader(self, bus: int, address: int) -> Callable[[], Awaitable[Any]]:
-        async def read() -> Any:
-            return tmp102_celsius(await self.hardware.i2c(bus).read_word_data(address, 0x00))
-
-        return read
-
-    def _declared_reader(self, device: str, quantity: str, label: str) -> Callable[[], Awaitable[Any]]:
-        async def read() -> Any:
-            found = (await self._readings.get(device)).value(quantity, label)
-            return None if found is None else found.value
-
-        return read
-
-    def _telemetry_reader(self, key: str) -> Callable[[], Awaitable[Any]]:
-        async def read() -> Any:
-            return self._snapshot.get(key)
-
-        return read
-
-    def _gpio_writer(self, pin: int) -> Callable[[Any], Awaitable[None]]:
-        async def write(value: Any) -> None:
-            await self._call("gpio", {"action": "write", "pin": pin, "value": bool(value)})
-
-        return write
-
     def _scope(self, device: str | None) -> dict[str, Metric]:
         return self.metrics if device is None else self.devices[device]
 
     async def _read_all(self, names: list[str], device: str | None = None) -> dict[str, Any]:
         if device is None:
-            self._snapshot = self.telemetry()
+            self.catalogue.take_telemetry()
         scope = self._scope(device)
         values: dict[str, Any] = {}
         for name in names:
@@ -335,8 +193,6 @@ class SparkplugNode:
                 log.debug("Sparkplug metric %s: %s", name, e)
                 values[name] = None
         return values
-
-    _snapshot: dict[str, Any] = {}
 
     # -- payloads -------------------------------------------------------------------
     def _payload(

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ import pytest
 from edgeclaw.channels.mqtt.homeassistant import HomeAssistantEntities, tmp102_celsius
 from edgeclaw.channels.mqtt.topics import DeviceTopics
 from tests.mqtt_support import Caller, Mosquitto, daemon_env, needs_mosquitto, poll, run_daemon, stop_daemon
+from tests.sensor_support import sensor_read_on_the_sim_board
 
 # -- Home Assistant's schema, from its documentation ------------------------------------------------
 
@@ -73,6 +77,14 @@ PLATFORMS: dict[str, dict[str, set[str]]] = {
             "optimistic", "payload_on", "payload_off", "state_on", "state_off", "retain",
         },
     },
+    "update": {
+        "required": set(),
+        "allowed": COMMON_KEYS | {
+            "state_topic", "command_topic", "payload_install", "device_class", "title", "release_url",
+            "release_summary", "latest_version_topic", "latest_version_template", "value_template",
+            "display_precision", "retain",
+        },
+    },
     "button": {
         "required": {"command_topic"},
         "allowed": COMMON_KEYS | {
@@ -82,10 +94,20 @@ PLATFORMS: dict[str, dict[str, set[str]]] = {
 }  # fmt: skip
 DEVICE_CLASSES = {
     # sensor: the classes used here with the units Home Assistant accepts for them
-    "sensor": {"temperature": {"°C", "°F", "K"}, "duration": {"d", "h", "min", "s", "ms"}},
+    "sensor": {
+        "temperature": {"°C", "°F", "K"},
+        "duration": {"d", "h", "min", "s", "ms"},
+        "pressure": {"hPa", "kPa", "Pa", "bar", "mbar"},
+        "humidity": {"%"},
+        "illuminance": {"lx"},
+        "voltage": {"V", "mV"},
+        "current": {"A", "mA"},
+        "power": {"W", "kW"},
+    },
     "binary_sensor": {"connectivity", "problem", "power", "running", "moving", "opening", "motion"},
     "switch": {"outlet", "switch"},
     "button": {"identify", "restart", "update"},
+    "update": {"firmware"},
 }
 STATE_CLASSES = {"measurement", "measurement_angle", "total", "total_increasing"}
 ENTITY_CATEGORIES = {"config", "diagnostic"}
@@ -238,7 +260,7 @@ def broker(tmp_path: Path):
 class Daemon:
     """`edgeclaw run --board sim` as device DEV, with the board's entities and a restart button."""
 
-    def __init__(self, workdir: Path, port: int, extra: str = "") -> None:
+    def __init__(self, workdir: Path, port: int, extra: str = "", env: dict[str, str] | None = None) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.log = workdir / "daemon.log"
         config = workdir / "edgeclaw.toml"
@@ -247,7 +269,9 @@ class Daemon:
             f"[mqtt]\nenabled = true\nport = {port}\ntelemetry_interval_s = 2.0\n"
             "homeassistant_poll_s = 0.2\nhomeassistant_restart_button = true\n" + extra
         )
-        self.proc = run_daemon(daemon_env(workdir / "state", config), self.log, "--board", "sim")
+        self.proc = run_daemon(
+            daemon_env(workdir / "state", config, **(env or {})), self.log, "--board", "sim"
+        )
 
     @property
     def running(self) -> bool:
@@ -294,15 +318,14 @@ async def test_discovery_follows_home_assistants_schema_for_every_platform(broke
     by_platform: dict[str, list[dict[str, Any]]] = {}
     for comp in cmps.values():
         by_platform.setdefault(comp["p"], []).append(comp)
-    assert set(by_platform) == {"sensor", "binary_sensor", "switch", "button"}
+    assert set(by_platform) == {"sensor", "binary_sensor", "switch", "button", "update"}
     (led,) = by_platform["switch"]
     assert (led["command_topic"], led["state_topic"]) == (f"{LED}/set", f"{LED}/state")
-    temp = next(
-        c
-        for c in by_platform["sensor"]
-        if c["unique_id"].endswith("_temperature") and "i2c" in c["unique_id"]
-    )
+    # The profile's declared TMP102, by its name there, no longer by its I2C label.
+    temp = next(c for c in by_platform["sensor"] if c["name"] == "Board temperature")
     assert (temp["device_class"], temp["unit_of_measurement"]) == ("temperature", "°C")
+    assert temp["default_entity_id"] == "sensor.ha_sim_sensor_board_temperature_temperature"
+    assert not [c for c in by_platform["sensor"] if "i2c" in c["unique_id"]]  # each part once
     kinds = {c.get("device_class") for c in by_platform["binary_sensor"]}
     assert "connectivity" in kinds
     assert [c["device_class"] for c in by_platform["button"]] == ["restart"]
@@ -441,3 +464,181 @@ async def test_the_button_binary_sensor_follows_the_pin(tmp_path: Path):
         await entities.before_disconnect()
         assert runtime.hardware is not None
         await runtime.hardware.aclose()
+
+
+# -- Home Assistant's own code ----------------------------------------------------------------------
+HA_VERSION = "2025.4.4"  # the newest release the Python 3.13.0 here installs
+HA_VENV = (
+    Path(os.environ.get("EDGECLAW_TEST_CACHE", Path.home() / ".cache" / "edgeclaw-tests"))
+    / f"ha-{HA_VERSION}"
+)
+HA_VALIDATE = Path(__file__).resolve().parent / "ha_validate.py"
+
+
+def _python_3_13() -> str | None:
+    for candidate in (
+        shutil.which("python3.13"),
+        *sorted(Path.home().glob(".pyenv/versions/3.13*/bin/python")),
+    ):
+        if candidate and Path(candidate).exists():
+            return str(candidate)
+    return None
+
+
+@pytest.fixture(scope="session")
+def ha_python() -> str:
+    """The Python of a venv with Home Assistant installed from PyPI (built once, kept in the test cache)."""
+    python = HA_VENV / "bin" / "python"
+    if not python.exists():
+        base = _python_3_13()
+        if base is None:
+            pytest.skip(
+                f"Home Assistant {HA_VERSION} needs Python 3.13 (python3.13 or pyenv), not found here"
+            )
+        subprocess.run([base, "-m", "venv", str(HA_VENV)], check=True, timeout=120)
+        done = subprocess.run(
+            [str(HA_VENV / "bin" / "pip"), "install", "-q", f"homeassistant=={HA_VERSION}"],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+        if done.returncode != 0:
+            shutil.rmtree(HA_VENV, ignore_errors=True)
+            raise AssertionError(f"installing Home Assistant {HA_VERSION} failed:\n{done.stderr[-3000:]}")
+    return str(python)
+
+
+def in_home_assistant(ha_python: str, asked: dict[str, Any], *args: str) -> dict[str, Any]:
+    """tests/ha_validate.py run by Home Assistant's Python: `asked` in, its answer out."""
+    done = subprocess.run(
+        [ha_python, str(HA_VALIDATE), *args],
+        input=json.dumps(asked),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+@needs_mosquitto
+async def test_home_assistant_takes_every_entity_and_every_value_sensor_read_prints(
+    broker, daemon, ha_python
+):
+    async with Caller(broker.port, [DISCOVERY, f"{BASE}/ha/+/state"]) as ha:
+        (msg,) = await ha.answers(DISCOVERY, 1, within=60)
+        payload = msg.json
+        printed = sensor_read_on_the_sim_board()
+        # The board's own sensors (the telemetry's figures are entities too, read from `telemetry`).
+        sensors = {
+            c["state_topic"]: c
+            for c in payload["cmps"].values()
+            if c["p"] == "sensor" and c["state_topic"].startswith(f"{BASE}/ha/")
+        }
+        await ha.wait_for(lambda: all(ha.on(t) for t in sensors), 30, "a state of every sensor")
+        states = {t: float(ha.on(t)[-1].payload) for t in sensors}
+
+    taken = in_home_assistant(ha_python, payload)
+    assert set(taken) == set(payload["cmps"])
+    for uid, verdict in taken.items():
+        assert verdict["ok"], (uid, verdict)
+        assert verdict["warnings"] == [], (uid, verdict["warnings"])
+        # Only the entity id of Home Assistant 2025.10 on, which this release predates.
+        assert set(verdict["dropped"]) <= {"default_entity_id"}, (uid, verdict["dropped"])
+
+    # One sensor entity for every value `sensor read` prints, named after its device, in its unit
+    # (Home Assistant writes relative humidity "%"), showing that value.
+    unmatched = dict(sensors)
+    for p in printed:
+        unit = "%" if p.unit == "%RH" else p.unit
+        match = next(
+            (
+                t
+                for t, c in unmatched.items()
+                if c["name"].lower().startswith(p.device.lower())
+                and c["unit_of_measurement"] == unit
+                and (not p.label or c["name"].endswith(p.label))
+                and states[t] == pytest.approx(p.value, abs=0.5)
+            ),
+            None,
+        )
+        assert match is not None, (p, sorted(c["name"] for c in unmatched.values()))
+        del unmatched[match]
+    assert unmatched == {}, sorted(c["name"] for c in unmatched.values())
+
+
+@needs_mosquitto
+async def test_connectivity_is_off_in_home_assistant_once_the_device_is_killed(broker, daemon, ha_python):
+    async with Caller(broker.port, [DISCOVERY]) as ha:
+        (msg,) = await ha.answers(DISCOVERY, 1, within=60)
+    [connectivity] = [c for c in msg.json["cmps"].values() if c.get("device_class") == "connectivity"]
+    daemon.proc.kill()  # no clean stop: the broker publishes the Last Will
+    daemon.proc.wait(10)
+    async with Caller(broker.port, [connectivity["state_topic"]]) as ha:
+        will = await ha.wait_for(
+            lambda: next((m for m in ha.on(connectivity["state_topic"]) if b"offline" in m.payload), None),
+            30,
+            "the Last Will on the status topic",
+        )
+    asked = {"template": connectivity["value_template"], "payload": will.payload.decode()}
+    rendered = in_home_assistant(ha_python, asked, "render")["rendered"]
+    assert rendered == connectivity["payload_off"]  # off in Home Assistant
+
+
+ADMIN_KEY = "ha-admin-key-0f3a9c"
+COMMAND_KEY = "ha-command-key-77d2e1"
+
+
+@needs_mosquitto
+async def test_an_update_an_admin_offers_shows_in_home_assistant_and_install_runs_it(
+    tmp_path, broker, ha_python
+):
+    """Only the admin key can offer; Home Assistant's Install then runs that offer as `gateway` `update`,
+    which still refuses an unsigned wheel (no update key configured): nothing is installed."""
+    from edgeclaw import __version__
+    from edgeclaw.net.signing import envelope
+
+    extra = (
+        'hmac_secret_env = "EC_HMAC"\nadmin_secret_env = "EC_ADMIN"\nhomeassistant_update_install = true\n'
+        '[tools.channels.homeassistant]\nallow = ["gpio", "gateway"]\n'
+    )
+    d = Daemon(
+        tmp_path / "upd", broker.port, extra=extra, env={"EC_ADMIN": ADMIN_KEY, "EC_HMAC": COMMAND_KEY}
+    )
+    gateway, answers, state = f"{BASE}/admin/gateway", "test/ha/admin", f"{BASE}/ha/update/state"
+    offer = {
+        "action": "offer_update",
+        "version": "99.0.0",
+        "url": "https://releases.example.net/edgeclaw-99.0.0-py3-none-any.whl",
+        "sha256": "ab" * 32,
+    }
+    try:
+        async with Caller(broker.port, [DISCOVERY, state, answers]) as ha:
+            (msg,) = await ha.answers(DISCOVERY, 1, within=60)
+            [update] = [c for c in msg.json["cmps"].values() if c["p"] == "update"]
+            assert (
+                update["command_topic"] == f"{BASE}/ha/update/set" and update["payload_install"] == "install"
+            )
+            first = await ha.wait_for(lambda: ha.on(state), 30, "the update entity's state")
+            assert first[-1].json == {"installed_version": __version__, "latest_version": __version__}
+
+            for n, key in enumerate((COMMAND_KEY, ADMIN_KEY)):
+                request = {"id": f"offer-{n}", **offer}
+                signed = envelope(
+                    key.encode(), gateway, request, response_topic=answers, correlation=b"%d" % n
+                )
+                await ha.publish(gateway, signed, response_topic=answers, correlation=b"%d" % n)
+                await ha.wait_for(lambda n=n: [m for m in ha.on(answers) if m.correlation == b"%d" % n], 30)
+            refused, offered = ha.on(answers)
+            assert not refused.json["ok"], refused.json  # the everyday key cannot offer an update
+            assert offered.json["ok"], offered.json
+            latest = await ha.wait_for(
+                lambda: next((m for m in ha.on(state) if m.json["latest_version"] == "99.0.0"), None), 30
+            )
+            assert latest.json["installed_version"] == __version__
+
+            await ha.publish(f"{BASE}/ha/update/set", "install")
+            await ha.wait_for(lambda: "updates must be signed" in daemon_log(d), 30, "the install refused")
+    finally:
+        d.stop()
+    assert "update to" not in daemon_log(d)  # nothing installed, no restart onto it

@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from edgeclaw.config.loader import load_config
 from edgeclaw.errors import ConfigErrors
 from tests.fleet_support import FleetDaemon
 from tests.mqtt_support import Caller, Mosquitto, Received, needs_mosquitto, poll
+from tests.sensor_support import sensor_read_on_the_sim_board
 
 NODE_CACHE = (
     Path(os.environ.get("EDGECLAW_TEST_CACHE", Path.home() / ".cache" / "edgeclaw-tests")) / "sparkplug-node"
@@ -35,11 +37,30 @@ NODE_CACHE = (
 GROUP = "plant"
 SIM_TMP102_C = 21.5  # the sim TMP102's temperature (backends/sim/tmp102.py)
 
+# Births are decoded as they are. A DATA message carries aliases without datatypes (Sparkplug 3.0 says
+# they should not be repeated), and Tahu's decoder needs the datatype to find the value: so, as a
+# host application does, the datatypes the births gave each alias are put back into the raw
+# protobuf (Tahu's own) before Tahu's decoder reads it. Nothing of ours touches the bytes.
 DECODE_JS = r"""
 const sp = require('sparkplug-payload').get('spBv1.0');
+const Raw = require('sparkplug-payload/lib/sparkplugPayloadProto').org.eclipse.tahu.protobuf.Payload;
 const Long = require('long');
 const lines = require('fs').readFileSync(0, 'utf8').split('\n').filter(Boolean);
-const out = lines.map(l => sp.decodePayload(Buffer.from(l, 'base64')));
+const types = {};
+const out = lines.map(l => {
+  let bytes = Buffer.from(l, 'base64');
+  const raw = Raw.decode(bytes);
+  let filled = false;
+  for (const m of raw.metrics) {
+    const alias = m.alias == null ? null : Long.fromValue(m.alias).toString();
+    if (m.datatype) { if (alias !== null) types[alias] = m.datatype; }
+    else if (alias !== null && types[alias]) { m.datatype = types[alias]; filled = true; }
+  }
+  if (filled) bytes = Raw.encode(raw).finish();
+  const decoded = sp.decodePayload(bytes);
+  if (filled) decoded.metrics.forEach(m => { delete m.type; });  // what was sent: no datatype
+  return decoded;
+});
 process.stdout.write(JSON.stringify(out, (k, v) =>
   v && typeof v === 'object' && 'low' in v && 'high' in v ? Long.fromValue(v).toString() : v));
 """
@@ -71,8 +92,10 @@ def decode() -> Any:
     return run
 
 
-def metrics(decoded: dict[str, Any]) -> dict[str, Any]:
-    return {m["name"]: m for m in decoded.get("metrics", [])}
+def metrics(decoded: dict[str, Any], births: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    """The metrics by name; in a DATA message (aliases only) by the name `births` gave each alias."""
+    names = {m["alias"]: m["name"] for b in births for m in b.get("metrics", []) if "alias" in m}
+    return {m.get("name") or names[m["alias"]]: m for m in decoded.get("metrics", [])}
 
 
 def value(decoded: dict[str, Any], name: str) -> Any:
@@ -180,8 +203,25 @@ async def test_birth_death_and_bdseq_across_restarts(tmp_path, decode):
             assert m["bdSeq"]["type"] == "Int64"
             assert m["GPIO/led"] == {**m["GPIO/led"], "type": "Boolean", "value": False}
             assert m["GPIO/button"]["value"] is False  # not pressed
-            temp = m["Sensors/TMP102 (I2C 1 0x48)/Temperature"]
-            assert temp["type"] == "Float" and temp["value"] == pytest.approx(SIM_TMP102_C)
+            temp = m["Sensors/board temperature/Temperature"]
+            assert temp["type"] == "Double" and temp["value"] == pytest.approx(SIM_TMP102_C)
+            assert temp["properties"]["engUnit"]["value"] == "°C"
+            # Every value of every declared device, in its unit, as `sensor read` gives it.
+            assert m["Sensors/air/Humidity"]["properties"]["engUnit"]["value"] == "%RH"
+            assert m["Sensors/adc/Voltage ch2"]["properties"]["engUnit"]["value"] == "V"
+            assert m["Sensors/solar/Bus Voltage"]["properties"]["engUnit"]["value"] == "V"
+            printed = sensor_read_on_the_sim_board()
+            words = {
+                p: p.quantity.replace("_", " ").title() + (f" {p.label}" if p.label else "") for p in printed
+            }
+            expected = {f"Sensors/{p.device}/{words[p]}": p for p in printed}
+            assert {n for n in m if n.startswith("Sensors/")} == set(expected)
+            for name, p in expected.items():
+                assert m[name]["properties"]["engUnit"]["value"] == p.unit, name
+                assert m[name]["value"] == pytest.approx(p.value, abs=0.5), name
+            # Each data metric has an alias, unique across the node and its devices.
+            aliases = [x["alias"] for x in birth["metrics"] if "alias" in x]
+            assert len(aliases) == len(set(aliases)) and m["GPIO/led"].get("alias")
             assert m["Node Control/Rebirth"]["value"] is False and m["Node Control/Reboot"]["value"] is False
             assert m["Tools/calls"]["type"] == "UInt64"
             assert m["Health/uptime_s"]["type"] == "Double" and m["Health/uptime_s"]["value"] >= 0
@@ -240,12 +280,14 @@ async def test_rebirth_and_a_metric_write_toggling_the_led(tmp_path, decode):
             await c.publish(topic("NCMD", "spb-2"), ncmd(**{"GPIO/led": (pb.BOOLEAN, True)}), qos=0)
 
             def led_on() -> Any:
-                for d in decode([r.payload for r in on(c, "NDATA", "spb-2")]):
-                    if metrics(d).get("GPIO/led", {}).get("value") is True:
+                for d in decode([births[0].payload, *(r.payload for r in on(c, "NDATA", "spb-2"))])[1:]:
+                    if metrics(d, [first]).get("GPIO/led", {}).get("value") is True:
                         return d
                 return None
 
             data = await poll(led_on, 20, "an NDATA with GPIO/led true")
+            # After the birth, only the alias and the value: no name, no datatype.
+            assert all("name" not in x and "type" not in x for x in data["metrics"]), data
             assert data["seq"] == "3"  # after the rebirth's NBIRTH (0) and its two DBIRTHs
             # Read back from the board, not echoed: a fresh NBIRTH says the same.
             await c.publish(
@@ -338,7 +380,7 @@ async def test_ndata_on_the_interval_with_seq_wrapping(tmp_path, decode):
     assert 255 in seqs and seqs[seqs.index(255) + 1] == 0
     # Everything on the interval: health figures as well as the rest.
     ndata = [d for r, d in zip(data, decoded, strict=True) if "/NDATA/" in r.topic]
-    assert {"Health/uptime_s", "GPIO/led", "Tools/calls"} <= set(metrics(ndata[0]))
+    assert {"Health/uptime_s", "GPIO/led", "Tools/calls"} <= set(metrics(ndata[0], decoded[:1]))
 
 
 def test_a_daemon_without_protobuf_says_which_extra_it_needs(tmp_path):
@@ -370,8 +412,10 @@ async def test_dcmd_writes_the_esp32_led_when_the_policy_admits_esp32(tmp_path, 
                 await c.publish(topic("DCMD", node, "esp32"), led, qos=0)
 
             def lit(node: str) -> Any:
-                for d in decode([r.payload for r in c.on(topic("DDATA", node, "esp32"))]):
-                    if metrics(d).get("GPIO/esp-led", {}).get("value") is True:
+                messages = [*c.on(topic("DBIRTH", node, "esp32"))[:1], *c.on(topic("DDATA", node, "esp32"))]
+                birth, *data = decode([r.payload for r in messages])
+                for d in data:
+                    if metrics(d, [birth]).get("GPIO/esp-led", {}).get("value") is True:
                         return d
                 return None
 
@@ -384,4 +428,63 @@ async def test_dcmd_writes_the_esp32_led_when_the_policy_admits_esp32(tmp_path, 
     finally:
         narrow.stop()
         wide.stop()
+        broker.stop()
+
+
+@needs_mosquitto
+async def test_births_wait_for_the_primary_host_and_follow_its_state(tmp_path, decode):
+    broker = Mosquitto(tmp_path / "broker").start()
+    daemon = sparkplug_daemon(
+        tmp_path, "spb-8", broker.port, primary_host_id="scada", data_interval_s=0.2
+    ).start()
+    state = "spBv1.0/STATE/scada"
+    try:
+        async with Caller(broker.port, ["spBv1.0/#"]) as c:
+            await poll(lambda: "waits for the primary host scada" in daemon.log.read_text(), 30, "waiting")
+            await asyncio.sleep(1.0)
+            assert not on(c, "NBIRTH", "spb-8") and not on(c, "NDATA", "spb-8")
+            now = int(time.time() * 1000)
+            await c.publish(state, {"online": True, "timestamp": now}, retain=True)
+            await c.answers(topic("NBIRTH", "spb-8"), 1)
+            await c.answers(topic("NDATA", "spb-8"), 1)
+            await c.publish(state, {"online": False, "timestamp": now + 1}, retain=True)
+            await poll(lambda: "scada is offline" in daemon.log.read_text(), 20, "offline seen")
+            await asyncio.sleep(0.5)
+            quiet = len(on(c, "NDATA", "spb-8"))
+            await asyncio.sleep(1.0)
+            assert len(on(c, "NDATA", "spb-8")) == quiet  # nothing while the host is away
+            # An older STATE (a stale retained one put back) changes nothing.
+            await c.publish(state, {"online": True, "timestamp": now - 5}, retain=True)
+            await asyncio.sleep(1.0)
+            assert len(on(c, "NBIRTH", "spb-8")) == 1
+            await c.publish(state, {"online": True, "timestamp": now + 2}, retain=True)
+            await c.answers(topic("NBIRTH", "spb-8"), 2)
+    finally:
+        daemon.stop()
+        broker.stop()
+
+
+@needs_mosquitto
+async def test_a_command_by_alias_alone_writes_the_metric(tmp_path, decode):
+    broker = Mosquitto(tmp_path / "broker").start()
+    daemon = sparkplug_daemon(tmp_path, "spb-9", broker.port).start()
+    try:
+        async with Caller(broker.port, ["spBv1.0/#"]) as c:
+            births = await c.answers(topic("NBIRTH", "spb-9"), 1)
+            [birth] = decode([births[0].payload])
+            alias = int(metrics(birth)["GPIO/led"]["alias"])
+            command = pb.Payload(timestamp=1)
+            metric = command.metrics.add(alias=alias)
+            pb.set_value(metric, pb.BOOLEAN, True)
+            await c.publish(topic("NCMD", "spb-9"), command.SerializeToString(), qos=0)
+
+            def led_on() -> Any:
+                payloads = [births[0].payload, *(r.payload for r in on(c, "NDATA", "spb-9"))]
+                return any(
+                    metrics(d, [birth]).get("GPIO/led", {}).get("value") is True for d in decode(payloads)[1:]
+                )
+
+            await poll(led_on, 20, "the LED on, written by alias")
+    finally:
+        daemon.stop()
         broker.stop()

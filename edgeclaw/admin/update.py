@@ -595,6 +595,10 @@ async def apply_update(runtime: UpdateHost, args: dict[str, Any], by: str, resta
         raise ToolError(
             "update: give either url (a wheel to download) or upload (one sent with update_chunk)"
         )
+    if not config.update_public_key:
+        # Unsigned and not allowed (or a signature with no key to check it): refused before anything
+        # is downloaded.
+        check_signature(b"", args.get("signature"), config)
     if url:
         data, name = await download(url, config)
     else:

@@ -280,6 +280,18 @@ class DeviceSpec:
         return found.default
 
     @property
+    def values(self) -> tuple[DeclaredValue, ...]:
+        """What each reading of it carries, known before any is taken (Home Assistant entities and
+        Sparkplug metrics are announced from this): a value per quantity of its part, one per channel
+        of an ADC (labelled `ch0`, `ch1`, ... as its readings are), an analog channel's own quantity
+        and unit."""
+        info = self.info
+        if info.name == "analog":
+            return (DeclaredValue(str(self.option("quantity")), str(self.option("unit"))),)
+        labels = [f"ch{n}" for n in range(info.channels)] if info.channels else [""]
+        return tuple(DeclaredValue(m.quantity, m.unit, label) for label in labels for m in info.measures)
+
+    @property
     def location(self) -> str:
         """Where it is wired, in words: `at 0x48 on I2C bus 1`."""
         if self.form == "i2c":
@@ -289,6 +301,15 @@ class DeviceSpec:
         if self.form == "onewire":
             return f"on 1-Wire as {self.w1_id}"
         return f"on channel {self.channel} of {self.adc!r}"
+
+
+@dataclass(frozen=True)
+class DeclaredValue:
+    """One value a declared device's readings carry: its quantity, unit and label (`ch0`; else "")."""
+
+    quantity: str
+    unit: str
+    label: str = ""
 
 
 @dataclass(repr=False, eq=False)

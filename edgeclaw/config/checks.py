@@ -168,10 +168,10 @@ def _check_mqtt(config: Config, fail: Fail) -> None:
 def _check_sparkplug(config: Config, fail: Fail) -> None:
     """[sparkplug]: its ids are topic levels, and it needs the [mqtt] broker."""
     sp = config.sparkplug
-    for key in ("group_id", "edge_node_id"):
+    for key in ("group_id", "edge_node_id", "primary_host_id"):
         value = getattr(sp, key)
-        if key == "edge_node_id" and not value:
-            continue  # the device id, checked above
+        if key != "group_id" and not value:
+            continue  # the device id (checked above); no primary host
         if not value or not value.isprintable() or any(c in value for c in "/+#"):
             fail(f"sparkplug.{key}", f"expected one MQTT topic level (no '/', '+' or '#'), got {value!r}")
     if sp.enabled and not config.mqtt.enabled:

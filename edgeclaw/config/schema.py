@@ -171,6 +171,9 @@ class MqttConfig:
     homeassistant_entities: bool = True
     homeassistant_poll_s: float = 1.0
     homeassistant_restart_button: bool = False  # a restart button (runs `gateway`, which policy must admit)
+    # The update entity's Install runs the update an admin offered (`gateway` `update`, which policy must
+    # admit for the homeassistant channel); off = the entity only shows the versions.
+    homeassistant_update_install: bool = False
     admin_unsigned: bool = False  # lab opt-in: accept unsigned admin commands (as mqtt:anonymous)
     # Fleet commands: {prefix}/_all/tool/call always, {prefix}/_group/GROUP/tool/call for each group.
     groups: list[str] = field(default_factory=list)
@@ -424,6 +427,8 @@ class SparkplugConfig:
     edge_node_id: str = ""  # empty = the device id
     data_interval_s: float = 60.0  # every metric in an NDATA this often (changes go at once)
     poll_s: float = 1.0  # GPIO, sensors and tool statistics are checked for a change this often
+    # The primary host application's id: births only while its STATE says online (empty = none).
+    primary_host_id: str = ""
 
 
 @dataclass(repr=False, eq=False)

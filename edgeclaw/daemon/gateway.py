@@ -55,3 +55,13 @@ def attach_daemon(runtime: Runtime, hooks: GatewayHooks, status: Any, restart: A
 
     hooks.update = update
     hooks.update_chunk = chunk
+
+    def offer(args: dict[str, Any], by: str) -> dict[str, Any]:
+        from edgeclaw import __version__
+        from edgeclaw.admin.update_offer import offer_update
+
+        report = offer_update(runtime.state_dir, args, by, __version__)
+        runtime.audit.emit("update_offer", by=by, version=report["version"])
+        return report
+
+    hooks.offer_update = offer

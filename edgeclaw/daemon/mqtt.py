@@ -89,6 +89,7 @@ def attach_sparkplug(runtime: Runtime, channel: MqttChannel) -> None:
         properties={"Board": runtime.board.name, "Version": __version__, "Device": runtime.device_id},
         data_interval_s=sp.data_interval_s,
         poll_s=sp.poll_s,
+        primary_host_id=sp.primary_host_id,
     )
     channel.extend(node)
 
@@ -127,9 +128,12 @@ def mqtt_service(runtime: Runtime) -> MqttChannel:
     attach_peers(runtime, channel)
     mqtt = runtime.config.mqtt
     if mqtt.discovery and mqtt.homeassistant_entities and runtime.hardware is not None:
+        from edgeclaw import __version__
+        from edgeclaw.admin.update_offer import offered_version, update_request
         from edgeclaw.channels.mqtt.homeassistant import HomeAssistantEntities
 
         connection = channel.connection
+        state_dir = runtime.state_dir
 
         async def publish_state(topic: str, payload: bytes) -> None:
             await connection.publish(topic, payload, qos=1, retain=True)
@@ -143,6 +147,8 @@ def mqtt_service(runtime: Runtime) -> MqttChannel:
             poll_s=mqtt.homeassistant_poll_s,
             refresh_s=mqtt.telemetry_interval_s,
             restart_button=mqtt.homeassistant_restart_button,
+            offered=lambda: offered_version(state_dir, __version__),
+            install=(lambda: update_request(state_dir)) if mqtt.homeassistant_update_install else None,
         )
         channel.extend(entities)
         channel.ha_components = entities.components

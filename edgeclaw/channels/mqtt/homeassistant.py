@@ -10,7 +10,10 @@ components that join the device discovery message (discovery.py):
   `sensor` with its unit and device class; an MCP3008 on SPI gives each
   channel's raw 10-bit reading (no driver converts it to a quantity);
 - a connectivity `binary_sensor` reads the retained `status`;
-- a restart `button`, only when configured, is a `gateway` restart.
+- a restart `button`, only when configured, is a `gateway` restart;
+- an `update` entity shows the running version and the one an admin offers (`gateway`
+  `offer_update`); with `homeassistant_update_install`, its Install runs that offer as a `gateway`
+  `update`, which the policy must admit for this channel like the restart button.
 
 Commands run through the registry as channel `homeassistant`, so the policy
 decides: its built-in profile admits `gpio` only (the restart button is
@@ -28,6 +31,7 @@ interval; availability comes from the retained `status` like every entity.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -43,10 +47,10 @@ log = logging.getLogger("edgeclaw.mqtt.homeassistant")
 
 CHANNEL = "homeassistant"
 # Home Assistant's default payloads for each platform (switch.mqtt, binary_sensor.mqtt, button.mqtt).
-ON, OFF, PRESS = "ON", "OFF", "PRESS"
+ON, OFF, PRESS, INSTALL = "ON", "OFF", "PRESS", "install"
 MCP3008_CHANNELS = 8
 
-Platform = Literal["sensor", "binary_sensor", "switch", "button"]
+Platform = Literal["sensor", "binary_sensor", "switch", "button", "update"]
 Publish = Callable[[str, bytes], Awaitable[None]]  # topic, payload: retained, QoS 1
 
 
@@ -73,8 +77,61 @@ def tmp102_celsius(word: int) -> float:
     return round(counts * 0.0625, 4)
 
 
+# The units Home Assistant accepts for a device class, where ours differ (its humidity is "%").
+HA_UNITS = {"%RH": "%"}
+# Our quantities as Home Assistant's sensor device classes, with the units each accepts.
+DEVICE_CLASSES: dict[str, tuple[str, frozenset[str]]] = {
+    "temperature": ("temperature", frozenset({"°C", "°F", "K"})),
+    "pressure": ("pressure", frozenset({"hPa", "kPa", "Pa", "bar", "mbar", "mmHg", "inHg", "psi"})),
+    "humidity": ("humidity", frozenset({"%"})),
+    "illuminance": ("illuminance", frozenset({"lx"})),
+    "voltage": ("voltage", frozenset({"V", "mV", "µV", "kV", "MV"})),
+    "bus_voltage": ("voltage", frozenset({"V", "mV", "µV", "kV", "MV"})),
+    "current": ("current", frozenset({"A", "mA"})),
+    "power": ("power", frozenset({"W", "kW", "mW", "MW", "GW", "TW"})),
+}
+
+
+def sensor_class(quantity: str, unit: str) -> dict[str, str]:
+    """unit_of_measurement, and device_class where Home Assistant has one that takes this unit."""
+    ha_unit = HA_UNITS.get(unit, unit)
+    out = {"unit_of_measurement": ha_unit}
+    found = DEVICE_CLASSES.get(quantity)
+    if found is not None and ha_unit in found[1]:
+        out["device_class"] = found[0]
+    return out
+
+
+def entity_name(device: str, value: Any) -> str:
+    """ "Air humidity", "Board temperature" (not "... temperature temperature"), "Adc voltage ch2"."""
+    words = device if value.quantity.replace("_", " ") in device.lower() else f"{device} {value.quantity}"
+    words = words.replace("_", " ")
+    if value.label:
+        words += f" {value.label}"
+    return words[:1].upper() + words[1:]
+
+
 def _key(text: str) -> str:
     return "".join(c if (c.isascii() and c.isalnum()) or c in "_-" else "_" for c in text.lower())
+
+
+class RecentReadings:
+    """One read of a declared device serves all its entities in a poll (a BME280's three values
+    come from one transaction, not three)."""
+
+    def __init__(self, hardware: Any, max_age_s: float) -> None:
+        self.hardware = hardware
+        self.max_age_s = max_age_s
+        self._taken: dict[str, tuple[float, Any]] = {}
+
+    async def get(self, device: str) -> Any:
+        now = time.monotonic()
+        taken = self._taken.get(device)
+        if taken is not None and now - taken[0] <= self.max_age_s:
+            return taken[1]
+        reading = await self.hardware.sensors().read(device)
+        self._taken[device] = (now, reading)
+        return reading
 
 
 class HomeAssistantEntities:
@@ -91,6 +148,8 @@ class HomeAssistantEntities:
         poll_s: float,
         refresh_s: float,
         restart_button: bool,
+        offered: Callable[[], str] | None = None,
+        install: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.topics = topics
         self.profile = profile
@@ -108,6 +167,9 @@ class HomeAssistantEntities:
         # Set at the first connection: before it, states could not be published, and reading them
         # would only open the board's devices (and import their drivers) during start-up.
         self._connected_once = asyncio.Event()
+        self._readings = RecentReadings(hardware, max_age_s=min(1.0, poll_s / 2))
+        self._offered = offered  # the version an admin offers (the running one when none is)
+        self._install_request = install  # the update request of the offer; None: no Install
         self._build(restart_button)
 
     # -- topics --------------------------------------------------------------
@@ -132,8 +194,11 @@ class HomeAssistantEntities:
                 self._add(Entity(key, "binary_sensor", grant.name.capitalize(), {
                     "state_topic": self.state_topic(key), "payload_on": ON, "payload_off": OFF,
                 }, read=self._gpio_reader(grant.pin)))  # fmt: skip
+        declared = self._declared_entities()
         for bus in spec.i2c:
             for label in bus.devices:
+                if ("i2c", bus.bus, label.address) in declared:
+                    continue  # a [[devices]] entry reads it, with every quantity it has
                 if label.name.upper().startswith("TMP102"):
                     key = f"i2c{bus.bus}_{label.address:02x}_temperature"
                     name = f"TMP102 temperature (I2C {bus.bus} 0x{label.address:02x})"
@@ -143,6 +208,8 @@ class HomeAssistantEntities:
                         "suggested_display_precision": 2,
                     }, read=self._tmp102_reader(bus.bus, label.address)))  # fmt: skip
         for dev in spec.spi:
+            if ("spi", dev.bus, dev.chip_select) in declared:
+                continue
             if dev.name.upper().startswith("MCP3008"):
                 for ch in range(MCP3008_CHANNELS):
                     key = f"spi{dev.bus}_{dev.chip_select}_ch{ch}"
@@ -155,11 +222,47 @@ class HomeAssistantEntities:
             "payload_on": "online", "payload_off": "offline", "device_class": "connectivity",
             "entity_category": "diagnostic",
         }))  # fmt: skip
+        if self._offered is not None:
+            install = {"command_topic": self.command_topic("update"), "payload_install": INSTALL}
+            self._add(Entity("update", "update", "Firmware", {
+                "state_topic": self.state_topic("update"), "device_class": "firmware",
+                "entity_category": "config", "title": "edgeclaw",
+                **(install if self._install_request is not None else {}),
+            }, read=self._versions, command=self._install if self._install_request else None))  # fmt: skip
         if restart_button:
             self._add(Entity("restart", "button", "Restart", {
                 "command_topic": self.command_topic("restart"), "payload_press": PRESS,
                 "device_class": "restart", "entity_category": "config",
             }, command=self._restart))  # fmt: skip
+
+    def _declared_entities(self) -> set[tuple[str, int | None, int | None]]:
+        """A sensor entity for each value of each `[[devices]]` entry, in its unit; where each is
+        wired, so the older per-label entities leave those out."""
+        wired: set[tuple[str, int | None, int | None]] = set()
+        for device in self.profile.devices:
+            if device.form == "i2c":
+                wired.add(("i2c", device.bus, device.address))
+            elif device.form == "spi":
+                wired.add(("spi", device.bus, device.chip_select))
+            for value in device.values:
+                key = "_".join(
+                    _key(part) for part in ("sensor", device.name, value.quantity, value.label) if part
+                )
+                self._add(Entity(key, "sensor", entity_name(device.name, value), {
+                    "state_topic": self.state_topic(key),
+                    **sensor_class(value.quantity, value.unit),
+                    "state_class": "measurement",
+                    "suggested_display_precision": 2,
+                }, read=self._declared_reader(device.name, value)))  # fmt: skip
+        return wired
+
+    def _declared_reader(self, device: str, value: Any) -> Callable[[], Awaitable[str | None]]:
+        async def read() -> str | None:
+            reading = await self._readings.get(device)
+            found = reading.value(value.quantity, value.label)
+            return None if found is None else f"{found.value:.6g}"
+
+        return read
 
     def _add(self, entity: Entity) -> None:
         self.entities.append(entity)
@@ -171,7 +274,11 @@ class HomeAssistantEntities:
         out: dict[str, dict[str, Any]] = {}
         for e in self.entities:
             uid = f"edgeclaw_{dev_id}_{e.key}"
-            out[uid] = {"p": e.platform, "name": e.name, "unique_id": uid, **e.options}
+            # The entity id Home Assistant gives it (2025.10 on; `object_id` before, which it now warns
+            # about): the device and the key, so two boards' "Air humidity" never collide.
+            entity_id = f"{e.platform}.{_key(dev_id)}_{e.key}".replace("-", "_")
+            out[uid] = {"p": e.platform, "name": e.name, "unique_id": uid, "default_entity_id": entity_id}
+            out[uid].update(e.options)
         return out
 
     # -- readers and commands --------------------------------------------------
@@ -207,6 +314,24 @@ class HomeAssistantEntities:
                 await self._refresh_one(key)
 
         return command
+
+    async def _versions(self) -> str | None:
+        from edgeclaw import __version__
+
+        assert self._offered is not None
+        latest = self._offered()
+        return json.dumps({"installed_version": __version__, "latest_version": latest}, sort_keys=True)
+
+    async def _install(self, payload: str) -> None:
+        """Install pressed: the update an admin offered, as `gateway` `update` (which the policy must
+        admit for this channel, and which checks the wheel and its signature as for any update)."""
+        assert self._install_request is not None
+        try:
+            args = self._install_request()
+        except Exception as e:
+            log.warning("Home Assistant install refused: %s", e)
+            return
+        await self._call("update", "gateway", args)
 
     async def _restart(self, payload: str) -> None:
         await self._call(
@@ -248,7 +373,7 @@ class HomeAssistantEntities:
             # commands unless told to, so one that is retained was left there by someone else.
             log.warning("Home Assistant command on %s ignored: it is a retained message", topic)
             return
-        allowed = (PRESS,) if entity.platform == "button" else (ON, OFF)
+        allowed = {"button": (PRESS,), "update": (INSTALL,)}.get(entity.platform, (ON, OFF))
         try:
             text = payload.decode("utf-8")
         except UnicodeDecodeError:

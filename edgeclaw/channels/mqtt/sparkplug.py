@@ -48,13 +48,12 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiomqtt
 
-from edgeclaw.channels.mqtt.homeassistant import tmp102_celsius
+from edgeclaw.channels.mqtt.sparkplug_metrics import Metric, MetricCatalogue
 from edgeclaw.net.mqtt_connection import Connection, ConnectionSettings, PublishFailed
 from edgeclaw.tasks import TaskSet
 from edgeclaw.tools.base import ToolContext
@@ -67,24 +66,6 @@ NAMESPACE = "spBv1.0"
 REBIRTH = "Node Control/Rebirth"
 REBOOT = "Node Control/Reboot"
 BDSEQ = "bdSeq"
-# Telemetry figures sent as Health/* (Double): they change all the time, so on the interval only.
-HEALTH_KEYS = ("uptime_s", "cpu_temp_c", "load_1m", "mem_used_pct", "disk_used_pct", "outbox_depth")
-TOOL_KEYS = (
-    ("Tools/calls", "tool_calls"),
-    ("Tools/errors", "tool_errors"),
-    ("Tools/refused", "tool_refused"),
-)
-
-
-@dataclass(frozen=True)
-class Metric:
-    """One metric of the node. `read` gives its value; `write` (writable metrics) takes a new one."""
-
-    name: str
-    datatype: int
-    read: Callable[[], Awaitable[Any]]
-    write: Callable[[Any], Awaitable[None]] | None = None
-    on_change: bool = True  # sent in an NDATA as soon as it changes, not just on the interval
 
 
 def topic_id_usable(name: str) -> bool:
@@ -134,6 +115,7 @@ class SparkplugNode:
         properties: dict[str, str],
         data_interval_s: float,
         poll_s: float,
+        primary_host_id: str = "",
     ) -> None:
         from edgeclaw.channels.mqtt import sparkplug_payload as pb  # protobuf: the extra
 
@@ -150,18 +132,31 @@ class SparkplugNode:
         self.bdseq = BdSeq(state_dir / "sparkplug" / "bdseq")
         self.seq = 0
         self.births = 0  # NBIRTHs published (for tests and the log)
-        self.metrics: dict[str, Metric] = {}
-        # The devices behind the node: device id -> its metrics (none for a board without them).
-        self.devices: dict[str, dict[str, Metric]] = {}
         self._last: dict[str | None, dict[str, Any]] = {}  # node (None) or device -> metric -> value sent
-        self._build()
-        self._build_devices()
+        catalogue = MetricCatalogue(pb, profile, hardware, telemetry, self._call, poll_s)
+        self.catalogue = catalogue
+        self.metrics = catalogue.node
+        self.devices = catalogue.devices
+        # Each metric's alias (node and devices share one numbering, Sparkplug 3.0 §6.4.5): named with
+        # it in the births, then only the alias in NDATA/DDATA.
+        self.aliases: dict[tuple[str | None, str], int] = {}
+        for device, scope in ((None, self.metrics), *self.devices.items()):
+            for name in scope:
+                self.aliases[(device, name)] = len(self.aliases) + 1
+        # With a primary host application (Sparkplug 3.0 §5.?): births only while it says it is online.
+        self.primary_host_id = primary_host_id
+        self._host_online = not primary_host_id
+        self._host_ts = -1
         self.settings = dataclasses.replace(
             settings,
             client_id=f"{settings.client_id}-spb",
             clean_start=True,
             session_expiry_s=0,
-            subscriptions=(self.topic("NCMD"), f"{self.topic('DCMD')}/+"),
+            subscriptions=(
+                self.topic("NCMD"),
+                f"{self.topic('DCMD')}/+",
+                *((self.state_topic,) if primary_host_id else ()),
+            ),
             connect_user_properties=(),
             will_topic=self.topic("NDEATH"),
             will_retain=False,
@@ -174,118 +169,21 @@ class SparkplugNode:
         self._poller: asyncio.Future[None] | None = None
         self._born = asyncio.Event()  # an NBIRTH went out on the current connection
 
+    @property
+    def state_topic(self) -> str:
+        """The primary host application's STATE (Sparkplug 3.0: `spBv1.0/STATE/{host_id}`)."""
+        return f"{NAMESPACE}/STATE/{self.primary_host_id}"
+
     def topic(self, kind: str, device: str | None = None) -> str:
         node = f"{NAMESPACE}/{self.group_id}/{kind}/{self.edge_node_id}"
         return node if device is None else f"{node}/{device}"
-
-    # -- the metrics from the profile ---------------------------------------------
-    def _build(self) -> None:
-        pb = self.pb
-        spec = self.profile._spec if self.profile is not None else None
-        if spec is not None and self.hardware is not None:
-            for grant in spec.gpio:
-                writer = self._gpio_writer(grant.pin) if grant.direction == "out" else None
-                self._add(Metric(f"GPIO/{grant.name}", pb.BOOLEAN, self._gpio_reader(grant.pin), writer))
-            for bus in spec.i2c:
-                for label in bus.devices:
-                    if label.name.upper().startswith("TMP102"):
-                        name = f"Sensors/TMP102 (I2C {bus.bus} 0x{label.address:02x})/Temperature"
-                        self._add(Metric(name, pb.FLOAT, self._tmp102_reader(bus.bus, label.address)))
-        for name, key in TOOL_KEYS:
-            self._add(Metric(name, pb.UINT64, self._telemetry_reader(key)))
-        for key in HEALTH_KEYS:
-            self._add(Metric(f"Health/{key}", pb.DOUBLE, self._telemetry_reader(key), on_change=False))
-
-    def _add(self, metric: Metric) -> None:
-        self.metrics[metric.name] = metric
-
-    def _build_devices(self) -> None:
-        pb = self.pb
-        spec = self.profile._spec if self.profile is not None else None
-        if spec is None or self.hardware is None:
-            return
-        if spec.esp32 is not None:
-            esp: dict[str, Metric] = {}
-            grant = spec.esp32
-
-            async def port() -> Any:
-                return grant.port
-
-            async def firmware() -> Any:
-                bridge = self.hardware.esp32()
-                return bridge.peer.get("firmware")
-
-            esp["Properties/Port"] = Metric("Properties/Port", pb.STRING, port)
-            for pin in grant.gpio:
-                writer = self._esp32_writer(pin.name) if pin.direction == "out" else None
-                name = f"GPIO/{pin.name}"
-                esp[name] = Metric(
-                    name, pb.BOOLEAN, self._esp32_reader("gpio.read", pin.pin, "value"), writer
-                )
-            for adc in grant.adc:
-                name = f"ADC/{adc.name}/Millivolts"
-                esp[name] = Metric(name, pb.INT32, self._esp32_reader("adc.read", adc.pin, "millivolts"))
-            # After the reads: the first of them shakes hands, which is what names the firmware.
-            esp["Properties/Firmware"] = Metric("Properties/Firmware", pb.STRING, firmware)
-            self.devices["esp32"] = esp
-        if spec.probe is not None:
-            probe = spec.probe
-
-            def fixed(value: str) -> Callable[[], Awaitable[Any]]:
-                async def read() -> Any:
-                    return value
-
-                return read
-
-            self.devices["probe"] = {
-                "Properties/Target": Metric("Properties/Target", pb.STRING, fixed(probe.target)),
-                "Properties/Transport": Metric("Properties/Transport", pb.STRING, fixed(probe.transport)),
-            }
-
-    def _esp32_reader(self, op: str, pin: int, field: str) -> Callable[[], Awaitable[Any]]:
-        async def read() -> Any:
-            reply = await self.hardware.esp32().request(op, {"pin": pin})
-            value = reply.get(field)
-            return bool(value) if op == "gpio.read" else value
-
-        return read
-
-    def _esp32_writer(self, name: str) -> Callable[[Any], Awaitable[None]]:
-        async def write(value: Any) -> None:
-            await self._call("esp32", {"action": "gpio_write", "pin": name, "value": bool(value)})
-
-        return write
-
-    def _gpio_reader(self, pin: int) -> Callable[[], Awaitable[Any]]:
-        async def read() -> Any:
-            return bool((await self.hardware.gpio().read(pin)).active)
-
-        return read
-
-    def _tmp102_reader(self, bus: int, address: int) -> Callable[[], Awaitable[Any]]:
-        async def read() -> Any:
-            return tmp102_celsius(await self.hardware.i2c(bus).read_word_data(address, 0x00))
-
-        return read
-
-    def _telemetry_reader(self, key: str) -> Callable[[], Awaitable[Any]]:
-        async def read() -> Any:
-            return self._snapshot.get(key)
-
-        return read
-
-    def _gpio_writer(self, pin: int) -> Callable[[Any], Awaitable[None]]:
-        async def write(value: Any) -> None:
-            await self._call("gpio", {"action": "write", "pin": pin, "value": bool(value)})
-
-        return write
 
     def _scope(self, device: str | None) -> dict[str, Metric]:
         return self.metrics if device is None else self.devices[device]
 
     async def _read_all(self, names: list[str], device: str | None = None) -> dict[str, Any]:
         if device is None:
-            self._snapshot = self.telemetry()
+            self.catalogue.take_telemetry()
         scope = self._scope(device)
         values: dict[str, Any] = {}
         for name in names:
@@ -296,18 +194,37 @@ class SparkplugNode:
                 values[name] = None
         return values
 
-    _snapshot: dict[str, Any] = {}
-
     # -- payloads -------------------------------------------------------------------
-    def _payload(self, values: dict[str, tuple[int, Any]], *, seq: int | None) -> bytes:
+    def _payload(
+        self,
+        values: dict[str, tuple[int, Any]],
+        *,
+        seq: int | None,
+        device: str | None = None,
+        birth: bool = True,
+    ) -> bytes:
+        """A payload of these metrics. In a birth each carries its name, alias, datatype and unit; in
+        a DATA message only its alias and value (Sparkplug 3.0: the name and datatype are known from
+        the birth)."""
         pb = self.pb
         now = int(time.time() * 1000)
         payload = pb.Payload(timestamp=now)
         if seq is not None:
             payload.seq = seq
+        scope = self._scope(device) if self.aliases else {}
         for name, (datatype, value) in values.items():
-            metric = payload.metrics.add(name=name, timestamp=now)
+            alias = self.aliases.get((device, name))
+            metric = payload.metrics.add(timestamp=now)
+            if alias is not None:
+                metric.alias = alias
+            if birth or alias is None:
+                metric.name = name
             pb.set_value(metric, datatype, value)
+            if not birth and alias is not None:
+                metric.ClearField("datatype")
+            known = scope.get(name)
+            if birth and known is not None and known.unit:
+                pb.set_string_properties(metric, {"engUnit": known.unit})
         return payload.SerializeToString()
 
     def _death_payload(self) -> bytes:
@@ -323,6 +240,9 @@ class SparkplugNode:
         """NBIRTH: every metric with its current value, bdSeq and the node controls; seq back to 0.
         Then a DBIRTH for each device."""
         pb = self.pb
+        if not self._host_online:
+            log.info("Sparkplug NBIRTH waits for the primary host %s to be online", self.primary_host_id)
+            return
         async with self._lock:
             values = await self._read_all(list(self.metrics))
             body: dict[str, tuple[int, Any]] = {
@@ -339,7 +259,7 @@ class SparkplugNode:
             for device, scope in self.devices.items():
                 values = await self._read_all(list(scope), device)
                 body = {n: (scope[n].datatype, v) for n, v in values.items()}
-                payload = self._payload(body, seq=self._next_seq())
+                payload = self._payload(body, seq=self._next_seq(), device=device)
                 await self.connection.publish(self.topic("DBIRTH", device), payload, qos=0)
                 self._last[device] = values
             self._born.set()
@@ -348,7 +268,7 @@ class SparkplugNode:
     async def data(self, *, everything: bool, scopes: tuple[str | None, ...] | None = None) -> None:
         """NDATA (and a DDATA per device): the metrics that changed since they were last sent (all of
         them if `everything`). `scopes`: the node (None) and devices to look at; None = all."""
-        if not self._born.is_set():
+        if not self._born.is_set() or not self._host_online:
             return
         async with self._lock:
             for device in (None, *self.devices) if scopes is None else scopes:
@@ -361,7 +281,7 @@ class SparkplugNode:
                     continue
                 body = {n: (scope[n].datatype, v) for n, v in changed.items()}
                 kind = "NDATA" if device is None else "DDATA"
-                payload = self._payload(body, seq=self._next_seq())
+                payload = self._payload(body, seq=self._next_seq(), device=device, birth=False)
                 await self.connection.publish(self.topic(kind, device), payload, qos=0)
                 last.update(changed)
 
@@ -371,6 +291,9 @@ class SparkplugNode:
         self._spawn(self.birth())
 
     def _on_message(self, message: aiomqtt.Message) -> None:
+        if self.primary_host_id and message.topic.value == self.state_topic:
+            self._on_host_state(message.payload)
+            return
         if message.retain:
             # Sparkplug commands are never retained; one that is was left by someone and would run
             # again at every connect.
@@ -390,12 +313,44 @@ class SparkplugNode:
             return
         self._spawn(self._command(command, device))
 
+    def _on_host_state(self, raw: Any) -> None:
+        """The primary host's STATE (retained JSON `{"online": bool, "timestamp": ms}`): a birth when it
+        comes online, nothing sent while it is offline. An older timestamp than one seen is stale."""
+        import json
+
+        try:
+            state = json.loads(raw)
+            online, stamp = state["online"], int(state.get("timestamp", 0))
+        except (ValueError, TypeError, KeyError):
+            log.warning(
+                'Sparkplug STATE of %s ignored: not {"online": bool, "timestamp": ms}', self.primary_host_id
+            )
+            return
+        if not isinstance(online, bool) or stamp < self._host_ts:
+            return
+        self._host_ts = stamp
+        was, self._host_online = self._host_online, online
+        if online and not was:
+            log.info("Sparkplug primary host %s is online: NBIRTH", self.primary_host_id)
+            self._spawn(self.birth())
+        elif was and not online:
+            log.info("Sparkplug primary host %s is offline: no data until it is back", self.primary_host_id)
+            self._born.clear()
+
+    def _by_alias(self, scope: dict[str, Metric], device: str | None, alias: int) -> str:
+        for (dev, name), number in self.aliases.items():
+            if dev == device and number == alias and name in scope:
+                return name
+        return ""
+
     async def _command(self, command: Any, device: str | None = None) -> None:
         pb = self.pb
         wrote = False
         scope = self._scope(device)
         for metric in command.metrics:
-            name = metric.name
+            name = metric.name or (
+                self._by_alias(scope, device, metric.alias) if metric.HasField("alias") else ""
+            )
             value = pb.get_value(metric)
             if device is None and name in (REBIRTH, REBOOT):
                 if metric.datatype != pb.BOOLEAN or value is not True:

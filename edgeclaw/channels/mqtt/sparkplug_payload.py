@@ -4,7 +4,8 @@ The message is the one in Eclipse Tahu's `sparkplug_b.proto` (Sparkplug 3.0), wr
 `FileDescriptorProto` so no protoc run and no generated module are needed. Only what an edge node
 of ours sends and reads is declared: the payload's timestamp, seq and metrics, and a metric's
 name, alias, timestamp, datatype, is_null and scalar values (the field numbers are Tahu's, so any
-Sparkplug decoder reads it). Data sets, templates, metadata and property sets are not declared:
+Sparkplug decoder reads it), and a metric's property set with String values (its `engUnit`). Data
+sets, templates and metadata are not declared:
 a received NCMD carrying them parses (protobuf keeps unknown fields) but their metrics are
 refused by name as unsupported.
 
@@ -45,6 +46,13 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
         ("is_null", 7, T.TYPE_BOOL),
     ):
         metric.field.add(name=name, number=number, type=kind, label=opt)
+    metric.field.add(
+        name="properties",
+        number=9,
+        type=T.TYPE_MESSAGE,
+        label=opt,
+        type_name=f".{PACKAGE}.Payload.PropertySet",
+    )
     metric.oneof_decl.add(name="value")
     for name, number, kind in (
         ("int_value", 10, T.TYPE_UINT32),
@@ -56,6 +64,22 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
         ("bytes_value", 16, T.TYPE_BYTES),
     ):
         metric.field.add(name=name, number=number, type=kind, label=opt, oneof_index=0)
+    # A metric's properties (Sparkplug 3.0 §6.4.19): keys and values side by side; the values here are
+    # strings (`engUnit`) only.
+    prop_set = payload.nested_type.add(name="PropertySet")
+    prop_set.field.add(name="keys", number=1, type=T.TYPE_STRING, label=T.LABEL_REPEATED)
+    prop_set.field.add(
+        name="values",
+        number=2,
+        type=T.TYPE_MESSAGE,
+        label=T.LABEL_REPEATED,
+        type_name=f".{PACKAGE}.Payload.PropertyValue",
+    )
+    prop_value = payload.nested_type.add(name="PropertyValue")
+    prop_value.field.add(name="type", number=1, type=T.TYPE_UINT32, label=opt)
+    prop_value.field.add(name="is_null", number=2, type=T.TYPE_BOOL, label=opt)
+    prop_value.oneof_decl.add(name="value")
+    prop_value.field.add(name="string_value", number=8, type=T.TYPE_STRING, label=opt, oneof_index=0)
     payload.field.add(name="timestamp", number=1, type=T.TYPE_UINT64, label=opt)
     payload.field.add(
         name="metrics",
@@ -95,6 +119,13 @@ def set_value(metric: Any, datatype: int, value: Any) -> None:
         metric.string_value = str(value)
     else:
         raise ValueError(f"Sparkplug datatype {datatype} is not supported")
+
+
+def set_string_properties(metric: Any, properties: dict[str, str]) -> None:
+    """The metric's property set: each a String (`engUnit`: the engineering unit, §6.4.19)."""
+    for key, value in properties.items():
+        metric.properties.keys.append(key)
+        metric.properties.values.add(type=STRING, string_value=value)
 
 
 def get_value(metric: Any) -> Any:

@@ -65,6 +65,7 @@ class GatewayHooks:
     reload_tools: Callable[[], dict[str, Any]] | None = None
     update: Callable[[dict[str, Any], str], Awaitable[dict[str, Any]]] | None = None  # (args, by)
     update_chunk: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    offer_update: Callable[[dict[str, Any], str], dict[str, Any]] | None = None  # (args, by)
     slots: Callable[[], dict[str, Any]] | None = None  # the installed versions, for `version`
 
 
@@ -99,6 +100,7 @@ class GatewayTool(Tool):
                     "reload_tools",
                     "update",
                     "update_chunk",
+                    "offer_update",
                 ]
             },
             "key": {
@@ -144,6 +146,11 @@ class GatewayTool(Tool):
                 "type": "string",
                 "maxLength": 256,
                 "description": "update: Ed25519 signature of the wheel, hex (with gateway.update_public_key)",
+            },
+            "version": {
+                "type": "string",
+                "maxLength": 64,
+                "description": "offer_update: the offered wheel's version (shown to Home Assistant)",
             },
             "allow_downgrade": {
                 "type": "boolean",
@@ -226,6 +233,11 @@ class GatewayTool(Tool):
                 raise _needs_daemon("update")
             report = await h.update(dict(args), ctx.identity)
             return ToolResult(report["text"], is_error=not report.get("ok", False), data=report)
+        if action == "offer_update":
+            if h.offer_update is None:
+                raise _needs_daemon("offer_update")
+            report = h.offer_update(dict(args), ctx.identity)
+            return ToolResult(report["text"], data=report)
         if action == "update_chunk":
             if h.update_chunk is None:
                 raise _needs_daemon("update_chunk")

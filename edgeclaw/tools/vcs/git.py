@@ -315,9 +315,9 @@ class GitTool(Tool):
             argv += [f"--source={rules.revision(args['source'], 'source')}"] if args.get("source") else []
             argv += ["--", *paths]
         else:
+            branch = [rules.branch_name(args["branch"])] if args.get("branch") else []
             remote, urls = await self._remote(args, config, ctx)
             targets = await self._targets(urls, ctx)
-            branch = [rules.branch_name(args["branch"])] if args.get("branch") else []
             if action == "fetch":
                 argv = ["fetch", "--no-recurse-submodules", "--no-write-fetch-head", remote]
             elif action == "pull":

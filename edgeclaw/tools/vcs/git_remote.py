@@ -61,9 +61,9 @@ def _syntax(url: str, allow_http_hosts: Sequence[str]) -> tuple[str, str, int | 
     if "::" in url.split("/", 1)[0]:
         raise ToolRefused(f"refused: {url!r} names a remote helper (ext::, fd::...); only https:// URLs")
     parts = urlsplit(url)
-    scheme = parts.scheme.lower()
+    scheme = parts.scheme.lower() if "://" in url else ""
     if scheme not in ("https", "http"):
-        shown = f"{scheme}://" if scheme else "a scp-like host:path"
+        shown = f"{scheme}://" if scheme else "a scp-like host:path (or local path)"
         raise ToolRefused(f"refused: {shown} remote {url!r}; the git tool reaches https:// URLs only")
     if parts.username is not None or parts.password is not None or "@" in parts.netloc:
         raise ToolRefused(

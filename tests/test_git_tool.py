@@ -12,7 +12,6 @@ import pytest
 from git_support import GitHttpServer, bare_repo, git
 from shell_helpers import ctx, make_runtime
 
-from edgeclaw.config.policy_rules import PROFILES
 from edgeclaw.daemon.runtime import Runtime
 from edgeclaw.tools.vcs import git_rules
 
@@ -46,14 +45,14 @@ def server(tmp_path: Path):
 # -- listing and profiles --------------------------------------------------------------------------
 
 
-def test_git_is_a_vcs_tool_the_remote_and_device_profiles_leave_out(tmp_path: Path) -> None:
-    runtime = make_runtime(tmp_path)
+@pytest.mark.parametrize(("profile", "has_git"), [("remote", False), ("device", False), ("coding", True)])
+def test_git_is_a_vcs_tool_the_remote_and_device_profiles_leave_out(
+    tmp_path: Path, profile: str, has_git: bool
+) -> None:
+    runtime = make_runtime(tmp_path, tools={"channels": {"mqtt": {"profile": profile}}})
     info = {i.name: i for i in runtime.registry.infos()}["git"]
     assert info.group == "vcs" and "init" in info.parameters["properties"]["action"]["enum"]
-    for profile in ("remote", "device"):
-        assert "git" not in runtime.registry.policy.allowed(ctx()) or PROFILES[profile] is not None
-        assert "group:vcs" not in (PROFILES[profile] or ()) and "git" not in (PROFILES[profile] or ())
-    assert "group:vcs" in (PROFILES["coding"] or ())
+    assert ("git" in runtime.registry.policy.allowed(ctx())) is has_git
 
 
 def test_tools_list_shows_git(run_cli) -> None:
@@ -385,5 +384,58 @@ async def test_a_git_file_pointing_elsewhere_is_refused(tmp_path: Path) -> None:
     try:
         out = await call(runtime, action="status", repo="pointer")
         assert out.refused and "plain .git directory" in out.error
+    finally:
+        await runtime.aclose()
+
+
+async def test_git_connects_to_the_address_the_guard_vetted(tmp_path: Path, server: GitHttpServer) -> None:
+    """The name is resolved once, by the guard; git is handed that address (it could not resolve a
+    .invalid name itself), so a second DNS answer cannot send it elsewhere."""
+    from edgeclaw.tools.vcs.git import GitTool
+    from edgeclaw.tools.web.settings import WebSettings
+
+    bare_repo(server.root, "pinned.git", {"a.txt": "pinned\n"})
+    runtime = runtime_for(tmp_path, server.port)
+    asked: list[str] = []
+
+    async def resolver(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return ["127.0.0.1"]
+
+    config = runtime.config
+    web = config.tools.web
+    web.allowed_domains = ["git.invalid"]
+    web.allow_hosts = ["git.invalid"]
+    settings = WebSettings(web, {}, {"tools.web.secrets.GIT_TOKEN": TOKEN}, resolver=resolver)
+    shell_runner = runtime.registry.get("git").runner  # type: ignore[union-attr]
+    tool = GitTool(shell_runner, settings, allow_http_hosts=["git.invalid"])
+    runtime.registry.register(tool, replace=True)
+    try:
+        url = f"http://git.invalid:{server.port}/pinned.git"
+        out = await call(runtime, action="clone", url=url, path="pinned", credential="GIT_TOKEN")
+        assert out.ok, out.for_llm
+        assert set(asked) == {"git.invalid"}  # by the guard (the check, then the run)
+        assert (runtime.workspace / "pinned" / "a.txt").read_text() == "pinned\n"
+    finally:
+        await runtime.aclose()
+
+
+def test_doctor_says_whether_git_is_there(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from edgeclaw.cli.doctor import git_finding
+
+    out = run_cli("doctor")
+    assert any(line.startswith("ok    git: git version") for line in out.stdout.splitlines()), out.stdout
+    runtime = make_runtime(tmp_path)
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    finding = git_finding(runtime)
+    assert finding is not None and finding.level == "warn" and "not installed" in finding.detail
+
+
+async def test_without_git_every_call_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = make_runtime(tmp_path)
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    try:
+        out = await call(runtime, action="status")
+        assert out.refused and "git is not installed" in out.error
     finally:
         await runtime.aclose()

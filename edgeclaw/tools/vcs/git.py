@@ -74,58 +74,39 @@ class GitTool(Tool):
     name = "git"
     group = "vcs"
     description = (
-        "Version control of the workspace with git: init, status, log, diff, add, commit, checkout, "
-        "restore, and clone/fetch/pull/push over https to hosts the web rules allow. Named arguments "
-        "only, never a command line; hooks and config-driven commands never run. A credential is a "
-        "secret's name from the config, never the token itself."
+        "Version control of the workspace: init, status, log, diff, add, commit, checkout, restore; "
+        "clone/fetch/pull/push over https to hosts the web rules allow. Named arguments only; a "
+        "credential is a secret's name, never the token."
     )
     observing_actions = frozenset({"status", "log", "diff"})
     parameters: dict[str, Any] = {
         "type": "object",
         "properties": {
             "action": {"type": "string", "enum": list(ACTIONS)},
-            "repo": {
-                "type": "string",
-                "description": "the repository's directory in the workspace (default: the workspace root)",
-            },
+            "repo": {"type": "string", "description": "repository directory (default: workspace root)"},
             "paths": {
                 "type": "array",
                 "items": {"type": "string", "minLength": 1},
                 "maxItems": rules.MAX_PATHS,
-                "description": "add, diff, log, checkout, restore: files or directories in the repository",
+                "description": "workspace paths in the repository",
             },
-            "all": {"type": "boolean", "description": "add: every change (git add -A); commit: -a"},
-            "message": {"type": "string", "description": "commit: the commit message"},
-            "author_name": {"type": "string", "description": "commit: the author's name"},
-            "author_email": {"type": "string", "description": "commit: the author's e-mail address"},
-            "ref": {
-                "type": "string",
-                "description": "log, diff: a revision (main, HEAD~2, a..b); checkout: the branch or commit",
-            },
-            "create": {"type": "boolean", "description": "checkout: create `ref` as a new branch"},
-            "staged": {"type": "boolean", "description": "diff: the staged changes; restore: unstage"},
-            "source": {"type": "string", "description": "restore: the revision to restore from"},
+            "all": {"type": "boolean", "description": "add/commit every change"},
+            "message": {"type": "string"},
+            "author_name": {"type": "string"},
+            "author_email": {"type": "string"},
+            "ref": {"type": "string", "description": "revision (main, HEAD~2, a..b); checkout's branch"},
+            "create": {"type": "boolean", "description": "checkout: new branch `ref`"},
+            "staged": {"type": "boolean"},
+            "source": {"type": "string", "description": "restore: from this revision"},
             "max_count": {"type": "integer", "minimum": 1, "maximum": MAX_LOG_COUNT},
-            "url": {"type": "string", "description": "clone: the https:// URL"},
-            "path": {"type": "string", "description": "clone: the new directory in the workspace"},
-            "depth": {"type": "integer", "minimum": 1, "description": "clone: a shallow clone"},
-            "remote": {
-                "type": "string",
-                "description": "fetch, pull, push: a remote's name (default origin) or an https:// URL",
-            },
-            "branch": {
-                "type": "string",
-                "description": "init: the first branch; clone: the one to check out; pull, push: the branch",
-            },
-            "set_upstream": {"type": "boolean", "description": "push: remember the remote branch"},
-            "credential": {
-                "type": "string",
-                "description": "clone, fetch, pull, push: the name of a secret in [tools.web.secrets]",
-            },
-            "username": {
-                "type": "string",
-                "description": f"with credential: the user (default {DEFAULT_USER})",
-            },
+            "url": {"type": "string", "description": "clone: https:// URL"},
+            "path": {"type": "string", "description": "clone: new directory"},
+            "depth": {"type": "integer", "minimum": 1},
+            "remote": {"type": "string", "description": "name (default origin) or https:// URL"},
+            "branch": {"type": "string"},
+            "set_upstream": {"type": "boolean"},
+            "credential": {"type": "string", "description": "secret name ([tools.web.secrets])"},
+            "username": {"type": "string", "description": f"with credential (default {DEFAULT_USER})"},
         },
         "required": ["action"],
         "additionalProperties": False,

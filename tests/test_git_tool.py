@@ -374,6 +374,31 @@ async def test_a_symlink_leading_out_of_the_workspace_stays_a_plain_file(
         await runtime.aclose()
 
 
+async def test_a_symlinked_config_is_refused_unread(tmp_path: Path) -> None:
+    runtime = make_runtime(tmp_path)
+    repo = _hostile_repo(runtime.workspace)
+    secret = tmp_path / "daemon.toml"
+    secret.write_text('[core]\n\tfsmonitor = "touch /tmp/x"\n[mqtt]\n\tpassword = "hunter2-hunter2"\n')
+    (repo / ".git" / "config").unlink()
+    os.symlink(secret, repo / ".git" / "config")
+    try:
+        out = await call(runtime, action="status", repo="hostile")
+        assert out.refused and ".git/config is not a plain file" in out.error
+        assert "hunter2" not in out.for_llm
+    finally:
+        await runtime.aclose()
+
+
+def test_the_command_line_runs_git_in_the_workspace(run_cli, state_env) -> None:
+    assert run_cli("tool", "call", "git", '{"action": "init"}').returncode == 0
+    workspace = Path(state_env["EDGECLAW_STATE_DIR"]) / "workspace"
+    (workspace / "readme.txt").write_text("hello\n")
+    out = run_cli("tool", "call", "git", '{"action": "status"}')
+    assert out.returncode == 0 and "?? readme.txt" in out.stdout
+    refused = run_cli("tool", "call", "git", '{"action": "log", "ref": "--output=/tmp/x"}')
+    assert refused.returncode == 2 and "begins with '-'" in (refused.stdout + refused.stderr)
+
+
 async def test_a_git_file_pointing_elsewhere_is_refused(tmp_path: Path) -> None:
     runtime = make_runtime(tmp_path)
     elsewhere = tmp_path / "elsewhere"

@@ -221,6 +221,9 @@ def git_dir_problem(repo: Path, workspace: Path) -> str | None:
         if name == "config":
             if entry.is_symlink() or (entry.exists() and not entry.is_file()):
                 return ".git/config is not a plain file"
+            if entry.exists() and entry.stat().st_nlink > 1:
+                # Another name of the same file may lie outside the workspace (the daemon's config).
+                return ".git/config has more than one hard link"
         elif entry.exists() or entry.is_symlink():
             return f".git/{name} exists: the repository would read from outside itself"
     return None

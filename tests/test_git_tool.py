@@ -374,17 +374,17 @@ async def test_a_symlink_leading_out_of_the_workspace_stays_a_plain_file(
         await runtime.aclose()
 
 
-async def test_a_symlinked_config_is_refused_unread(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("link", "said"), [(os.symlink, "not a plain file"), (os.link, "hard link")])
+async def test_a_linked_config_is_refused_unread(tmp_path: Path, link: Any, said: str) -> None:
     runtime = make_runtime(tmp_path)
     repo = _hostile_repo(runtime.workspace)
     secret = tmp_path / "daemon.toml"
     secret.write_text('[core]\n\tfsmonitor = "touch /tmp/x"\n[mqtt]\n\tpassword = "hunter2-hunter2"\n')
     (repo / ".git" / "config").unlink()
-    os.symlink(secret, repo / ".git" / "config")
+    link(secret, repo / ".git" / "config")
     try:
         out = await call(runtime, action="status", repo="hostile")
-        assert out.refused and ".git/config is not a plain file" in out.error
-        assert "hunter2" not in out.for_llm
+        assert out.refused and said in out.error and "mqtt" not in out.error, out.error
     finally:
         await runtime.aclose()
 

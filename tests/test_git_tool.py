@@ -248,7 +248,7 @@ async def test_a_repository_whose_config_names_a_command_is_refused(tmp_path: Pa
     value = HOSTILE_CONFIG[key].format(marker=marker, hooks=repo / "myhooks")
     git("config", key, value, cwd=repo)
     try:
-        for action in ("status", "diff", "log"):
+        for action in ("status", "diff", "log", "init"):
             out = await call(runtime, action=action, repo="hostile")
             assert out.refused and key.lower().split(".")[0] in out.error.lower(), out.error
         assert not marker.exists()

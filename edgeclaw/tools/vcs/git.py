@@ -207,6 +207,9 @@ class GitTool(Tool):
             plan = await self._clone(args, ctx)
         elif action == "init":
             target = self._dir(args.get("repo"), "repo")
+            if (target / ".git").exists() or (target / ".git").is_symlink():
+                # Initialising again reads the repository's config: the same checks as any other action.
+                await rules.read_repo_config(self._git(), self._repo(args), env)
             argv = ["init", "--template="]
             if args.get("branch"):
                 argv.append(f"--initial-branch={rules.branch_name(args['branch'])}")

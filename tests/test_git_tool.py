@@ -67,7 +67,17 @@ def test_tools_list_shows_git(run_cli) -> None:
 # -- the round trip: commit, push to a loopback http-backend, clone back ---------------------------
 
 
-async def test_commit_push_and_clone_back_over_http(tmp_path: Path, server: GitHttpServer) -> None:
+async def test_commit_push_and_clone_back_over_http(
+    tmp_path: Path, server: GitHttpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from edgeclaw.tools.vcs.git import GitTool
+    from edgeclaw.tools.vcs.git_remote import header_token
+
+    command_lines: list[list[str]] = []
+    build = GitTool._command
+    monkeypatch.setattr(
+        GitTool, "_command", lambda self, plan: command_lines.append(build(self, plan)) or build(self, plan)
+    )
     bare_repo(server.root, "project.git")
     runtime = runtime_for(tmp_path, server.port)
     ws = runtime.workspace
@@ -98,6 +108,9 @@ async def test_commit_push_and_clone_back_over_http(tmp_path: Path, server: GitH
         assert out.ok and "Add notes" in out.for_llm and "edgeclaw <edgeclaw@localhost>" in out.for_llm
         out = await call(runtime, action="pull", repo="copy", credential="GIT_TOKEN")
         assert out.ok, out.for_llm
+        # The credential travelled in the environment only: never on a command line.
+        shown = " ".join(" ".join(argv) for argv in command_lines)
+        assert "clone" in shown and TOKEN not in shown and header_token("x-access-token", TOKEN) not in shown
     finally:
         await runtime.aclose()
 

@@ -106,8 +106,18 @@ async def test_commit_push_and_clone_back_over_http(
         assert (ws / "copy" / "notes.txt").read_text() == "first line\n"
         out = await call(runtime, action="log", repo="copy")
         assert out.ok and "Add notes" in out.for_llm and "edgeclaw <edgeclaw@localhost>" in out.for_llm
+        # Both sides move on: the pull merges, committing as the tool's identity.
+        assert (await call(runtime, action="commit", repo="proj", all=True, message="Second line")).ok
+        push = {"action": "push", "repo": "proj", "remote": url, "branch": "main", "credential": "GIT_TOKEN"}
+        assert (await call(runtime, **push)).ok
+        (ws / "copy" / "other.txt").write_text("other\n")
+        assert (await call(runtime, action="add", repo="copy", all=True)).ok
+        assert (await call(runtime, action="commit", repo="copy", message="Other")).ok
         out = await call(runtime, action="pull", repo="copy", credential="GIT_TOKEN")
         assert out.ok, out.for_llm
+        assert (ws / "copy" / "notes.txt").read_text() == "first line\nsecond\n"
+        out = await call(runtime, action="log", repo="copy", max_count=1)
+        assert "Merge branch" in out.for_llm
         # The credential travelled in the environment only: never on a command line.
         shown = " ".join(" ".join(argv) for argv in command_lines)
         assert "clone" in shown and TOKEN not in shown and header_token("x-access-token", TOKEN) not in shown

@@ -274,10 +274,6 @@ class GitTool(Tool):
                 name = rules.identity_part(args.get("author_name") or DEFAULT_IDENTITY[0], "author_name")
                 mail = rules.identity_part(args.get("author_email") or DEFAULT_IDENTITY[1], "author_email")
                 argv.append(f"--author={name} <{mail}>")
-            if not config.get("user.name"):
-                overrides.append(("user.name", DEFAULT_IDENTITY[0]))
-            if not config.get("user.email"):
-                overrides.append(("user.email", DEFAULT_IDENTITY[1]))
         elif action == "checkout":
             if paths:
                 source = rules.revision(args["ref"]) if args.get("ref") else "HEAD"
@@ -310,6 +306,11 @@ class GitTool(Tool):
                 argv = ["push", "--recurse-submodules=no", "--no-verify"]
                 argv += ["--set-upstream"] if args.get("set_upstream") else []
                 argv += [remote, *branch]
+        if action in ("commit", "pull"):  # a merge commit needs a committer as much as a commit
+            if not config.get("user.name"):
+                overrides.append(("user.name", DEFAULT_IDENTITY[0]))
+            if not config.get("user.email"):
+                overrides.append(("user.email", DEFAULT_IDENTITY[1]))
         if paths and action in ("status", "commit", "fetch", "pull", "push"):
             raise ToolRefused(f"refused: {action} takes no paths")
         return GitPlan(argv, cwd=repo, repo=repo, targets=targets, overrides=overrides)

@@ -487,3 +487,18 @@ async def test_without_git_every_call_is_refused(tmp_path: Path, monkeypatch: py
         assert out.refused and "git is not installed" in out.error
     finally:
         await runtime.aclose()
+
+
+def test_each_named_host_is_pinned_to_its_vetted_address() -> None:
+    from edgeclaw.tools.vcs.git_remote import RemoteTarget, allowed_protocols, network_overrides
+
+    named = RemoteTarget(
+        "https://git.example.org/r.git", "https", "git.example.org", 443, "2001:db8::7", None
+    )
+    literal = RemoteTarget("http://127.0.0.1:8080/r.git", "http", "127.0.0.1", 8080, "127.0.0.1", None)
+    assert network_overrides([named, literal]) == [
+        ("http.curloptResolve", "git.example.org:443:[2001:db8::7]"),
+        ("protocol.http.allow", "always"),
+        ("http.proxy", ""),
+    ]
+    assert allowed_protocols([named]) == "https" and allowed_protocols([named, literal]) == "http:https"

@@ -102,9 +102,11 @@ def network_overrides(targets: Sequence[RemoteTarget]) -> list[tuple[str, str]]:
     schemes: set[str] = set()
     proxies = {t.proxy for t in targets}
     for t in targets:
+        schemes.add(t.scheme)
+        if t.host == t.address:
+            continue  # an address literal: nothing for git to look up
         address = f"[{t.address}]" if ":" in t.address else t.address
         out.append(("http.curloptResolve", f"{t.host}:{t.port}:{address}"))
-        schemes.add(t.scheme)
     if "http" in schemes:
         out.append(("protocol.http.allow", "always"))
     proxy = next(iter(proxies), None) if len(proxies) == 1 else None

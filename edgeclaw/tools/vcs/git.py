@@ -63,7 +63,6 @@ class GitPlan:
 
     argv: list[str]
     cwd: Path
-    repo: Path | None  # None for clone (the repository does not exist yet)
     targets: list[RemoteTarget] = field(default_factory=list)
     overrides: list[tuple[str, str]] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
@@ -213,7 +212,7 @@ class GitTool(Tool):
             argv = ["init", "--template="]
             if args.get("branch"):
                 argv.append(f"--initial-branch={rules.branch_name(args['branch'])}")
-            plan = GitPlan([*argv, "--", str(target)], cwd=self._root, repo=None)
+            plan = GitPlan([*argv, "--", str(target)], cwd=self._root)
         else:
             repo = self._repo(args)
             config = await rules.read_repo_config(self._git(), repo, env)
@@ -242,7 +241,7 @@ class GitTool(Tool):
             argv.append(f"--branch={rules.branch_name(args['branch'])}")
         if args.get("depth"):
             argv.append(f"--depth={int(args['depth'])}")
-        return GitPlan([*argv, "--", url, str(target)], cwd=self._root, repo=None, targets=targets)
+        return GitPlan([*argv, "--", url, str(target)], cwd=self._root, targets=targets)
 
     async def _in_repo(
         self, action: str, args: Args, ctx: ToolContext, repo: Path, config: rules.RepoConfig
@@ -313,7 +312,7 @@ class GitTool(Tool):
                 overrides.append(("user.email", DEFAULT_IDENTITY[1]))
         if paths and action in ("status", "commit", "fetch", "pull", "push"):
             raise ToolRefused(f"refused: {action} takes no paths")
-        return GitPlan(argv, cwd=repo, repo=repo, targets=targets, overrides=overrides)
+        return GitPlan(argv, cwd=repo, targets=targets, overrides=overrides)
 
     # -- running --------------------------------------------------------------------------------
     def _command(self, plan: GitPlan) -> list[str]:

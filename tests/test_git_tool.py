@@ -3,6 +3,7 @@ hostile repositories whose hooks, config and submodules must not make anything r
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -60,8 +61,8 @@ def test_tools_list_shows_git(run_cli) -> None:
     assert plain.returncode == 0 and any(
         line.split()[:2] == ["git", "vcs"] for line in plain.stdout.splitlines()
     )
-    listed = run_cli("tools", "list", "--json")
-    assert '"git"' in listed.stdout and '"vcs"' in listed.stdout
+    listed = json.loads(run_cli("tools", "list", "--json").stdout)
+    assert [t["group"] for t in listed if t["name"] == "git"] == ["vcs"]
 
 
 # -- the round trip: commit, push to a loopback http-backend, clone back ---------------------------
@@ -420,6 +421,19 @@ def test_the_command_line_runs_git_in_the_workspace(run_cli, state_env) -> None:
     assert out.returncode == 0 and "?? readme.txt" in out.stdout
     refused = run_cli("tool", "call", "git", '{"action": "log", "ref": "--output=/tmp/x"}')
     assert refused.returncode == 2 and "begins with '-'" in (refused.stdout + refused.stderr)
+
+
+async def test_a_repository_around_the_workspace_is_never_used(tmp_path: Path) -> None:
+    runtime = make_runtime(tmp_path)
+    git("init", "--quiet", str(tmp_path))  # the directory holding the state and the workspace
+    try:
+        out = await call(runtime, action="status")
+        assert not out.ok and "not a git repository" in out.error
+        (runtime.workspace / "sub").mkdir()
+        out = await call(runtime, action="log", repo="sub")
+        assert not out.ok and "not a git repository" in out.error
+    finally:
+        await runtime.aclose()
 
 
 async def test_a_git_file_pointing_elsewhere_is_refused(tmp_path: Path) -> None:

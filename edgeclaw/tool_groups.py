@@ -35,6 +35,7 @@ TOOL_GROUPS: dict[str, tuple[str, ...]] = {
         "glob",
     ),
     "runtime": ("exec", "process"),
+    "vcs": ("git",),
     "web": ("web_search", "web_fetch", "http_request"),
     "memory": ("memory_search", "memory_get", "memory_store", "memory_list", "memory_forget"),
     "sessions": (
@@ -104,6 +105,8 @@ HARDWARE_TOOLS = _family(*(name for name in TOOL_GROUPS["hardware"] if name != "
 MEDIA_TOOLS = _family("tts", "image", "camera", "read_bytes")
 
 MEMORY_TOOLS = _family(*TOOL_GROUPS["memory"])
+
+VCS_TOOLS = _family(*TOOL_GROUPS["vcs"])
 
 # canvas and screenshot: Pillow and the display drivers load with them.
 UI_TOOLS = _family(*TOOL_GROUPS["ui"])

@@ -24,7 +24,15 @@ BUILTIN_GROUPS: dict[str, tuple[str, ...]] = TOOL_GROUPS
 # None = no restriction (every tool).
 PROFILES: dict[str, tuple[str, ...] | None] = {
     "full": None,
-    "coding": ("group:fs", "group:runtime", "group:sessions", "group:memory", "group:skills", "image"),
+    "coding": (
+        "group:fs",
+        "group:runtime",
+        "group:vcs",
+        "group:sessions",
+        "group:memory",
+        "group:skills",
+        "image",
+    ),
     "messaging": ("group:messaging", "sessions_list", "sessions_history", "sessions_send", "session_status"),
     "minimal": ("session_status",),
     # Boards without a shell: hardware, the board's own screen (ui), files and messages, nothing

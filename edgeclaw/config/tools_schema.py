@@ -240,6 +240,14 @@ class NodesToolConfig:
 
 
 @dataclass(repr=False, eq=False)
+class GitToolConfig:
+    """[tools.git]: the git tool. Remotes are reached under the web rules ([tools.web]: allowed_domains,
+    the SSRF guard, ports), over HTTPS; plain http only to the hosts listed here."""
+
+    allow_http_hosts: list[str] = field(default_factory=list)  # host globs a remote may use http:// with
+
+
+@dataclass(repr=False, eq=False)
 class ToolsConfig:
     """[tools]: the tool policy (profile, lists, overrides) and the limits every tool call shares."""
 
@@ -268,3 +276,4 @@ class ToolsConfig:
     web: WebConfig = field(default_factory=WebConfig)
     media: MediaConfig = field(default_factory=MediaConfig)
     nodes: NodesToolConfig = field(default_factory=NodesToolConfig)
+    git: GitToolConfig = field(default_factory=GitToolConfig)

@@ -178,7 +178,7 @@ def build_runtime(
     from edgeclaw.backends.hub import BoardBackends
     from edgeclaw.config.checks import policy_rules
     from edgeclaw.config.secrets import resolve_secrets
-    from edgeclaw.tool_groups import HARDWARE_TOOLS, MEDIA_TOOLS, UI_TOOLS, web_tool_groups
+    from edgeclaw.tool_groups import HARDWARE_TOOLS, MEDIA_TOOLS, UI_TOOLS, VCS_TOOLS, web_tool_groups
     from edgeclaw.tools.fs.files import fs_tools
     from edgeclaw.tools.fs.workspace import Workspace
     from edgeclaw.tools.policy import PolicyEngine
@@ -237,9 +237,8 @@ def build_runtime(
     local = local_root(state, ws)
     from edgeclaw.tools.runtime.shell_setup import install_shell_tools  # exec, process and custom tools
 
-    install_shell_tools(registry, config, ws, state, secrets, scrubber, environ).attach(
-        approvals=approvals, database=database.get, on_close=lifecycle.on_close
-    )
+    shell = install_shell_tools(registry, config, ws, state, secrets, scrubber, environ)
+    shell.attach(approvals=approvals, database=database.get, on_close=lifecycle.on_close)
     # Commands a killed edgeclaw process left running in the sandbox's cgroups end at this start,
     # not at the first command (see edgeclaw.sandbox.cgroup).
     from edgeclaw.sandbox.cgroup import end_leftovers
@@ -301,6 +300,18 @@ def build_runtime(
         return web_tools(web, max_output_bytes=registry.max_output_bytes)
 
     registry.register_deferred(web_tool_groups(config), web_family)
+
+    def vcs_family() -> list[Tool]:
+        from edgeclaw.tools.vcs.git import GitTool  # git, in the shell tools' sandbox, under the web rules
+
+        allow_http = config.tools.git.allow_http_hosts
+        return [
+            GitTool(
+                shell.runner, web, allow_http_hosts=allow_http, max_processes=config.sandbox.max_processes
+            )
+        ]
+
+    registry.register_deferred(VCS_TOOLS, vcs_family)
 
     def media_family() -> list[Tool]:
         from edgeclaw.daemon.media import media_tools  # tts, image, camera, read_bytes

@@ -1,0 +1,1 @@
+"""Version control of the workspace: the `git` tool (group `vcs`)."""

@@ -159,6 +159,7 @@ class McpManager:
         *,
         timeout_s: float | None = None,
         on_progress: ProgressHook | None = None,
+        as_task: bool = False,
     ) -> dict[str, Any]:
         session = self._sessions.get(server)
         if session is None:
@@ -168,8 +169,13 @@ class McpManager:
             raise p.McpClosed(f"MCP server {server!r} is not connected: {state}{why}")
         spec = self.specs[server]
         return await session.call_tool(
-            tool, arguments, timeout_s=timeout_s or spec.timeout_s, on_progress=on_progress
+            tool, arguments, timeout_s=timeout_s or spec.timeout_s, on_progress=on_progress, as_task=as_task
         )
+
+    def runs_tool_tasks(self, server: str) -> bool:
+        """Whether the connected server takes tool calls as tasks."""
+        session = self._sessions.get(server)
+        return session is not None and session.runs_tool_tasks
 
     # -- the supervisor ----------------------------------------------------------
     def _set(self, name: str, state: str, **fields: Any) -> None:

@@ -171,10 +171,66 @@ class McpSession:
         *,
         timeout_s: float,
         on_progress: ProgressHook | None = None,
+        as_task: bool = False,
     ) -> dict[str, Any]:
+        if as_task:
+            return await self._call_as_task(name, arguments, timeout_s, on_progress)
         return await self.request(
             "tools/call", {"name": name, "arguments": arguments}, timeout_s=timeout_s, on_progress=on_progress
         )
+
+    @property
+    def runs_tool_tasks(self) -> bool:
+        """Whether the server takes `tools/call` as a task (capabilities.tasks.requests.tools.call)."""
+        caps = self.server.capabilities if self.server is not None else {}
+        tasks = caps.get("tasks") if isinstance(caps, dict) else None
+        requests = tasks.get("requests") if isinstance(tasks, dict) else None
+        tools = requests.get("tools") if isinstance(requests, dict) else None
+        return isinstance(tools, dict) and "call" in tools
+
+    async def _call_as_task(
+        self, name: str, arguments: dict[str, Any], timeout_s: float, on_progress: ProgressHook | None
+    ) -> dict[str, Any]:
+        """A tool that runs only as a task (MCP 2025-11-25 tasks): `tools/call` with `task` creates it,
+        `tasks/get` is polled at the server's `pollInterval` until it ends (or needs input, which only
+        `tasks/result` carries), then `tasks/result` gives the call's result. Past `timeout_s` the task
+        is cancelled."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+
+        def left() -> float:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise p.McpTimeout(
+                    f"tools/call {name}: the task did not end within {timeout_s:g} s", p.REQUEST_TIMEOUT
+                )
+            return remaining
+
+        created = await self.request(
+            "tools/call",
+            {"name": name, "arguments": arguments, "task": {"ttl": int(timeout_s * 1000) + 60_000}},
+            timeout_s=left(),
+            on_progress=on_progress,
+        )
+        task = created.get("task")
+        if not isinstance(task, dict) or not isinstance(task.get("taskId"), str):
+            return created  # the server ran it as a plain call after all
+        task_id = task["taskId"]
+        try:
+            while task.get("status") == "working":
+                interval = task.get("pollInterval")
+                wait = interval / 1000 if isinstance(interval, int | float) and interval > 0 else 1.0
+                await asyncio.sleep(min(max(wait, 0.1), 5.0, left()))
+                task = await self.request("tasks/get", {"taskId": task_id}, timeout_s=left())
+            if task.get("status") == "cancelled":
+                raise p.McpError(f"the task was cancelled: {task.get('statusMessage') or 'no reason given'}")
+            # completed, failed (its result says why) or input_required (delivered with the result)
+            return await self.request("tasks/result", {"taskId": task_id}, timeout_s=left())
+        except p.McpTimeout:
+            if self._closed_reason is None:
+                with contextlib.suppress(p.McpError, OSError, TimeoutError):
+                    await self.request("tasks/cancel", {"taskId": task_id}, timeout_s=5.0)
+            raise
 
     # -- what arrives ----------------------------------------------------------
     def _deliver(self, message: dict[str, Any]) -> None:

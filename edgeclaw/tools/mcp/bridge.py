@@ -42,8 +42,10 @@ class McpTool(Tool):
         description: str,
         parameters: dict[str, Any],
         timeout_s: float,
+        as_task: bool = False,
     ) -> None:
         self.manager = manager
+        self.as_task = as_task  # the server runs it only as a task (taskSupport "required")
         self.server = server
         self.remote_name = remote_name
         self.name = name  # type: ignore[misc]  # instance values: one tool class, many tools
@@ -61,7 +63,12 @@ class McpTool(Tool):
         paced = PacedProgress(self._logged(ctx.progress, ctx)) if ctx.progress is not None else None
         try:
             answer = await self.manager.call(
-                self.server, self.remote_name, args, timeout_s=self.call_timeout_s, on_progress=paced
+                self.server,
+                self.remote_name,
+                args,
+                timeout_s=self.call_timeout_s,
+                on_progress=paced,
+                as_task=self.as_task,
             )
         except McpTimeout:
             raise ToolError(

@@ -185,10 +185,12 @@ class McpBridge:
         for remote in allowed_tools(cfg, list(by_name)):
             spec = by_name[remote]
             execution = spec.get("execution")
-            if isinstance(execution, dict) and execution.get("taskSupport") == "required":
-                # Such a tool answers a plain call with an error: offering it would only waste turns.
+            as_task = isinstance(execution, dict) and execution.get("taskSupport") == "required"
+            if as_task and not self.manager.runs_tool_tasks(server):
+                # A plain call of it is refused, and the server does not say it takes tasks.
                 broken[remote] = (
-                    "it runs only as a task (taskSupport 'required'), which edgeclaw does not ask for"
+                    "it runs only as a task (taskSupport 'required'), and the server does not declare "
+                    "tasks for tools/call"
                 )
                 continue
             try:
@@ -218,6 +220,7 @@ class McpBridge:
                 description=described(str(spec.get("description") or ""), notes, MAX_DESCRIPTION_CHARS),
                 parameters=schema,
                 timeout_s=cfg.timeout_s,
+                as_task=as_task,
             )
             self.registry.register(tool, replace=False)
             taken.add(name)

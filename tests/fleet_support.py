@@ -6,13 +6,18 @@ tests/test_fleet.py and bench/bench_fleet.py.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from edgeclaw.net.device_key import DeviceKey
 from tests.mqtt_support import daemon_env, run_daemon
@@ -155,3 +160,24 @@ def fleet_size(default: int) -> int:
 
 def monotonic_ms(start: float) -> float:
     return round((time.monotonic() - start) * 1000, 1)
+
+
+@contextlib.asynccontextmanager
+async def page_on_a_broker(tmp_path: Path, window: Any, client_id: str, **keys: str) -> AsyncIterator[Any]:
+    """A fleet page's broker side (FleetBroker) on a mosquitto of its own, connected; (broker, page)."""
+    from edgeclaw.fleetpage.broker import FleetBroker
+    from edgeclaw.net.mqtt_connection import ConnectionSettings
+    from tests.mqtt_support import MOSQUITTO, Mosquitto
+
+    if MOSQUITTO is None:
+        pytest.skip("mosquitto is not installed")
+    broker = Mosquitto(tmp_path / "broker").start()
+    settings = ConnectionSettings(host="127.0.0.1", port=broker.port, client_id=client_id)
+    page = FleetBroker(settings, window, server_id="srv1", **keys)
+    runner = asyncio.create_task(page.run())
+    try:
+        assert await page.connection.wait_connected(20)
+        yield broker, page
+    finally:
+        await page.connection.stop(runner)
+        broker.stop()

@@ -15,7 +15,7 @@ from edgeclaw.errors import ConfigError, ConfigErrors
 from edgeclaw.fleetpage.access import Access, LockedOut
 from edgeclaw.fleetpage.service import host_port
 from edgeclaw.fleetpage.window import HISTORY_POINTS, MAX_MESSAGE_BYTES, FleetWindow
-from tests.fleet_support import SignedDevice
+from tests.fleet_support import SignedDevice, page_on_a_broker
 
 
 class Clock:
@@ -219,29 +219,10 @@ def test_fleet_serve_refuses_what_it_cannot_use(tmp_path: Path, config: str, arg
 # -- the broker side, against a real mosquitto ---------------------------------------------------
 @pytest.fixture
 async def fleet_broker(tmp_path: Path):
-    import asyncio
-
-    from edgeclaw.fleetpage.broker import FleetBroker
-    from edgeclaw.net.mqtt_connection import ConnectionSettings
-    from tests.mqtt_support import MOSQUITTO, Mosquitto
-
-    if MOSQUITTO is None:
-        pytest.skip("mosquitto is not installed")
-    broker = Mosquitto(tmp_path / "broker").start()
-    window = FleetWindow()
-    fb = FleetBroker(
-        ConnectionSettings(host="127.0.0.1", port=broker.port, client_id="page-test"),
-        window,
-        command_secret="command-key",
-        server_id="srv1",
-    )
-    runner = asyncio.create_task(fb.run())
-    assert await fb.connection.wait_connected(20)
-    try:
-        yield broker, fb
-    finally:
-        await fb.connection.stop(runner)
-        broker.stop()
+    async with page_on_a_broker(
+        tmp_path, FleetWindow(), "page-test", command_secret="command-key"
+    ) as running:
+        yield running
 
 
 async def _device(port: int, device: str, forge_as: str = ""):

@@ -13,7 +13,7 @@ from edgeclaw.net import device_key
 from edgeclaw.net.device_key import DeviceKeyUnavailable
 from edgeclaw.net.device_trust import DeviceKeys, DeviceKeysError
 from edgeclaw.tools.approval import action_digest
-from tests.fleet_support import SignedDevice
+from tests.fleet_support import SignedDevice, page_on_a_broker
 
 NOW = 1000.0
 REAL = "touch PWNED_APPROVAL"
@@ -224,29 +224,9 @@ def test_a_page_that_cannot_check_signatures_trusts_nothing(tmp_path, monkeypatc
 # -- the page's side of the broker, against a real mosquitto -------------------------------------
 @pytest.fixture
 async def page_broker(tmp_path: Path):
-    import asyncio
-
-    from edgeclaw.fleetpage.broker import FleetBroker
-    from edgeclaw.net.mqtt_connection import ConnectionSettings
-    from tests.mqtt_support import MOSQUITTO, Mosquitto
-
-    if MOSQUITTO is None:
-        pytest.skip("mosquitto is not installed")
-    broker = Mosquitto(tmp_path / "broker").start()
-    fb = FleetBroker(
-        ConnectionSettings(host="127.0.0.1", port=broker.port, client_id="page-trust"),
-        window(tmp_path),
-        command_secret="command-key",
-        approver_secret="approver-key",
-        server_id="srv1",
-    )
-    runner = asyncio.create_task(fb.run())
-    assert await fb.connection.wait_connected(20)
-    try:
-        yield broker, fb
-    finally:
-        await fb.connection.stop(runner)
-        broker.stop()
+    keys = {"command_secret": "command-key", "approver_secret": "approver-key"}
+    async with page_on_a_broker(tmp_path, window(tmp_path), "page-trust", **keys) as running:
+        yield running
 
 
 def _properties(correlation: bytes | None, sig: str | None):

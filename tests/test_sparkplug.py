@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import itertools
 import json
 import os
@@ -16,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +125,18 @@ def sparkplug_daemon(tmp_path: Path, name: str, port: int, *, extra: str = "", *
     settings = {"enabled": True, "group_id": GROUP, "poll_s": 0.1, "data_interval_s": 3600.0, **sp}
     table = "[sparkplug]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items())
     return FleetDaemon(tmp_path / name, name, port, extra=table + extra, telemetry_interval_s=0.0)
+
+
+@contextlib.contextmanager
+def node_on_a_broker(tmp_path: Path, name: str, **sp: Any) -> Iterator[tuple[Mosquitto, FleetDaemon]]:
+    """A mosquitto of its own and a daemon that is a Sparkplug node `name` on it, stopped after."""
+    broker = Mosquitto(tmp_path / "broker").start()
+    daemon = sparkplug_daemon(tmp_path, name, broker.port, **sp).start()
+    try:
+        yield broker, daemon
+    finally:
+        daemon.stop()
+        broker.stop()
 
 
 def on(caller: Caller, kind: str, node: str) -> list[Received]:
@@ -433,12 +447,11 @@ async def test_dcmd_writes_the_esp32_led_when_the_policy_admits_esp32(tmp_path, 
 
 @needs_mosquitto
 async def test_births_wait_for_the_primary_host_and_follow_its_state(tmp_path, decode):
-    broker = Mosquitto(tmp_path / "broker").start()
-    daemon = sparkplug_daemon(
-        tmp_path, "spb-8", broker.port, primary_host_id="scada", data_interval_s=0.2
-    ).start()
     state = "spBv1.0/STATE/scada"
-    try:
+    with node_on_a_broker(tmp_path, "spb-8", primary_host_id="scada", data_interval_s=0.2) as (
+        broker,
+        daemon,
+    ):
         async with Caller(broker.port, ["spBv1.0/#"]) as c:
             await poll(lambda: "waits for the primary host scada" in daemon.log.read_text(), 30, "waiting")
             await asyncio.sleep(1.0)
@@ -459,16 +472,11 @@ async def test_births_wait_for_the_primary_host_and_follow_its_state(tmp_path, d
             assert len(on(c, "NBIRTH", "spb-8")) == 1
             await c.publish(state, {"online": True, "timestamp": now + 2}, retain=True)
             await c.answers(topic("NBIRTH", "spb-8"), 2)
-    finally:
-        daemon.stop()
-        broker.stop()
 
 
 @needs_mosquitto
 async def test_a_command_by_alias_alone_writes_the_metric(tmp_path, decode):
-    broker = Mosquitto(tmp_path / "broker").start()
-    daemon = sparkplug_daemon(tmp_path, "spb-9", broker.port).start()
-    try:
+    with node_on_a_broker(tmp_path, "spb-9") as (broker, _):
         async with Caller(broker.port, ["spBv1.0/#"]) as c:
             births = await c.answers(topic("NBIRTH", "spb-9"), 1)
             [birth] = decode([births[0].payload])
@@ -485,6 +493,3 @@ async def test_a_command_by_alias_alone_writes_the_metric(tmp_path, decode):
                 )
 
             await poll(led_on, 20, "the LED on, written by alias")
-    finally:
-        daemon.stop()
-        broker.stop()

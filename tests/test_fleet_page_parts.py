@@ -192,7 +192,7 @@ def test_an_approval_waits_until_an_event_decides_it(tmp_path: Path):
         (
             '[fleet_page]\ndevice_keys = { a = "ed25519:QUJD" }\n',
             [],
-            "fleet_page.device_keys: fleet_page.device_keys.a: an ed25519 key is 32 bytes",
+            "page.toml: fleet_page.device_keys.a: an ed25519 key is 32 bytes",
         ),
         (
             '[fleet_page]\ndevice_keys_file = "/dev/null/keys"\n',

@@ -507,6 +507,42 @@ def test_a_post_without_the_csrf_token_is_refused(page, fleet):
     assert status == 403
 
 
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus is not installed")
+def test_prometheus_scrapes_the_page_with_its_token(page, fleet, tmp_path):
+    from tests.test_metrics import Prometheus, promtool_check
+
+    assert page.request("GET", "/metrics")[0] == 401  # like the API: a session or the token
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    before = page.request("GET", "/metrics", headers=headers)[2].decode()
+    status, _, body = page.request(
+        "POST", "/api/call", call_body(fleet.devices[0]), {"Content-Type": "application/json", **headers}
+    )
+    assert status == 200, body
+    status, _, body = page.request("GET", "/metrics", headers=headers)
+    assert status == 200
+    checked = promtool_check(body)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    text = body.decode()
+    counted = 'edgeclaw_page_commands_total{kind="call",outcome="ok"}'
+
+    def value(exposition: str, series: str) -> float:
+        return next(
+            (float(line.split()[-1]) for line in exposition.splitlines() if line.startswith(series)), 0.0
+        )
+
+    assert value(text, counted) == value(before, counted) + 1
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    prometheus = Prometheus(tmp_path, f"127.0.0.1:{page.port}", token_file=token)
+    try:
+        held = prometheus.wait_for("sum(edgeclaw_page_devices) == 3")
+        assert float(held[0]["value"][1]) == 3
+        assert prometheus.wait_for("edgeclaw_page_broker_connected == 1")
+        assert prometheus.wait_for(f"{counted} >= 1")
+    finally:
+        prometheus.stop()
+
+
 def test_the_token_opens_a_session_and_works_as_a_bearer(page, fleet):
     cookie, csrf = page.login(TOKEN)
     assert cookie.startswith(f"edgeclaw_fleet_{page.port}=") and csrf

@@ -84,12 +84,15 @@ def test_a_histogram_keeps_a_bounded_number_of_series():
 
 # -- a daemon, scraped by prometheus -----------------------------------------------------------------
 class Prometheus:
-    def __init__(self, work: Path, target: str) -> None:
+    """Debian's prometheus scraping `target` every second (with a bearer token from `token_file`)."""
+
+    def __init__(self, work: Path, target: str, token_file: Path | None = None) -> None:
         self.port = free_port()
         config = work / "prometheus.yml"
+        auth = f"    authorization:\n      credentials_file: {token_file}\n" if token_file else ""
         config.write_text(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
-            "scrape_configs:\n  - job_name: edgeclaw\n    static_configs:\n"
+            f"scrape_configs:\n  - job_name: edgeclaw\n{auth}    static_configs:\n"
             f"      - targets: ['{target}']\n"
         )
         self.log = work / "prometheus.log"

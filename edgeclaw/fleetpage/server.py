@@ -34,6 +34,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from edgeclaw.fleetpage.access import Access, LockedOut, Session
 from edgeclaw.fleetpage.broker import DECISIONS, CommandRefused, FleetBroker
+from edgeclaw.fleetpage.metrics import CONTENT_TYPE, PageMetrics
 from edgeclaw.fleetpage.window import FleetWindow, Update
 from edgeclaw.net.httpd import Exchange, Request
 
@@ -85,6 +86,7 @@ class FleetPage:
         self.tools = tools or []
         self.call_timeout_s = call_timeout_s
         self.broadcast_wait_s = broadcast_wait_s
+        self.metrics = PageMetrics()
         self._streams: set[asyncio.Queue[Update | None]] = set()
         self._told_broker = False  # the broker's state as the pages last heard it
         self._routes: dict[tuple[str, str], Callable[[Request, Session | None], Awaitable[Any]]] = {
@@ -168,6 +170,10 @@ class FleetPage:
                 303,
                 headers={"Location": "/login", "Set-Cookie": _clear_cookie(self.cookie), **SECURITY_HEADERS},
             )
+            return
+        if path == "/metrics" and method == "GET":
+            body = self.metrics.exposition(self.snapshot())
+            await exchange.respond(200, body, SECURITY_HEADERS, content_type=CONTENT_TYPE)
             return
         if path == "/api/stream" and method == "GET":
             await self._stream(exchange, session)
@@ -265,14 +271,14 @@ class FleetPage:
         args = body.get("args", {})
         if not isinstance(args, dict):
             raise _Refusal(400, "args must be a JSON object")
-        return await self._command(self.broker.call(device, tool, args, self.call_timeout_s))
+        return await self._command("call", self.broker.call(device, tool, args, self.call_timeout_s))
 
     async def _chat(self, request: Request, session: Session | None) -> dict[str, Any]:
         body = _body(request)
         device, text = _name(body, "device"), body.get("text")
         if not isinstance(text, str) or not text.strip():
             raise _Refusal(400, "text must be a non-empty string")
-        return await self._command(self.broker.chat(device, text, "fleetpage", self.call_timeout_s))
+        return await self._command("chat", self.broker.chat(device, text, "fleetpage", self.call_timeout_s))
 
     async def _approve(self, request: Request, session: Session | None) -> dict[str, Any]:
         body = _body(request)
@@ -282,7 +288,7 @@ class FleetPage:
         decision = body.get("decision")
         if decision not in DECISIONS:
             raise _Refusal(400, f"decision must be one of {', '.join(DECISIONS)}, got {decision!r:.40}")
-        return await self._command(self.broker.decide(device, question, decision, 20.0))
+        return await self._command("approval", self.broker.decide(device, question, decision, 20.0))
 
     async def _broadcast(self, request: Request, session: Session | None) -> dict[str, Any]:
         body = _body(request)
@@ -305,16 +311,22 @@ class FleetPage:
         try:
             answers, missing = await self.broker.broadcast(group, tool, args, float(wait))
         except CommandRefused as e:
+            self.metrics.command("broadcast", "refused")
             raise _Refusal(409, str(e)) from None
+        self.metrics.broadcast(len(answers), len(missing))
         return {"ok": True, "group": group, "answers": answers, "missing": missing}
 
-    async def _command(self, command: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    async def _command(self, kind: str, command: Awaitable[dict[str, Any]]) -> dict[str, Any]:
         try:
-            return {"ok": True, "answer": await command}
+            answer = await command
         except CommandRefused as e:
+            self.metrics.command(kind, "refused")
             raise _Refusal(409, str(e)) from None
         except TimeoutError as e:
+            self.metrics.command(kind, "timeout")
             raise _Refusal(504, str(e)) from None
+        self.metrics.command(kind, "ok")
+        return {"ok": True, "answer": answer}
 
     # -- the event stream ------------------------------------------------------------------------
     async def _stream(self, exchange: Exchange, session: Session | None) -> None:

@@ -40,6 +40,9 @@ NOT_AT_START = (
     "edgeclaw.tools.web.http_request",
     "edgeclaw.tools.messaging",
     "edgeclaw.tools.sessions.send",
+    "edgeclaw.tools.vcs",  # git: on its first call
+    "edgeclaw.daemon.metrics",  # Prometheus metrics: only with [metrics] listen
+    "edgeclaw.net.prometheus_text",
     # Memory, context files and skills (daemon.memory_service): on the first fs or memory call.
     "edgeclaw.daemon.memory_build",
     "edgeclaw.store.memory",

@@ -36,6 +36,7 @@ TOOL_GROUPS: dict[str, tuple[str, ...]] = {
     ),
     "runtime": ("exec", "process"),
     "vcs": ("git",),
+    "integrations": ("composio",),
     "web": ("web_search", "web_fetch", "http_request"),
     "memory": ("memory_search", "memory_get", "memory_store", "memory_list", "memory_forget"),
     "sessions": (
@@ -107,6 +108,7 @@ MEDIA_TOOLS = _family("tts", "image", "camera", "read_bytes")
 MEMORY_TOOLS = _family(*TOOL_GROUPS["memory"])
 
 VCS_TOOLS = _family(*TOOL_GROUPS["vcs"])
+INTEGRATION_TOOLS = _family(*TOOL_GROUPS["integrations"])
 
 # canvas and screenshot: Pillow and the display drivers load with them.
 UI_TOOLS = _family(*TOOL_GROUPS["ui"])

@@ -483,14 +483,14 @@ async def test_git_connects_to_the_address_the_guard_vetted(tmp_path: Path, serv
 
 
 def test_doctor_says_whether_git_is_there(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from edgeclaw.cli.doctor import git_finding
+    from edgeclaw.cli.doctor_tools import git_finding
 
     out = run_cli("doctor")
     assert any(line.startswith("ok    git: git version") for line in out.stdout.splitlines()), out.stdout
     runtime = make_runtime(tmp_path)
     monkeypatch.setattr("shutil.which", lambda name: None)
     finding = git_finding(runtime)
-    assert finding is not None and finding.level == "warn" and "not installed" in finding.detail
+    assert finding is not None and finding[0] == "warn" and "not installed" in finding[2]
 
 
 async def test_without_git_every_call_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

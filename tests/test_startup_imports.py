@@ -41,6 +41,7 @@ NOT_AT_START = (
     "edgeclaw.tools.messaging",
     "edgeclaw.tools.sessions.send",
     "edgeclaw.tools.vcs",  # git: on its first call
+    "edgeclaw.tools.integrations",  # composio: on its first call
     "edgeclaw.daemon.metrics",  # Prometheus metrics: only with [metrics] listen
     "edgeclaw.net.prometheus_text",
     # Memory, context files and skills (daemon.memory_service): on the first fs or memory call.

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from edgeclaw.cli.common import EXIT_OK, EXIT_TOOL_ERROR, config_of
 from edgeclaw.cli.doctor_identity import CHECK, commands_signed, device_signing_problem, identity_problems
+from edgeclaw.cli.doctor_tools import seed_tool_findings
 from edgeclaw.daemon.runtime import Runtime, build_runtime
 from edgeclaw.store.state import StateStore
 from edgeclaw.tools.base import ToolContext
@@ -256,25 +257,6 @@ def sandbox_limits_finding(runtime: Runtime) -> Finding | None:
     return Finding("ok" if ok else "warn", "sandbox limits", text)
 
 
-def git_finding(runtime: Runtime) -> Finding | None:
-    """Whether the git tool has a git to run (it runs the system's, in the sandbox)."""
-    import shutil
-    import subprocess
-
-    if "git" not in runtime.registry.names():
-        return None
-    path = shutil.which("git")
-    if path is None:
-        return Finding(
-            "warn", "git", "git is not installed: the git tool refuses every call (apt install git)"
-        )
-    try:
-        done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.SubprocessError) as e:
-        return Finding("warn", "git", f"{path} does not run: {e}")
-    return Finding("ok", "git", f"{done.stdout.strip() or 'git'} at {path}")
-
-
 async def _tcp(host: str, port: int) -> str | None:
     try:
         async with asyncio.timeout(NET_TIMEOUT_S):
@@ -499,9 +481,7 @@ async def diagnose(runtime: Runtime) -> list[Finding]:
     limits = sandbox_limits_finding(runtime)
     if limits is not None:
         findings.append(limits)
-    git = git_finding(runtime)
-    if git is not None:
-        findings.append(git)
+    findings += [Finding(level, check, detail) for level, check, detail in seed_tool_findings(runtime)]
     broker = await broker_finding(runtime)
     if broker is not None:
         findings.append(broker)

@@ -248,6 +248,16 @@ class GitToolConfig:
 
 
 @dataclass(repr=False, eq=False)
+class ComposioToolConfig:
+    """[tools.composio]: the Composio platform's actions, reached under the web rules ([tools.web]:
+    allowed_domains must list its host, the SSRF guard, ports); the API key is a [tools.web.secrets] name."""
+
+    base_url: str = "https://backend.composio.dev/api/v3"
+    api_key_secret: str = ""  # the name of a [tools.web.secrets] entry holding the key; empty = off
+    user_id: str = "default"  # whose connected accounts the actions run with
+
+
+@dataclass(repr=False, eq=False)
 class ToolsConfig:
     """[tools]: the tool policy (profile, lists, overrides) and the limits every tool call shares."""
 
@@ -277,3 +287,4 @@ class ToolsConfig:
     media: MediaConfig = field(default_factory=MediaConfig)
     nodes: NodesToolConfig = field(default_factory=NodesToolConfig)
     git: GitToolConfig = field(default_factory=GitToolConfig)
+    composio: ComposioToolConfig = field(default_factory=ComposioToolConfig)

@@ -178,7 +178,14 @@ def build_runtime(
     from edgeclaw.backends.hub import BoardBackends
     from edgeclaw.config.checks import policy_rules
     from edgeclaw.config.secrets import resolve_secrets
-    from edgeclaw.tool_groups import HARDWARE_TOOLS, MEDIA_TOOLS, UI_TOOLS, VCS_TOOLS, web_tool_groups
+    from edgeclaw.tool_groups import (
+        HARDWARE_TOOLS,
+        INTEGRATION_TOOLS,
+        MEDIA_TOOLS,
+        UI_TOOLS,
+        VCS_TOOLS,
+        web_tool_groups,
+    )
     from edgeclaw.tools.fs.files import fs_tools
     from edgeclaw.tools.fs.workspace import Workspace
     from edgeclaw.tools.policy import PolicyEngine
@@ -312,6 +319,15 @@ def build_runtime(
         ]
 
     registry.register_deferred(VCS_TOOLS, vcs_family)
+
+    def integrations_family() -> list[Tool]:
+        from edgeclaw.tools.integrations.composio import (
+            ComposioTool,  # the Composio platform, under the web rules
+        )
+
+        return [ComposioTool(config.tools.composio, web)]
+
+    registry.register_deferred(INTEGRATION_TOOLS, integrations_family)
 
     def media_family() -> list[Tool]:
         from edgeclaw.daemon.media import media_tools  # tts, image, camera, read_bytes

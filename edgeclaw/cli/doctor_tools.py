@@ -1,0 +1,67 @@
+"""`edgeclaw doctor`'s word on the tools that need something of the machine or the config to work: git
+(the system's git), browser (chromium), composio (a key and its host allowed). Each says nothing when its
+tool is not registered; canvas and screenshot are judged with the board's displays."""
+
+from __future__ import annotations
+
+import fnmatch
+import shutil
+import subprocess
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from edgeclaw.daemon.runtime import Runtime
+
+Said = tuple[str, str, str]  # (level, check, detail), as doctor's Finding
+
+
+def seed_tool_findings(runtime: Runtime) -> list[Said]:
+    found = (git_finding(runtime), browser_finding(runtime), composio_finding(runtime))
+    return [f for f in found if f is not None]
+
+
+def browser_finding(runtime: Runtime) -> Said | None:
+    """Whether the browser tool has a chromium to drive (Debian's and Pi OS's `chromium`)."""
+    if "browser" not in runtime.registry.names():
+        return None
+    for name in ("chromium", "chromium-browser"):
+        path = shutil.which(name)
+        if path is not None:
+            return ("ok", "browser", f"{name} at {path}")
+    return (
+        "warn",
+        "browser",
+        "chromium is not installed: the browser tool refuses every call (apt install chromium)",
+    )
+
+
+def composio_finding(runtime: Runtime) -> Said | None:
+    """Whether the composio tool can reach the platform: a key configured, its host allowed."""
+    if "composio" not in runtime.registry.names():
+        return None
+    from urllib.parse import urlsplit
+
+    cfg = runtime.config.tools.composio
+    if not cfg.api_key_secret:
+        return ("ok", "composio", "not configured ([tools.composio] api_key_secret): the tool refuses")
+    if cfg.api_key_secret not in runtime.config.tools.web.secrets:
+        return ("FAIL", "composio", f"api_key_secret {cfg.api_key_secret!r} is no [tools.web.secrets] entry")
+    host = urlsplit(cfg.base_url).hostname or ""
+    allowed = runtime.config.tools.web.allowed_domains
+    if not any(fnmatch.fnmatchcase(host, pattern) for pattern in allowed):
+        return ("warn", "composio", f"{host} is not in tools.web.allowed_domains: every call is refused")
+    return ("ok", "composio", f"{cfg.base_url} with the key {cfg.api_key_secret!r}")
+
+
+def git_finding(runtime: Runtime) -> Said | None:
+    """Whether the git tool has a git to run (it runs the system's, in the sandbox)."""
+    if "git" not in runtime.registry.names():
+        return None
+    path = shutil.which("git")
+    if path is None:
+        return ("warn", "git", "git is not installed: the git tool refuses every call (apt install git)")
+    try:
+        done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError) as e:
+        return ("warn", "git", f"{path} does not run: {e}")
+    return ("ok", "git", f"{done.stdout.strip() or 'git'} at {path}")

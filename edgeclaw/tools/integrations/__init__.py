@@ -1,0 +1,1 @@
+"""Tools that act through another platform's API on the accounts connected there (composio)."""

@@ -66,6 +66,9 @@ class GitHttpServer(LoopbackServer):
         self.root = root
         self.authorizations: list[str] = []
         self.paths: list[str] = []
+        self.failures: list[
+            str
+        ] = []  # what http-backend said when it answered an error (for a test's message)
         server = self
 
         import base64
@@ -126,6 +129,10 @@ class GitHttpServer(LoopbackServer):
                         status = int(value.strip().split()[0])
                     elif name:
                         headers.append((name, value.strip()))
+                if status >= 400:
+                    server.failures.append(
+                        f"{self.command} {self.path}: {status} {done.stderr.decode()[-500:]}"
+                    )
                 self.send_response(status)
                 for name, value in headers:
                     self.send_header(name, value)

@@ -110,7 +110,8 @@ async def test_commit_push_and_clone_back_over_http(
         # Both sides move on: the pull merges, committing as the tool's identity.
         assert (await call(runtime, action="commit", repo="proj", all=True, message="Second line")).ok
         push = {"action": "push", "repo": "proj", "remote": url, "branch": "main", "credential": "GIT_TOKEN"}
-        assert (await call(runtime, **push)).ok
+        out = await call(runtime, **push)
+        assert out.ok, (out.for_llm, server.failures)
         (ws / "copy" / "other.txt").write_text("other\n")
         assert (await call(runtime, action="add", repo="copy", all=True)).ok
         assert (await call(runtime, action="commit", repo="copy", message="Other")).ok

@@ -543,40 +543,6 @@ def test_prometheus_scrapes_the_page_with_its_token(page, fleet, tmp_path):
         prometheus.stop()
 
 
-def test_a_restarted_page_keeps_the_charts_it_drew(tmp_path, broker, fleet):
-    """`fleet serve` stopped and started again on the same state directory: the chart points it had
-    taken are there before any new health message could have made them."""
-    name = fleet.devices[0]
-    first = PageServer(tmp_path / "page", broker.port)
-    try:
-        cookie, _ = first.login()
-
-        def chart() -> list[list[float]]:
-            status, _, body = first.request("GET", f"/api/device/{name}", headers={"Cookie": cookie})
-            return json.loads(body)["history"] if status == 200 else []
-
-        deadline = time.monotonic() + WAIT_S
-        while not chart():
-            assert time.monotonic() < deadline, "no health points on the first page"
-            time.sleep(0.2)
-        before = chart()
-        time.sleep(1.5)  # the page writes its history each second
-    finally:
-        first.stop()  # SIGTERM: the last rows written before it exits
-    restarted_at = time.time()
-    first.log.rename(first.log.with_suffix(".first"))  # the second run says when it is up in a log of its own
-    second = PageServer(tmp_path / "page", broker.port)
-    try:
-        cookie, _ = second.login()
-        status, _, body = second.request("GET", f"/api/device/{name}", headers={"Cookie": cookie})
-        assert status == 200, body
-        kept = [p for p in json.loads(body)["history"] if p[0] < restarted_at]
-        # One point a slot (history_s / 360 = 10 s): on disk the slot's first, in memory its latest.
-        assert kept and abs(kept[0][0] - before[0][0]) < 10, (kept, before)
-    finally:
-        second.stop()
-
-
 def test_the_token_opens_a_session_and_works_as_a_bearer(page, fleet):
     cookie, csrf = page.login(TOKEN)
     assert cookie.startswith(f"edgeclaw_fleet_{page.port}=") and csrf

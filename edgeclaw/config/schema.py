@@ -454,10 +454,6 @@ class FleetPageConfig:
     max_login_failures: int = 5  # wrong entries in a row before the lockout
     lockout_s: float = 300.0
     history_s: float = 3600.0  # each device's health kept this long for the charts
-    # The history on disk (SQLite): health points, events and broadcast answers kept this long and
-    # read back at a restart; 0 = memory only.
-    history_retention_s: float = 7 * 86400.0
-    history_file: str = ""  # empty = <state dir>/fleet-page-history.db
     max_devices: int = 2000  # devices remembered; more are ignored (and logged once)
     max_events: int = 500  # events kept for the page, all devices together
     call_timeout_s: float = 150.0  # a call waits this long for its answer (approvals take time)

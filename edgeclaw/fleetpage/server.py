@@ -314,8 +314,6 @@ class FleetPage:
             self.metrics.command("broadcast", "refused")
             raise _Refusal(409, str(e)) from None
         self.metrics.broadcast(len(answers), len(missing))
-        if self.window.history is not None:
-            self.window.history.record_answers(tool, answers)
         return {"ok": True, "group": group, "answers": answers, "missing": missing}
 
     async def _command(self, kind: str, command: Awaitable[dict[str, Any]]) -> dict[str, Any]:

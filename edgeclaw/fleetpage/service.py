@@ -28,7 +28,6 @@ from edgeclaw.config.secrets import SecretRef, secret_refs
 from edgeclaw.errors import ConfigError
 from edgeclaw.fleetpage.access import Access
 from edgeclaw.fleetpage.broker import FleetBroker
-from edgeclaw.fleetpage.history import FleetHistory
 from edgeclaw.fleetpage.server import COOKIE, FleetPage
 from edgeclaw.fleetpage.window import FleetWindow
 from edgeclaw.net.device_trust import DeviceKeys, DeviceKeysError
@@ -38,7 +37,6 @@ from edgeclaw.net.mqtt_connection import ConnectionSettings, TlsSettings
 log = logging.getLogger("edgeclaw.fleetpage")
 
 CATALOG_TIMEOUT_S = 60.0
-HISTORY_FILENAME = "fleet-page-history.db"  # in the state directory, unless history_file names another
 KEYS_FILENAME = "fleet-page-device-keys"  # in the state directory, unless device_keys_file names another
 
 
@@ -96,15 +94,6 @@ def build_access(config: Config) -> tuple[Access, str]:
         lockout_s=fp.lockout_s,
     )
     return access, made
-
-
-def fleet_history(config: Config) -> FleetHistory | None:
-    """`[fleet_page] history_file` (default in the state directory); None when retention is 0."""
-    fp = config.fleet_page
-    if fp.history_retention_s <= 0:
-        return None
-    path = Path(fp.history_file) if fp.history_file else state_dir(config.state_dir) / HISTORY_FILENAME
-    return FleetHistory(path, fp.history_retention_s)
 
 
 def device_keys(config: Config) -> DeviceKeys:
@@ -178,14 +167,12 @@ async def serve(config: Config, *, broker: str | None = None, listen: str | None
         host, port = host_port(fp.listen, "fleet_page.listen", config._source)
     access, made_token = build_access(config)
     refs = secret_refs(config)
-    history = fleet_history(config)
     window = FleetWindow(
         config.mqtt.topic_prefix,
         history_s=fp.history_s,
         max_devices=fp.max_devices,
         max_events=fp.max_events,
         keys=device_keys(config),
-        history=history,
     )
     page: FleetPage | None = None
     fleet = FleetBroker(
@@ -221,7 +208,6 @@ async def serve(config: Config, *, broker: str | None = None, listen: str | None
         page.cookie = f"{COOKIE}_{http.bound_port}"  # two pages on one host keep their own sessions
         runner = asyncio.create_task(fleet.run())
         watcher = asyncio.create_task(page.watch_broker())
-        writer = asyncio.create_task(history.run()) if history is not None else None
         where = f"http://{host if ':' not in host else f'[{host}]'}:{http.bound_port}/"
         log.info(
             "fleet page on %s (broker %s:%d)",
@@ -242,7 +228,3 @@ async def serve(config: Config, *, broker: str | None = None, listen: str | None
         finally:
             watcher.cancel()
             await fleet.connection.stop(runner)
-            if writer is not None:
-                writer.cancel()  # its last flush, then the file closed
-                with contextlib.suppress(asyncio.CancelledError):
-                    await writer

@@ -1,11 +1,11 @@
 """What the fleet page knows: a bounded in-memory window of what the broker carries.
 
-Every device's row comes from its retained `status` and `health`, the charts from
-the health messages (at most `history_s` of them, at most `HISTORY_POINTS` points
-a device), the events and the pending approvals from the live topics. A restarted
-server, or a second one on the same broker, rebuilds the same rows from the
-retained messages at once; with a history file (history.py) the charts and events
-from before the restart are read back from it, and what is taken now goes there too.
+Nothing here is stored: every device's row comes from its retained `status` and
+`health`, the charts from the health messages seen since the server started
+(at most `history_s` of them, at most `HISTORY_POINTS` points a device), the
+events and the pending approvals from the live topics. A restarted server, or
+a second one on the same broker, rebuilds the same rows from the retained
+messages at once.
 
 Everything a device controls is bounded: how many devices are remembered
 (`max_devices`), the size of a message kept (`MAX_MESSAGE_BYTES`), the events
@@ -29,12 +29,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from edgeclaw.net.device_trust import FORGED, KEY_CHANGED, UNVERIFIABLE, VERIFIED, DeviceKeys
-
-if TYPE_CHECKING:
-    from edgeclaw.fleetpage.history import FleetHistory
 
 log = logging.getLogger("edgeclaw.fleetpage")
 
@@ -112,7 +109,6 @@ class FleetWindow:
         max_events: int = 500,
         clock: Callable[[], float] = time.time,
         keys: DeviceKeys | None = None,
-        history: FleetHistory | None = None,
     ) -> None:
         self.prefix = prefix
         # The key each device must sign with; without one given, keys pinned at first sight in memory.
@@ -125,13 +121,6 @@ class FleetWindow:
         self.approvals: dict[tuple[str, str], dict[str, Any]] = {}  # signed by their device
         self.suspect: deque[dict[str, Any]] = deque(maxlen=MAX_SUSPECT)  # forged or unverifiable
         self._full_logged = False
-        # On disk (history.py): what the charts and events were before this page started, and where
-        # what it takes now is kept.
-        self.history = history
-        self._earlier_points: dict[str, list[list[float | None]]] = {}
-        if history is not None:
-            self._earlier_points = history.points_since(self.clock() - history_s)
-            self.events.extend(history.recent_events(max_events))
 
     @property
     def subscriptions(self) -> list[str]:
@@ -177,7 +166,6 @@ class FleetWindow:
                     self._full_logged = True
                 return None
             view = self.devices[device] = DeviceView(device)
-            view.history.extend(self._earlier_points.pop(device, ()))  # its chart, from before a restart
         return view
 
     def _rejected(self, device: str, trust: str, data: dict[str, Any]) -> list[Update]:
@@ -216,8 +204,6 @@ class FleetWindow:
             history[-1] = point
         else:
             history.append(point)
-            if self.history is not None:
-                self.history.record_point(device, point)  # one a slot on disk, as in memory
         while history and (history[0][0] or 0.0) < ts - self.history_s:
             history.popleft()
         return [("device", self.row(view)), ("health", {"device": device, "point": point})]
@@ -227,8 +213,6 @@ class FleetWindow:
             return []
         event = {**data, "device": device, "verified": trust == VERIFIED}
         self.events.append(event)
-        if self.history is not None:
-            self.history.record_event(event)
         updates: list[Update] = [("event", event)]
         if (
             trust == VERIFIED

@@ -731,3 +731,26 @@ async def test_a_broadcast_answer_in_another_devices_name_is_dropped(page, fleet
     answers = {a["device"]: a for a in json.loads(raw)["answers"]}
     assert answers == {}
     assert f"dropped a broadcast answer in the name of {victim}" in page.log.read_text()
+
+
+def test_the_device_list_is_served_in_pages_behind_the_login(page, fleet):
+    assert page.request("GET", "/api/devices")[0] == 401
+    cookie, _ = page.login()
+    status, _, body = page.request(
+        "GET", "/api/devices?offset=0&limit=2&sort=-device", headers={"Cookie": cookie}
+    )
+    listing = json.loads(body)
+    assert status == 200 and listing["matched"] >= 3 and len(listing["rows"]) == 2
+    assert [r["device"] for r in listing["rows"]] == sorted(fleet.devices, reverse=True)[:2]
+    assert listing["counts"]["devices"] == listing["total"]
+    status, _, body = page.request("GET", f"/api/devices?q={fleet.devices[1]}", headers={"Cookie": cookie})
+    assert [r["device"] for r in json.loads(body)["rows"]] == [fleet.devices[1]]
+    for query, error in [
+        ("limit=0", "limit must be"),
+        ("limit=100000", "limit must be at most"),
+        ("offset=-1", "offset must be"),
+        ("sort=secret", "sort must be one of"),
+        ("state=nope", "state must be one of"),
+    ]:
+        status, _, body = page.request("GET", f"/api/devices?{query}", headers={"Cookie": cookie})
+        assert status == 400 and error in json.loads(body)["error"], query

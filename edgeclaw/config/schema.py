@@ -440,7 +440,7 @@ class FleetPageConfig:
     max_login_failures: int = 5  # wrong entries in a row before the lockout
     lockout_s: float = 300.0
     history_s: float = 3600.0  # each device's health kept this long for the charts
-    max_devices: int = 2000  # devices remembered; more are ignored (and logged once)
+    max_devices: int = 20000  # devices remembered; more are ignored (and logged once)
     max_events: int = 500  # events kept for the page, all devices together
     call_timeout_s: float = 150.0  # a call waits this long for its answer (approvals take time)
     broadcast_wait_s: float = 10.0  # a broadcast collects answers this long at most

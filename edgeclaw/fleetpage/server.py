@@ -5,10 +5,11 @@ Routes (every one but the login form and its static files needs a session):
 - `GET /login`, `POST /login` (form field `secret`: the password or the token),
   `POST /logout`; `GET /` the page, `GET /static/NAME` its files;
 - `GET /api/session` (the session's CSRF token), `GET /api/state` (the table,
-  events and approvals), `GET /api/device/NAME`, `GET /api/tools` (the tool
-  catalog with JSON schemas), `GET /api/stream` (Server-Sent Events: a
-  `snapshot`, then `device`, `health`, `event`, `approval`, `approval_done`,
-  `gone`, `link`);
+  events and approvals), `GET /api/devices?offset=&limit=&q=&sort=&state=` (one
+  page of the table, searched, filtered and sorted here: what the page reads),
+  `GET /api/device/NAME`, `GET /api/tools` (the tool catalog with JSON schemas),
+  `GET /api/stream` (Server-Sent Events: a `snapshot`, then `devices` (the rows
+  changed, batched), `health`, `event`, `approval`, `approval_done`, `gone`, `link`);
 - `POST /api/call`, `/api/chat`, `/api/approve`, `/api/broadcast` (JSON bodies).
 
 A POST made with the session cookie must carry the session's CSRF token in
@@ -43,6 +44,7 @@ STATIC = Path(__file__).resolve().parent / "static"
 COOKIE = "edgeclaw_fleet"  # + "_PORT": browsers keep cookies per host, not per port
 STREAM_QUEUE = 2000  # updates waiting for one browser; a browser that falls further behind is dropped
 HEARTBEAT_S = 15.0
+MAX_PAGE = 1000  # rows in one answer of /api/devices
 MAX_STREAMS = 32
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -90,6 +92,7 @@ class FleetPage:
         self._routes: dict[tuple[str, str], Callable[[Request, Session | None], Awaitable[Any]]] = {
             ("GET", "/api/session"): self._session_info,
             ("GET", "/api/state"): self._state,
+            ("GET", "/api/devices"): self._devices,
             ("GET", "/api/tools"): self._tools,
             ("POST", "/api/call"): self._call,
             ("POST", "/api/chat"): self._chat,
@@ -256,6 +259,26 @@ class FleetPage:
     async def _state(self, request: Request, session: Session | None) -> dict[str, Any]:
         return self.snapshot()
 
+    async def _devices(self, request: Request, session: Session | None) -> dict[str, Any]:
+        query = parse_qs(urlsplit(request.target).query, max_num_fields=8)
+
+        def one(name: str) -> str:
+            return (query.get(name) or [""])[0]
+
+        offset, limit = _count(one("offset"), "offset", 0, 0), _count(one("limit"), "limit", 100, 1)
+        if limit > MAX_PAGE:
+            raise _Refusal(400, f"limit must be at most {MAX_PAGE}, got {limit}")
+        q = one("q")
+        if len(q) > 128:
+            raise _Refusal(400, "q (the search) must be at most 128 characters")
+        try:
+            page = self.window.page(
+                offset=offset, limit=limit, q=q, sort=one("sort") or "device", state=one("state")
+            )
+        except ValueError as e:
+            raise _Refusal(400, str(e)) from None
+        return {**page, "counts": self.window.counts(), "broker": self.broker.connection.connected}
+
     async def _tools(self, request: Request, session: Session | None) -> list[dict[str, Any]]:
         return self.tools
 
@@ -347,6 +370,14 @@ class FleetPage:
 
 def _sse(kind: str, data: Any) -> bytes:
     return f"event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def _count(text: str, name: str, default: int, least: int) -> int:
+    if not text:
+        return default
+    if not text.isdigit() or int(text) < least:
+        raise _Refusal(400, f"{name} must be a whole number of at least {least}, got {text!r:.20}")
+    return int(text)
 
 
 def _cookie(request: Request, name: str) -> str:

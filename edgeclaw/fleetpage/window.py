@@ -42,6 +42,21 @@ MAX_SUSPECT = 32  # questions not signed by their device, kept to be shown (the 
 # The figures of a health message the charts draw (and the table shows).
 CHART_FIGURES = ("cpu_temp_c", "load_1m", "mem_used_pct")
 
+# What the device list can be sorted by and filtered on.
+SORT_KEYS = (
+    "device",
+    "state",
+    "last_seen",
+    "version",
+    "board",
+    "cpu_temp_c",
+    "load_1m",
+    "mem_used_pct",
+    "outbox_depth",
+    "forged",
+)
+STATE_FILTERS = ("online", "offline", "unknown", VERIFIED, UNVERIFIABLE, KEY_CHANGED, FORGED)
+
 Update = tuple[str, dict[str, Any]]  # (kind, data) for the page's event stream
 
 
@@ -105,7 +120,7 @@ class FleetWindow:
         prefix: str = "edgeclaw",
         *,
         history_s: float = 3600.0,
-        max_devices: int = 2000,
+        max_devices: int = 20000,
         max_events: int = 500,
         clock: Callable[[], float] = time.time,
         keys: DeviceKeys | None = None,
@@ -282,6 +297,48 @@ class FleetWindow:
             "events": list(self.events),
             "approvals": [*self.approvals.values(), *self.suspect],
         }
+
+    def page(
+        self, *, offset: int = 0, limit: int = 100, q: str = "", sort: str = "device", state: str = ""
+    ) -> dict[str, Any]:
+        """One page of the table, searched (`q` in the name, board, version or hostname), filtered
+        (`state`: online, offline, unknown or a trust verdict) and sorted (`sort`, `-sort` descending)
+        here, so a page with 10,000 devices fetches only the rows it shows."""
+        if sort.lstrip("-") not in SORT_KEYS:
+            raise ValueError(
+                f"sort must be one of {', '.join(SORT_KEYS)} (prefix - to reverse), got {sort!r:.40}"
+            )
+        if state and state not in STATE_FILTERS:
+            raise ValueError(f"state must be one of {', '.join(STATE_FILTERS)}, got {state!r:.40}")
+        needle = q.lower()
+        rows = []
+        for view in self.devices.values():
+            row = view.row()
+            if state and state not in (row["state"], row["trust"]):
+                continue
+            if needle and not any(
+                needle in (row[k] or "").lower() for k in ("device", "board", "version", "hostname")
+            ):
+                continue
+            rows.append(row)
+        key, reverse = sort.lstrip("-"), sort.startswith("-")
+        # Rows without the figure go last whichever way it is sorted; the name breaks ties.
+        present = [r for r in rows if r[key] is not None]
+        present.sort(key=lambda r: (r[key], r["device"]), reverse=reverse)
+        absent = sorted((r for r in rows if r[key] is None), key=lambda r: r["device"])
+        ordered = present + absent
+        shown = ordered[offset : offset + limit]
+        for row in shown:
+            row["trust_note"] = self.devices[row["device"]].trust_note(self.keys)
+        return {"total": len(self.devices), "matched": len(ordered), "offset": offset, "rows": shown}
+
+    def counts(self) -> dict[str, int]:
+        """How many devices are in each state: the page's summary line."""
+        counts = {"devices": len(self.devices), "online": 0, "offline": 0, "unknown": 0}
+        for view in self.devices.values():
+            state = view.status.get("state")
+            counts[state if state in ("online", "offline") else "unknown"] += 1
+        return counts
 
     def device(self, device: str) -> dict[str, Any] | None:
         view = self.devices.get(device)

@@ -4,9 +4,11 @@ on the server, and the rows changed sent to the browser in batches."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
+from edgeclaw.fleetpage.stream import MAX_WAITING, PageOutbox
 from edgeclaw.fleetpage.window import FleetWindow
 
 
@@ -74,3 +76,45 @@ def test_a_wrong_sort_or_filter_is_named(query, error):
 def test_ten_thousand_devices_fit_by_default():
     w = fleet_of(10_000)
     assert len(w.devices) == 10_000
+
+
+async def test_a_page_is_sent_the_rows_changed_once_a_batch_however_many_messages():
+    w = fleet_of(50)
+    outbox = PageOutbox()
+    for _ in range(20):  # 1,000 messages: 50 devices reporting 20 times within one batch
+        for i in range(50):
+            for kind, data in w.take(f"edgeclaw/dev-{i:05d}/health", json.dumps({"ts": 1.0}).encode()):
+                outbox.add(kind, data)
+    assert outbox.ready.is_set() and not outbox.behind
+    events = parse(outbox.drain(w.counts()))
+    assert [kind for kind, _ in events] == ["devices"]
+    batch = events[0][1]
+    assert len(batch["rows"]) == 50 and len(batch["points"]) == 1000
+    assert batch["counts"]["devices"] == 50
+    assert outbox.drain(w.counts()) == b"" and not outbox.ready.is_set()
+    # A device retired within the batch is sent as gone, not as a row.
+    outbox.add("device", w.page(limit=1)["rows"][0])
+    outbox.add("gone", {"device": "dev-00000"})
+    batch = parse(outbox.drain(w.counts()))[0][1]
+    assert batch["rows"] == [] and batch["gone"] == ["dev-00000"]
+
+
+async def test_events_keep_their_order_and_a_page_too_far_behind_is_let_go():
+    outbox = PageOutbox()
+    outbox.add("event", {"device": "a", "n": 1})
+    outbox.add("approval", {"device": "a", "id": "q"})
+    assert [kind for kind, _ in parse(outbox.drain({}))] == ["event", "approval"]
+    for n in range(MAX_WAITING):
+        outbox.add("event", {"device": "a", "n": n})
+    assert not outbox.behind
+    outbox.add("event", {"device": "a", "n": -1})
+    assert outbox.behind
+
+
+def parse(raw: bytes) -> list[tuple[str, Any]]:
+    out = []
+    for chunk in raw.decode().split("\n\n"):
+        if chunk:
+            kind, data = chunk.split("\n")
+            out.append((kind.removeprefix("event: "), json.loads(data.removeprefix("data: "))))
+    return out

@@ -35,6 +35,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from edgeclaw.fleetpage.access import Access, LockedOut, Session
 from edgeclaw.fleetpage.broker import DECISIONS, CommandRefused, FleetBroker
+from edgeclaw.fleetpage.stream import BATCH_S, PageOutbox, sse
 from edgeclaw.fleetpage.window import FleetWindow, Update
 from edgeclaw.net.httpd import Exchange, Request
 
@@ -42,7 +43,6 @@ log = logging.getLogger("edgeclaw.fleetpage")
 
 STATIC = Path(__file__).resolve().parent / "static"
 COOKIE = "edgeclaw_fleet"  # + "_PORT": browsers keep cookies per host, not per port
-STREAM_QUEUE = 2000  # updates waiting for one browser; a browser that falls further behind is dropped
 HEARTBEAT_S = 15.0
 MAX_PAGE = 1000  # rows in one answer of /api/devices
 MAX_STREAMS = 32
@@ -87,7 +87,7 @@ class FleetPage:
         self.tools = tools or []
         self.call_timeout_s = call_timeout_s
         self.broadcast_wait_s = broadcast_wait_s
-        self._streams: set[asyncio.Queue[Update | None]] = set()
+        self._streams: set[PageOutbox] = set()
         self._told_broker = False  # the broker's state as the pages last heard it
         self._routes: dict[tuple[str, str], Callable[[Request, Session | None], Awaitable[Any]]] = {
             ("GET", "/api/session"): self._session_info,
@@ -117,17 +117,16 @@ class FleetPage:
                 self.publish([("link", {"broker": now})])
 
     def publish(self, updates: list[Update]) -> None:
-        for queue in list(self._streams):
-            for update in updates:
-                try:
-                    queue.put_nowait(update)
-                except asyncio.QueueFull:
-                    # Too far behind: end its stream (it reconnects and starts from a snapshot).
-                    self._streams.discard(queue)
-                    with contextlib.suppress(asyncio.QueueEmpty):
-                        queue.get_nowait()
-                    queue.put_nowait(None)
-                    break
+        for outbox in self._streams:
+            for kind, data in updates:
+                outbox.add(kind, data)
+
+    def stream_snapshot(self) -> dict[str, Any]:
+        """What a page's stream starts with: the counts, events and approvals, not the rows (the page
+        fetches the rows it shows from /api/devices)."""
+        self._told_broker = self.broker.connection.connected
+        snap = self.window.snapshot(rows=False)
+        return {**snap, "counts": self.window.counts(), "broker": self._told_broker}
 
     # -- the handler ----------------------------------------------------------------
     async def __call__(self, request: Request, exchange: Exchange) -> None:
@@ -343,33 +342,34 @@ class FleetPage:
     async def _stream(self, exchange: Exchange, session: Session | None) -> None:
         if len(self._streams) >= MAX_STREAMS:
             raise _Refusal(503, f"{MAX_STREAMS} pages are already open on this server")
-        queue: asyncio.Queue[Update | None] = asyncio.Queue(STREAM_QUEUE)
-        self._streams.add(queue)
+        outbox = PageOutbox()
+        self._streams.add(outbox)
+        loop = asyncio.get_running_loop()
         try:
             await exchange.stream(200, SECURITY_HEADERS, content_type="text/event-stream")
-            await exchange.send(_sse("snapshot", self.snapshot()))
+            await exchange.send(sse("snapshot", self.stream_snapshot()))
+            sent = loop.time()
             while not exchange.closing:
                 try:
                     async with asyncio.timeout(HEARTBEAT_S):
-                        update = await queue.get()
+                        await outbox.ready.wait()
                 except TimeoutError:
                     if session is not None and self.access.session(session.id) is None:
                         return  # the session ended: so does its stream
                     await exchange.send(b": ping\n\n")
                     continue
-                if update is None:
-                    return
-                await exchange.send(_sse(*update))
+                # What comes within a batch's time goes in the same batch.
+                await asyncio.sleep(max(0.0, sent + BATCH_S - loop.time()))
+                if outbox.behind:
+                    return  # too far behind: it reconnects and starts from a snapshot
+                await exchange.send(outbox.drain(self.window.counts()))
+                sent = loop.time()
         except (ConnectionError, TimeoutError):
             pass
         finally:
-            self._streams.discard(queue)
+            self._streams.discard(outbox)
             with contextlib.suppress(Exception):
                 await exchange.end()
-
-
-def _sse(kind: str, data: Any) -> bytes:
-    return f"event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
 
 def _count(text: str, name: str, default: int, least: int) -> int:

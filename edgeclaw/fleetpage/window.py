@@ -136,6 +136,7 @@ class FleetWindow:
         self.approvals: dict[tuple[str, str], dict[str, Any]] = {}  # signed by their device
         self.suspect: deque[dict[str, Any]] = deque(maxlen=MAX_SUSPECT)  # forged or unverifiable
         self._full_logged = False
+        self._counts: dict[str, int] | None = None  # how many in each state, until a status changes
 
     @property
     def subscriptions(self) -> list[str]:
@@ -181,6 +182,7 @@ class FleetWindow:
                     self._full_logged = True
                 return None
             view = self.devices[device] = DeviceView(device)
+            self._counts = None
         return view
 
     def _rejected(self, device: str, trust: str, data: dict[str, Any]) -> list[Update]:
@@ -204,6 +206,7 @@ class FleetWindow:
             return []
         view.status = data
         view.trust, view.announced = trust, None
+        self._counts = None
         return [("device", self.row(view))]
 
     def _health(self, device: str, data: dict[str, Any], trust: str) -> list[Update]:
@@ -267,6 +270,7 @@ class FleetWindow:
     def _forget(self, device: str) -> list[Update]:
         if self.devices.pop(device, None) is None:
             return []
+        self._counts = None
         return [("gone", {"device": device})]
 
     def _drop_expired(self) -> None:
@@ -290,55 +294,74 @@ class FleetWindow:
         return self.approvals.get((device, question_id))
 
     # -- for the page ------------------------------------------------------------
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, *, rows: bool = True) -> dict[str, Any]:
+        """The table (all of it: for scripts; without `rows`, none of it), events and approvals."""
         self._drop_expired()
-        return {
-            "devices": [self.row(v) for v in sorted(self.devices.values(), key=lambda v: v.device)],
+        snap: dict[str, Any] = {
             "events": list(self.events),
             "approvals": [*self.approvals.values(), *self.suspect],
         }
+        if rows:
+            snap["devices"] = [self.row(v) for v in sorted(self.devices.values(), key=lambda v: v.device)]
+        return snap
 
     def page(
         self, *, offset: int = 0, limit: int = 100, q: str = "", sort: str = "device", state: str = ""
     ) -> dict[str, Any]:
-        """One page of the table, searched (`q` in the name, board, version or hostname), filtered
-        (`state`: online, offline, unknown or a trust verdict) and sorted (`sort`, `-sort` descending)
-        here, so a page with 10,000 devices fetches only the rows it shows."""
-        if sort.lstrip("-") not in SORT_KEYS:
+        """One page of the table, searched (every word of `q` in the name, state, board, version,
+        sandbox, hostname or groups), filtered (`state`: online, offline, unknown or a trust verdict)
+        and sorted (`sort`, `-sort` descending) here, so a page with 10,000 devices fetches only the
+        rows it shows."""
+        key, reverse = sort.removeprefix("-"), sort.startswith("-")
+        if key not in SORT_KEYS:
             raise ValueError(
                 f"sort must be one of {', '.join(SORT_KEYS)} (prefix - to reverse), got {sort!r:.40}"
             )
         if state and state not in STATE_FILTERS:
             raise ValueError(f"state must be one of {', '.join(STATE_FILTERS)}, got {state!r:.40}")
-        needle = q.lower()
+        words = q.lower().split()
         rows = []
         for view in self.devices.values():
             row = view.row()
             if state and state not in (row["state"], row["trust"]):
                 continue
-            if needle and not any(
-                needle in (row[k] or "").lower() for k in ("device", "board", "version", "hostname")
-            ):
-                continue
+            if words:
+                hay = " ".join(
+                    [
+                        *(
+                            row[k] or ""
+                            for k in ("device", "state", "board", "version", "sandbox", "hostname")
+                        ),
+                        *row["groups"],
+                    ]
+                ).lower()
+                if not all(w in hay for w in words):
+                    continue
             rows.append(row)
-        key, reverse = sort.lstrip("-"), sort.startswith("-")
+
+        def value(row: dict[str, Any]) -> Any:
+            return ",".join(row["groups"]) if key == "groups" else row[key]
+
         # Rows without the figure go last whichever way it is sorted; the name breaks ties.
-        present = [r for r in rows if r[key] is not None]
-        present.sort(key=lambda r: (r[key], r["device"]), reverse=reverse)
-        absent = sorted((r for r in rows if r[key] is None), key=lambda r: r["device"])
-        ordered = present + absent
-        shown = ordered[offset : offset + limit]
+        present = [r for r in rows if value(r) is not None]
+        present.sort(key=lambda r: (value(r), r["device"]), reverse=reverse)
+        absent = sorted((r for r in rows if value(r) is None), key=lambda r: r["device"])
+        shown = (present + absent)[offset : offset + limit]
         for row in shown:
             row["trust_note"] = self.devices[row["device"]].trust_note(self.keys)
-        return {"total": len(self.devices), "matched": len(ordered), "offset": offset, "rows": shown}
+        return {"total": len(self.devices), "matched": len(rows), "offset": offset, "rows": shown}
 
     def counts(self) -> dict[str, int]:
-        """How many devices are in each state: the page's summary line."""
+        """How many devices are in each state: the page's summary line (counted again only after a
+        status changed, not for every page open at every batch)."""
+        if self._counts is not None:
+            return dict(self._counts)
         counts = {"devices": len(self.devices), "online": 0, "offline": 0, "unknown": 0}
         for view in self.devices.values():
             state = view.status.get("state")
             counts[state if state in ("online", "offline") else "unknown"] += 1
-        return counts
+        self._counts = counts
+        return dict(counts)
 
     def device(self, device: str) -> dict[str, Any] | None:
         view = self.devices.get(device)

@@ -754,3 +754,39 @@ def test_the_device_list_is_served_in_pages_behind_the_login(page, fleet):
     ]:
         status, _, body = page.request("GET", f"/api/devices?{query}", headers={"Cookie": cookie})
         assert status == 400 and error in json.loads(body)["error"], query
+
+
+async def test_the_history_is_still_served_after_a_restart(tmp_path, broker):
+    device = "history-keeper"
+    server = PageServer(tmp_path / "page", broker.port)
+    try:
+        now = time.time()
+        async with Caller(broker.port, []) as device_side:
+            await device_side.publish(f"edgeclaw/{device}/status", {"state": "online"}, retain=True)
+            for ago in (120, 60, 0):  # three health reports, a minute apart
+                point = {"ts": now - ago, "cpu_temp_c": 50.0 - ago / 60}
+                await device_side.publish(f"edgeclaw/{device}/health", point, retain=True)
+            await device_side.publish(
+                f"edgeclaw/{device}/events", {"ts": now, "tool": "i2c", "outcome": "ok"}
+            )
+        path = f"/api/history?kind=events&device={device}"
+        bearer = {"Authorization": f"Bearer {TOKEN}"}
+        await poll(lambda: json.loads(server.request("GET", path, headers=bearer)[2])["records"], WAIT_S)
+    finally:
+        server.stop()
+    server.log.unlink()  # the next run's "fleet page on" is the one to wait for
+    again = PageServer(tmp_path / "page", broker.port)  # the same state directory
+    try:
+        [event] = json.loads(again.request("GET", path, headers=bearer)[2])["records"]
+        assert event["tool"] == "i2c" and event["device"] == device
+
+        def detail_now() -> dict[str, Any] | None:
+            d = json.loads(again.request("GET", f"/api/device/{device}", headers=bearer)[2])
+            return d if "history" in d else None
+
+        detail = await poll(detail_now, WAIT_S)
+        # The retained health alone is one point: the two before it come from the kept history.
+        assert [p[1] for p in detail["history"]] == [48.0, 49.0, 50.0]
+        assert [e["tool"] for e in detail["events"]] == ["i2c"]
+    finally:
+        again.stop()

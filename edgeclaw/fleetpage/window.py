@@ -69,6 +69,8 @@ class DeviceView:
     trust: str = UNVERIFIABLE  # the verdict on its last status
     announced: str | None = None  # the new key a status announced while another is pinned
     forged: int = 0  # messages dropped because they do not verify with the pinned key
+    # The row as last built: the device list sorts and searches 10,000 of them per request.
+    cached: dict[str, Any] | None = field(default=None, repr=False)
 
     def trust_note(self, keys: DeviceKeys) -> str:
         """Why the row is not `verified`, in the page's words ("" when it is)."""
@@ -89,7 +91,13 @@ class DeviceView:
         return "no signed status seen yet"
 
     def row(self) -> dict[str, Any]:
-        """The table's row: what the status and the health say, null where they say nothing."""
+        """The table's row: what the status and the health say, null where they say nothing (built
+        again after `cached` is cleared, which every change to the view does; never to be changed)."""
+        if self.cached is None:
+            self.cached = self._build_row()
+        return self.cached
+
+    def _build_row(self) -> dict[str, Any]:
         s, h = self.status, self.health
         sandbox = s.get("sandbox") if isinstance(s.get("sandbox"), dict) else {}
         groups = s.get("groups") if isinstance(s.get("groups"), list) else []
@@ -192,6 +200,7 @@ class FleetWindow:
         if view is None:
             return []
         view.forged += 1
+        view.cached = None
         if trust == KEY_CHANGED:
             view.trust = KEY_CHANGED
             view.announced = str(data.get("device_key"))[:80]
@@ -204,7 +213,7 @@ class FleetWindow:
         view = self._view(device)
         if view is None:
             return []
-        view.status = data
+        view.status, view.cached = data, None
         view.trust, view.announced = trust, None
         self._counts = None
         return [("device", self.row(view))]
@@ -213,7 +222,7 @@ class FleetWindow:
         view = self._view(device)
         if view is None:
             return []
-        view.health = data
+        view.health, view.cached = data, None
         ts = _number(data.get("ts")) or self.clock()
         point = [ts, *(_number(data.get(k)) for k in CHART_FIGURES)]
         history = view.history
@@ -346,9 +355,10 @@ class FleetWindow:
         present = [r for r in rows if value(r) is not None]
         present.sort(key=lambda r: (value(r), r["device"]), reverse=reverse)
         absent = sorted((r for r in rows if value(r) is None), key=lambda r: r["device"])
-        shown = (present + absent)[offset : offset + limit]
-        for row in shown:
-            row["trust_note"] = self.devices[row["device"]].trust_note(self.keys)
+        shown = [
+            {**row, "trust_note": self.devices[row["device"]].trust_note(self.keys)}
+            for row in (present + absent)[offset : offset + limit]
+        ]
         return {"total": len(self.devices), "matched": len(rows), "offset": offset, "rows": shown}
 
     def counts(self) -> dict[str, int]:

@@ -779,6 +779,10 @@ async def test_the_history_is_still_served_after_a_restart(tmp_path, broker):
     try:
         [event] = json.loads(again.request("GET", path, headers=bearer)[2])["records"]
         assert event["tool"] == "i2c" and event["device"] == device
+        for query, error in [("kind=passwords", "kind must be one of"), ("device=../x", "device must be")]:
+            status, _, body = again.request("GET", f"/api/history?{query}", headers=bearer)
+            assert status == 400 and error in json.loads(body)["error"], query
+        assert again.request("GET", "/api/history")[0] == 401
 
         def detail_now() -> dict[str, Any] | None:
             d = json.loads(again.request("GET", f"/api/device/{device}", headers=bearer)[2])

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import os
+import shutil
 import sqlite3
+import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -65,8 +71,79 @@ async def test_history_outlives_the_store(tmp_path: Path):
     again.close()
 
 
-def test_postgresql_is_refused_as_not_implemented(tmp_path: Path):
-    with pytest.raises(ValueError, match="not implemented: PostgreSQL"):
+def test_postgresql_needs_its_dsn_and_off_keeps_nothing(tmp_path: Path):
+    with pytest.raises(ValueError, match="needs history_dsn"):
         open_history("postgresql", tmp_path / "h", 3600)
     assert open_history("off", tmp_path / "h", 3600) is None
     assert not (tmp_path / "h").exists()
+
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+@pytest.fixture
+def postgres() -> Iterator[str]:
+    """A PostgreSQL cluster of the test's own in a temp dir, on a Unix socket only; its DSN."""
+    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install 'psycopg[binary]')")
+    if not (PG_BIN / "initdb").exists():
+        pytest.skip(f"PostgreSQL's server is not installed ({PG_BIN}/initdb: apt install postgresql)")
+    # initdb refuses to run as root: the cluster belongs to the postgres user when we are root.
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        if shutil.which("runuser") is None:
+            pytest.skip("running as root without runuser: cannot start PostgreSQL as another user")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    root = Path(tempfile.mkdtemp(prefix="edgeclaw-pg-"))
+    if as_user:
+        shutil.chown(root, "postgres")
+    data = root / "data"
+    run = functools.partial(subprocess.run, check=True, capture_output=True, timeout=120)
+    run([*as_user, str(PG_BIN / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust"])
+    options = f"-c listen_addresses='' -c unix_socket_directories={root} -c fsync=off"
+    run(
+        [
+            *as_user,
+            str(PG_BIN / "pg_ctl"),
+            "-D",
+            str(data),
+            "-o",
+            options,
+            "-w",
+            "-l",
+            str(root / "log"),
+            "start",
+        ]
+    )
+    try:
+        yield f"host={root} user=postgres dbname=postgres"
+    finally:
+        subprocess.run([*as_user, str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+                       capture_output=True, timeout=60)  # fmt: skip
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_postgresql_keeps_the_same_history_with_the_same_queries(tmp_path: Path, postgres: str):
+    clock = Clock()
+    store = open_history("postgresql", tmp_path / "unused", 3600, postgres)
+    assert store is not None
+    store.clock = clock
+    store.add_health("a", [clock.now - 20, 41.5, 0.25, 30.0])
+    store.add("events", "a", {"ts": clock.now - 5, "tool": "i2c"})
+    store.add("answers", "b", {"ts": clock.now - 4, "ok": True})
+    await store.flush()
+    store.close()
+    again = open_history("postgresql", tmp_path / "unused", 3600, postgres)  # a restart
+    assert again is not None
+    again.clock = clock
+    assert await again.health("a", 0) == [[clock.now - 20, 41.5, 0.25, 30.0]]  # 64-bit time stamps
+    assert [e["tool"] for e in await again.records("events", device="a")] == ["i2c"]
+    assert [e["device"] for e in await again.records("answers")] == ["b"]
+    clock.now += 3600  # past the retention
+    await again.flush()
+    assert await again.health("a", 0) == [] and await again.records("events") == []
+    again.close()
+    assert not (tmp_path / "unused").exists()
+    with pytest.raises(ValueError, match="cannot use the PostgreSQL database"):
+        open_history(
+            "postgresql", tmp_path / "x", 3600, postgres.replace("dbname=postgres", "dbname=nothing")
+        )

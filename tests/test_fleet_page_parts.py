@@ -197,7 +197,7 @@ def test_an_approval_waits_until_an_event_decides_it(tmp_path: Path):
         (
             '[fleet_page]\nhistory_store = "postgresql"\n',
             [],
-            "fleet_page.history_store: not implemented: PostgreSQL",
+            'fleet_page.history_store: history_store = "postgresql" needs history_dsn',
         ),
         (
             '[fleet_page]\ndevice_keys_file = "/dev/null/keys"\n',

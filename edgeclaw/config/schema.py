@@ -454,9 +454,10 @@ class FleetPageConfig:
     device_keys_file: str = ""  # empty = <state dir>/fleet-page-device-keys
     trust_on_first_use: bool = True  # pin an unknown device's key from its first signed status
     # Where health points, events, broadcast answers and approvals are kept across restarts
-    # (docs/fleet.md#history): SQLite in the state dir, or "off" (memory only). "postgresql" is reserved.
+    # (docs/fleet.md#history): SQLite in the state dir, PostgreSQL at history_dsn, or "off" (memory only).
     history_store: Literal["sqlite", "postgresql", "off"] = "sqlite"
     history_file: str = ""  # empty = <state dir>/fleet-page-history.sqlite3
+    history_dsn: str = ""  # PostgreSQL's connection string (libpq's; its password from PGPASSWORD)
     history_retention_s: float = 7 * 86400.0  # older history is deleted
 
 

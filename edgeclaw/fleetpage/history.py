@@ -3,7 +3,8 @@
 What the broker carries is gone once seen; the page keeps it here so a restarted page still draws
 the last hour's charts and lists yesterday's events. SQLite (stdlib sqlite3, WAL) in the state
 directory by default; the schema and the queries are plain SQL so another database can sit behind
-the same small layer (`history_store = "postgresql"` is refused until one does).
+the same small layer: `history_store = "postgresql"` with `history_dsn` (psycopg 3, the same schema
+with 64-bit floats, the same queries).
 
 Writes never block the event loop: `add_*` only appends to a list, and `flush` (every
 `FLUSH_S`, from `run`) writes the lot in one transaction in a worker thread. Health is kept
@@ -30,31 +31,73 @@ MAX_PENDING = 100_000  # rows waiting for a write; past that the oldest are drop
 MAX_LIST = 1000  # rows one read returns at most
 KINDS = ("events", "answers", "approvals")  # what `records` lists, besides health
 
+# One schema for both databases ({real}: SQLite's REAL, PostgreSQL's DOUBLE PRECISION: time stamps
+# need its 64 bits), one statement a line.
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS health (device TEXT NOT NULL, ts REAL NOT NULL, cpu_temp_c REAL,
-    load_1m REAL, mem_used_pct REAL);
-CREATE INDEX IF NOT EXISTS health_device_ts ON health (device, ts);
-CREATE INDEX IF NOT EXISTS health_ts ON health (ts);
-CREATE TABLE IF NOT EXISTS records (kind TEXT NOT NULL, device TEXT NOT NULL, ts REAL NOT NULL,
-    body TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS records_kind_ts ON records (kind, ts);
-CREATE INDEX IF NOT EXISTS records_device ON records (kind, device, ts);
-"""
+CREATE TABLE IF NOT EXISTS health (device TEXT NOT NULL, ts {real} NOT NULL, cpu_temp_c {real}, load_1m {real}, mem_used_pct {real})
+CREATE INDEX IF NOT EXISTS health_device_ts ON health (device, ts)
+CREATE INDEX IF NOT EXISTS health_ts ON health (ts)
+CREATE TABLE IF NOT EXISTS records (kind TEXT NOT NULL, device TEXT NOT NULL, ts {real} NOT NULL, body TEXT NOT NULL)
+CREATE INDEX IF NOT EXISTS records_kind_ts ON records (kind, ts)
+CREATE INDEX IF NOT EXISTS records_device ON records (kind, device, ts)
+"""  # noqa: E501
+
+
+def sqlite_db(path: Path) -> Any:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    for statement in SCHEMA.format(real="REAL").strip().splitlines():
+        db.execute(statement)
+    return db
+
+
+def postgresql_db(dsn: str) -> Any:
+    """A PostgreSQL connection (psycopg 3) with the same schema; ValueError when it cannot be had."""
+    try:
+        import psycopg
+    except ImportError:
+        raise ValueError(
+            "history_store = \"postgresql\" needs psycopg (pip install 'psycopg[binary]')"
+        ) from None
+    try:
+        db = psycopg.connect(dsn, autocommit=True)
+        for statement in SCHEMA.format(real="DOUBLE PRECISION").strip().splitlines():
+            db.execute(statement)
+    except psycopg.Error as e:
+        raise ValueError(f"cannot use the PostgreSQL database (history_dsn): {e}") from None
+    return PostgresConnection(db)
+
+
+class PostgresConnection:
+    """psycopg's connection taking SQLite's `?` placeholders: the queries stay one set."""
+
+    def __init__(self, db: Any) -> None:
+        self.db = db
+
+    def execute(self, query: str, params: Any = ()) -> Any:
+        return self.db.execute(query.replace("?", "%s"), params)
+
+    def executemany(self, query: str, rows: list[Any]) -> None:
+        if rows:
+            self.db.cursor().executemany(query.replace("?", "%s"), rows)
+
+    def close(self) -> None:
+        self.db.close()
 
 
 class HistoryStore:
-    """The history in SQLite, written in batches off the event loop."""
+    """The history in SQLite (or PostgreSQL), written in batches off the event loop."""
 
-    def __init__(self, path: Path, *, retention_s: float, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, path: Path, *, retention_s: float, clock: Callable[[], float] = time.time, db: Any = None
+    ) -> None:
         self.path = path
         self.retention_s = retention_s
         self.clock = clock
-        path.parent.mkdir(parents=True, exist_ok=True)
         # One connection, used by one worker thread at a time (the lock below), never at once.
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(SCHEMA)
+        self._db = db if db is not None else sqlite_db(path)
         self._lock = asyncio.Lock()
         self._health: list[tuple[str, float, float | None, float | None, float | None]] = []
         self._records: list[tuple[str, str, float, str]] = []
@@ -94,8 +137,10 @@ class HistoryStore:
         db = self._db
         db.execute("BEGIN")
         try:
-            db.executemany("INSERT INTO health VALUES (?, ?, ?, ?, ?)", health)
-            db.executemany("INSERT INTO records VALUES (?, ?, ?, ?)", records)
+            if health:
+                db.executemany("INSERT INTO health VALUES (?, ?, ?, ?, ?)", health)
+            if records:
+                db.executemany("INSERT INTO records VALUES (?, ?, ?, ?)", records)
             db.execute("DELETE FROM health WHERE ts < ?", (before,))
             db.execute("DELETE FROM records WHERE ts < ?", (before,))
             db.execute("COMMIT")
@@ -110,7 +155,7 @@ class HistoryStore:
                 await asyncio.sleep(FLUSH_S)
                 try:
                     await self.flush()
-                except sqlite3.Error as e:
+                except Exception as e:  # a database's error must not end the writer
                     log.warning("fleet page history not written: %s", e)
         finally:
             await self.flush()
@@ -149,10 +194,13 @@ class HistoryStore:
             return await asyncio.to_thread(lambda: self._db.execute(query, params).fetchall())
 
 
-def open_history(store: str, path: Path, retention_s: float) -> HistoryStore | None:
-    """The store `[fleet_page] history_store` names (None for "off"); ValueError for one not built."""
+def open_history(store: str, path: Path, retention_s: float, dsn: str = "") -> HistoryStore | None:
+    """The store `[fleet_page] history_store` names (None for "off"); ValueError for one that cannot be
+    had (PostgreSQL without a `history_dsn`, without psycopg, or refusing the connection)."""
     if store == "off":
         return None
     if store == "postgresql":
-        raise ValueError('not implemented: PostgreSQL (history_store = "postgresql"); use "sqlite" or "off"')
+        if not dsn:
+            raise ValueError('history_store = "postgresql" needs history_dsn (e.g. "host=db dbname=fleet")')
+        return HistoryStore(path, retention_s=retention_s, db=postgresql_db(dsn))
     return HistoryStore(path, retention_s=retention_s)

@@ -118,7 +118,7 @@ def history_store(config: Config) -> HistoryStore | None:
     fp = config.fleet_page
     path = Path(fp.history_file) if fp.history_file else state_dir(config.state_dir) / HISTORY_FILENAME
     try:
-        return open_history(fp.history_store, path, fp.history_retention_s)
+        return open_history(fp.history_store, path, fp.history_retention_s, fp.history_dsn)
     except ValueError as e:
         raise ConfigError(config._source, "fleet_page.history_store", str(e)) from None
     except OSError as e:  # sqlite3.Error is caught by the caller's run: this is the directory

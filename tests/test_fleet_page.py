@@ -767,3 +767,135 @@ async def test_a_broadcast_answer_in_another_devices_name_is_dropped(page, fleet
     answers = {a["device"]: a for a in json.loads(raw)["answers"]}
     assert answers == {}
     assert f"dropped a broadcast answer in the name of {victim}" in page.log.read_text()
+
+
+def test_the_device_list_is_served_in_pages_behind_the_login(page, fleet):
+    assert page.request("GET", "/api/devices")[0] == 401
+    cookie, _ = page.login()
+    status, _, body = page.request(
+        "GET", "/api/devices?offset=0&limit=2&sort=-device", headers={"Cookie": cookie}
+    )
+    listing = json.loads(body)
+    assert status == 200 and listing["matched"] >= 3 and len(listing["rows"]) == 2
+    assert [r["device"] for r in listing["rows"]] == sorted(fleet.devices, reverse=True)[:2]
+    assert listing["counts"]["devices"] == listing["total"]
+    status, _, body = page.request("GET", f"/api/devices?q={fleet.devices[1]}", headers={"Cookie": cookie})
+    assert [r["device"] for r in json.loads(body)["rows"]] == [fleet.devices[1]]
+    for query, error in [
+        ("limit=0", "limit must be"),
+        ("limit=100000", "limit must be at most"),
+        ("offset=-1", "offset must be"),
+        ("sort=secret", "sort must be one of"),
+        ("state=nope", "state must be one of"),
+    ]:
+        status, _, body = page.request("GET", f"/api/devices?{query}", headers={"Cookie": cookie})
+        assert status == 400 and error in json.loads(body)["error"], query
+
+
+async def test_the_history_is_still_served_after_a_restart(tmp_path, broker):
+    device = "history-keeper"
+    server = PageServer(tmp_path / "page", broker.port)
+    try:
+        now = time.time()
+        async with Caller(broker.port, []) as device_side:
+            await device_side.publish(f"edgeclaw/{device}/status", {"state": "online"}, retain=True)
+            for ago in (120, 60, 0):  # three health reports, a minute apart
+                point = {"ts": now - ago, "cpu_temp_c": 50.0 - ago / 60}
+                await device_side.publish(f"edgeclaw/{device}/health", point, retain=True)
+            await device_side.publish(
+                f"edgeclaw/{device}/events", {"ts": now, "tool": "i2c", "outcome": "ok"}
+            )
+        path = f"/api/history?kind=events&device={device}"
+        bearer = {"Authorization": f"Bearer {TOKEN}"}
+        await poll(lambda: json.loads(server.request("GET", path, headers=bearer)[2])["records"], WAIT_S)
+    finally:
+        server.stop()
+    server.log.unlink()  # the next run's "fleet page on" is the one to wait for
+    again = PageServer(tmp_path / "page", broker.port)  # the same state directory
+    try:
+        [event] = json.loads(again.request("GET", path, headers=bearer)[2])["records"]
+        assert event["tool"] == "i2c" and event["device"] == device
+        for query, error in [("kind=passwords", "kind must be one of"), ("device=../x", "device must be")]:
+            status, _, body = again.request("GET", f"/api/history?{query}", headers=bearer)
+            assert status == 400 and error in json.loads(body)["error"], query
+        assert again.request("GET", "/api/history")[0] == 401
+
+        def detail_now() -> dict[str, Any] | None:
+            d = json.loads(again.request("GET", f"/api/device/{device}", headers=bearer)[2])
+            return d if "history" in d else None
+
+        detail = await poll(detail_now, WAIT_S)
+        # The retained health alone is one point: the two before it come from the kept history.
+        assert [p[1] for p in detail["history"]] == [48.0, 49.0, 50.0]
+        assert [e["tool"] for e in detail["events"]] == ["i2c"]
+    finally:
+        again.stop()
+
+
+async def test_a_large_fleet_is_drawn_only_where_it_is_on_screen(tmp_path, browser):
+    own = Mosquitto(tmp_path / "broker").start()
+    server = PageServer(tmp_path / "page", own.port)
+    try:
+        async with Caller(own.port, []) as devices:
+            for i in range(600):
+                status = {"state": "online" if i % 3 else "offline", "board": "sim", "version": "1.0"}
+                await devices.publish(f"edgeclaw/many-{i:03d}/status", status, retain=True)
+        log_in(browser, server)
+        wait(
+            browser, lambda d: d.find_element(By.ID, "counts").text == "400 online, 200 offline", "the counts"
+        )
+        shown = wait(browser, lambda d: r if len(r := rows(d)) else None, "the first rows")
+        assert "many-000" in shown and len(shown) < 100  # what is on screen and a few more, not 600
+        # Scrolled to the end, the last rows are fetched and drawn, the first ones dropped.
+        browser.execute_script(
+            "const b = document.getElementById('device-list'); b.scrollTop = b.scrollHeight"
+        )
+        wait(browser, lambda d: "many-599" in rows(d), "the last row")
+        assert "many-000" not in rows(browser) and len(rows(browser)) < 100
+        # The filter is the server's: only the offline ones, all 200 of them reachable.
+        browser.find_element(By.ID, "filter").send_keys("offline")
+        wait(browser, lambda d: set(rows(d).values()) == {"offline"}, "only offline devices")
+        assert "(200 shown)" in browser.find_element(By.ID, "counts").text
+    finally:
+        server.stop()
+        own.stop()
+
+
+async def test_the_stream_sends_batches_and_keeps_up_with_a_flood(tmp_path):
+    own = Mosquitto(tmp_path / "broker").start()
+    server = PageServer(tmp_path / "page", own.port)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=WAIT_S)
+    try:
+        conn.request("GET", "/api/stream", headers={"Authorization": f"Bearer {TOKEN}"})
+        stream = conn.getresponse()
+        assert stream.status == 200
+        last: dict[str, float] = {}
+        started = time.monotonic()
+        async with Caller(own.port, []) as devices:
+            for n in range(10):  # 300 devices, ten reports each, as fast as the broker takes them
+                for i in range(300):
+                    last[f"flood-{i:03d}"] = ts = 1000.0 + n
+                    await devices.publish(f"edgeclaw/flood-{i:03d}/health", {"ts": ts}, retain=True)
+        kinds: list[str] = []
+        held: dict[str, float] = {}
+
+        def read_until_all_held() -> None:
+            kind = ""
+            while held != last:
+                line = stream.fp.readline().decode()
+                assert line, "the stream ended"
+                if line.startswith("event: "):
+                    kind = line[7:].strip()
+                    kinds.append(kind)
+                elif line.startswith("data: ") and kind == "devices":
+                    held.update((r["device"], r["last_seen"]) for r in json.loads(line[6:])["rows"])
+
+        await asyncio.wait_for(asyncio.to_thread(read_until_all_held), WAIT_S)
+        took = time.monotonic() - started
+        # 3,000 messages, one `devices` event each 250 ms at most: never one event a message.
+        assert kinds[0] == "snapshot" and set(kinds[1:]) == {"devices"}
+        assert len(kinds) - 1 <= took / 0.25 + 2, (len(kinds), took)
+    finally:
+        conn.close()
+        server.stop()
+        own.stop()

@@ -195,6 +195,11 @@ def test_an_approval_waits_until_an_event_decides_it(tmp_path: Path):
             "page.toml: fleet_page.device_keys.a: an ed25519 key is 32 bytes",
         ),
         (
+            '[fleet_page]\nhistory_store = "postgresql"\n',
+            [],
+            'fleet_page.history_store: history_store = "postgresql" needs history_dsn',
+        ),
+        (
             '[fleet_page]\ndevice_keys_file = "/dev/null/keys"\n',
             [],
             "fleet_page.device_keys_file: cannot read the device keys file /dev/null/keys",

@@ -102,6 +102,7 @@ RANGES: tuple[Range, ...] = (
     Range("fleet_page.max_login_failures", 1),
     Range("fleet_page.lockout_s", 0),
     Range("fleet_page.history_s", 60, 7 * 86400),
+    Range("fleet_page.history_retention_s", 60, 3660 * 86400),
     Range("fleet_page.max_devices", 1, 100000),
     Range("fleet_page.max_events", 10, 100000),
     Range("fleet_page.call_timeout_s", 1, 3600),

@@ -454,7 +454,7 @@ class FleetPageConfig:
     max_login_failures: int = 5  # wrong entries in a row before the lockout
     lockout_s: float = 300.0
     history_s: float = 3600.0  # each device's health kept this long for the charts
-    max_devices: int = 2000  # devices remembered; more are ignored (and logged once)
+    max_devices: int = 20000  # devices remembered; more are ignored (and logged once)
     max_events: int = 500  # events kept for the page, all devices together
     call_timeout_s: float = 150.0  # a call waits this long for its answer (approvals take time)
     broadcast_wait_s: float = 10.0  # a broadcast collects answers this long at most
@@ -467,6 +467,12 @@ class FleetPageConfig:
     device_keys: dict[str, str] = field(default_factory=dict)
     device_keys_file: str = ""  # empty = <state dir>/fleet-page-device-keys
     trust_on_first_use: bool = True  # pin an unknown device's key from its first signed status
+    # Where health points, events, broadcast answers and approvals are kept across restarts
+    # (docs/fleet.md#history): SQLite in the state dir, PostgreSQL at history_dsn, or "off" (memory only).
+    history_store: Literal["sqlite", "postgresql", "off"] = "sqlite"
+    history_file: str = ""  # empty = <state dir>/fleet-page-history.sqlite3
+    history_dsn: str = ""  # PostgreSQL's connection string (libpq's; its password from PGPASSWORD)
+    history_retention_s: float = 7 * 86400.0  # older history is deleted
 
 
 @dataclass(repr=False, eq=False)

@@ -5,10 +5,13 @@ Routes (every one but the login form and its static files needs a session):
 - `GET /login`, `POST /login` (form field `secret`: the password or the token),
   `POST /logout`; `GET /` the page, `GET /static/NAME` its files;
 - `GET /api/session` (the session's CSRF token), `GET /api/state` (the table,
-  events and approvals), `GET /api/device/NAME`, `GET /api/tools` (the tool
-  catalog with JSON schemas), `GET /api/stream` (Server-Sent Events: a
-  `snapshot`, then `device`, `health`, `event`, `approval`, `approval_done`,
-  `gone`, `link`);
+  events and approvals), `GET /api/devices?offset=&limit=&q=&sort=&state=` (one
+  page of the table, searched, filtered and sorted here: what the page reads),
+  `GET /api/device/NAME` (its row, health history and events, those kept before a restart too),
+  `GET /api/history?kind=events|answers|approvals&device=&before=&limit=` (the kept history),
+  `GET /api/tools` (the tool catalog with JSON schemas),
+  `GET /api/stream` (Server-Sent Events: a `snapshot`, then `devices` (the rows
+  changed, batched), `health`, `event`, `approval`, `approval_done`, `gone`, `link`);
 - `POST /api/call`, `/api/chat`, `/api/approve`, `/api/broadcast` (JSON bodies).
 
 A POST made with the session cookie must carry the session's CSRF token in
@@ -29,21 +32,25 @@ import mimetypes
 from collections.abc import Awaitable, Callable
 from http.cookies import CookieError, SimpleCookie
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from edgeclaw.fleetpage.access import Access, LockedOut, Session
 from edgeclaw.fleetpage.broker import DECISIONS, CommandRefused, FleetBroker
 from edgeclaw.fleetpage.metrics import CONTENT_TYPE, PageMetrics
+from edgeclaw.fleetpage.stream import BATCH_S, PageOutbox, sse
 from edgeclaw.fleetpage.window import FleetWindow, Update
 from edgeclaw.net.httpd import Exchange, Request
+
+if TYPE_CHECKING:
+    from edgeclaw.fleetpage.history import HistoryStore
 
 log = logging.getLogger("edgeclaw.fleetpage")
 
 STATIC = Path(__file__).resolve().parent / "static"
 COOKIE = "edgeclaw_fleet"  # + "_PORT": browsers keep cookies per host, not per port
-STREAM_QUEUE = 2000  # updates waiting for one browser; a browser that falls further behind is dropped
 HEARTBEAT_S = 15.0
+MAX_PAGE = 1000  # rows in one answer of /api/devices
 MAX_STREAMS = 32
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -77,6 +84,7 @@ class FleetPage:
         tools: list[dict[str, Any]] | None = None,
         call_timeout_s: float = 150.0,
         broadcast_wait_s: float = 10.0,
+        history: HistoryStore | None = None,
         cookie: str = COOKIE,
     ) -> None:
         self.cookie = cookie
@@ -87,11 +95,14 @@ class FleetPage:
         self.call_timeout_s = call_timeout_s
         self.broadcast_wait_s = broadcast_wait_s
         self.metrics = PageMetrics()
-        self._streams: set[asyncio.Queue[Update | None]] = set()
+        self._streams: set[PageOutbox] = set()
+        self.history = history  # None: what the window holds is all there is
         self._told_broker = False  # the broker's state as the pages last heard it
         self._routes: dict[tuple[str, str], Callable[[Request, Session | None], Awaitable[Any]]] = {
             ("GET", "/api/session"): self._session_info,
             ("GET", "/api/state"): self._state,
+            ("GET", "/api/devices"): self._devices,
+            ("GET", "/api/history"): self._history,
             ("GET", "/api/tools"): self._tools,
             ("POST", "/api/call"): self._call,
             ("POST", "/api/chat"): self._chat,
@@ -116,17 +127,26 @@ class FleetPage:
                 self.publish([("link", {"broker": now})])
 
     def publish(self, updates: list[Update]) -> None:
-        for queue in list(self._streams):
-            for update in updates:
-                try:
-                    queue.put_nowait(update)
-                except asyncio.QueueFull:
-                    # Too far behind: end its stream (it reconnects and starts from a snapshot).
-                    self._streams.discard(queue)
-                    with contextlib.suppress(asyncio.QueueEmpty):
-                        queue.get_nowait()
-                    queue.put_nowait(None)
-                    break
+        if self.history is not None:
+            self._record(updates)
+        for outbox in self._streams:
+            for kind, data in updates:
+                outbox.add(kind, data)
+
+    def _record(self, updates: list[Update]) -> None:
+        assert self.history is not None
+        for kind, data in updates:
+            if kind == "health":
+                self.history.add_health(data["device"], data["point"])
+            elif kind in ("event", "approval", "approval_done"):
+                self.history.add("events" if kind == "event" else "approvals", data["device"], data)
+
+    def stream_snapshot(self) -> dict[str, Any]:
+        """What a page's stream starts with: the counts, events and approvals, not the rows (the page
+        fetches the rows it shows from /api/devices)."""
+        self._told_broker = self.broker.connection.connected
+        snap = self.window.snapshot(rows=False)
+        return {**snap, "counts": self.window.counts(), "broker": self._told_broker}
 
     # -- the handler ----------------------------------------------------------------
     async def __call__(self, request: Request, exchange: Exchange) -> None:
@@ -179,11 +199,7 @@ class FleetPage:
             await self._stream(exchange, session)
             return
         if path.startswith("/api/device/") and method == "GET":
-            name = unquote(path[len("/api/device/") :])
-            detail = self.window.device(name)
-            if detail is None:
-                raise _Refusal(404, f"no device {name!r} on the broker")
-            await _json(exchange, 200, detail)
+            await _json(exchange, 200, await self._device(unquote(path[len("/api/device/") :])))
             return
         route = self._routes.get((method, path))
         if route is None:
@@ -262,6 +278,72 @@ class FleetPage:
     async def _state(self, request: Request, session: Session | None) -> dict[str, Any]:
         return self.snapshot()
 
+    async def _devices(self, request: Request, session: Session | None) -> dict[str, Any]:
+        query = parse_qs(urlsplit(request.target).query, max_num_fields=8)
+
+        def one(name: str) -> str:
+            return (query.get(name) or [""])[0]
+
+        offset, limit = _count(one("offset"), "offset", 0, 0), _count(one("limit"), "limit", 100, 1)
+        if limit > MAX_PAGE:
+            raise _Refusal(400, f"limit must be at most {MAX_PAGE}, got {limit}")
+        q = one("q")
+        if len(q) > 128:
+            raise _Refusal(400, "q (the search) must be at most 128 characters")
+        try:
+            page = self.window.page(
+                offset=offset, limit=limit, q=q, sort=one("sort") or "device", state=one("state")
+            )
+        except ValueError as e:
+            raise _Refusal(400, str(e)) from None
+        return {**page, "counts": self.window.counts(), "broker": self.broker.connection.connected}
+
+    async def _device(self, name: str) -> dict[str, Any]:
+        detail = self.window.device(name)
+        if detail is None:
+            raise _Refusal(404, f"no device {name!r} on the broker")
+        if self.history is None:
+            return detail
+        # What was kept before this run (or before the window's bounds), then what the window holds since.
+        since = self.window.clock() - self.window.history_s
+        points = await self.history.health(name, since)
+        last = points[-1][0] if points else float("-inf")
+        detail["history"] = points + [p for p in detail["history"] if (p[0] or 0.0) > last]
+        events = list(reversed(await self.history.records("events", device=name, limit=100)))
+        last = events[-1]["ts"] if events else float("-inf")
+        detail["events"] = events + [e for e in detail["events"] if (_ts(e) or 0.0) > last]
+        return detail
+
+    async def _history(self, request: Request, session: Session | None) -> dict[str, Any]:
+        """`GET /api/history?kind=events|answers|approvals&device=&before=&limit=`: the kept history,
+        newest first (`before`: the `ts` of the last one seen, for the next page)."""
+        if self.history is None:
+            raise _Refusal(404, 'no history is kept here ([fleet_page] history_store = "off")')
+        query = parse_qs(urlsplit(request.target).query, max_num_fields=8)
+
+        def one(name: str) -> str:
+            return (query.get(name) or [""])[0]
+
+        device = one("device")
+        if device and (len(device) > 128 or set(device) - NAME_CHARS):
+            raise _Refusal(400, "device must be a device name (letters, digits, _ . -)")
+        before = None
+        if one("before"):
+            try:
+                before = float(one("before"))
+            except ValueError:
+                raise _Refusal(
+                    400, f"before must be a time stamp (seconds), got {one('before')!r:.20}"
+                ) from None
+        limit = _count(one("limit"), "limit", 100, 1)
+        try:
+            records = await self.history.records(
+                one("kind") or "events", device=device, before=before, limit=limit
+            )
+        except ValueError as e:
+            raise _Refusal(400, str(e)) from None
+        return {"kind": one("kind") or "events", "records": records}
+
     async def _tools(self, request: Request, session: Session | None) -> list[dict[str, Any]]:
         return self.tools
 
@@ -314,6 +396,11 @@ class FleetPage:
             self.metrics.command("broadcast", "refused")
             raise _Refusal(409, str(e)) from None
         self.metrics.broadcast(len(answers), len(missing))
+        if self.history is not None:
+            now = self.window.clock()
+            for answer in answers:
+                device = str(answer.get("device") or "?")
+                self.history.add("answers", device, {**answer, "broadcast": tool, "group": group, "ts": now})
         return {"ok": True, "group": group, "answers": answers, "missing": missing}
 
     async def _command(self, kind: str, command: Awaitable[dict[str, Any]]) -> dict[str, Any]:
@@ -332,33 +419,47 @@ class FleetPage:
     async def _stream(self, exchange: Exchange, session: Session | None) -> None:
         if len(self._streams) >= MAX_STREAMS:
             raise _Refusal(503, f"{MAX_STREAMS} pages are already open on this server")
-        queue: asyncio.Queue[Update | None] = asyncio.Queue(STREAM_QUEUE)
-        self._streams.add(queue)
+        outbox = PageOutbox()
+        self._streams.add(outbox)
+        loop = asyncio.get_running_loop()
         try:
             await exchange.stream(200, SECURITY_HEADERS, content_type="text/event-stream")
-            await exchange.send(_sse("snapshot", self.snapshot()))
+            await exchange.send(sse("snapshot", self.stream_snapshot()))
+            sent = loop.time()
             while not exchange.closing:
                 try:
                     async with asyncio.timeout(HEARTBEAT_S):
-                        update = await queue.get()
+                        await outbox.ready.wait()
                 except TimeoutError:
                     if session is not None and self.access.session(session.id) is None:
                         return  # the session ended: so does its stream
                     await exchange.send(b": ping\n\n")
                     continue
-                if update is None:
-                    return
-                await exchange.send(_sse(*update))
+                # What comes within a batch's time goes in the same batch.
+                await asyncio.sleep(max(0.0, sent + BATCH_S - loop.time()))
+                if outbox.behind:
+                    return  # too far behind: it reconnects and starts from a snapshot
+                await exchange.send(outbox.drain(self.window.counts()))
+                sent = loop.time()
         except (ConnectionError, TimeoutError):
             pass
         finally:
-            self._streams.discard(queue)
+            self._streams.discard(outbox)
             with contextlib.suppress(Exception):
                 await exchange.end()
 
 
-def _sse(kind: str, data: Any) -> bytes:
-    return f"event: {kind}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+def _ts(record: dict[str, Any]) -> float | None:
+    ts = record.get("ts")
+    return float(ts) if isinstance(ts, int | float) and not isinstance(ts, bool) else None
+
+
+def _count(text: str, name: str, default: int, least: int) -> int:
+    if not text:
+        return default
+    if not text.isdigit() or int(text) < least:
+        raise _Refusal(400, f"{name} must be a whole number of at least {least}, got {text!r:.20}")
+    return int(text)
 
 
 def _cookie(request: Request, name: str) -> str:

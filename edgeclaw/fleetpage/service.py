@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgeclaw.config.paths import state_dir
 from edgeclaw.config.pin_hash import PinHash, parse_pin_hash
@@ -34,9 +34,13 @@ from edgeclaw.net.device_trust import DeviceKeys, DeviceKeysError
 from edgeclaw.net.httpd import HttpServer
 from edgeclaw.net.mqtt_connection import ConnectionSettings, TlsSettings
 
+if TYPE_CHECKING:
+    from edgeclaw.fleetpage.history import HistoryStore
+
 log = logging.getLogger("edgeclaw.fleetpage")
 
 CATALOG_TIMEOUT_S = 60.0
+HISTORY_FILENAME = "fleet-page-history.sqlite3"  # in the state directory, unless history_file names another
 KEYS_FILENAME = "fleet-page-device-keys"  # in the state directory, unless device_keys_file names another
 
 
@@ -107,6 +111,20 @@ def device_keys(config: Config) -> DeviceKeys:
         raise ConfigError(config._source, key, str(e)) from None
 
 
+def history_store(config: Config) -> HistoryStore | None:
+    """The history kept across restarts (`[fleet_page] history_store`), or None when it is off."""
+    from edgeclaw.fleetpage.history import open_history  # sqlite3 only when the page runs
+
+    fp = config.fleet_page
+    path = Path(fp.history_file) if fp.history_file else state_dir(config.state_dir) / HISTORY_FILENAME
+    try:
+        return open_history(fp.history_store, path, fp.history_retention_s, fp.history_dsn)
+    except ValueError as e:
+        raise ConfigError(config._source, "fleet_page.history_store", str(e)) from None
+    except OSError as e:  # sqlite3.Error is caught by the caller's run: this is the directory
+        raise ConfigError(config._source, "fleet_page.history_file", f"{path}: {e}") from None
+
+
 def connection_settings(config: Config, broker: str | None) -> ConnectionSettings:
     m = config.mqtt
     host, port = host_port(broker, "--broker", "command line") if broker else (m.host, m.port)
@@ -167,6 +185,7 @@ async def serve(config: Config, *, broker: str | None = None, listen: str | None
         host, port = host_port(fp.listen, "fleet_page.listen", config._source)
     access, made_token = build_access(config)
     refs = secret_refs(config)
+    history = history_store(config)
     window = FleetWindow(
         config.mqtt.topic_prefix,
         history_s=fp.history_s,
@@ -192,6 +211,7 @@ async def serve(config: Config, *, broker: str | None = None, listen: str | None
         tools=tools,
         call_timeout_s=fp.call_timeout_s,
         broadcast_wait_s=fp.broadcast_wait_s,
+        history=history,
     )
     fleet.connection.open()
     stop = asyncio.Event()
@@ -208,6 +228,7 @@ async def serve(config: Config, *, broker: str | None = None, listen: str | None
         page.cookie = f"{COOKIE}_{http.bound_port}"  # two pages on one host keep their own sessions
         runner = asyncio.create_task(fleet.run())
         watcher = asyncio.create_task(page.watch_broker())
+        writer = asyncio.create_task(history.run()) if history is not None else None
         where = f"http://{host if ':' not in host else f'[{host}]'}:{http.bound_port}/"
         log.info(
             "fleet page on %s (broker %s:%d)",
@@ -228,3 +249,8 @@ async def serve(config: Config, *, broker: str | None = None, listen: str | None
         finally:
             watcher.cancel()
             await fleet.connection.stop(runner)
+            if writer is not None and history is not None:
+                writer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await writer  # its last flush
+                history.close()

@@ -42,6 +42,21 @@ MAX_SUSPECT = 32  # questions not signed by their device, kept to be shown (the 
 # The figures of a health message the charts draw (and the table shows).
 CHART_FIGURES = ("cpu_temp_c", "load_1m", "mem_used_pct")
 
+# What the device list can be sorted by and filtered on.
+SORT_KEYS = (
+    "device",
+    "state",
+    "last_seen",
+    "version",
+    "board",
+    "cpu_temp_c",
+    "load_1m",
+    "mem_used_pct",
+    "outbox_depth",
+    "forged",
+)
+STATE_FILTERS = ("online", "offline", "unknown", VERIFIED, UNVERIFIABLE, KEY_CHANGED, FORGED)
+
 Update = tuple[str, dict[str, Any]]  # (kind, data) for the page's event stream
 
 
@@ -54,6 +69,8 @@ class DeviceView:
     trust: str = UNVERIFIABLE  # the verdict on its last status
     announced: str | None = None  # the new key a status announced while another is pinned
     forged: int = 0  # messages dropped because they do not verify with the pinned key
+    # The row as last built: the device list sorts and searches 10,000 of them per request.
+    cached: dict[str, Any] | None = field(default=None, repr=False)
 
     def trust_note(self, keys: DeviceKeys) -> str:
         """Why the row is not `verified`, in the page's words ("" when it is)."""
@@ -74,7 +91,13 @@ class DeviceView:
         return "no signed status seen yet"
 
     def row(self) -> dict[str, Any]:
-        """The table's row: what the status and the health say, null where they say nothing."""
+        """The table's row: what the status and the health say, null where they say nothing (built
+        again after `cached` is cleared, which every change to the view does; never to be changed)."""
+        if self.cached is None:
+            self.cached = self._build_row()
+        return self.cached
+
+    def _build_row(self) -> dict[str, Any]:
         s, h = self.status, self.health
         sandbox = s.get("sandbox") if isinstance(s.get("sandbox"), dict) else {}
         groups = s.get("groups") if isinstance(s.get("groups"), list) else []
@@ -105,7 +128,7 @@ class FleetWindow:
         prefix: str = "edgeclaw",
         *,
         history_s: float = 3600.0,
-        max_devices: int = 2000,
+        max_devices: int = 20000,
         max_events: int = 500,
         clock: Callable[[], float] = time.time,
         keys: DeviceKeys | None = None,
@@ -121,6 +144,7 @@ class FleetWindow:
         self.approvals: dict[tuple[str, str], dict[str, Any]] = {}  # signed by their device
         self.suspect: deque[dict[str, Any]] = deque(maxlen=MAX_SUSPECT)  # forged or unverifiable
         self._full_logged = False
+        self._counts: dict[str, int] | None = None  # how many in each state, until a status changes
 
     @property
     def subscriptions(self) -> list[str]:
@@ -166,6 +190,7 @@ class FleetWindow:
                     self._full_logged = True
                 return None
             view = self.devices[device] = DeviceView(device)
+            self._counts = None
         return view
 
     def _rejected(self, device: str, trust: str, data: dict[str, Any]) -> list[Update]:
@@ -175,6 +200,7 @@ class FleetWindow:
         if view is None:
             return []
         view.forged += 1
+        view.cached = None
         if trust == KEY_CHANGED:
             view.trust = KEY_CHANGED
             view.announced = str(data.get("device_key"))[:80]
@@ -187,15 +213,16 @@ class FleetWindow:
         view = self._view(device)
         if view is None:
             return []
-        view.status = data
+        view.status, view.cached = data, None
         view.trust, view.announced = trust, None
+        self._counts = None
         return [("device", self.row(view))]
 
     def _health(self, device: str, data: dict[str, Any], trust: str) -> list[Update]:
         view = self._view(device)
         if view is None:
             return []
-        view.health = data
+        view.health, view.cached = data, None
         ts = _number(data.get("ts")) or self.clock()
         point = [ts, *(_number(data.get(k)) for k in CHART_FIGURES)]
         history = view.history
@@ -252,6 +279,7 @@ class FleetWindow:
     def _forget(self, device: str) -> list[Update]:
         if self.devices.pop(device, None) is None:
             return []
+        self._counts = None
         return [("gone", {"device": device})]
 
     def _drop_expired(self) -> None:
@@ -275,13 +303,75 @@ class FleetWindow:
         return self.approvals.get((device, question_id))
 
     # -- for the page ------------------------------------------------------------
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, *, rows: bool = True) -> dict[str, Any]:
+        """The table (all of it: for scripts; without `rows`, none of it), events and approvals."""
         self._drop_expired()
-        return {
-            "devices": [self.row(v) for v in sorted(self.devices.values(), key=lambda v: v.device)],
+        snap: dict[str, Any] = {
             "events": list(self.events),
             "approvals": [*self.approvals.values(), *self.suspect],
         }
+        if rows:
+            snap["devices"] = [self.row(v) for v in sorted(self.devices.values(), key=lambda v: v.device)]
+        return snap
+
+    def page(
+        self, *, offset: int = 0, limit: int = 100, q: str = "", sort: str = "device", state: str = ""
+    ) -> dict[str, Any]:
+        """One page of the table, searched (every word of `q` in the name, state, board, version,
+        sandbox, hostname or groups), filtered (`state`: online, offline, unknown or a trust verdict)
+        and sorted (`sort`, `-sort` descending) here, so a page with 10,000 devices fetches only the
+        rows it shows."""
+        key, reverse = sort.removeprefix("-"), sort.startswith("-")
+        if key not in SORT_KEYS:
+            raise ValueError(
+                f"sort must be one of {', '.join(SORT_KEYS)} (prefix - to reverse), got {sort!r:.40}"
+            )
+        if state and state not in STATE_FILTERS:
+            raise ValueError(f"state must be one of {', '.join(STATE_FILTERS)}, got {state!r:.40}")
+        words = q.lower().split()
+        rows = []
+        for view in self.devices.values():
+            row = view.row()
+            if state and state not in (row["state"], row["trust"]):
+                continue
+            if words:
+                hay = " ".join(
+                    [
+                        *(
+                            row[k] or ""
+                            for k in ("device", "state", "board", "version", "sandbox", "hostname")
+                        ),
+                        *row["groups"],
+                    ]
+                ).lower()
+                if not all(w in hay for w in words):
+                    continue
+            rows.append(row)
+
+        def value(row: dict[str, Any]) -> Any:
+            return ",".join(row["groups"]) if key == "groups" else row[key]
+
+        # Rows without the figure go last whichever way it is sorted; the name breaks ties.
+        present = [r for r in rows if value(r) is not None]
+        present.sort(key=lambda r: (value(r), r["device"]), reverse=reverse)
+        absent = sorted((r for r in rows if value(r) is None), key=lambda r: r["device"])
+        shown = [
+            {**row, "trust_note": self.devices[row["device"]].trust_note(self.keys)}
+            for row in (present + absent)[offset : offset + limit]
+        ]
+        return {"total": len(self.devices), "matched": len(rows), "offset": offset, "rows": shown}
+
+    def counts(self) -> dict[str, int]:
+        """How many devices are in each state: the page's summary line (counted again only after a
+        status changed, not for every page open at every batch)."""
+        if self._counts is not None:
+            return dict(self._counts)
+        counts = {"devices": len(self.devices), "online": 0, "offline": 0, "unknown": 0}
+        for view in self.devices.values():
+            state = view.status.get("state")
+            counts[state if state in ("online", "offline") else "unknown"] += 1
+        self._counts = counts
+        return dict(counts)
 
     def device(self, device: str) -> dict[str, Any] | None:
         view = self.devices.get(device)

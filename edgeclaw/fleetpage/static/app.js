@@ -5,7 +5,13 @@
 const state = {
   csrf: "", approvals: false, stream: false, broker: false, devices: new Map(), history: new Map(), events: [], pending: new Map(),
   tools: [], selected: "", sort: { key: "device", desc: false }, filter: "",
+  // The table is fetched from the server a page at a time (sorted and filtered there): `order` holds
+  // the device at each position of the list as far as fetched, `matched` how many the list has.
+  order: [], matched: 0, counts: {}, asked: new Set(), query: 0,
 };
+const ROW_H = 29;  // px: every row of the device list is this tall (style.css), so only those on screen are drawn
+const PAGE = 200;  // rows fetched at a time
+const OVERSCAN = 10;  // rows drawn above and below the visible ones
 const MAX_EVENTS = 200;
 const $ = (id) => document.getElementById(id);
 
@@ -53,47 +59,113 @@ function trustText(r) {
 // A question is answerable only when its device signed it; copies in its name are listed apart.
 const questionKey = (q) => q.trust === "verified" ? `${q.device}/${q.id}` : `${q.device}/${q.id}/${q.trust}`;
 
-function renderTable() {
-  const body = $("devices").querySelector("tbody");
-  const words = state.filter.toLowerCase().split(/\s+/).filter(Boolean);
-  const rows = [...state.devices.values()].filter((r) => {
-    const hay = [r.device, r.state, r.board, r.version, r.sandbox, r.hostname, ...(r.groups || [])]
-      .join(" ").toLowerCase();
-    return words.every((w) => hay.includes(w));
-  });
-  const { key, desc } = state.sort;
-  rows.sort((a, b) => {
-    const x = key === "groups" ? (a.groups || []).join(",") : a[key];
-    const y = key === "groups" ? (b.groups || []).join(",") : b[key];
-    const c = x === y ? 0 : x === null || x === undefined ? 1 : y === null || y === undefined ? -1 : x < y ? -1 : 1;
-    return desc ? -c : c;
-  });
-  body.replaceChildren(...rows.map((r) => {
-    const tr = el("tr", null, { "data-device": r.device, "data-state": r.state });
-    if (r.device === state.selected) tr.classList.add("selected");
-    for (const [name, show] of COLUMNS) {
-      const td = el("td", show(r), { "data-key": name });
-      if (name === "state") td.className = `state-${r.state}`;
-      if (name === "trust") {
-        td.className = `trust-${r.trust}`;
-        if (r.trust_note) td.title = r.trust_note;
-      }
-      tr.append(td);
+function query(offset) {
+  const sort = (state.sort.desc ? "-" : "") + state.sort.key;
+  const q = encodeURIComponent(state.filter.trim());
+  return `/api/devices?offset=${offset}&limit=${PAGE}&sort=${sort}&q=${q}`;
+}
+
+// The rows between `first` and `last` fetched, unless already there or asked for.
+async function fetchRows(first, last) {
+  const generation = state.query;
+  for (let offset = Math.floor(first / PAGE) * PAGE; offset <= last; offset += PAGE) {
+    const have = state.order.slice(offset, offset + PAGE);
+    if (state.asked.has(offset) || (have.length === PAGE && !have.includes(undefined))) continue;
+    state.asked.add(offset);
+    try {
+      const page = await api(query(offset));
+      if (generation !== state.query) return;  // the sort or the filter changed meanwhile
+      state.matched = page.matched;
+      state.counts = page.counts;
+      state.order.length = Math.min(state.order.length, page.matched);
+      page.rows.forEach((r, i) => { state.order[offset + i] = r.device; state.devices.set(r.device, r); });
+    } finally { state.asked.delete(offset); }
+    scheduleTable();
+  }
+}
+
+// Forget the fetched order (the sort, the filter or the list changed) and fetch what is on screen.
+function refetch() {
+  state.query += 1;
+  state.order = []; state.asked.clear();
+  const { first, last } = visible();
+  fetchRows(first, last).catch(() => {});
+}
+
+function visible() {
+  const box = $("device-list");
+  const first = Math.max(0, Math.floor(box.scrollTop / ROW_H) - OVERSCAN);
+  const last = Math.min(Math.max(state.matched, 1), Math.ceil((box.scrollTop + box.clientHeight) / ROW_H) + OVERSCAN);
+  return { first, last };
+}
+
+function rowNode(r) {
+  const tr = el("tr", null, { "data-device": r.device, "data-state": r.state });
+  if (r.device === state.selected) tr.classList.add("selected");
+  for (const [name, show] of COLUMNS) {
+    const td = el("td", show(r), { "data-key": name });
+    if (name === "state") td.className = `state-${r.state}`;
+    if (name === "trust") {
+      td.className = `trust-${r.trust}`;
+      if (r.trust_note) td.title = r.trust_note;
     }
-    tr.addEventListener("click", () => openDevice(r.device));
-    return tr;
-  }));
+    tr.append(td);
+  }
+  tr.addEventListener("click", () => openDevice(r.device));
+  return tr;
+}
+
+// Only the rows on screen (and a few around) are in the document: 10,000 devices draw as fast as 30.
+function renderTable() {
+  const { first, last } = visible();
+  const shown = [];
+  let missing = false;
+  for (let i = first; i < Math.min(last, state.matched); i++) {
+    const r = state.devices.get(state.order[i]);
+    if (r) shown.push(rowNode(r)); else missing = true;
+  }
+  if (missing) fetchRows(first, last).catch(() => {});
+  $("device-sizer").style.height = `${state.matched * ROW_H}px`;
+  $("devices").style.transform = `translateY(${(shown.length ? first : 0) * ROW_H}px)`;
+  $("devices").querySelector("tbody").replaceChildren(...shown);
+  const { key, desc } = state.sort;
   for (const th of $("devices").querySelectorAll("th")) {
     th.classList.toggle("sorted", th.dataset.key === key);
     th.classList.toggle("desc", th.dataset.key === key && desc);
   }
-  const all = [...state.devices.values()];
-  $("counts").textContent = `${all.filter((r) => r.state === "online").length} online, ` +
-    `${all.filter((r) => r.state !== "online").length} offline`;
-  const groups = new Set(all.flatMap((r) => r.groups || []));
+  const c = state.counts;
+  $("counts").textContent = c.devices === undefined ? "" : `${c.online} online, ${c.devices - c.online} offline` +
+    (state.matched !== c.devices ? ` (${state.matched} shown)` : "");
+  const groups = new Set([...state.devices.values()].flatMap((r) => r.groups || []));
   const select = $("bc-group");
   const have = new Set([...select.options].map((o) => o.value));
   for (const g of [...groups].sort()) if (!have.has(g)) select.append(el("option", `group ${g}`, { value: g }));
+}
+
+// A batch of rows changed: those held are updated in place; the order is fetched again (at most
+// every REORDER_MS) when devices came or went or the list is sorted by what changes.
+const REORDER_MS = 2000;
+let reorderTimer = 0;
+function takeBatch(batch) {
+  const before = state.counts.devices;
+  state.counts = batch.counts;
+  let reorder = batch.gone.length > 0 || batch.counts.devices !== before;
+  for (const r of batch.rows) {
+    if (!state.devices.has(r.device)) continue;  // not fetched: not on screen either
+    state.devices.set(r.device, r);
+    reorder = reorder || state.sort.key !== "device" || state.filter.trim() !== "";
+  }
+  for (const name of batch.gone) state.devices.delete(name);
+  if (reorder && !reorderTimer) reorderTimer = setTimeout(() => { reorderTimer = 0; refetch(); }, REORDER_MS);
+  for (const h of batch.points) {
+    if (h.device !== state.selected) continue;
+    const points = state.history.get(h.device) || [];
+    points.push(h.point);
+    while (points.length > 720) points.shift();
+    state.history.set(h.device, points);
+    renderCharts();
+  }
+  scheduleTable();
 }
 
 // -- events and approvals --------------------------------------------------------------------
@@ -365,7 +437,8 @@ function renderLink() {
 function takeSnapshot(snap) {
   state.broker = snap.broker;
   renderLink();
-  state.devices = new Map(snap.devices.map((r) => [r.device, r]));
+  state.counts = snap.counts;
+  refetch();
   state.events = snap.events.slice(-MAX_EVENTS);
   state.pending = new Map(snap.approvals.map((q) => [questionKey(q), q]));
   renderTable(); renderEvents(); renderApprovals();
@@ -383,17 +456,7 @@ function connect() {
     }
   });
   source.addEventListener("snapshot", (m) => takeSnapshot(JSON.parse(m.data)));
-  source.addEventListener("device", (m) => { const r = JSON.parse(m.data); state.devices.set(r.device, r); scheduleTable(); });
-  source.addEventListener("gone", (m) => { state.devices.delete(JSON.parse(m.data).device); scheduleTable(); });
-  source.addEventListener("health", (m) => {
-    const h = JSON.parse(m.data);
-    if (h.device !== state.selected) return;
-    const points = state.history.get(h.device) || [];
-    points.push(h.point);
-    while (points.length > 720) points.shift();
-    state.history.set(h.device, points);
-    renderCharts();
-  });
+  source.addEventListener("devices", (m) => takeBatch(JSON.parse(m.data)));
   source.addEventListener("event", (m) => {
     state.events.push(JSON.parse(m.data));
     if (state.events.length > MAX_EVENTS) state.events.shift();
@@ -433,12 +496,17 @@ async function start() {
   $("broadcast-form").addEventListener("submit", broadcast);
   $("sensors-read").addEventListener("click", readSensors);
   $("device-close").addEventListener("click", () => { state.selected = ""; $("device").hidden = true; renderTable(); });
-  $("filter").addEventListener("input", () => { state.filter = $("filter").value; renderTable(); });
+  let filterTimer = 0;  // one fetch when the typing pauses, not one a key
+  $("filter").addEventListener("input", () => {
+    clearTimeout(filterTimer);
+    filterTimer = setTimeout(() => { state.filter = $("filter").value; $("device-list").scrollTop = 0; refetch(); }, 150);
+  });
+  $("device-list").addEventListener("scroll", scheduleTable);
   for (const th of $("devices").querySelectorAll("th")) {
     th.addEventListener("click", () => {
       const key = th.dataset.key;
       state.sort = { key, desc: state.sort.key === key ? !state.sort.desc : false };
-      renderTable();
+      refetch();
     });
   }
   $("logout").addEventListener("click", async () => {
@@ -446,6 +514,7 @@ async function start() {
     location.href = "/login";
   });
   setInterval(() => { renderTable(); renderApprovals(); }, 5000);  // "last seen" ages
+  refetch();
   connect();
   document.body.dataset.ready = "yes";
 }

@@ -21,8 +21,8 @@ import json
 from typing import Any, Final
 from urllib.parse import quote, urlencode
 
-from edgeclaw.backends.web.client import WebRequest, fetch
-from edgeclaw.backends.web.guard import WebBlocked, WebError, check_target
+from edgeclaw.backends.web.client import WebRequest
+from edgeclaw.backends.web.guard import WebBlocked, check_target
 from edgeclaw.config.tools_schema import ComposioToolConfig
 from edgeclaw.errors import ToolError, ToolRefused
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
@@ -144,12 +144,7 @@ class ComposioTool(Tool):
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
         request = self._request(args, ctx)
-        try:
-            response = await fetch(request, self._settings.request_policy_for(ctx))
-        except WebBlocked as e:
-            raise ToolRefused(str(e)) from None
-        except WebError as e:
-            raise ToolError(f"composio: {e}") from None
+        response = await self._settings.request(request, ctx, "composio")
         if response.status in (401, 403):
             raise ToolError(
                 f"composio: the API key was refused (HTTP {response.status}): check the secret "

@@ -17,9 +17,9 @@ import json
 import re
 from typing import Any, Final
 
-from edgeclaw.backends.web.client import WebRequest, WebResponse, fetch
-from edgeclaw.backends.web.guard import WebBlocked, WebError, check_target
-from edgeclaw.errors import ToolError, ToolRefused
+from edgeclaw.backends.web.client import WebRequest, WebResponse
+from edgeclaw.backends.web.guard import WebBlocked, check_target
+from edgeclaw.errors import ToolRefused
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
 from edgeclaw.tools.web.settings import WebSettings
 
@@ -140,12 +140,7 @@ class HttpRequestTool(Tool):
     # -- the request -----------------------------------------------------------------------
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
         request = self._request(args, ctx)
-        try:
-            response = await fetch(request, self._settings.request_policy_for(ctx))
-        except WebBlocked as e:
-            raise ToolRefused(_hint(str(e))) from None
-        except WebError as e:
-            raise ToolError(f"{request.method} {args['url']}: {e}") from None
+        response = await self._settings.request(request, ctx, f"{request.method} {args['url']}", _hint)
         return _result(request, response)
 
 

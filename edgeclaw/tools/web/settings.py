@@ -8,12 +8,16 @@ refused here too (start-up, not mid-call).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from edgeclaw.backends.web.guard import NetworkPolicy, Resolver, parse_networks, system_resolver
 from edgeclaw.config.schema import AgentPolicy, WebConfig
 from edgeclaw.tools.base import ToolContext
+
+if TYPE_CHECKING:
+    from edgeclaw.backends.web.client import WebRequest, WebResponse
 
 
 def secret_key(name: str) -> str:
@@ -92,6 +96,22 @@ class WebSettings:
 
     def request_policy_for(self, ctx: ToolContext) -> NetworkPolicy:
         return self.for_agent(ctx.agent_id).request_policy
+
+    async def request(
+        self, request: WebRequest, ctx: ToolContext, what: str, hint: Callable[[str], str] = str
+    ) -> WebResponse:
+        """`request` under the calling agent's rules (http_request's and composio's): a refusal of the
+        guard is the call's refusal (`hint` adds what to configure), a failure its error, `what` first."""
+        from edgeclaw.backends.web.client import fetch
+        from edgeclaw.backends.web.guard import WebBlocked, WebError
+        from edgeclaw.errors import ToolError, ToolRefused
+
+        try:
+            return await fetch(request, self.request_policy_for(ctx))
+        except WebBlocked as e:
+            raise ToolRefused(hint(str(e))) from None
+        except WebError as e:
+            raise ToolError(f"{what}: {e}") from None
 
     def secret(self, name: str, ctx: ToolContext) -> str | None:
         """The value of a named secret for this caller's agent; None when it may not use it."""

@@ -184,6 +184,9 @@ def launch(state_dir: Path, argv: list[str]) -> str | None:
     rolled_back = None
     if state is not None and state.get("state") == "trying":
         rolled_back = slots.roll_back("the new version did not come up healthy (it stopped before that)")
+    elif state is not None and state.get("state") == "pending" and slots.current() != state.get("slot"):
+        # Stopped between marking the update and switching to it: the old version is still current.
+        rolled_back = slots.roll_back("the update was interrupted before it was switched to")
     elif state is not None and state.get("state") == "pending":
         slots.write_trial({**state, "state": "trying", "started": time.time()})
     slot = slots.current()

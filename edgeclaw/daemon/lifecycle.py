@@ -138,25 +138,23 @@ class Daemon:
         deadline = None if self.health_deadline_s is None else time.monotonic() + self.health_deadline_s
         while (problem := self.health_problem()) is not None:
             if deadline is not None and time.monotonic() > deadline:
-                why = f"not healthy within {self.health_deadline_s:g} s ({problem})"
-                log.error("%s", why)
-                if self.on_unhealthy is not None:
-                    self.on_unhealthy(why)
-                self.request_restart(why)
+                self._unhealthy(f"not healthy within {self.health_deadline_s:g} s ({problem})")
                 return
             await asyncio.sleep(0.2)
         held = time.monotonic() + self.health_window_s
         while time.monotonic() < held:
             await asyncio.sleep(0.2)
             if (problem := self.health_problem()) is not None:
-                why = f"healthy, then not within the {self.health_window_s:g} s window ({problem})"
-                log.error("%s", why)
-                if self.on_unhealthy is not None:
-                    self.on_unhealthy(why)
-                self.request_restart(why)
+                self._unhealthy(f"healthy, then not within the {self.health_window_s:g} s window ({problem})")
                 return
         if self.on_ready is not None:
             self.on_ready()
+
+    def _unhealthy(self, why: str) -> None:
+        log.error("%s", why)
+        if self.on_unhealthy is not None:
+            self.on_unhealthy(why)
+        self.request_restart(why)
 
     def status(self) -> dict[str, Any]:
         """What `edgeclaw status` shows: the daemon, its tools, its state and each channel."""

@@ -304,15 +304,15 @@ user_and_groups() {
 }
 
 directories() {
-    step "directories: /etc/edgeclaw (0750 root:edgeclaw) and /var/lib/edgeclaw (0750 edgeclaw)"
+    step "directories: /etc/edgeclaw (0770 root:edgeclaw) and /var/lib/edgeclaw (0750 edgeclaw)"
     put_file /etc/tmpfiles.d/edgeclaw.conf 0644 root:root "$here/../systemd/edgeclaw.tmpfiles.conf"
-    if dir_is /etc/edgeclaw 750 root edgeclaw && dir_is /var/lib/edgeclaw 750 edgeclaw edgeclaw; then
+    if dir_is /etc/edgeclaw 770 root edgeclaw && dir_is /var/lib/edgeclaw 750 edgeclaw edgeclaw; then
         say "ok: both exist with their owners and modes"
     elif command -v systemd-tmpfiles >/dev/null; then
         would_or_do "create" systemd-tmpfiles --root="${ROOT:-/}" --create "$ROOT/etc/tmpfiles.d/edgeclaw.conf"
     else
         # What the tmpfiles lines say, by hand (no systemd here yet).
-        would_or_do "create" make_dir /etc/edgeclaw 0750 root:edgeclaw
+        would_or_do "create" make_dir /etc/edgeclaw 0770 root:edgeclaw
         would_or_do "create" make_dir /var/lib/edgeclaw 0750 edgeclaw:edgeclaw
     fi
 }

@@ -568,3 +568,110 @@ async def test_update_to_a_version_that_never_reports_healthy_is_rolled_back_by_
     assert "this build never reports healthy" in log
     # The reason on record is the new version's own verdict, not a guess made at the next start.
     assert f"the update to {slot} was rolled back (not healthy within 6 s" in log, log[-3000:]
+
+
+# -- dependencies: a bundle of the release and the wheels it needs -----------------------------------
+def _tiny_wheel(out: Path, name: str = "tinydep", version: str = "1.0") -> Path:
+    """A pure-Python wheel of one module, made by hand (a dependency no index has)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    files = {
+        f"{name}/__init__.py": b"VALUE = 42\n",
+        f"{name}-{version}.dist-info/METADATA": (
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
+        ),
+        f"{name}-{version}.dist-info/WHEEL": (
+            b"Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+
+    def digest(data: bytes) -> str:
+        return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+    record = "".join(f"{n},sha256={digest(d)},{len(d)}\n" for n, d in files.items())
+    record += f"{name}-{version}.dist-info/RECORD,,\n"
+    path = out / f"{name}-{version}-py3-none-any.whl"
+    out.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as z:
+        for n, d in files.items():
+            z.writestr(n, d)
+        z.writestr(f"{name}-{version}.dist-info/RECORD", record)
+    return path
+
+
+def _bundle(out: Path, wheels: list[Path], manifest: dict[str, str] | None = None) -> Path:
+    import io
+    import json
+    import tarfile
+
+    manifest = manifest if manifest is not None else {w.name: sha256_of(w) for w in wheels}
+    path = out / "bundle.tar"
+    with tarfile.open(path, "w") as tar:
+        for member, data in [("manifest.json", json.dumps({"wheels": manifest}).encode())] + [
+            (w.name, w.read_bytes()) for w in wheels
+        ]:
+            info = tarfile.TarInfo(member)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+@pytest.fixture(scope="session")
+def needs_dep(tmp_path_factory):
+    """A wheel of this checkout that depends on `tinydep`, and tinydep's wheel."""
+    root = tmp_path_factory.mktemp("needs-dep")
+    release = _patched_copy(
+        root,
+        "needsdep",
+        "pyproject.toml",
+        '    "httpx>=0.27,<1",\n',
+        '    "httpx>=0.27,<1",\n    "tinydep==1.0",\n',
+    )
+    return release, _tiny_wheel(root / "deps")
+
+
+def test_a_release_that_adds_a_dependency_installs_from_its_bundle_and_a_bad_bundle_changes_nothing(
+    tmp_path, needs_dep
+):
+    from edgeclaw.admin.update import Slots, check_bundle, check_wheel, install
+    from edgeclaw.config.schema import GatewayConfig
+    from edgeclaw.errors import ToolError
+
+    release, dep = needs_dep
+    config = GatewayConfig(update_max_bytes=64 << 20)
+    slots = Slots(tmp_path / "state")
+
+    # The wheel alone: its new dependency is nowhere (no index is asked), so it is refused before any
+    # switch, its half-made slot removed.
+    alone = check_wheel(release.read_bytes(), sha256_of(release), release.name, config)
+    with pytest.raises(ToolError, match="tinydep"):
+        install(slots, alone)
+    assert slots.installed() == []
+
+    # A bundle whose manifest names a wrong digest for the dependency: refused as a whole, naming it.
+    (tmp_path / "bad").mkdir()
+    bad = _bundle(tmp_path / "bad", [release, dep], {release.name: sha256_of(release), dep.name: "0" * 64})
+    with pytest.raises(ToolError, match=r"SHA-256 mismatch in the bundle: tinydep-1\.0-py3-none-any\.whl"):
+        check_bundle(bad.read_bytes(), sha256_of(bad), config)
+    # A file the manifest does not name, and a bundle without the release, are refused too.
+    (tmp_path / "extra").mkdir()
+    stray = _bundle(tmp_path / "extra", [release, dep], {release.name: sha256_of(release)})
+    with pytest.raises(ToolError, match="not in the manifest"):
+        check_bundle(stray.read_bytes(), sha256_of(stray), config)
+    (tmp_path / "norelease").mkdir()
+    bare = _bundle(tmp_path / "norelease", [dep])
+    with pytest.raises(ToolError, match="exactly one edgeclaw wheel"):
+        check_bundle(bare.read_bytes(), sha256_of(bare), config)
+    assert slots.installed() == []
+
+    # The good bundle: the dependency lands in the slot's own site-packages beside the release.
+    (tmp_path / "good").mkdir()
+    good = _bundle(tmp_path / "good", [release, dep])
+    wheel = check_bundle(good.read_bytes(), sha256_of(good), config)
+    assert [name for name, _ in wheel.deps] == [dep.name]
+    target = install(slots, wheel)
+    assert slots.installed() == [wheel.slot]
+    assert list(target.glob("lib/python*/site-packages/tinydep/__init__.py"))
+    assert len(list(target.glob("lib/python*/site-packages/edgeclaw-*.dist-info"))) == 1

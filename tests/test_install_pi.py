@@ -331,7 +331,7 @@ def test_a_root_without_systemd_gets_the_same_user_directories_and_enablement(tm
     passwd = {line.split(":")[0]: line.split(":") for line in (etc / "passwd").read_text().splitlines()}
     uid, gid = int(passwd["edgeclaw"][2]), int(passwd["edgeclaw"][3])
     conf_dir, state_dir = (root / "etc/edgeclaw").stat(), (root / "var/lib/edgeclaw").stat()
-    assert (conf_dir.st_mode & 0o777, conf_dir.st_uid, conf_dir.st_gid) == (0o750, 0, gid)
+    assert (conf_dir.st_mode & 0o777, conf_dir.st_uid, conf_dir.st_gid) == (0o770, 0, gid)
     assert (state_dir.st_mode & 0o777, state_dir.st_uid, state_dir.st_gid) == (0o750, uid, gid)
     link = root / "etc/systemd/system/multi-user.target.wants/edgeclaw.service"
     assert os.readlink(link) == "/etc/systemd/system/edgeclaw.service"

@@ -223,7 +223,7 @@ def test_sysusers_creates_user_and_hardware_groups(tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr
     uid, gid = int(passwd["edgeclaw"][2]), int(group["edgeclaw"][2])
     etc = (tmp_path / "etc/edgeclaw").stat()
-    assert (etc.st_uid, etc.st_gid, etc.st_mode & 0o7777) == (0, gid, 0o750)
+    assert (etc.st_uid, etc.st_gid, etc.st_mode & 0o7777) == (0, gid, 0o770)
     state = (tmp_path / "var/lib/edgeclaw").stat()
     assert (state.st_uid, state.st_gid, state.st_mode & 0o7777) == (uid, gid, 0o750)
 
@@ -241,3 +241,74 @@ def test_memory_is_bounded_and_the_cgroup_delegated(unit: list[tuple[str, str, s
         assert value.lower() in {"no", "false", "0", "off"}
     comments = "\n".join(line for line in UNIT.read_text().splitlines() if line.lstrip().startswith("#"))
     assert "ProtectControlGroups=" in comments and "sandbox.max_total_memory_mb" in comments
+
+
+def test_the_config_directory_alone_is_writable_under_protect_system(
+    unit: list[tuple[str, str, str]],
+) -> None:
+    """config_apply replaces /etc/edgeclaw/edgeclaw.toml: ProtectSystem= makes /etc read-only, so the
+    unit opens that one directory again, and nothing else under /etc or /usr."""
+    paths = " ".join(values(unit, "Service", "ReadWritePaths")).split()
+    assert paths == ["/etc/edgeclaw"]
+    assert single(unit, "Service", "ConfigurationDirectoryMode") == "0770"
+
+
+APPLY_UNDER_MOUNTS = """
+import asyncio, sys
+from pathlib import Path
+from types import SimpleNamespace
+from edgeclaw.admin.config_apply import apply_config, validate_text
+
+class Policy:
+    rules = None
+    def replace_rules(self, rules): self.rules = rules
+    def validate(self): return []
+
+class Audit:
+    def emit(self, *a, **k): pass
+
+path = Path(sys.argv[1])
+config, problems = validate_text(path.read_text(), str(path))
+runtime = SimpleNamespace(config=config, audit=Audit(), registry=SimpleNamespace(policy=Policy()))
+new = path.read_text().replace('log_level = "info"', 'log_level = "debug"')
+result = asyncio.run(apply_config(runtime, new, "mqtt:admin", lambda why: None))
+print(result["ok"], result["text"])
+"""
+
+
+@pytest.mark.parametrize("config_dir_writable", [True, False], ids=["read-write-paths", "without"])
+def test_config_apply_under_a_read_only_etc_as_protect_system_full_makes_it(
+    tmp_path: Path, config_dir_writable: bool
+) -> None:
+    """What ProtectSystem=full plus the unit's ReadWritePaths= do, for real: /etc bind-mounted read-only
+    in a mount namespace of its own, the config directory bound writable again on top of it."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) for a private mount namespace")
+    etc = tmp_path / "etc"
+    conf = etc / "edgeclaw"
+    conf.mkdir(parents=True)
+    config = conf / "edgeclaw.toml"
+    text = 'board = "sim"\ndevice_id = "ro-01"\nlog_level = "info"\n'
+    config.write_text(text)
+    apply_py = tmp_path / "apply.py"
+    apply_py.write_text(APPLY_UNDER_MOUNTS)
+    reopen = ""
+    if config_dir_writable:  # ReadWritePaths=: a bind mount of its own, read-write again
+        reopen = f"mount --bind {conf} {conf} && mount -o remount,bind,rw {conf} && "
+    script = (
+        f"mount --make-rprivate / && mount --bind {etc} {etc} && mount -o remount,bind,ro {etc} && "
+        f"{reopen}exec {sys.executable} {apply_py} {config}"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, env=env)
+    if done.returncode != 0 and "Operation not permitted" in done.stderr:
+        pytest.skip(f"no mount namespace here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    if config_dir_writable:
+        assert done.stdout.startswith("True applied and reloaded in place"), done.stdout
+        assert 'log_level = "debug"' in config.read_text()
+        assert (conf / "edgeclaw.toml.previous").read_text() == text
+    else:
+        assert done.stdout.startswith("False cannot write"), done.stdout
+        assert "Read-only file system" in done.stdout and "nothing changed" in done.stdout
+        assert config.read_text() == text

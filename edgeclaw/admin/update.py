@@ -3,8 +3,9 @@
 Under the state directory::
 
     venvs/<version>-<sha12>/   one virtualenv per installed wheel: its own site-packages hold the
-                               wheel (pip --no-deps); a .pth line adds the base installation's
-                               site-packages after it, for the dependencies
+                               wheel and the dependencies a bundle brought that the base lacks; a
+                               .pth line adds the base installation's site-packages after it, for
+                               the dependencies it already has (pip --no-index, hash-pinned)
     venvs/current -> <slot>    the slot `edgeclaw run` starts (absent: the base installation itself)
     venvs/update.json          the update on trial: pending → trying → (confirmed: removed) or
                                rolled_back (reported at the next healthy start, then removed)
@@ -39,6 +40,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import dataclasses
 import hashlib
 import io
 import json
@@ -90,6 +92,8 @@ class Wheel:
     version: str
     sha256: str
     data: bytes
+    # A bundle's dependency wheels, by file name, each already checked against the bundle's manifest.
+    deps: tuple[tuple[str, bytes], ...] = ()
 
     @property
     def slot(self) -> str:
@@ -180,6 +184,9 @@ def launch(state_dir: Path, argv: list[str]) -> str | None:
     rolled_back = None
     if state is not None and state.get("state") == "trying":
         rolled_back = slots.roll_back("the new version did not come up healthy (it stopped before that)")
+    elif state is not None and state.get("state") == "pending" and slots.current() != state.get("slot"):
+        # Stopped between marking the update and switching to it: the old version is still current.
+        rolled_back = slots.roll_back("the update was interrupted before it was switched to")
     elif state is not None and state.get("state") == "pending":
         slots.write_trial({**state, "state": "trying", "started": time.time()})
     slot = slots.current()
@@ -192,6 +199,17 @@ def launch(state_dir: Path, argv: list[str]) -> str | None:
         return rolled_back
     os.environ["EDGECLAW_SLOT"] = slot
     os.environ["EDGECLAW_BASE_PYTHON"] = sys.executable
+    # PYTHONPATH comes before the slot's site-packages: an entry holding an edgeclaw package (a
+    # checkout) would run that code instead of the update's, so the slot starts without it.
+    kept = [
+        p
+        for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        if p and not Path(p, "edgeclaw").is_dir()
+    ]
+    if kept:
+        os.environ["PYTHONPATH"] = os.pathsep.join(kept)
+    else:
+        os.environ.pop("PYTHONPATH", None)
     # -P: the working directory is not put on sys.path, so a checkout there cannot shadow the slot.
     os.execv(str(python), [str(python), "-P", "-m", "edgeclaw", *argv])
     return None  # not reached
@@ -268,6 +286,15 @@ def check_wheel(data: bytes, sha256: str, name: str | None, config: GatewayConfi
         if m is None or m.group("version") != version:
             raise ToolError(f"update: {name!r} is not the name of an edgeclaw {version} wheel")
     return Wheel(version, digest, data)
+
+
+def check_bundle(data: bytes, sha256: str, config: GatewayConfig) -> Wheel:
+    """A bundle's release wheel, checked as a wheel alone is, with its dependency wheels."""
+    from edgeclaw.admin.update_bundle import unpack_bundle
+
+    _check_sha(sha256)
+    name, release, release_sha, deps = unpack_bundle(data, sha256, config.update_max_bytes)
+    return dataclasses.replace(check_wheel(release, release_sha, name, config), deps=deps)
 
 
 def _metadata_fields(raw: bytes) -> dict[str, str]:
@@ -468,6 +495,13 @@ def install(slots: Slots, wheel: Wheel) -> Path:
     work.mkdir(exist_ok=True)
     wheel_file = work / f"edgeclaw-{wheel.version}-py3-none-any.whl"
     wheel_file.write_bytes(wheel.data)
+    # Every file pip may install, pinned by its digest: the release and a bundle's dependency wheels.
+    pinned = [(wheel_file, wheel.sha256)]
+    for name, raw in wheel.deps:
+        (work / name).write_bytes(raw)
+        pinned.append((work / name, hashlib.sha256(raw).hexdigest()))
+    requirements = work / "requirements.txt"
+    requirements.write_text("".join(f"{path} --hash=sha256:{sha}\n" for path, sha in pinned))
     try:
         _run([sys.executable, "-m", "venv", "--without-pip", str(target)], "making the virtualenv")
         python = target / "bin" / "python"
@@ -478,9 +512,13 @@ def install(slots: Slots, wheel: Wheel) -> Path:
             p for p in sys.path if p.endswith(("site-packages", "dist-packages")) and Path(p).is_dir()
         ]
         Path(site_dir, "edgeclaw-base.pth").write_text("".join(f"{p}\n" for p in base_dirs))
-        _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index",
-              "--no-cache-dir", "--disable-pip-version-check", "--quiet", str(wheel_file)],
-             "installing the wheel")  # fmt: skip
+        # Dependencies resolved offline: the base installation's (after the slot's own, through the
+        # .pth line) satisfy what they can, the bundle's wheels the rest; a dependency in neither
+        # refuses the update here, before anything is switched.
+        _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-index",
+              "--find-links", str(work), "--require-hashes", "--no-cache-dir", "--disable-pip-version-check",
+              "--quiet", "-r", str(requirements)],
+             "installing the wheel and its dependencies")  # fmt: skip
         # Read back, not imported: nothing of the new version runs before its own start.
         found = _installed_version(Path(site_dir))
         if found != wheel.version:
@@ -585,6 +623,20 @@ def versions(state_dir: Path) -> dict[str, Any]:
     }
 
 
+def update_state(state_dir: Path) -> dict[str, Any]:
+    """The `update` member of the retained status: the slot running and the update in progress, if
+    any (`state`: idle, pending, trying, rolled_back; a kept update leaves no marker: idle)."""
+    trial = Slots(state_dir).trial() or {}
+    out: dict[str, Any] = {
+        "slot": os.environ.get("EDGECLAW_SLOT") or BASE,
+        "state": trial.get("state", "idle"),
+    }
+    for key in ("version", "previous", "reason"):
+        if trial.get(key) is not None:
+            out[key] = trial[key]
+    return out
+
+
 async def apply_update(runtime: UpdateHost, args: dict[str, Any], by: str, restart: Any) -> dict[str, Any]:
     """A wheel by URL or from an upload: checked, installed in its slot, switched to, restarted onto."""
     config = runtime.config.gateway
@@ -603,7 +655,12 @@ async def apply_update(runtime: UpdateHost, args: dict[str, Any], by: str, resta
         data, name = await download(url, config)
     else:
         data, name = assemble(runtime.state_dir, upload), None
-    wheel = check_wheel(data, sha256, name, config)
+    # A wheel is a zip archive; anything else is taken for a bundle (a tar with its manifest).
+    wheel = (
+        check_wheel(data, sha256, name, config)
+        if data[:4] == b"PK\x03\x04"
+        else check_bundle(data, sha256, config)
+    )
     signed = check_signature(data, args.get("signature"), config)
     from edgeclaw import __version__
 

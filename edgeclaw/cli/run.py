@@ -60,10 +60,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         # On trial, the daemon must be healthy by the deadline; a start that hangs is caught too.
         on_trial = (trial is not None and trial.trying) or update.trying
         deadline = config.gateway.health_deadline_s if on_trial else None
+        window = config.gateway.health_window_s
         if deadline is not None:
-            hang_guard(deadline, lambda: decided, failed)
+            hang_guard(deadline + window, lambda: decided, failed)
         code = run_daemon(
-            config, board=args.board, on_ready=passed, health_deadline_s=deadline, on_unhealthy=failed
+            config,
+            board=args.board,
+            on_ready=passed,
+            health_deadline_s=deadline,
+            on_unhealthy=failed,
+            health_window_s=window,
         )
     except (ConfigErrors, Exception) as e:
         config_on_trial = trial is not None and trial.trying

@@ -128,6 +128,7 @@ RANGES: tuple[Range, ...] = (
     Range("memory.prompt_memory_chars", 0),
     Range("skills.prompt_max", 0),
     Range("gateway.health_deadline_s", 5),
+    Range("gateway.health_window_s", 0),
     Range("gateway.update_max_bytes", 1024),
     Range("gateway.update_chunk_bytes", 1024),
     Range("gateway.update_slots", 2),

@@ -343,6 +343,9 @@ class GatewayConfig:
     # A newly applied config or version must be healthy (READY, and connected to the broker when
     # MQTT is on) within this long, else the previous one is put back and the daemon restarted.
     health_deadline_s: float = 120.0
+    # ... and then stay healthy this long (no channel lost, no crash) before it is kept: a version that
+    # comes up and falls over a few seconds later is rolled back too.
+    health_window_s: float = 10.0
     update_max_bytes: int = 64 * 1024 * 1024  # a wheel, downloaded or sent in chunks
     update_chunk_bytes: int = 32 * 1024  # decoded, per chunk: its base64 fits mqtt.max_payload_bytes
     # Update URLs pass the web guard: loopback and private ranges only where allowed here.

@@ -95,6 +95,9 @@ def status_facts(runtime: Runtime) -> Callable[[], dict[str, Any]]:
         mcp = _mcp(runtime)
         if mcp is not None:
             out["mcp"] = mcp
+        from edgeclaw.admin.update import update_state
+
+        out["update"] = update_state(runtime.state_dir)
         return out
 
     return facts

@@ -111,6 +111,7 @@ class Daemon:
         self.on_ready: Callable[[], object] | None = None
         # With a deadline, not healthy by then calls on_unhealthy(why) and restarts the daemon.
         self.health_deadline_s: float | None = None
+        self.health_window_s = 0.0  # healthy that long without a break before on_ready
         self.on_unhealthy: Callable[[str], object] | None = None
 
     def request_restart(self, reason: str) -> None:
@@ -137,15 +138,23 @@ class Daemon:
         deadline = None if self.health_deadline_s is None else time.monotonic() + self.health_deadline_s
         while (problem := self.health_problem()) is not None:
             if deadline is not None and time.monotonic() > deadline:
-                why = f"not healthy within {self.health_deadline_s:g} s ({problem})"
-                log.error("%s", why)
-                if self.on_unhealthy is not None:
-                    self.on_unhealthy(why)
-                self.request_restart(why)
+                self._unhealthy(f"not healthy within {self.health_deadline_s:g} s ({problem})")
                 return
             await asyncio.sleep(0.2)
+        held = time.monotonic() + self.health_window_s
+        while time.monotonic() < held:
+            await asyncio.sleep(0.2)
+            if (problem := self.health_problem()) is not None:
+                self._unhealthy(f"healthy, then not within the {self.health_window_s:g} s window ({problem})")
+                return
         if self.on_ready is not None:
             self.on_ready()
+
+    def _unhealthy(self, why: str) -> None:
+        log.error("%s", why)
+        if self.on_unhealthy is not None:
+            self.on_unhealthy(why)
+        self.request_restart(why)
 
     def status(self) -> dict[str, Any]:
         """What `edgeclaw status` shows: the daemon, its tools, its state and each channel."""
@@ -272,11 +281,13 @@ def run_daemon(
     on_ready: Callable[[], object] | None = None,
     health_deadline_s: float | None = None,
     on_unhealthy: Callable[[str], object] | None = None,
+    health_window_s: float = 0.0,
 ) -> int:
     """Run the daemon until a signal stops it; uvloop when it is installed."""
     daemon = Daemon(config, board=board)
     daemon.on_ready = on_ready
     daemon.health_deadline_s = health_deadline_s
+    daemon.health_window_s = health_window_s if health_deadline_s is not None else 0.0
     daemon.on_unhealthy = on_unhealthy
     try:
         import uvloop

@@ -210,3 +210,30 @@ async def test_evaluate_is_off_by_default(tmp_path: Path, site: Site, forbidden:
         assert (await call(allowed, {"action": "evaluate", "expression": "1+1"})).data["value"] == 2
     finally:
         await allowed.aclose()
+
+
+def test_device_and_remote_profiles_leave_the_browser_out() -> None:
+    from edgeclaw.config.policy_rules import PolicyRules
+    from edgeclaw.tool_groups import GROUP_OF
+    from edgeclaw.tools.policy import PolicyEngine
+
+    engine = PolicyEngine(PolicyRules())
+    engine.set_tools(GROUP_OF)
+    assert "browser" in engine.profile_members("full")
+    assert {"canvas", "screenshot"} <= engine.profile_members("device")
+    assert "browser" not in engine.profile_members("device")
+    assert "browser" not in engine.profile_members("remote")
+
+
+def test_doctor_says_whether_chromium_is_present(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "edgeclaw", "doctor", "--board", "sim"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, "HOME": str(tmp_path)},
+    ).stdout
+    assert f"browser: chromium at {shutil.which('chromium')}" in out

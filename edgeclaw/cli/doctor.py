@@ -473,9 +473,27 @@ def mqtt_policy_finding(runtime: Runtime) -> Finding | None:
     )
 
 
+def browser_finding(runtime: Runtime) -> Finding:
+    """Whether the browser tool can start its chromium (`[tools.browser] executable` or on PATH)."""
+    import shutil
+
+    from edgeclaw.backends.browser.chromium import find_chromium
+
+    configured = runtime.config.tools.browser.executable
+    found = shutil.which(configured) if configured else find_chromium()
+    if found:
+        return Finding("ok", "browser", f"chromium at {found}")
+    if configured:
+        return Finding(
+            "warn", "browser", f"tools.browser.executable {configured!r} is not found; browser refuses"
+        )
+    return Finding("ok", "browser", "chromium is not installed: browser refuses (apt-get install chromium)")
+
+
 async def diagnose(runtime: Runtime) -> list[Finding]:
     findings = state_findings(runtime) + state_database_findings(runtime) + device_findings(runtime)
     findings += display_findings(runtime)
+    findings.append(browser_finding(runtime))
     findings.append(await sandbox_finding(runtime))
     limits = sandbox_limits_finding(runtime)
     if limits is not None:

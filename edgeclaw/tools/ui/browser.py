@@ -96,9 +96,12 @@ class BrowserTool(Tool):
             return inst
 
     async def _start(self, identity: str) -> _Instance:
-        from edgeclaw.backends.browser.chromium import Chromium, find_chromium
-        from edgeclaw.backends.browser.pages import BrowserSession
-        from edgeclaw.backends.browser.proxy import GuardedProxy
+        try:
+            from edgeclaw.backends.browser.chromium import Chromium, find_chromium
+            from edgeclaw.backends.browser.pages import BrowserSession
+            from edgeclaw.backends.browser.proxy import GuardedProxy
+        except ModuleNotFoundError as e:
+            raise ToolError(f"browser: {e.name} is missing: pip install 'edgeclaw[browser]'") from None
 
         if len(self._instances) >= self.config.max_instances:
             raise ToolRefused(

@@ -50,8 +50,8 @@ TOOL_GROUPS: dict[str, tuple[str, ...]] = {
         "agents_list",
         "delegate",
     ),
-    # The board's own screen: drawn on (canvas) and read back (screenshot); the browser is to come.
-    "ui": ("canvas", "screenshot"),
+    # The board's own screen, drawn on (canvas) and read back (screenshot); and a headless browser.
+    "ui": ("canvas", "screenshot", "browser"),
     "automation": ("cron", "gateway", "schedule"),
     "messaging": ("message",),
     "hardware": (
@@ -74,9 +74,9 @@ TOOL_GROUPS: dict[str, tuple[str, ...]] = {
     "custom": (),
 }
 
-# Names kept for a tool to come (the `ui` group's browser) and one that older configs name: no custom
-# tool may take them, and a policy list may name them (they match nothing), as it always could.
-RESERVED_NAMES: frozenset[str] = frozenset({"browser", "memory_recall"})
+# A name that older configs name: no custom tool may take it, and a policy list may name it (it
+# matches nothing), as it always could.
+RESERVED_NAMES: frozenset[str] = frozenset({"memory_recall"})
 
 # Each built-in tool's group.
 GROUP_OF: dict[str, str] = {name: group for group, names in TOOL_GROUPS.items() for name in names}
@@ -110,7 +110,8 @@ MEMORY_TOOLS = _family(*TOOL_GROUPS["memory"])
 VCS_TOOLS = _family(*TOOL_GROUPS["vcs"])
 INTEGRATION_TOOLS = _family(*TOOL_GROUPS["integrations"])
 
-# canvas and screenshot: Pillow and the display drivers load with them.
+# canvas, screenshot and browser: Pillow and the display drivers load with them (the browser's
+# backend only on its first call).
 UI_TOOLS = _family(*TOOL_GROUPS["ui"])
 
 

@@ -384,7 +384,7 @@ def test_a_cli_tool_call_draws_and_writes_the_png(tmp_path):
 def test_tools_list_shows_the_ui_group_with_its_schemas(tmp_path):
     listed = edgeclaw_cli(tmp_path, "tools", "list", "--json", "--board", "sim")
     ui = {t["name"]: t for t in listed if t["group"] == "ui"}
-    assert set(ui) == {"canvas", "screenshot"}
+    assert set(ui) == {"canvas", "screenshot", "browser"}
     canvas = ui["canvas"]["parameters"]
     assert canvas["properties"]["action"]["enum"] == [
         "text",
@@ -455,7 +455,7 @@ async def test_the_i2c_write_grant_is_checked_again_when_the_display_opens(tmp_p
 def test_the_device_profile_gets_the_ui_tools_and_remote_does_not():
     from edgeclaw.config.policy_rules import PROFILES
 
-    assert "group:ui" in (PROFILES["device"] or ())
+    assert {"canvas", "screenshot"} <= set(PROFILES["device"] or ())
     remote = PROFILES["remote"] or ()
     assert not {"group:ui", "canvas", "screenshot"} & set(remote)
 

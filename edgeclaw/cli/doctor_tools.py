@@ -21,17 +21,21 @@ def seed_tool_findings(runtime: Runtime) -> list[Said]:
 
 
 def browser_finding(runtime: Runtime) -> Said | None:
-    """Whether the browser tool has a chromium to drive (Debian's and Pi OS's `chromium`)."""
+    """Whether the browser tool can start its chromium (`[tools.browser] executable`, else on PATH)."""
     if "browser" not in runtime.registry.names():
         return None
-    for name in ("chromium", "chromium-browser"):
-        path = shutil.which(name)
-        if path is not None:
-            return ("ok", "browser", f"{name} at {path}")
+    from edgeclaw.backends.browser.chromium import find_chromium
+
+    configured = runtime.config.tools.browser.executable
+    found = shutil.which(configured) if configured else find_chromium()
+    if found:
+        return ("ok", "browser", f"chromium at {found}")
+    if configured:
+        return ("warn", "browser", f"tools.browser.executable {configured!r} is not found; browser refuses")
     return (
         "warn",
         "browser",
-        "chromium is not installed: the browser tool refuses every call (apt install chromium)",
+        "chromium is not installed: browser refuses every call (apt-get install chromium)",
     )
 
 

@@ -35,9 +35,9 @@ PROFILES: dict[str, tuple[str, ...] | None] = {
     ),
     "messaging": ("group:messaging", "sessions_list", "sessions_history", "sessions_send", "session_status"),
     "minimal": ("session_status",),
-    # Boards without a shell: hardware, the board's own screen (ui), files and messages, nothing
-    # that runs programs.
-    "device": ("group:hardware", "group:ui", "group:fs", "group:messaging", "session_status"),
+    # Boards without a shell: hardware, the board's own screen (canvas, screenshot), files and
+    # messages, nothing that runs programs (so not the browser, which runs chromium and reaches the web).
+    "device": ("group:hardware", "canvas", "screenshot", "group:fs", "group:messaging", "session_status"),
     # What a caller on a network wire gets unless the config widens it: reading files, the hardware
     # (which the board profile bounds: writes only where it grants them) and its own status. No
     # shell, no background processes, no file writes, no custom tools; so no ui tools either (both

@@ -131,6 +131,17 @@ class WebConfig:
     search: WebSearchConfig = field(default_factory=WebSearchConfig)  # web_search's providers
 
 
+@dataclass(repr=False, eq=False)
+class BrowserConfig:
+    """[tools.browser]: the headless chromium of the `browser` tool (docs/browser.md)."""
+
+    executable: str = ""  # "" = chromium on PATH
+    allow_evaluate: bool = False  # may a call run its own JavaScript in a page (action evaluate)
+    idle_timeout_s: float = 300.0  # a caller's browser closes after this long without a call
+    max_instances: int = 2  # browsers running at once (one per caller at most)
+    load_timeout_s: float = 30.0  # open: how long a page may take to load
+
+
 TtsKind = Literal["openai", "elevenlabs", "minimax", "edge", "espeak", "piper"]
 
 
@@ -284,6 +295,7 @@ class ToolsConfig:
     exec: ExecConfig = field(default_factory=ExecConfig)
     custom: list[CustomToolConfig] = field(default_factory=list)
     web: WebConfig = field(default_factory=WebConfig)
+    browser: BrowserConfig = field(default_factory=BrowserConfig)
     media: MediaConfig = field(default_factory=MediaConfig)
     nodes: NodesToolConfig = field(default_factory=NodesToolConfig)
     git: GitToolConfig = field(default_factory=GitToolConfig)

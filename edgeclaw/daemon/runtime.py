@@ -267,12 +267,21 @@ def build_runtime(
 
     registry.register_deferred(HARDWARE_TOOLS, hardware_family)
 
+    browsers: list[Tool] = []
+
     def ui_family() -> list[Tool]:
         from edgeclaw.tools.ui import ui_tools  # canvas and screenshot, on the profile's [[displays]]
 
-        return ui_tools(profile, hardware, ws)
+        tools = ui_tools(profile, hardware, ws, config)
+        browsers.extend(t for t in tools if t.name == "browser")
+        return tools
+
+    async def close_browsers() -> None:
+        for tool in browsers:
+            await tool.aclose()  # type: ignore[attr-defined]
 
     registry.register_deferred(UI_TOOLS, ui_family)
+    lifecycle.on_close(close_browsers)
     lifecycle.on_close(hardware.aclose)
     from edgeclaw.tools.nodes.tool import nodes_tool  # peers on the broker; the MQTT channel attaches it
 

@@ -1,4 +1,5 @@
-"""The ui tools (group `ui`): the board's own screen, drawn on (`canvas`) and read back (`screenshot`).
+"""The ui tools (group `ui`): the board's own screen, drawn on (`canvas`) and read back (`screenshot`),
+and a headless web browser (`browser`, whose backend loads on its first call).
 
 Both reach the displays the board profile declares (`[[displays]]`) through the board's backends
 (`BoardBackends.display`), which drive them over the granted I2C, SPI and GPIO or the framebuffer
@@ -9,15 +10,19 @@ from __future__ import annotations
 
 from edgeclaw.backends.hub import BoardBackends
 from edgeclaw.board import BoardProfile
+from edgeclaw.config.schema import Config
 from edgeclaw.tools.base import Tool
 from edgeclaw.tools.fs.workspace import Workspace
+from edgeclaw.tools.ui.browser import BrowserTool, browser_policy
 from edgeclaw.tools.ui.canvas import CanvasTool
 from edgeclaw.tools.ui.screenshot import ScreenshotTool
 
-__all__ = ["CanvasTool", "ScreenshotTool", "ui_tools"]
+__all__ = ["BrowserTool", "CanvasTool", "ScreenshotTool", "ui_tools"]
 
 
-def ui_tools(profile: BoardProfile, backends: BoardBackends, ws: Workspace) -> list[Tool]:
-    """canvas and screenshot. Registered on every board: on one that declares no display they refuse,
-    naming the profile, which tells a model more than a missing tool does."""
-    return [CanvasTool(profile, backends, ws), ScreenshotTool(profile, backends, ws)]
+def ui_tools(profile: BoardProfile, backends: BoardBackends, ws: Workspace, config: Config) -> list[Tool]:
+    """canvas, screenshot and browser. Registered on every board: on one that declares no display
+    canvas and screenshot refuse, naming the profile, which tells a model more than a missing tool
+    does; browser refuses, naming the package, where chromium is not installed."""
+    browser = BrowserTool(config.tools.browser, browser_policy(config.tools.web), ws)
+    return [CanvasTool(profile, backends, ws), ScreenshotTool(profile, backends, ws), browser]

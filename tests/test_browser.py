@@ -237,3 +237,18 @@ def test_doctor_says_whether_chromium_is_present(tmp_path: Path) -> None:
         env={**__import__("os").environ, "HOME": str(tmp_path)},
     ).stdout
     assert f"browser: chromium at {shutil.which('chromium')}" in out
+
+
+def test_every_way_out_of_a_page_goes_through_the_guarded_proxy() -> None:
+    """Loopback is not bypassed, names are not prefetched past the proxy, and WebRTC's UDP, which an HTTP
+    proxy cannot carry, is not sent at all."""
+    from edgeclaw.backends.browser.chromium import chromium_args
+
+    args = chromium_args("chromium", "/tmp/profile", "http://127.0.0.1:1")
+    for flag in (
+        "--proxy-server=http://127.0.0.1:1",
+        "--proxy-bypass-list=<-loopback>",
+        "--dns-prefetch-disable",
+        "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+    ):
+        assert flag in args

@@ -49,7 +49,14 @@ def chromium_args(executable: str, profile_dir: str, proxy: str | None) -> list[
     if proxy:
         # Every request, loopback included ("<-loopback>" removes chromium's built-in bypass), goes
         # through the daemon's guarded proxy; DNS prefetching would leak names past it.
-        args[1:1] = [f"--proxy-server={proxy}", "--proxy-bypass-list=<-loopback>", "--dns-prefetch-disable"]
+        args[1:1] = [
+            f"--proxy-server={proxy}",
+            "--proxy-bypass-list=<-loopback>",
+            "--dns-prefetch-disable",
+            # WebRTC's UDP (STUN, peer connections) does not go through an HTTP proxy: without this a
+            # page could still reach the LAN directly.
+            "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+        ]
     if os.geteuid() == 0:
         args.insert(1, "--no-sandbox")  # chromium refuses to start as root with its own sandbox
     return args

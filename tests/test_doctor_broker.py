@@ -69,23 +69,32 @@ def test_a_wrong_password_is_named_by_the_brokers_reason_code(run_cli, state_env
 def test_a_port_that_is_not_mqtt_is_not_ok(run_cli, state_env):
     # Something that accepts TCP connections and answers like a web server.
     server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.1)
     port = server.getsockname()[1]
+    stop = threading.Event()
 
     def serve() -> None:
-        while True:
+        while not stop.is_set():
             try:
                 conn, _ = server.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
             with conn:
                 conn.recv(1024)
                 conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
 
-    threading.Thread(target=serve, daemon=True).start()
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
     try:
         write_config(state_env, port)
         out = run_cli("doctor")
     finally:
+        # The thread ends before the socket closes: left in accept() past the close, it went on
+        # answering (400) connections made to the next tests' servers.
+        stop.set()
+        thread.join(5)
         server.close()
     line = broker_line(out)
     assert line.startswith("FAIL") and out.returncode == 1, out.stdout

@@ -169,7 +169,7 @@ async def test_idle_timeout_closes_chromium(tmp_path: Path, site: Site, forbidde
     tool = make_tool(tmp_path, site, forbidden, idle_timeout_s=1.0)
     try:
         await call(tool, {"action": "open", "url": site.url("/")})
-        process = tool._instances["cli:test"].session.chromium.process
+        process = tool._instances["cli:test"].session.chromium.child.proc
         for _ in range(80):
             if process.returncode is not None:
                 break

@@ -89,8 +89,9 @@ class FirejailBackend(SandboxBackend):
             "--deterministic-exit-code",
             # No unix-domain sockets (socketpair still works): with the daemon's uid, a socket
             # visible in /run (D-Bus, systemd, a broker, a database) would be a way out of the
-            # sandbox that --net=none does not close.
-            "--protocol=inet,inet6,netlink",
+            # sandbox that --net=none does not close. A program whose own processes talk over them
+            # asks (`unix_sockets`); /run's entries are hidden from it all the same (`_host_view`).
+            "--protocol=" + ("unix," if spec.unix_sockets else "") + "inet,inet6,netlink",
         ]
         if not spec.network:
             args.append("--net=none")

@@ -159,6 +159,8 @@ class BrowserSession:
             try:
                 found = await self.evaluate(tab, probe, within=max(0.5, deadline - loop.time()))
             except BackendError:
+                if self.chromium.cdp.closed:
+                    raise  # the browser itself went away: nothing more will appear
                 found = None
             if found == "gone":
                 raise BackendError(f"browser: {ref} is not on the page any more; read the page again")

@@ -29,4 +29,4 @@ def ui_tools(profile: BoardProfile, backends: BoardBackends, ws: Workspace, conf
 
     confinement = browser_sandbox(config, state_dir(config.state_dir), ws.root)
     browser = BrowserTool(config.tools.browser, browser_policy(config.tools.web), ws, confinement)
-    return [CanvasTool(profile, backends, ws), ScreenshotTool(profile, backends, ws), browser]
+    return [CanvasTool(profile, backends, ws), ScreenshotTool(profile, backends, ws, browser), browser]

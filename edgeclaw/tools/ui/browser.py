@@ -55,8 +55,8 @@ class BrowserTool(Tool):
     group = "ui"
     description = (
         "Drive a headless web browser: open a URL (gives a tab id), read it (text and an outline whose "
-        "elements have references like e12), click or type into an element by reference, wait for text, "
-        "screenshot it into the workspace, list tabs, close a tab or the browser."
+        "elements have references like e12), click or type into an element by reference, wait for text "
+        "or an element, screenshot it into the workspace, list tabs, close a tab or the browser."
     )
     parameters: dict[str, Any] = {
         "type": "object",
@@ -67,7 +67,7 @@ class BrowserTool(Tool):
             "ref": {
                 "type": "string",
                 "maxLength": 16,
-                "description": "click/type: an element reference (e12).",
+                "description": "click/type/wait: an element reference (e12).",
             },
             "text": {"type": "string", "maxLength": 10_000, "description": "type: what to type; wait: text."},
             "selector": {"type": "string", "maxLength": 512, "description": "wait: a CSS selector."},
@@ -216,8 +216,10 @@ class BrowserTool(Tool):
             raise ToolError("browser: open needs a url")
         if action in ("click", "type") and not args.get("ref"):
             raise ToolError(f"browser: {action} needs a ref (like e12, from read)")
-        if action == "wait" and not (args.get("text") or args.get("selector")):
-            raise ToolError("browser: wait needs text or a selector")
+        if action == "wait" and not (args.get("text") or args.get("selector") or args.get("ref")):
+            raise ToolError("browser: wait needs text, a selector or a ref (like e12, from read)")
+        if action == "wait" and sum(bool(args.get(k)) for k in ("text", "selector", "ref")) > 1:
+            raise ToolError("browser: wait takes one of text, selector and ref")
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
         await self.check(args, ctx)
@@ -227,8 +229,8 @@ class BrowserTool(Tool):
         except (BackendError, ToolError) as e:
             if await self._dropped_for_memory(ctx.identity):
                 raise ToolError(
-                    f"browser: the browser ran out of its {self.config.memory_mb} MiB "
-                    "(tools.browser.memory_mb) and was stopped; the next call starts a fresh one"
+                    f"browser: the browser ran out of its {self.config.memory_mb} MiB and was stopped "
+                    "(tools.browser.memory_mb); the next call starts a fresh one"
                 ) from None
             if isinstance(e, ToolError):
                 raise
@@ -307,12 +309,25 @@ class BrowserTool(Tool):
             await session.type(tab, args["ref"], args.get("text", ""))
             return ToolResult(for_llm=f"Typed into {args['ref']} in tab {tab.tab_id}")
         if action == "wait":
-            await session.wait(tab, args.get("text"), args.get("selector"), min(timeout, MAX_WAIT_S))
+            await session.wait(
+                tab, args.get("text"), args.get("selector"), min(timeout, MAX_WAIT_S), args.get("ref")
+            )
             return ToolResult(for_llm=f"Found it in tab {tab.tab_id}")
         if action == "screenshot":
             return await self._screenshot(session, tab, args)
         value = await session.evaluate(tab, args.get("expression", ""))
         return ToolResult(for_llm=f"{value!r}"[:TEXT_LIMIT], data={"value": value})
+
+    async def capture(self, args: Args, ctx: ToolContext) -> ToolResult:
+        """A screenshot of a tab of the caller's own browser (`tab`, default the newest) into the
+        workspace (`path`): for the screenshot tool. Never starts a browser, never another caller's."""
+        try:
+            inst = await self._instance(ctx, start=False)
+            if inst is None:
+                raise ToolError("screenshot: no browser is running for this caller; browser open a URL first")
+            return await self._screenshot(inst.session, inst.session.tab(args.get("tab")), args)
+        except BackendError as e:
+            raise ToolError(f"screenshot: {e}") from None
 
     def _with_refusal(self, message: str, inst: _Instance) -> str:
         if inst.proxy.refused:

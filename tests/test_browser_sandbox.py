@@ -200,3 +200,25 @@ def test_the_same_as_an_unprivileged_daemon() -> None:
         "test_browser.py::test_download_lands_in_workspace",
     ):
         assert f"PASSED tests/{name}" in output, f"as {SERVICE_USER}, {name} did not pass:\n{output}"
+
+
+def test_doctor_says_whether_the_browser_is_sandboxed_and_bounded(tmp_path: Path) -> None:
+    from edgeclaw.cli.doctor_tools import browser_confinement_finding
+    from tests.hw_support import make_runtime
+
+    bounded = BrowserSandbox(SandboxSettings()).memory_bounded()
+    runtime = make_runtime(tmp_path / "a")
+    level, check, said = browser_confinement_finding(runtime)  # type: ignore[misc]
+    assert check == "browser sandbox" and said.startswith("sandboxed (auto, required)")
+    if bounded:
+        assert level == "ok" and "memory bounded to 512 MiB by its own cgroup" in said
+    else:
+        assert level == "warn" and "NOT memory-bounded" in said
+    host = make_runtime(tmp_path / "b", sandbox={"backend": "none", "required": False})
+    level, _, said = browser_confinement_finding(host)  # type: ignore[misc]
+    assert level == "warn" and "not sandboxed" in said
+    missing = make_runtime(
+        tmp_path / "c", sandbox={"backend": "firejail", "firejail_path": "/nonexistent/fj"}
+    )
+    level, _, said = browser_confinement_finding(missing)  # type: ignore[misc]
+    assert level == "FAIL" and "browser refuses" in said

@@ -5,6 +5,7 @@ closed), and the same holds for an unprivileged daemon."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -41,8 +42,8 @@ setTimeout(grow, 50);
 </script>"""
 
 
-def chromium_pid(tool: BrowserTool, identity: str = "cli:test") -> int:
-    """A chromium process of the caller's browser (not the guard shell or firejail around it)."""
+def chromium_pids(tool: BrowserTool, identity: str = "cli:test") -> list[int]:
+    """The chromium processes of the caller's browser (not the guard shell or firejail around them)."""
     child = tool._instances[identity].session.chromium.child
     parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
@@ -51,6 +52,7 @@ def chromium_pid(tool: BrowserTool, identity: str = "cli:test") -> int:
                 parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
             except (OSError, IndexError, ValueError):
                 continue
+    found = []
     for pid in sorted(parents):
         up = pid
         while up > 1 and up != child.pid:
@@ -58,10 +60,34 @@ def chromium_pid(tool: BrowserTool, identity: str = "cli:test") -> int:
         if up == child.pid:
             try:
                 if os.readlink(f"/proc/{pid}/exe").endswith("/chromium"):
-                    return pid
+                    found.append(pid)
             except OSError:
                 continue
-    raise AssertionError("no chromium process under the browser's launch")
+    assert found, "no chromium process under the browser's launch"
+    return found
+
+
+def socket_inodes(pid: int) -> set[str]:
+    out: set[str] = set()
+    with contextlib.suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    out.add(target[8:-1])
+    return out
+
+
+def listening_inodes() -> set[str]:
+    """The socket inodes of every TCP socket listening in this network namespace."""
+    out: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A":  # LISTEN
+                    out.add(fields[9])
+    return out
 
 
 async def test_chromium_sees_its_profile_and_not_the_hosts_files(
@@ -78,10 +104,10 @@ async def test_chromium_sees_its_profile_and_not_the_hosts_files(
         assert (await call(tool, {"action": "read", "tab": page.data["tab"]})).data[
             "text"
         ] == "hello from loopback"
-        root = Path(f"/proc/{chromium_pid(tool)}/root")
+        root = Path(f"/proc/{chromium_pids(tool)[0]}/root")
         profile = Path(tool._instances["cli:test"].session.chromium.profile_dir)
         # What chromium sees at those paths: its profile, written by it ...
-        assert (root / profile.relative_to("/") / "DevToolsActivePort").read_text()
+        assert "Local State" in {p.name for p in (root / profile.relative_to("/")).iterdir()}
         # ... and not the host's file, nor the workspace, nor a home.
         for path in (secret, tmp_path / "ws", Path("/root")):
             seen = root / path.relative_to("/")
@@ -90,6 +116,19 @@ async def test_chromium_sees_its_profile_and_not_the_hosts_files(
             except OSError:
                 continue
             assert not shown, f"chromium sees {path}: {shown}"
+    finally:
+        await tool.aclose()
+
+
+async def test_devtools_goes_over_a_pipe_not_a_port(tmp_path: Path, site: Site, forbidden: Site) -> None:
+    """No chromium process listens on a TCP port: no local process can drive the browser but the daemon."""
+    site.routes["/"] = lambda _seen: html(b"<p>hi</p>")
+    tool = make_tool(tmp_path, site, forbidden)
+    try:
+        await call(tool, {"action": "open", "url": site.url("/")})
+        listening = listening_inodes()
+        for pid in chromium_pids(tool):
+            assert not socket_inodes(pid) & listening, f"chromium {pid} listens on a TCP port"
     finally:
         await tool.aclose()
 
@@ -194,6 +233,7 @@ def test_the_same_as_an_unprivileged_daemon() -> None:
         "test_browser_sandbox.py::test_chromium_sees_its_profile_and_not_the_hosts_files",
         "test_browser_sandbox.py::test_the_browser_has_its_own_memory_and_process_bounds",
         "test_browser_sandbox.py::test_without_a_working_sandbox_the_browser_refuses",
+        "test_browser_sandbox.py::test_devtools_goes_over_a_pipe_not_a_port",
         "test_browser.py::test_form_type_click_read",
         "test_browser.py::test_page_fetching_forbidden_address_is_refused",
         "test_browser.py::test_redirect_chain_to_forbidden_address",

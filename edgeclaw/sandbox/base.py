@@ -78,7 +78,8 @@ class SandboxSpec:
     (`SYSTEM_DIRS`): a program's own installation, say a virtualenv under /tmp
     or an interpreter under the daemon user's home. `unix_sockets`: the command may make unix-domain
     sockets (a multi-process program's own IPC, such as chromium's); off for shell commands, for which
-    a socket in /run would be a way out.
+    a socket in /run would be a way out. `keep_fds`: descriptors the command inherits through the
+    sandbox (a pipe the daemon talks to it over).
     """
 
     workspace: Path
@@ -90,6 +91,7 @@ class SandboxSpec:
     timeout_s: float = 300.0
     visible: tuple[Path, ...] = ()
     unix_sockets: bool = False
+    keep_fds: tuple[int, ...] = ()
 
 
 class SandboxBackend(ABC):

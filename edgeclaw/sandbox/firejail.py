@@ -95,6 +95,9 @@ class FirejailBackend(SandboxBackend):
         ]
         if not spec.network:
             args.append("--net=none")
+        if spec.keep_fds:
+            # firejail closes every inherited descriptor above 2 but those named here.
+            args.append("--keep-fd=" + ",".join(str(fd) for fd in spec.keep_fds))
         args += _host_view(spec)
         # No `--` before the program: with it, firejail 0.9.7x runs the command through the
         # user's login shell, which for a system user (/usr/sbin/nologin) runs nothing at all.

@@ -249,6 +249,7 @@ class Sandbox:
         unix_sockets: bool = False,
         etc_extra: Sequence[str] = (),
         address_space_limit: bool = True,
+        pass_fds: Sequence[int] = (),
     ) -> Launch:
         """A confined launch. `keep_visible`: paths left readable even inside `hidden` (and the
         configured hide_paths): a program's own installation. `memory_bytes`: bound the command's
@@ -259,7 +260,8 @@ class Sandbox:
         `unix_sockets` lets it make unix-domain sockets (its own processes' IPC), `etc_extra` names
         /etc entries it needs besides the configured ones (its fonts, its own settings), and
         `address_space_limit = False` drops RLIMIT_AS where no cgroup bounds its memory (V8 reserves
-        gigabytes of address space; the caller says it runs unbounded)."""
+        gigabytes of address space; the caller says it runs unbounded). `pass_fds`: descriptors the
+        program inherits through the sandbox (closed here once it started, as the backend's are)."""
         backend = await self.backend()
         s = self.settings
         self.check_disk(workspace)
@@ -291,6 +293,7 @@ class Sandbox:
             timeout_s=timeout_s,
             visible=tuple(Path(p) for p in keep_visible),
             unix_sockets=unix_sockets,
+            keep_fds=tuple(pass_fds),
             etc_allow=tuple(
                 dict.fromkeys([*(DEFAULT_ETC_ALLOW if s.etc_allow is None else s.etc_allow), *etc_extra])
             ),
@@ -306,7 +309,7 @@ class Sandbox:
         wrapped, fds = backend.wrap_with_fds(list(argv), spec)
         return Launch(
             argv=wrapped,
-            pass_fds=fds,
+            pass_fds=(*fds, *pass_fds),
             env=dict(env),
             cwd=cwd,
             backend=backend.name,

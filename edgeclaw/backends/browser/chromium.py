@@ -1,16 +1,17 @@
 """Starting and stopping one headless chromium, with its own throwaway profile directory.
 
 chromium is started by whoever builds this (`spawn`): the browser tool starts it in the daemon's
-sandbox, where the profile directory is the only writable place. chromium picks its own DevTools
-port (`--remote-debugging-port=0`) and writes it to DevToolsActivePort in the profile directory, so
-no port is guessed and none is shared between instances. The profile directory is removed when the
-browser stops: cookies and storage never outlive the instance.
+sandbox, where the profile directory is the only writable place. DevTools goes over two pipes
+(`--remote-debugging-pipe`, `cdp`), handed to chromium through the sandbox, so it opens no DevTools
+port another local process could use. The profile directory is removed when the browser stops:
+cookies and storage never outlive the instance.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import os
 import shutil
 import tempfile
@@ -26,8 +27,16 @@ if TYPE_CHECKING:
     from edgeclaw.sandbox.process import ChildProcess
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
-# Starts chromium's argv with the profile directory as the only writable place.
-Spawn = Callable[[list[str], Path], Awaitable["ChildProcess"]]
+# Starts chromium's argv with the profile directory as the only writable place, handing it the
+# descriptors given (they are closed in the daemon once it started).
+Spawn = Callable[[list[str], Path, tuple[int, ...]], Awaitable["ChildProcess"]]
+# Inside the sandbox, just before chromium: its DevTools pipe ends become its descriptors 3 and 4,
+# where --remote-debugging-pipe looks for them ($1 and $2: where they were passed). bash, not sh:
+# dash redirects only descriptors 0 to 9.
+_PIPE_SHIM = 'eval "exec 3<&$1 4>&$2 $1<&- $2>&-"; shift 2; exec "$@"'
+# Passed descriptors go above this: clear of a shell's low numbers and of what the sandbox binds.
+_FD_FLOOR = 100
+_BASH = "/bin/bash"
 _LOG_LINES = 20  # of chromium's own output, kept for an error at start
 
 
@@ -43,7 +52,7 @@ def chromium_args(executable: str, profile_dir: str, proxy: str | None, confined
     args = [
         executable,
         "--headless=new",
-        "--remote-debugging-port=0",
+        "--remote-debugging-pipe",
         f"--user-data-dir={profile_dir}",
         "--no-first-run",
         "--no-default-browser-check",
@@ -95,16 +104,24 @@ class Chromium:
     ) -> Chromium:
         """`confined`: `spawn` starts it in a sandbox (which replaces chromium's own)."""
         profile_dir = str(Path(tempfile.mkdtemp(prefix="edgeclaw-browser-")).resolve())  # noqa: ASYNC240
+        commands_r, commands_w = os.pipe()  # the daemon writes, chromium reads (its fd 3)
+        events_r, events_w = os.pipe()  # chromium writes (its fd 4), the daemon reads
+        theirs = (_high(commands_r), _high(events_w))
+        argv = [_BASH, "-c", _PIPE_SHIM, "bash", *map(str, theirs)]
+        argv += chromium_args(executable, profile_dir, proxy, confined)
         try:
-            child = await spawn(chromium_args(executable, profile_dir, proxy, confined), Path(profile_dir))
+            child = await spawn(argv, Path(profile_dir), theirs)
         except BaseException:
+            for fd in (commands_w, events_r, *theirs):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
             shutil.rmtree(profile_dir, ignore_errors=True)
             raise
         log: deque[str] = deque(maxlen=_LOG_LINES)
         drain = asyncio.create_task(_drain(child, log))
         try:
-            url = await _devtools_url(Path(profile_dir), child, log, within)
-            cdp = await CDPConnection.connect(url)
+            cdp = await CDPConnection.over_pipe(events_r, commands_w)
+            await _first_answer(cdp, child, log, within)
         except BaseException:
             await child.close()
             drain.cancel()
@@ -147,21 +164,27 @@ async def _drain(child: ChildProcess, log: deque[str]) -> None:
             log.extend(chunk.decode("utf-8", "replace").splitlines()[-_LOG_LINES:])
 
 
-async def _devtools_url(profile: Path, child: ChildProcess, log: deque[str], within: float) -> str:
-    marker = profile / "DevToolsActivePort"
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while loop.time() < deadline:
-        if not child.running:
-            await asyncio.sleep(0.2)  # its last words
-            said = " | ".join(line for line in log if line)[-600:] or "no output"
-            raise BackendError(
-                f"browser: chromium exited at start (status {child.proc.returncode}, "
-                f"{child.launch.backend}): {said}"
-            )
-        with contextlib.suppress(OSError, ValueError):
-            lines = marker.read_text().splitlines()
-            if len(lines) >= 2:
-                return f"ws://127.0.0.1:{int(lines[0])}{lines[1]}"
-        await asyncio.sleep(0.1)
-    raise BackendError(f"browser: chromium did not open its DevTools port within {within:g} s")
+def _high(fd: int) -> int:
+    """`fd` moved above `_FD_FLOOR`, inheritable (passed to the child), the original closed."""
+    try:
+        return fcntl.fcntl(fd, fcntl.F_DUPFD, _FD_FLOOR)
+    finally:
+        os.close(fd)
+
+
+async def _first_answer(cdp: CDPConnection, child: ChildProcess, log: deque[str], within: float) -> None:
+    """Wait until chromium answers on its DevTools pipe; a clear error when it exits first."""
+    ask = asyncio.create_task(cdp.send("Browser.getVersion", within=within))
+    await asyncio.wait({ask}, timeout=within)
+    if ask.done() and ask.exception() is None:
+        return
+    ask.cancel()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(child.proc.wait()), 2)
+    if not child.running:
+        said = " | ".join(line for line in log if line)[-600:] or "no output"
+        raise BackendError(
+            f"browser: chromium exited at start (status {child.proc.returncode}, {child.launch.backend}): "
+            f"{said}"
+        )
+    raise BackendError(f"browser: chromium did not answer on its DevTools pipe within {within:g} s")

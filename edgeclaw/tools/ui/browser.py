@@ -131,8 +131,8 @@ class BrowserTool(Tool):
         proxy = GuardedProxy(self.policy)
         proxy_url = await proxy.start()
 
-        async def spawn(argv: list[str], profile: Path) -> ChildProcess:
-            return await confinement.spawn(self.config, argv, profile)
+        async def spawn(argv: list[str], profile: Path, fds: tuple[int, ...]) -> ChildProcess:
+            return await confinement.spawn(self.config, argv, profile, fds, executable)
 
         try:
             chromium = await Chromium.start(executable, spawn, proxy=proxy_url, confined=confined)

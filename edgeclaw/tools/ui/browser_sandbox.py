@@ -77,8 +77,11 @@ class BrowserSandbox:
             memory = "NOT memory-bounded: no memory cgroup here (chromium cannot start under RLIMIT_AS)"
         return confined and self.memory_bounded(), f"{where}; {memory}; {config.max_processes} processes"
 
-    async def spawn(self, config: BrowserConfig, argv: list[str], profile: Path) -> ChildProcess:
-        """Start chromium's `argv` with `profile` as its only writable directory."""
+    async def spawn(
+        self, config: BrowserConfig, argv: list[str], profile: Path, fds: tuple[int, ...], executable: str
+    ) -> ChildProcess:
+        """Start chromium's `argv` with `profile` as its only writable directory, handing it `fds` (its
+        DevTools pipe); `executable`: the chromium in it, whose installation it must read."""
         from edgeclaw.errors import BackendError
         from edgeclaw.sandbox.base import DEFAULT_PATH
         from edgeclaw.sandbox.process import ChildProcess
@@ -98,7 +101,7 @@ class BrowserSandbox:
             )
         env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
         env.update(PATH=DEFAULT_PATH, HOME=str(profile))
-        installation = _installation(argv[0])
+        installation = _installation(executable)
         try:
             launch = await self.sandbox.launch(
                 argv,
@@ -114,6 +117,7 @@ class BrowserSandbox:
                 unix_sockets=True,  # chromium's processes talk over unix-domain sockets
                 etc_extra=CHROMIUM_ETC,
                 address_space_limit=False,
+                pass_fds=fds,
             )
             return await ChildProcess.start(launch)
         except BackendError as e:

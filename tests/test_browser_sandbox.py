@@ -90,13 +90,23 @@ def listening_inodes() -> set[str]:
     return out
 
 
+BACKENDS = [
+    "firejail",
+    pytest.param(
+        "bubblewrap",
+        marks=pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+    ),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 async def test_chromium_sees_its_profile_and_not_the_hosts_files(
-    tmp_path: Path, site: Site, forbidden: Site
+    tmp_path: Path, site: Site, forbidden: Site, backend: str
 ) -> None:
     secret = tmp_path / "private" / "key.txt"
     secret.parent.mkdir()
     secret.write_text("the host's secret")
-    confinement = BrowserSandbox(SandboxSettings(), hidden=[secret.parent])
+    confinement = BrowserSandbox(SandboxSettings(backend=backend), hidden=[secret.parent])
     site.routes["/"] = lambda _seen: html(b"<p>hello from loopback</p>")
     tool = make_tool(tmp_path, site, forbidden, confinement)
     try:
@@ -120,10 +130,13 @@ async def test_chromium_sees_its_profile_and_not_the_hosts_files(
         await tool.aclose()
 
 
-async def test_devtools_goes_over_a_pipe_not_a_port(tmp_path: Path, site: Site, forbidden: Site) -> None:
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_devtools_goes_over_a_pipe_not_a_port(
+    tmp_path: Path, site: Site, forbidden: Site, backend: str
+) -> None:
     """No chromium process listens on a TCP port: no local process can drive the browser but the daemon."""
     site.routes["/"] = lambda _seen: html(b"<p>hi</p>")
-    tool = make_tool(tmp_path, site, forbidden)
+    tool = make_tool(tmp_path, site, forbidden, BrowserSandbox(SandboxSettings(backend=backend)))
     try:
         await call(tool, {"action": "open", "url": site.url("/")})
         listening = listening_inodes()
@@ -230,10 +243,10 @@ def test_the_same_as_an_unprivileged_daemon() -> None:
     status, output = pytest_as_service_user(files, "edgeclaw-svc-browser-")
     assert status == 0, f"as {SERVICE_USER}:\n{output}"
     for name in (
-        "test_browser_sandbox.py::test_chromium_sees_its_profile_and_not_the_hosts_files",
+        "test_browser_sandbox.py::test_chromium_sees_its_profile_and_not_the_hosts_files[firejail]",
         "test_browser_sandbox.py::test_the_browser_has_its_own_memory_and_process_bounds",
         "test_browser_sandbox.py::test_without_a_working_sandbox_the_browser_refuses",
-        "test_browser_sandbox.py::test_devtools_goes_over_a_pipe_not_a_port",
+        "test_browser_sandbox.py::test_devtools_goes_over_a_pipe_not_a_port[firejail]",
         "test_browser.py::test_form_type_click_read",
         "test_browser.py::test_page_fetching_forbidden_address_is_refused",
         "test_browser.py::test_redirect_chain_to_forbidden_address",

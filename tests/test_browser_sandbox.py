@@ -205,6 +205,16 @@ async def test_without_a_working_sandbox_the_browser_refuses(
         await tool.aclose()
 
 
+async def test_bounds_too_small_for_chromium_are_refused_naming_the_key(
+    tmp_path: Path, site: Site, forbidden: Site
+) -> None:
+    for key, value in (("memory_mb", 10), ("max_processes", 8)):
+        tool = make_tool(tmp_path, site, forbidden, **{key: value})
+        with pytest.raises(ToolError, match=f"tools.browser.{key} is {value}, under 64"):
+            await call(tool, {"action": "open", "url": site.url("/")})
+        assert not tool.running_for("cli:test")
+
+
 def test_only_the_browser_may_make_unix_sockets(tmp_path: Path) -> None:
     """exec's commands keep firejail's protocol filter without unix sockets; the browser asks for them."""
     spec = SandboxSpec(workspace=tmp_path, cwd=tmp_path)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 # Starts chromium's argv with the profile directory as the only writable place, handing it the
-# descriptors given (they are closed in the daemon once it started).
+# descriptors given; it takes them over (closes them in the daemon, started or not).
 Spawn = Callable[[list[str], Path, tuple[int, ...]], Awaitable["ChildProcess"]]
 # Inside the sandbox, just before chromium: its DevTools pipe ends become its descriptors 3 and 4,
 # where --remote-debugging-pipe looks for them ($1 and $2: where they were passed). bash, not sh:
@@ -112,7 +112,7 @@ class Chromium:
         try:
             child = await spawn(argv, Path(profile_dir), theirs)
         except BaseException:
-            for fd in (commands_w, events_r, *theirs):
+            for fd in (commands_w, events_r):
                 with contextlib.suppress(OSError):
                     os.close(fd)
             shutil.rmtree(profile_dir, ignore_errors=True)

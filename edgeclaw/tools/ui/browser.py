@@ -127,7 +127,9 @@ class BrowserTool(Tool):
         if not executable:
             raise ToolError("browser: chromium is not installed (apt-get install chromium)")
         confinement = self.confinement()
-        confined = await confinement.confined()  # refuses where the sandbox is required and missing
+        confined = await confinement.confined(
+            self.config
+        )  # refuses where the sandbox is required and missing
         proxy = GuardedProxy(self.policy)
         proxy_url = await proxy.start()
 

@@ -13,6 +13,7 @@ a memory bound, and says so in the log and in `doctor`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Sequence
@@ -47,10 +48,17 @@ class BrowserSandbox:
         self.sandbox: Sandbox = Sandbox(settings)
         self.hidden = [Path(os.path.realpath(p)) for p in hidden]
 
-    async def confined(self) -> bool:
+    async def confined(self, config: BrowserConfig) -> bool:
         """Whether chromium runs in a sandbox (False: on the host, sandbox.required = false).
-        Raises ToolError where the sandbox is required and does not work."""
+        Raises ToolError where the sandbox is required and does not work, or the bounds are bad."""
         from edgeclaw.sandbox.manager import SandboxUnavailable
+
+        if config.memory_mb < MIN_MEMORY_MB:
+            raise ToolError(f"browser: tools.browser.memory_mb is {config.memory_mb}, under {MIN_MEMORY_MB}")
+        if config.max_processes < MIN_PROCESSES:
+            raise ToolError(
+                f"browser: tools.browser.max_processes is {config.max_processes}, under {MIN_PROCESSES}"
+            )
 
         try:
             return (await self.sandbox.backend()).confines
@@ -86,12 +94,6 @@ class BrowserSandbox:
         from edgeclaw.sandbox.base import DEFAULT_PATH
         from edgeclaw.sandbox.process import ChildProcess
 
-        if config.memory_mb < MIN_MEMORY_MB:
-            raise ToolError(f"browser: tools.browser.memory_mb is {config.memory_mb}, under {MIN_MEMORY_MB}")
-        if config.max_processes < MIN_PROCESSES:
-            raise ToolError(
-                f"browser: tools.browser.max_processes is {config.max_processes}, under {MIN_PROCESSES}"
-            )
         bounded = self.memory_bounded()
         if not bounded:
             log.warning(
@@ -103,22 +105,28 @@ class BrowserSandbox:
         env.update(PATH=DEFAULT_PATH, HOME=str(profile))
         installation = _installation(executable)
         try:
-            launch = await self.sandbox.launch(
-                argv,
-                workspace=profile,
-                cwd=profile,
-                env=env,
-                network=True,  # to reach the guarded proxy on loopback; pages reach nothing else
-                timeout_s=config.idle_timeout_s,
-                hidden=[p for p in self.hidden if p.exists()],
-                keep_visible=installation,
-                memory_bytes=config.memory_mb * MIB,
-                max_processes=config.max_processes,
-                unix_sockets=True,  # chromium's processes talk over unix-domain sockets
-                etc_extra=CHROMIUM_ETC,
-                address_space_limit=False,
-                pass_fds=fds,
-            )
+            try:
+                launch = await self.sandbox.launch(
+                    argv,
+                    workspace=profile,
+                    cwd=profile,
+                    env=env,
+                    network=True,  # to reach the guarded proxy on loopback; pages reach nothing else
+                    timeout_s=config.idle_timeout_s,
+                    hidden=[p for p in self.hidden if p.exists()],
+                    keep_visible=installation,
+                    memory_bytes=config.memory_mb * MIB,
+                    max_processes=config.max_processes,
+                    unix_sockets=True,  # chromium's processes talk over unix-domain sockets
+                    etc_extra=CHROMIUM_ETC,
+                    address_space_limit=False,
+                    pass_fds=fds,
+                )
+            except BaseException:
+                for fd in fds:  # ChildProcess.start closes them once the launch is made
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                raise
             return await ChildProcess.start(launch)
         except BackendError as e:
             raise ToolError(f"browser: cannot start chromium in the sandbox: {e}") from None

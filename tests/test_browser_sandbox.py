@@ -215,6 +215,18 @@ async def test_bounds_too_small_for_chromium_are_refused_naming_the_key(
         assert not tool.running_for("cli:test")
 
 
+async def test_a_chromium_that_dies_at_start_is_a_clear_error(
+    tmp_path: Path, site: Site, forbidden: Site
+) -> None:
+    tool = make_tool(tmp_path, site, forbidden, executable="/bin/false")
+    try:
+        with pytest.raises(ToolError, match=r"chromium exited at start \(status 1, firejail\)"):
+            await call(tool, {"action": "open", "url": site.url("/")})
+        assert not tool.running_for("cli:test")
+    finally:
+        await tool.aclose()
+
+
 def test_only_the_browser_may_make_unix_sockets(tmp_path: Path) -> None:
     """exec's commands keep firejail's protocol filter without unix sockets; the browser asks for them."""
     spec = SandboxSpec(workspace=tmp_path, cwd=tmp_path)

@@ -119,10 +119,13 @@ class Chromium:
             raise
         log: deque[str] = deque(maxlen=_LOG_LINES)
         drain = asyncio.create_task(_drain(child, log))
+        cdp: CDPConnection | None = None
         try:
             cdp = await CDPConnection.over_pipe(events_r, commands_w)
             await _first_answer(cdp, child, log, within)
         except BaseException:
+            if cdp is not None:
+                await cdp.aclose()
             await child.close()
             drain.cancel()
             shutil.rmtree(profile_dir, ignore_errors=True)
@@ -165,9 +168,9 @@ async def _drain(child: ChildProcess, log: deque[str]) -> None:
 
 
 def _high(fd: int) -> int:
-    """`fd` moved above `_FD_FLOOR`, inheritable (passed to the child), the original closed."""
+    """`fd` moved above `_FD_FLOOR`, the original closed (close-on-exec: only `pass_fds` hands it on)."""
     try:
-        return fcntl.fcntl(fd, fcntl.F_DUPFD, _FD_FLOOR)
+        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, _FD_FLOOR)
     finally:
         os.close(fd)
 

@@ -19,6 +19,7 @@ from edgeclaw.errors import ToolError, ToolRefused
 from edgeclaw.tools.base import ToolContext
 from edgeclaw.tools.fs.workspace import Workspace
 from edgeclaw.tools.ui.browser import BrowserTool
+from edgeclaw.tools.ui.browser_sandbox import BrowserSandbox
 from tests.web_support import Page, Site
 
 pytestmark = pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
@@ -47,14 +48,18 @@ def forbidden() -> Iterator[Site]:
         yield s
 
 
-def make_tool(tmp_path: Path, site: Site, forbidden: Site, **settings: object) -> BrowserTool:
+def make_tool(
+    tmp_path: Path, site: Site, forbidden: Site, confinement: BrowserSandbox | None = None, **settings: object
+) -> BrowserTool:
+    """A browser tool whose pages may reach `site`, not `forbidden`; chromium in the built-in sandbox
+    settings (firejail or bubblewrap, required) unless `confinement` says otherwise."""
     policy = NetworkPolicy(
         allow_networks=parse_networks(["127.0.0.1/32"]), ports=frozenset({site.port, forbidden.port})
     )
     config = BrowserConfig(**settings)  # type: ignore[arg-type]
     root = tmp_path / "ws"
     root.mkdir(exist_ok=True)
-    return BrowserTool(config, policy, Workspace(root))
+    return BrowserTool(config, policy, Workspace(root), confinement)
 
 
 async def call(tool: BrowserTool, args: dict, ctx: ToolContext | None = None):
@@ -169,7 +174,7 @@ async def test_idle_timeout_closes_chromium(tmp_path: Path, site: Site, forbidde
     tool = make_tool(tmp_path, site, forbidden, idle_timeout_s=1.0)
     try:
         await call(tool, {"action": "open", "url": site.url("/")})
-        process = tool._instances["cli:test"].session.chromium.process
+        process = tool._instances["cli:test"].session.chromium.child.proc
         for _ in range(80):
             if process.returncode is not None:
                 break

@@ -3,6 +3,7 @@ path on a real board's profile), read back as a PNG with Pillow."""
 
 from __future__ import annotations
 
+import shutil
 import struct
 from pathlib import Path
 from typing import Any
@@ -162,3 +163,28 @@ async def test_canvas_and_screenshot_on_an_xrgb8888_framebuffer(tmp_path):
         assert [shot.getpixel((x, 0)) for x in range(4)] == [(0, 0, 0), (16, 32, 48), (16, 32, 48), (0, 0, 0)]
     finally:
         await runtime.aclose()
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed")
+async def test_a_tab_of_the_callers_own_browser(tmp_path):
+    """source browser: a tab of the caller's browser, as the daemon wires it (sandboxed chromium); another
+    caller, with no browser of its own, gets none of it."""
+    from edgeclaw.tools.base import ToolContext
+    from tests.web_support import Page, Site
+
+    with Site("127.0.0.1") as site:
+        site.routes["/"] = lambda _seen: Page(body=b"<h1>shot</h1>", headers={"Content-Type": "text/html"})
+        web = {"allow_networks": ["127.0.0.1/32"], "ports": [site.port]}
+        runtime = make_runtime(tmp_path, tools={"rate_limit": 0, "web": web})
+        try:
+            tab = (await ok(runtime, "browser", action="open", url=site.url("/")))["tab"]
+            shot = await ok(runtime, "screenshot", source="browser", tab=tab, path="shots/page.png")
+            assert shot["path"] == "shots/page.png" and shot["tab"] == tab
+            assert read_png(runtime.workspace / "shots/page.png").size[0] > 100
+            other = ToolContext(channel="cli", session_key="hw-test-2", caller="cli:someone-else")
+            outcome = await runtime.registry.execute("screenshot", {"source": "browser"}, other)
+            assert not outcome.ok and "no browser is running for this caller" in outcome.error
+            refused = await call(runtime, "screenshot", source="browser", display="screen")
+            assert not refused.ok and "a browser tab is named by tab" in refused.error
+        finally:
+            await runtime.aclose()

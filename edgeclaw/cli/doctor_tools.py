@@ -1,6 +1,7 @@
 """`edgeclaw doctor`'s word on the tools that need something of the machine or the config to work: git
-(the system's git), browser (chromium), composio (a key and its host allowed). Each says nothing when its
-tool is not registered; canvas and screenshot are judged with the board's displays."""
+(the system's git), browser (chromium, and whether it runs sandboxed and memory-bounded), composio (a
+key and its host allowed). Each says nothing when its tool is not registered; canvas and screenshot are
+judged with the board's displays."""
 
 from __future__ import annotations
 
@@ -16,7 +17,12 @@ Said = tuple[str, str, str]  # (level, check, detail), as doctor's Finding
 
 
 def seed_tool_findings(runtime: Runtime) -> list[Said]:
-    found = (git_finding(runtime), browser_finding(runtime), composio_finding(runtime))
+    found = (
+        git_finding(runtime),
+        browser_finding(runtime),
+        browser_confinement_finding(runtime),
+        composio_finding(runtime),
+    )
     return [f for f in found if f is not None]
 
 
@@ -37,6 +43,26 @@ def browser_finding(runtime: Runtime) -> Said | None:
         "browser",
         "chromium is not installed: browser refuses every call (apt-get install chromium)",
     )
+
+
+def browser_confinement_finding(runtime: Runtime) -> Said | None:
+    """Whether the browser's chromium will run in the sandbox and under its memory bound."""
+    if "browser" not in runtime.registry.names():
+        return None
+    from edgeclaw.sandbox.manager import make_backend
+    from edgeclaw.tools.runtime.shell_setup import sandbox_settings
+    from edgeclaw.tools.ui.browser_sandbox import BrowserSandbox
+
+    settings = sandbox_settings(runtime.config)
+    names = ("firejail", "bubblewrap") if settings.backend == "auto" else (settings.backend,)
+    installed = [n for n in names if n == "none" or make_backend(n, settings).locate()]
+    if not installed and settings.required:
+        return ("FAIL", "browser sandbox", f"no sandbox ({', '.join(names)}) installed: browser refuses")
+    ok, said = BrowserSandbox(settings).report(runtime.config.tools.browser)
+    if not installed:
+        said = "not sandboxed (no sandbox installed, sandbox.required = false): chromium runs on the host"
+        ok = False
+    return ("ok" if ok else "warn", "browser sandbox", said)
 
 
 def composio_finding(runtime: Runtime) -> Said | None:

@@ -140,6 +140,10 @@ class BrowserConfig:
     idle_timeout_s: float = 300.0  # a caller's browser closes after this long without a call
     max_instances: int = 2  # browsers running at once (one per caller at most)
     load_timeout_s: float = 30.0  # open: how long a page may take to load
+    # Memory one browser may use, bounded by its own cgroup in the sandbox; past it chromium is stopped.
+    memory_mb: int = 512
+    # Processes and threads one browser may have (its pids cgroup); chromium runs hundreds of threads.
+    max_processes: int = 512
 
 
 TtsKind = Literal["openai", "elevenlabs", "minimax", "edge", "espeak", "piper"]

@@ -76,7 +76,10 @@ class SandboxSpec:
     stay visible; the rest of /etc is replaced. `visible` are paths the command
     must be able to read (read-only) outside the system directories
     (`SYSTEM_DIRS`): a program's own installation, say a virtualenv under /tmp
-    or an interpreter under the daemon user's home.
+    or an interpreter under the daemon user's home. `unix_sockets`: the command may make unix-domain
+    sockets (a multi-process program's own IPC, such as chromium's); off for shell commands, for which
+    a socket in /run would be a way out. `keep_fds`: descriptors the command inherits through the
+    sandbox (a pipe the daemon talks to it over).
     """
 
     workspace: Path
@@ -87,6 +90,8 @@ class SandboxSpec:
     etc_allow: tuple[str, ...] = DEFAULT_ETC_ALLOW
     timeout_s: float = 300.0
     visible: tuple[Path, ...] = ()
+    unix_sockets: bool = False
+    keep_fds: tuple[int, ...] = ()
 
 
 class SandboxBackend(ABC):

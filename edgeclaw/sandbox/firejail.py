@@ -89,11 +89,15 @@ class FirejailBackend(SandboxBackend):
             "--deterministic-exit-code",
             # No unix-domain sockets (socketpair still works): with the daemon's uid, a socket
             # visible in /run (D-Bus, systemd, a broker, a database) would be a way out of the
-            # sandbox that --net=none does not close.
-            "--protocol=inet,inet6,netlink",
+            # sandbox that --net=none does not close. A program whose own processes talk over them
+            # asks (`unix_sockets`); /run's entries are hidden from it all the same (`_host_view`).
+            "--protocol=" + ("unix," if spec.unix_sockets else "") + "inet,inet6,netlink",
         ]
         if not spec.network:
             args.append("--net=none")
+        if spec.keep_fds:
+            # firejail closes every inherited descriptor above 2 but those named here.
+            args.append("--keep-fd=" + ",".join(str(fd) for fd in spec.keep_fds))
         args += _host_view(spec)
         # No `--` before the program: with it, firejail 0.9.7x runs the command through the
         # user's login shell, which for a system user (/usr/sbin/nologin) runs nothing at all.

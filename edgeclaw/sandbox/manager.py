@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from edgeclaw.errors import BackendError
-from edgeclaw.sandbox.base import Limits, SandboxBackend, SandboxSpec, hidden_around
+from edgeclaw.sandbox.base import DEFAULT_ETC_ALLOW, Limits, SandboxBackend, SandboxSpec, hidden_around
 from edgeclaw.sandbox.bubblewrap import BubblewrapBackend
 from edgeclaw.sandbox.cgroup import SandboxCgroups, layout_reason
 from edgeclaw.sandbox.firejail import FirejailBackend
@@ -245,11 +245,23 @@ class Sandbox:
         hidden: Sequence[Path] = (),
         keep_visible: Sequence[Path] = (),
         memory_bytes: int = 0,
+        max_processes: int = 0,
+        unix_sockets: bool = False,
+        etc_extra: Sequence[str] = (),
+        address_space_limit: bool = True,
+        pass_fds: Sequence[int] = (),
     ) -> Launch:
         """A confined launch. `keep_visible`: paths left readable even inside `hidden` (and the
         configured hide_paths): a program's own installation. `memory_bytes`: bound the command's
         memory by its own cgroup instead of by address space per process (RLIMIT_AS), which Node
-        and the JVM cannot start under; where no memory cgroup is to be had, RLIMIT_AS stays."""
+        and the JVM cannot start under; where no memory cgroup is to be had, RLIMIT_AS stays.
+        For one program rather than a shell command (the browser): `max_processes` replaces
+        sandbox.max_processes (the pids cgroup counts threads, of which chromium has hundreds),
+        `unix_sockets` lets it make unix-domain sockets (its own processes' IPC), `etc_extra` names
+        /etc entries it needs besides the configured ones (its fonts, its own settings), and
+        `address_space_limit = False` drops RLIMIT_AS where no cgroup bounds its memory (V8 reserves
+        gigabytes of address space; the caller says it runs unbounded). `pass_fds`: descriptors the
+        program inherits through the sandbox (closed here once it started, as the backend's are)."""
         backend = await self.backend()
         s = self.settings
         self.check_disk(workspace)
@@ -260,9 +272,9 @@ class Sandbox:
                 "running as root and no pids cgroup is writable, so the process limit cannot be "
                 "enforced; run the daemon as an unprivileged user or set sandbox.pids_cgroup"
             )
-        limits = s.limits
+        limits = s.limits if max_processes <= 0 else replace(s.limits, max_processes=max_processes)
         by_cgroup = memory_bytes > 0 and cgroups is not None and cgroups.bounds_commands_memory
-        if by_cgroup:
+        if by_cgroup or not address_space_limit:
             limits = replace(limits, max_memory_bytes=0)
         elif memory_bytes > 0:
             log.warning(
@@ -280,20 +292,24 @@ class Sandbox:
             limits=limits,
             timeout_s=timeout_s,
             visible=tuple(Path(p) for p in keep_visible),
-            **({} if s.etc_allow is None else {"etc_allow": s.etc_allow}),
+            unix_sockets=unix_sockets,
+            keep_fds=tuple(pass_fds),
+            etc_allow=tuple(
+                dict.fromkeys([*(DEFAULT_ETC_ALLOW if s.etc_allow is None else s.etc_allow), *etc_extra])
+            ),
         )
         cgroup = None
         if cgroups is not None:
             try:
                 # The backend's own processes (the guard shell, firejail's two, a shell) count too.
-                cgroup = cgroups.create(s.limits.max_processes + 5, memory_bytes if by_cgroup else 0)
+                cgroup = cgroups.create(limits.max_processes + 5, memory_bytes if by_cgroup else 0)
             except OSError as e:
                 where = cgroups.run_dir
                 raise BackendError(f"cannot create a command cgroup under {where}: {e.strerror}") from None
         wrapped, fds = backend.wrap_with_fds(list(argv), spec)
         return Launch(
             argv=wrapped,
-            pass_fds=fds,
+            pass_fds=(*fds, *pass_fds),
             env=dict(env),
             cwd=cwd,
             backend=backend.name,

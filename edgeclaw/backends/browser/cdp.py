@@ -1,8 +1,10 @@
-"""A small Chrome DevTools Protocol client: JSON commands and events over one websocket.
+"""A small Chrome DevTools Protocol client: JSON commands and events over chromium's DevTools pipe.
 
-Built on wsproto (already a dependency) over asyncio streams rather than a CDP library: the protocol
-needs only "send a command with an id, await the reply with that id, collect events", and wsproto is
-pure Python, so it installs on arm64 and armhf without a compiler (docs/browser.md has the figures).
+chromium is started with `--remote-debugging-pipe`: it reads commands from its descriptor 3 and writes
+replies and events to its descriptor 4, each message a JSON text ended by a NUL byte. So no DevTools
+port is opened on loopback, where any local process could have driven the browser: only the daemon,
+which holds the other ends, can. The protocol needs only "send a command with an id, await the reply
+with that id, collect events"; no CDP library is needed, nor a websocket.
 """
 
 from __future__ import annotations
@@ -11,60 +13,49 @@ import asyncio
 import contextlib
 import itertools
 import json
+import os
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
-
-from wsproto import ConnectionType, WSConnection
-from wsproto.events import (
-    AcceptConnection,
-    BytesMessage,
-    CloseConnection,
-    Ping,
-    RejectConnection,
-    Request,
-    TextMessage,
-)
 
 from edgeclaw.errors import BackendError
 
 EventHandler = Callable[[str, dict[str, Any], str | None], None]
+# The longest message taken from chromium (a full-page screenshot is base64 in one message).
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
 class CDPConnection:
-    """One websocket to the browser (its /devtools/browser endpoint); sessions are flattened into it."""
+    """The DevTools pipe of one browser; sessions (tabs) are flattened into it."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ws: WSConnection) -> None:
+    def __init__(
+        self, reader: asyncio.StreamReader, read_pipe: asyncio.BaseTransport, writer: asyncio.WriteTransport
+    ) -> None:
         self._reader = reader
+        self._read_pipe = read_pipe
         self._writer = writer
-        self._ws = ws
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._handlers: list[EventHandler] = []
-        self._text: list[str] = []
         self._task = asyncio.create_task(self._read_loop())
         self.closed = False
 
     @classmethod
-    async def connect(cls, url: str, within: float = 10.0) -> CDPConnection:
-        parts = urlsplit(url)
-        host, port = parts.hostname or "127.0.0.1", parts.port or 80
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), within)
-        ws = WSConnection(ConnectionType.CLIENT)
-        writer.write(ws.send(Request(host=f"{host}:{port}", target=parts.path or "/")))
-        await writer.drain()
-        while True:
-            data = await asyncio.wait_for(reader.read(65536), within)
-            if not data:
-                raise BackendError("browser: the DevTools endpoint closed during the handshake")
-            ws.receive_data(data)
-            for event in ws.events():
-                if isinstance(event, AcceptConnection):
-                    return cls(reader, writer, ws)
-                if isinstance(event, RejectConnection):
-                    raise BackendError(
-                        f"browser: the DevTools endpoint refused the websocket ({event.status_code})"
-                    )
+    async def over_pipe(cls, from_browser: int, to_browser: int) -> CDPConnection:
+        """The connection over the daemon's ends of the two pipes (this takes them over)."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=MAX_MESSAGE_BYTES, loop=loop)
+        read_file = os.fdopen(from_browser, "rb", buffering=0)
+        write_file = os.fdopen(to_browser, "wb", buffering=0)
+        try:
+            read_pipe, _ = await loop.connect_read_pipe(
+                lambda: asyncio.StreamReaderProtocol(reader, loop=loop), read_file
+            )
+            writer, _ = await loop.connect_write_pipe(asyncio.Protocol, write_file)
+        except BaseException:
+            read_file.close()
+            write_file.close()
+            raise
+        return cls(reader, read_pipe, writer)
 
     def on_event(self, handler: EventHandler) -> None:
         self._handlers.append(handler)
@@ -84,8 +75,11 @@ class CDPConnection:
             message["sessionId"] = session
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[ident] = future
-        self._writer.write(self._ws.send(TextMessage(data=json.dumps(message))))
-        await self._writer.drain()
+        try:
+            self._writer.write(json.dumps(message).encode() + b"\0")
+        except (OSError, RuntimeError):
+            self._pending.pop(ident, None)
+            raise BackendError("browser: the browser went away") from None
         try:
             reply = await asyncio.wait_for(future, within)
         except TimeoutError:
@@ -98,21 +92,13 @@ class CDPConnection:
 
     async def _read_loop(self) -> None:
         try:
-            while data := await self._reader.read(1 << 16):
-                self._ws.receive_data(data)
-                for event in self._ws.events():
-                    if isinstance(event, TextMessage):
-                        self._text.append(event.data)
-                        if event.message_finished:
-                            self._dispatch("".join(self._text))
-                            self._text.clear()
-                    elif isinstance(event, BytesMessage):
-                        continue
-                    elif isinstance(event, Ping):
-                        self._writer.write(self._ws.send(event.response()))
-                    elif isinstance(event, CloseConnection):
-                        return
-        except (ConnectionError, OSError):
+            while True:
+                try:
+                    data = await self._reader.readuntil(b"\0")
+                except asyncio.IncompleteReadError:
+                    return  # the browser closed its end
+                self._dispatch(data[:-1].decode("utf-8", "replace"))
+        except (ConnectionError, OSError, asyncio.LimitOverrunError, ValueError):
             return
         finally:
             self.closed = True
@@ -136,5 +122,4 @@ class CDPConnection:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._task
         self._writer.close()
-        with contextlib.suppress(Exception):
-            await self._writer.wait_closed()
+        self._read_pipe.close()

@@ -53,3 +53,16 @@ FOCUS_JS = r"""
   return true;
 })()
 """
+
+# Whether a referenced element can be acted on now: on the page, with a box, shown, not disabled.
+# "gone" when it left the page (a later read gives new references).
+READY_JS = r"""
+(() => {
+  const el = (window[%(table)s] || [])[%(index)d - 1];
+  if (!el || !el.isConnected) return 'gone';
+  const r = el.getBoundingClientRect();
+  const style = getComputedStyle(el);
+  return r.width > 0 && r.height > 0 && style.visibility !== 'hidden' && style.display !== 'none'
+    && !el.disabled;
+})()
+"""

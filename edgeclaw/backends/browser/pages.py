@@ -7,11 +7,13 @@ import base64
 import json
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from edgeclaw.backends.browser.chromium import Chromium
-from edgeclaw.backends.browser.outline import ELEMENT_JS, FOCUS_JS, OUTLINE_JS
+from edgeclaw.backends.browser.outline import ELEMENT_JS, FOCUS_JS, OUTLINE_JS, READY_JS
 from edgeclaw.errors import BackendError
 
 OUTLINE_LIMIT = 400
@@ -36,9 +38,18 @@ def ref_index(ref: str) -> int:
 class BrowserSession:
     """The tabs of one chromium; the tool keeps one per caller."""
 
-    def __init__(self, chromium: Chromium, download_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        chromium: Chromium,
+        download_dir: str | None = None,
+        on_download: Callable[[Path, str], None] | None = None,
+    ) -> None:
+        """`download_dir`: where chromium saves a download (inside its profile, the only place it may
+        write), each under its download id; `on_download(file, suggested name)` takes it from there."""
         self.chromium = chromium
         self.download_dir = download_dir
+        self.on_download = on_download
+        self._names: dict[str, str] = {}
         self.tabs: dict[str, Tab] = {}
         self._numbers = iter(range(1, 1 << 30))
         self._table = json.dumps("__ec_" + secrets.token_hex(8))
@@ -49,7 +60,7 @@ class BrowserSession:
         if self.download_dir:
             await self.chromium.cdp.send(
                 "Browser.setDownloadBehavior",
-                {"behavior": "allow", "downloadPath": self.download_dir, "eventsEnabled": True},
+                {"behavior": "allowAndName", "downloadPath": self.download_dir, "eventsEnabled": True},
             )
 
     def _event(self, method: str, params: dict[str, Any], session: str | None) -> None:
@@ -57,8 +68,14 @@ class BrowserSession:
             for tab in self.tabs.values():
                 if tab.session_id == session:
                     tab.loaded.set()
+        elif method == "Browser.downloadWillBegin":
+            self._names[params.get("guid", "")] = params.get("suggestedFilename", "")
         elif method == "Browser.downloadProgress" and params.get("state") == "completed":
             self.downloads.append(params)
+            guid = params.get("guid", "")
+            name = self._names.pop(guid, "")
+            if self.download_dir and self.on_download and guid and "/" not in guid:
+                self.on_download(Path(self.download_dir) / guid, name or guid)
 
     def tab(self, tab_id: str | None) -> Tab:
         if not self.tabs:
@@ -125,22 +142,38 @@ class BrowserSession:
             raise BackendError(f"browser: {ref} is not on the page any more; read the page again")
         await self.chromium.cdp.send("Input.insertText", {"text": text}, session=tab.session_id)
 
-    async def wait(self, tab: Tab, text: str | None, ref_selector: str | None, within: float) -> None:
-        probe = (
-            f"document.body && document.body.innerText.includes({json.dumps(text)})"
-            if text
-            else f"!!document.querySelector({json.dumps(ref_selector)})"
-        )
+    async def wait(
+        self, tab: Tab, text: str | None, ref_selector: str | None, within: float, ref: str | None = None
+    ) -> None:
+        """Until `text` is on the page, an element matches the selector, or the element `ref` (from
+        read) can be acted on (shown, not disabled)."""
+        if ref:
+            probe = READY_JS % {"table": self._table, "index": ref_index(ref)}
+        elif text:
+            probe = f"document.body && document.body.innerText.includes({json.dumps(text)})"
+        else:
+            probe = f"!!document.querySelector({json.dumps(ref_selector)})"
         loop = asyncio.get_running_loop()
         deadline = loop.time() + within
         while loop.time() < deadline:
             try:
-                if await self.evaluate(tab, probe, within=max(0.5, deadline - loop.time())):
-                    return
+                found = await self.evaluate(tab, probe, within=max(0.5, deadline - loop.time()))
             except BackendError:
-                pass
+                if self.chromium.cdp.closed:
+                    raise  # the browser itself went away: nothing more will appear
+                found = None
+            if found == "gone":
+                raise BackendError(f"browser: {ref} is not on the page any more; read the page again")
+            if found:
+                return
             await asyncio.sleep(0.2)
-        what = f"text {text!r}" if text else f"an element matching {ref_selector!r}"
+        what = (
+            f"{ref} to be shown and enabled"
+            if ref
+            else f"text {text!r}"
+            if text
+            else f"an element matching {ref_selector!r}"
+        )
         raise BackendError(f"browser: {what} did not appear in tab {tab.tab_id} within {within:g} s")
 
     async def screenshot(self, tab: Tab) -> bytes:

@@ -24,5 +24,9 @@ def ui_tools(profile: BoardProfile, backends: BoardBackends, ws: Workspace, conf
     """canvas, screenshot and browser. Registered on every board: on one that declares no display
     canvas and screenshot refuse, naming the profile, which tells a model more than a missing tool
     does; browser refuses, naming the package, where chromium is not installed."""
-    browser = BrowserTool(config.tools.browser, browser_policy(config.tools.web), ws)
-    return [CanvasTool(profile, backends, ws), ScreenshotTool(profile, backends, ws), browser]
+    from edgeclaw.config.paths import state_dir
+    from edgeclaw.tools.ui.browser_sandbox import browser_sandbox
+
+    confinement = browser_sandbox(config, state_dir(config.state_dir), ws.root)
+    browser = BrowserTool(config.tools.browser, browser_policy(config.tools.web), ws, confinement)
+    return [CanvasTool(profile, backends, ws), ScreenshotTool(profile, backends, ws, browser), browser]

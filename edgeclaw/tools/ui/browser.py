@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeclaw.errors import BackendError, ToolError, ToolRefused
@@ -26,6 +28,10 @@ if TYPE_CHECKING:
     from edgeclaw.backends.browser.proxy import GuardedProxy
     from edgeclaw.backends.web.guard import NetworkPolicy
     from edgeclaw.config.tools_schema import BrowserConfig
+    from edgeclaw.sandbox.process import ChildProcess
+    from edgeclaw.tools.ui.browser_sandbox import BrowserSandbox
+
+log = logging.getLogger("edgeclaw.tools.browser")
 
 ACTIONS = ("open", "read", "click", "type", "wait", "screenshot", "tabs", "close", "evaluate")
 SCREENSHOT_DIR = "screenshots"
@@ -49,8 +55,8 @@ class BrowserTool(Tool):
     group = "ui"
     description = (
         "Drive a headless web browser: open a URL (gives a tab id), read it (text and an outline whose "
-        "elements have references like e12), click or type into an element by reference, wait for text, "
-        "screenshot it into the workspace, list tabs, close a tab or the browser."
+        "elements have references like e12), click or type into an element by reference, wait for text "
+        "or an element, screenshot it into the workspace, list tabs, close a tab or the browser."
     )
     parameters: dict[str, Any] = {
         "type": "object",
@@ -61,7 +67,7 @@ class BrowserTool(Tool):
             "ref": {
                 "type": "string",
                 "maxLength": 16,
-                "description": "click/type: an element reference (e12).",
+                "description": "click/type/wait: an element reference (e12).",
             },
             "text": {"type": "string", "maxLength": 10_000, "description": "type: what to type; wait: text."},
             "selector": {"type": "string", "maxLength": 512, "description": "wait: a CSS selector."},
@@ -73,12 +79,21 @@ class BrowserTool(Tool):
         "additionalProperties": False,
     }
 
-    def __init__(self, config: BrowserConfig, policy: NetworkPolicy, ws: Workspace) -> None:
+    def __init__(
+        self,
+        config: BrowserConfig,
+        policy: NetworkPolicy,
+        ws: Workspace,
+        confinement: BrowserSandbox | None = None,
+    ) -> None:
+        """`confinement`: the sandbox chromium starts in (default: the built-in sandbox settings)."""
         self.config = config
         self.policy = policy
         self.ws = ws
+        self._confinement = confinement
         self._instances: dict[str, _Instance] = {}
         self._lock = asyncio.Lock()
+        self._moves: set[asyncio.Task[None]] = set()
 
     # -- instances ------------------------------------------------------------------------------
 
@@ -111,13 +126,22 @@ class BrowserTool(Tool):
         executable = self.config.executable or find_chromium()
         if not executable:
             raise ToolError("browser: chromium is not installed (apt-get install chromium)")
-        downloads = self.ws.root / DOWNLOAD_DIR
-        downloads.mkdir(parents=True, exist_ok=True)
+        confinement = self.confinement()
+        confined = await confinement.confined(
+            self.config
+        )  # refuses where the sandbox is required and missing
         proxy = GuardedProxy(self.policy)
         proxy_url = await proxy.start()
+
+        async def spawn(argv: list[str], profile: Path, fds: tuple[int, ...]) -> ChildProcess:
+            return await confinement.spawn(self.config, argv, profile, fds, executable)
+
         try:
-            chromium = await Chromium.start(executable, proxy=proxy_url)
-            session = BrowserSession(chromium, str(downloads))
+            chromium = await Chromium.start(executable, spawn, proxy=proxy_url, confined=confined)
+            # chromium may write only in its profile: a download lands there and is moved here.
+            downloads = Path(chromium.profile_dir) / DOWNLOAD_DIR
+            downloads.mkdir(exist_ok=True)
+            session = BrowserSession(chromium, str(downloads), self._deliver)
             await session.setup()
         except BaseException:
             await proxy.aclose()
@@ -126,6 +150,31 @@ class BrowserTool(Tool):
         self._instances[identity] = inst
         inst.idle_task = asyncio.create_task(self._idle_watch(identity, inst))
         return inst
+
+    def confinement(self) -> BrowserSandbox:
+        if self._confinement is None:
+            from edgeclaw.tools.ui.browser_sandbox import default_browser_sandbox
+
+            self._confinement = default_browser_sandbox()
+        return self._confinement
+
+    def _deliver(self, file: Path, name: str) -> None:
+        """A finished download, moved from chromium's profile into the workspace's downloads/."""
+        shown = f"{DOWNLOAD_DIR}/{Path(name).name.lstrip('.') or 'download'}"
+
+        def move() -> None:
+            try:
+                target = self.ws.resolve(shown, for_write=True)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                save(self.ws, target, file.read_bytes(), shown)
+            except (OSError, ToolError) as e:
+                log.warning("browser: could not keep the download %s: %s", shown, e)
+            finally:
+                file.unlink(missing_ok=True)
+
+        task = asyncio.get_running_loop().create_task(asyncio.to_thread(move))
+        self._moves.add(task)
+        task.add_done_callback(self._moves.discard)
 
     async def _idle_watch(self, identity: str, inst: _Instance) -> None:
         limit = self.config.idle_timeout_s
@@ -169,16 +218,43 @@ class BrowserTool(Tool):
             raise ToolError("browser: open needs a url")
         if action in ("click", "type") and not args.get("ref"):
             raise ToolError(f"browser: {action} needs a ref (like e12, from read)")
-        if action == "wait" and not (args.get("text") or args.get("selector")):
-            raise ToolError("browser: wait needs text or a selector")
+        if action == "wait" and not (args.get("text") or args.get("selector") or args.get("ref")):
+            raise ToolError("browser: wait needs text, a selector or a ref (like e12, from read)")
+        if action == "wait" and sum(bool(args.get(k)) for k in ("text", "selector", "ref")) > 1:
+            raise ToolError("browser: wait takes one of text, selector and ref")
 
     async def execute(self, args: Args, ctx: ToolContext) -> ToolResult:
         await self.check(args, ctx)
         action = args["action"]
         try:
             return await self._act(action, args, ctx)
-        except BackendError as e:
+        except (BackendError, ToolError) as e:
+            if await self._dropped_for_memory(ctx.identity):
+                raise ToolError(
+                    f"browser: the browser ran out of its {self.config.memory_mb} MiB and was stopped "
+                    "(tools.browser.memory_mb); the next call starts a fresh one"
+                ) from None
+            if isinstance(e, ToolError):
+                raise
             raise ToolError(str(e)) from None
+
+    async def _dropped_for_memory(self, identity: str) -> bool:
+        """Whether the caller's chromium was ended by its memory bound; if so it is dropped."""
+        async with self._lock:
+            inst = self._instances.get(identity)
+            if inst is None:
+                return False
+            chromium = inst.session.chromium
+            if chromium.running and not chromium.out_of_memory():
+                return False  # an error of the call, not of the browser
+            with contextlib.suppress(TimeoutError):
+                # The cgroup's kill reaches every process at once; the browser's end follows.
+                await asyncio.wait_for(asyncio.shield(chromium.child.proc.wait()), 2)
+            if not chromium.out_of_memory():
+                return False
+            log.warning("browser of %s stopped: out of its %d MiB", identity, self.config.memory_mb)
+            await self._stop(identity)
+            return True
 
     async def _act(self, action: str, args: Args, ctx: ToolContext) -> ToolResult:
         if action == "close" and not args.get("tab"):
@@ -235,12 +311,25 @@ class BrowserTool(Tool):
             await session.type(tab, args["ref"], args.get("text", ""))
             return ToolResult(for_llm=f"Typed into {args['ref']} in tab {tab.tab_id}")
         if action == "wait":
-            await session.wait(tab, args.get("text"), args.get("selector"), min(timeout, MAX_WAIT_S))
+            await session.wait(
+                tab, args.get("text"), args.get("selector"), min(timeout, MAX_WAIT_S), args.get("ref")
+            )
             return ToolResult(for_llm=f"Found it in tab {tab.tab_id}")
         if action == "screenshot":
             return await self._screenshot(session, tab, args)
         value = await session.evaluate(tab, args.get("expression", ""))
         return ToolResult(for_llm=f"{value!r}"[:TEXT_LIMIT], data={"value": value})
+
+    async def capture(self, args: Args, ctx: ToolContext) -> ToolResult:
+        """A screenshot of a tab of the caller's own browser (`tab`, default the newest) into the
+        workspace (`path`): for the screenshot tool. Never starts a browser, never another caller's."""
+        try:
+            inst = await self._instance(ctx, start=False)
+            if inst is None:
+                raise ToolError("screenshot: no browser is running for this caller; browser open a URL first")
+            return await self._screenshot(inst.session, inst.session.tab(args.get("tab")), args)
+        except BackendError as e:
+            raise ToolError(f"screenshot: {e}") from None
 
     def _with_refusal(self, message: str, inst: _Instance) -> str:
         if inst.proxy.refused:

@@ -199,6 +199,19 @@ def test_type_and_value_mistakes_are_reported_in_one_pass_with_their_lines(tmp_p
         assert message.startswith(f"{path}: {key}: ") and message.endswith(f"(line {line})"), message
 
 
+def test_browser_bounds_too_small_for_chromium_are_refused_at_load(tmp_path):
+    text = "[tools.browser]\nmemory_mb = 16\nmax_processes = 8\nmax_instances = 0\n"
+    messages = errors_of(write(tmp_path, text))
+    assert [m.split(": ")[1] for m in messages] == [
+        "tools.browser.memory_mb",
+        "tools.browser.max_processes",
+        "tools.browser.max_instances",
+    ]
+    assert "expected an integer >= 64, got 16" in messages[0]
+    smallest = write(tmp_path, "[tools.browser]\nmemory_mb = 64\nmax_processes = 64\n")
+    assert load_config(smallest, environ={}).tools.browser.memory_mb == 64
+
+
 def test_a_key_whose_type_is_wrong_is_not_also_reported_for_its_value(tmp_path):
     # A wrong type leaves the default in place for the other checks; no second message about it.
     messages = errors_of(write(tmp_path, '[mqtt]\nport = "x"\n[console]\nbaud = "fast"\n'))

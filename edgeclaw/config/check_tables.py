@@ -74,6 +74,12 @@ RANGES: tuple[Range, ...] = (
     Range("tools.subagents.timeout_s", 0, above=True),
     Range("tools.subagents.archive_after_s", 0),
     Range("tools.subagents.announce_debounce_s", 0, 60),
+    Range("tools.browser.idle_timeout_s", 0, above=True),
+    Range("tools.browser.max_instances", 1),
+    Range("tools.browser.load_timeout_s", 0, above=True),
+    # chromium does not start in less; its pids cgroup counts threads, of which it has hundreds.
+    Range("tools.browser.memory_mb", 64),
+    Range("tools.browser.max_processes", 64),
     Range("hardware.op_timeout_s", 0, above=True),
     Range("hardware.flash_timeout_s", 0, above=True),
     Range("hardware.max_pulse_s", 0, above=True),

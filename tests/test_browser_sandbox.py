@@ -297,3 +297,14 @@ def test_doctor_says_whether_the_browser_is_sandboxed_and_bounded(tmp_path: Path
     )
     level, _, said = browser_confinement_finding(missing)  # type: ignore[misc]
     assert level == "FAIL" and "browser refuses" in said
+
+
+def test_the_browser_starts_through_the_same_sandbox_as_exec(tmp_path: Path) -> None:
+    """One sandbox, so one run cgroup: sandbox.max_total_memory_mb bounds exec's commands and the
+    browser together, not each apart."""
+    from tests.shell_helpers import make_runtime
+
+    runtime = make_runtime(tmp_path)
+    exec_sandbox = runtime.registry.get("exec").shell.runner.sandbox
+    browser = runtime.registry.get("browser")
+    assert browser._confinement.sandbox is exec_sandbox

@@ -352,15 +352,14 @@ def install_mcp(
     if not config.mcp.servers:
         return None
     from edgeclaw import __version__
-    from edgeclaw.sandbox.manager import Sandbox
-    from edgeclaw.tools.runtime.shell_setup import hidden_from_commands, sandbox_settings
+    from edgeclaw.tools.runtime.shell_setup import hidden_from_commands, shared_sandbox
 
     bridge = McpBridge(
         config,
         registry,
         state_dir=state_dir,
         secrets=secrets,
-        sandbox=Sandbox(sandbox_settings(config)),
+        sandbox=shared_sandbox(config),
         hidden=hidden_from_commands(config),
         client_version=__version__,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -64,6 +65,20 @@ def _sandbox_settings(config: Config) -> SandboxSettings:
 def sandbox_settings(config: Config) -> SandboxSettings:
     """[sandbox] as the sandbox layer takes it (for every program edgeclaw confines)."""
     return _sandbox_settings(config)
+
+
+# One Sandbox per configuration: exec's commands, MCP servers and the browser share its cgroups.
+_SANDBOXES: weakref.WeakKeyDictionary[Config, Sandbox] = weakref.WeakKeyDictionary()
+
+
+def shared_sandbox(config: Config) -> Sandbox:
+    """The Sandbox every program confined under `config` starts through. One instance, so one run
+    cgroup: sandbox.max_total_memory_mb bounds exec's commands, the MCP servers and the browser
+    together, as doctor says, rather than each of them apart."""
+    sandbox = _SANDBOXES.get(config)
+    if sandbox is None:
+        sandbox = _SANDBOXES[config] = Sandbox(_sandbox_settings(config))
+    return sandbox
 
 
 def hidden_from_commands(config: Config) -> list[Path]:
@@ -164,7 +179,7 @@ def install_shell_tools(
 
     e = config.tools.exec
     runner = ShellRunner(
-        sandbox=Sandbox(_sandbox_settings(config)),
+        sandbox=shared_sandbox(config),
         workspace=workspace,
         state_dir=Path(os.path.realpath(state_dir)),
         env_allow=e.env_allow,

@@ -42,10 +42,12 @@ _PASSED_ENV = ("LANG", "LC_ALL", "TZ")
 class BrowserSandbox:
     """Starts chromium confined, with the browser's own bounds."""
 
-    def __init__(self, settings: SandboxSettings, hidden: Sequence[Path] = ()) -> None:
+    def __init__(self, settings: SandboxSettings | Sandbox, hidden: Sequence[Path] = ()) -> None:
+        """`settings`: a Sandbox to share (the configuration's, whose cgroups exec's commands use
+        too), or the settings of one of its own."""
         from edgeclaw.sandbox.manager import Sandbox
 
-        self.sandbox: Sandbox = Sandbox(settings)
+        self.sandbox: Sandbox = settings if isinstance(settings, Sandbox) else Sandbox(settings)
         self.hidden = [Path(os.path.realpath(p)) for p in hidden]
 
     async def confined(self, config: BrowserConfig) -> bool:
@@ -150,6 +152,6 @@ def default_browser_sandbox() -> BrowserSandbox:
 def browser_sandbox(config: Config, state_dir: Path, workspace: Path) -> BrowserSandbox:
     """The configuration's sandbox, hiding what exec's commands cannot see plus the state directory and
     the workspace (chromium needs neither: downloads are moved into the workspace by the daemon)."""
-    from edgeclaw.tools.runtime.shell_setup import hidden_from_commands, sandbox_settings
+    from edgeclaw.tools.runtime.shell_setup import hidden_from_commands, shared_sandbox
 
-    return BrowserSandbox(sandbox_settings(config), [*hidden_from_commands(config), state_dir, workspace])
+    return BrowserSandbox(shared_sandbox(config), [*hidden_from_commands(config), state_dir, workspace])

@@ -51,12 +51,12 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from edgeclaw.config.schema import Config, GatewayConfig
 from edgeclaw.errors import ToolError
+from edgeclaw.records import dataclass
 
 if TYPE_CHECKING:
     from edgeclaw.tools.audit import AuditTrail

@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Hashable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Generic, TypeVar
+
+from edgeclaw.records import dataclass
 
 log = logging.getLogger("edgeclaw.subagents")
 

@@ -9,9 +9,10 @@ implements `ask_approval` and registers itself with the approval broker.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol
 
+from edgeclaw.records import dataclass
 from edgeclaw.tools.approval import ApprovalRequest, Decision
 
 

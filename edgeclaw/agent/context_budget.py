@@ -51,11 +51,12 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 from edgeclaw.agent import history, prompt, tool_selection
 from edgeclaw.agent.messages import Message
+from edgeclaw.records import dataclass
 
 CHARS_PER_TOKEN = 3.0
 MESSAGE_OVERHEAD = 6  # role markers and separators the chat template adds around each message

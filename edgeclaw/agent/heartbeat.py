@@ -17,11 +17,12 @@ import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import datetime
 from datetime import time as Time
 from datetime import tzinfo as TzInfo
 from typing import TYPE_CHECKING, Protocol
+
+from edgeclaw.records import dataclass
 
 if TYPE_CHECKING:
     from edgeclaw.agent.channel import InboundMessage, Reply

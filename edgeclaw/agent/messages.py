@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal
+
+from edgeclaw.records import dataclass
 
 Role = Literal["system", "user", "assistant", "tool"]
 

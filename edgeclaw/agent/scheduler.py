@@ -32,12 +32,13 @@ import heapq
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from edgeclaw.agent.edge_triggers import EdgeSource, EdgeTriggers
 from edgeclaw.agent.job_runs import Executor, JobRuns
 from edgeclaw.agent.scheduler_clock import Clock, ClockWatch, SyncSource, TimerHandle
+from edgeclaw.records import dataclass
 from edgeclaw.store.jobs import Job, JobStore
 from edgeclaw.tasks import TaskSet
 from edgeclaw.tools.audit import AuditTrail

@@ -6,7 +6,7 @@ same registry and policy as the model's own tool calls.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from edgeclaw.records import dataclass
 
 HELP = """Commands:
   /help                 this list

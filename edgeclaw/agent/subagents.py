@@ -33,13 +33,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from edgeclaw.agent.announce import AnnounceQueue
 from edgeclaw.agent.channel import InboundMessage
 from edgeclaw.agent.loop import AgentLoop, ChildTurn, UnknownAgent
 from edgeclaw.agent.providers.base import ProviderError
 from edgeclaw.errors import ToolRefused
+from edgeclaw.records import dataclass
 from edgeclaw.store.subagents import SubagentRow, SubagentStore
 from edgeclaw.tools.base import ToolContext
 from edgeclaw.tools.sessions.subagents import SpawnRequest, describe

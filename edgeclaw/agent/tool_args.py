@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from edgeclaw.agent.messages import ToolCall
+from edgeclaw.records import dataclass
 
 PREVIEW_CHARS = 80  # how much of broken arguments the replacement object quotes back to the model
 _JSON_TYPES = {list: "array", int: "number", float: "number", bool: "boolean", type(None): "null"}

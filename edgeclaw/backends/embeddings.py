@@ -22,10 +22,10 @@ import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from edgeclaw.errors import BackendError, EdgeclawError
+from edgeclaw.records import dataclass
 
 EmbeddingApi = Literal["openai", "ollama"]
 

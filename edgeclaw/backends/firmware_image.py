@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import io
 import itertools
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Literal, cast
 
 from edgeclaw.errors import BackendError
+from edgeclaw.records import dataclass
 
 ImageFormat = Literal["bin", "hex", "elf"]
 FORMATS: tuple[str, ...] = ("auto", "bin", "hex", "elf")

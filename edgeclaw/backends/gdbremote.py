@@ -31,10 +31,10 @@ import logging
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from edgeclaw.backends.base import DeviceReplyError, DeviceUnavailable
 from edgeclaw.errors import BackendError
+from edgeclaw.records import dataclass
 
 log = logging.getLogger("edgeclaw.backends.gdb")
 

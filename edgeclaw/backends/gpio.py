@@ -21,12 +21,12 @@ import asyncio
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from edgeclaw.backends.base import BusGate, BusTimeout, DeviceUnavailable, missing_library
 from edgeclaw.board import GPIOPinGrant
 from edgeclaw.errors import BackendError
+from edgeclaw.records import dataclass
 
 DEFAULT_PWM_HZ = 100.0
 EDGES = ("rising", "falling", "both", "active", "inactive")

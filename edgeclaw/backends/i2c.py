@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Protocol
 
 from edgeclaw.backends.base import BusGate, BusTimeout, missing_library, open_error
 from edgeclaw.errors import BackendError
+from edgeclaw.records import dataclass
 
 # The 7-bit addresses a device may have. The I2C specification (UM10204 table 4) reserves 0000xxx
 # (general call, CBUS, other bus formats, future use, Hs-mode master codes) and 1111xxx (10-bit

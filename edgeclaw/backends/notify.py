@@ -16,11 +16,11 @@ ntfy's 1..5.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from edgeclaw.backends.http_client import SharedClient
 from edgeclaw.errors import BackendError
+from edgeclaw.records import dataclass
 
 if TYPE_CHECKING:
     import httpx

@@ -22,11 +22,11 @@ import contextlib
 import os
 import termios
 import time
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from edgeclaw.backends.base import BusTimeout, DeviceUnavailable, errno_of, missing_library
 from edgeclaw.errors import BackendError
+from edgeclaw.records import dataclass
 
 Parity = Literal["N", "E", "O", "M", "S"]
 FlowControl = Literal["none", "rtscts", "xonxoff"]

@@ -19,8 +19,9 @@ device declaration needs:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
+
+from edgeclaw.records import dataclass
 
 Interface = Literal["i2c", "spi", "onewire", "adc"]
 OptionValue = int | float | str | bool

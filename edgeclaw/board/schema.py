@@ -12,9 +12,11 @@ unless granted. The TOML is turned into these records by
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from edgeclaw.records import dataclass
 
 if TYPE_CHECKING:
     from edgeclaw.board.parts import PartInfo

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -23,6 +22,7 @@ from edgeclaw.cli.common import EXIT_OK, EXIT_TOOL_ERROR, config_of
 from edgeclaw.cli.doctor_identity import CHECK, commands_signed, device_signing_problem, identity_problems
 from edgeclaw.cli.doctor_tools import seed_tool_findings
 from edgeclaw.daemon.runtime import Runtime, build_runtime
+from edgeclaw.records import dataclass
 from edgeclaw.store.state import StateStore
 from edgeclaw.tools.base import ToolContext
 

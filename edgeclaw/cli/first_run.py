@@ -38,7 +38,6 @@ import sys
 import termios
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -46,6 +45,7 @@ from edgeclaw.cli.common import EXIT_REFUSED, config_of
 from edgeclaw.config.paths import device_id
 from edgeclaw.config.schema import Config
 from edgeclaw.errors import EdgeclawError
+from edgeclaw.records import dataclass
 
 log = logging.getLogger("edgeclaw.try")
 

@@ -31,11 +31,12 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from edgeclaw.errors import BackendError, ToolError, ToolRefused
+from edgeclaw.records import dataclass
 from edgeclaw.store.context_files import AGENT_SCOPE, ContextFile, ContextFileStore
 from edgeclaw.store.memory import (
     GLOBAL,

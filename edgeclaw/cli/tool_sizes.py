@@ -6,8 +6,9 @@ which a test regenerates, so the figures quoted there cannot go stale."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from edgeclaw.records import dataclass
 
 if TYPE_CHECKING:
     from edgeclaw.tools.registry import Registry

@@ -12,11 +12,11 @@ secrets are read (Keys), since only then are they known.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import get_args
 
 from edgeclaw.config.policy_rules import PROFILES
 from edgeclaw.config.schema import CallerConfig, CallerRole, Config, MqttConfig
+from edgeclaw.records import dataclass
 
 ROLES: tuple[str, ...] = get_args(CallerRole)
 NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")

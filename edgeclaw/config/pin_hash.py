@@ -21,7 +21,8 @@ import binascii
 import hashlib
 import hmac
 import secrets
-from dataclasses import dataclass
+
+from edgeclaw.records import dataclass
 
 MIN_PIN_LENGTH = 4
 MAX_PIN_LENGTH = 256

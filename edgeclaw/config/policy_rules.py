@@ -8,9 +8,9 @@ against it without reaching up into the tools, and the policy engine
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from edgeclaw.records import dataclass
 from edgeclaw.tool_groups import RESERVED_NAMES, TOOL_GROUPS
 
 if TYPE_CHECKING:

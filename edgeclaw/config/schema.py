@@ -7,7 +7,7 @@ variable and a `*_file` key names a file holding the value.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal
 
 from edgeclaw.config.tools_schema import (  # noqa: F401 -- re-exported: the schema is one vocabulary
@@ -36,6 +36,7 @@ from edgeclaw.config.tools_schema import (  # noqa: F401 -- re-exported: the sch
     WebSearchConfig,
     WebSecretConfig,
 )
+from edgeclaw.records import dataclass
 
 # The records have no generated __repr__ or __eq__ (`repr=False, eq=False`): a config holds values
 # that must not reach a log or a traceback (a custom tool's env, a URL with its password), nothing

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import get_args
 
 from edgeclaw.config.schema import Config, SearchProviderName, WebSearchConfig
 from edgeclaw.errors import ConfigError
+from edgeclaw.records import dataclass
 
 
 @dataclass(frozen=True)

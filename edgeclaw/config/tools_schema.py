@@ -3,8 +3,10 @@ agents' tool policies, subagents, sessions and nodes (see `config.schema` for th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal
+
+from edgeclaw.records import dataclass
 
 
 @dataclass(repr=False, eq=False)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeclaw.config.schema import Config
 from edgeclaw.errors import ConfigError, ConfigErrors
+from edgeclaw.records import dataclass
 from edgeclaw.store.jobs import JobStore
 from edgeclaw.tools.automation.authority import JobAuthority
 from edgeclaw.tools.automation.cron import CronTool, JobFactory, ScheduleTool

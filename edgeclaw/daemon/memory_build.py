@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeclaw.backends.embeddings import HttpEmbedder, embeddings_url
 from edgeclaw.config.schema import AgentType, Config
+from edgeclaw.records import dataclass
 from edgeclaw.store.context_files import ContextFileStore
 from edgeclaw.store.memory import MemorySettings, MemoryStore
 from edgeclaw.tools.fs.workspace import Workspace

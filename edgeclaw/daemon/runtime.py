@@ -7,7 +7,7 @@ policy, limits and scrubbing, because both are built here.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -17,6 +17,7 @@ from edgeclaw.config.schema import Config
 from edgeclaw.daemon.agent_service import AgentService
 from edgeclaw.daemon.hooks import CloseStep, DrainStep, Lifecycle, ReadyStep
 from edgeclaw.errors import ConfigError, ConfigErrors
+from edgeclaw.records import dataclass
 from edgeclaw.store.db import Database
 from edgeclaw.store.sessions import SessionStore
 from edgeclaw.tools.approval import ApprovalBroker

@@ -24,12 +24,12 @@ import hmac
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from edgeclaw.config.listener_checks import token_problem
 from edgeclaw.config.pin_hash import PinHash
 from edgeclaw.errors import ConfigError, ConfigErrors
 from edgeclaw.lockout import LoginLockout
+from edgeclaw.records import dataclass
 
 
 @dataclass(frozen=True)

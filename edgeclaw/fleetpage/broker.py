@@ -38,7 +38,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import aiomqtt
@@ -50,6 +50,7 @@ from edgeclaw.net.device_key import signature_of
 from edgeclaw.net.device_trust import UNVERIFIABLE, VERIFIED
 from edgeclaw.net.mqtt_connection import Connection, ConnectionSettings, PublishFailed
 from edgeclaw.net.signing import KEY_PROPERTY, USER_PROPERTY, mac
+from edgeclaw.records import dataclass
 
 log = logging.getLogger("edgeclaw.fleetpage")
 

@@ -28,10 +28,11 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from edgeclaw.net.device_trust import FORGED, KEY_CHANGED, UNVERIFIABLE, VERIFIED, DeviceKeys
+from edgeclaw.records import dataclass
 
 log = logging.getLogger("edgeclaw.fleetpage")
 

@@ -32,9 +32,11 @@ import contextlib
 import logging
 import ssl
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from http import HTTPStatus
 from urllib.parse import urlsplit
+
+from edgeclaw.records import dataclass
 
 log = logging.getLogger("edgeclaw.mcp.http")
 

@@ -50,7 +50,7 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol
 
 import aiomqtt
@@ -62,6 +62,7 @@ from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from edgeclaw.net.device_key import SIG_PROPERTY
+from edgeclaw.records import dataclass
 
 log = logging.getLogger("edgeclaw.mqtt")
 

@@ -15,7 +15,9 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from edgeclaw.records import dataclass
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # Seconds, from a sub-millisecond register read to a minute-long command.

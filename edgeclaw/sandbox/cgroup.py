@@ -43,8 +43,9 @@ import re
 import secrets
 import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
+
+from edgeclaw.records import dataclass
 
 log = logging.getLogger("edgeclaw.sandbox")
 

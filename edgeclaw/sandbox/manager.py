@@ -16,10 +16,11 @@ import os
 import secrets
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 
 from edgeclaw.errors import BackendError
+from edgeclaw.records import dataclass
 from edgeclaw.sandbox.base import DEFAULT_ETC_ALLOW, Limits, SandboxBackend, SandboxSpec, hidden_around
 from edgeclaw.sandbox.bubblewrap import BubblewrapBackend
 from edgeclaw.sandbox.cgroup import SandboxCgroups, layout_reason

@@ -35,10 +35,11 @@ import subprocess
 import time
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from edgeclaw.errors import BackendError
+from edgeclaw.records import dataclass
 from edgeclaw.sandbox.cgroup import CommandCgroup
 
 log = logging.getLogger("edgeclaw.sandbox")

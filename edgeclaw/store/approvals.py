@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 
+from edgeclaw.records import dataclass
 from edgeclaw.store.db import Database, Migration
 
 MIGRATIONS = [

@@ -17,7 +17,8 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+
+from edgeclaw.records import dataclass
 
 CHARS_PER_TOKEN = 4
 

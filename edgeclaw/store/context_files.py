@@ -15,8 +15,8 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
+from edgeclaw.records import dataclass
 from edgeclaw.store.db import Database, LazyDatabase, Migration
 
 AGENT_SCOPE = ""  # the agent's own file, the fallback of every caller

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from edgeclaw.errors import BackendError
+from edgeclaw.records import dataclass
 from edgeclaw.store.db import Database, Migration
 from edgeclaw.store.secretbox import SecretBox
 

@@ -26,11 +26,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from edgeclaw.errors import BackendError
+from edgeclaw.records import dataclass
 
 if TYPE_CHECKING:
     from edgeclaw.store.reserve import DiskReserve

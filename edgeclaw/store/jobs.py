@@ -22,9 +22,10 @@ import secrets
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
+from edgeclaw.records import dataclass
 from edgeclaw.store.db import Database, LazyDatabase, Migration
 
 MAX_RUNS_PER_JOB = 50

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from dataclasses import dataclass
 
 from edgeclaw.errors import BackendError
+from edgeclaw.records import dataclass
 from edgeclaw.store.db import Migration
 
 GLOBAL = ""  # the scope every caller sees after its own

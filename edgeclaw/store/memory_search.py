@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from edgeclaw.backends.embeddings import EmbeddingsUnavailable
+from edgeclaw.records import dataclass
 from edgeclaw.store import ranking, vectors
 from edgeclaw.store.memory_records import GLOBAL, path_key
 

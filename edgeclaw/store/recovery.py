@@ -24,11 +24,11 @@ import shutil
 import sqlite3
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from edgeclaw.errors import BackendError
+from edgeclaw.records import dataclass
 from edgeclaw.store.db import APPLICATION_ID, FORMAT_VERSION
 
 SQLITE_HEADER = b"SQLite format 3\x00"

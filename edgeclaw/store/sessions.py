@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from edgeclaw.records import dataclass
 from edgeclaw.store.db import Database, LazyDatabase, Migration
 
 MIGRATIONS = [

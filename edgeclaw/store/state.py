@@ -23,11 +23,12 @@ import logging
 import os
 import sqlite3
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal
 
 from edgeclaw.errors import BackendError
+from edgeclaw.records import dataclass
 from edgeclaw.store.backup import BackupFailed, backup_path, write_backup
 from edgeclaw.store.db import APPLICATION_ID, DB_FILENAME, Database
 from edgeclaw.store.recovery import TABLES_SQL, CannotCheck, Problem, examine, move_aside, restore

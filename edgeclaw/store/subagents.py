@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any
 
+from edgeclaw.records import dataclass
 from edgeclaw.store.db import Database, Migration
 
 MIGRATIONS = [

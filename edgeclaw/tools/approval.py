@@ -28,10 +28,10 @@ import logging
 import secrets
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
+from edgeclaw.records import dataclass
 from edgeclaw.tools.audit import AuditTrail
 from edgeclaw.tools.base import ToolContext
 

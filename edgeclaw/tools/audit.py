@@ -32,8 +32,10 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from edgeclaw.records import dataclass
 
 _DIGEST_KEY = os.urandom(16)
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any, ClassVar
+
+from edgeclaw.records import dataclass
 
 Args = dict[str, Any]
 # Where a long call's progress goes: (progress, total or None when unknown, message).

@@ -11,9 +11,9 @@ import json
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from edgeclaw.records import dataclass
 from edgeclaw.tools.base import ProgressSink
 
 # Output beyond this many characters is never scrubbed, because it is never shown.

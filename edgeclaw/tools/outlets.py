@@ -24,10 +24,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Protocol
 
 from edgeclaw.errors import BackendError, EdgeclawError
+from edgeclaw.records import dataclass
 
 log = logging.getLogger("edgeclaw.outlets")
 

@@ -27,7 +27,8 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+
+from edgeclaw.records import dataclass
 
 # Callers whose buckets are still refilling, kept at most (per table). Each costs ~200 bytes.
 MAX_TRACKED = 1024

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from edgeclaw.agent.messages import Completion, Message, ToolCall, Usage
 from edgeclaw.agent.providers.endpoints import ANTHROPIC_BASE_URL
 from edgeclaw.agent.providers.http import HttpProvider, StreamReader, malformed, usage_int
 from edgeclaw.agent.tool_args import for_wire, tool_call
+from edgeclaw.records import dataclass
 
 DEFAULT_BASE_URL = ANTHROPIC_BASE_URL
 API_VERSION = "2023-06-01"

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from edgeclaw.agent.messages import Completion, Message
 from edgeclaw.backends.http_client import error_detail, parse_retry_after
 from edgeclaw.errors import EdgeclawError
+from edgeclaw.records import dataclass
 
 
 class ProviderError(EdgeclawError):

@@ -16,11 +16,12 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from edgeclaw.agent.messages import Completion, Message
 from edgeclaw.agent.providers.base import Provider, ProviderError, TextSink
+from edgeclaw.records import dataclass
 
 log = logging.getLogger("edgeclaw.providers")
 

@@ -34,10 +34,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from edgeclaw.agent.providers.endpoints import ANTHROPIC_BASE_URL, OPENAI_BASE_URL
+from edgeclaw.records import dataclass
 
 if TYPE_CHECKING:
     import httpx

@@ -17,7 +17,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from edgeclaw.agent.messages import Completion, Message, ToolCall, Usage
@@ -25,6 +25,7 @@ from edgeclaw.agent.providers.base import ProviderError
 from edgeclaw.agent.providers.endpoints import OLLAMA_BASE_URL
 from edgeclaw.agent.providers.http import HttpProvider, StreamReader, malformed, post_json, usage_int
 from edgeclaw.agent.tool_args import for_wire, tool_call
+from edgeclaw.records import dataclass
 
 log = logging.getLogger("edgeclaw.providers")
 

@@ -8,13 +8,14 @@ import json
 import re
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from edgeclaw.backends.browser.chromium import Chromium
 from edgeclaw.backends.browser.outline import ELEMENT_JS, FOCUS_JS, OUTLINE_JS, READY_JS
 from edgeclaw.errors import BackendError
+from edgeclaw.records import dataclass
 
 OUTLINE_LIMIT = 400
 _REF = re.compile(r"^e([1-9][0-9]{0,5})$")

@@ -20,12 +20,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from edgeclaw.backends.mcp import protocol as p
 from edgeclaw.backends.mcp.session import McpSession, ProgressHook, ServerInfo
 from edgeclaw.backends.mcp.transport import Transport
+from edgeclaw.records import dataclass
 
 log = logging.getLogger("edgeclaw.mcp")
 

@@ -14,11 +14,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from edgeclaw.backends.mcp import protocol as p
 from edgeclaw.backends.mcp.transport import Transport
+from edgeclaw.records import dataclass
 
 log = logging.getLogger("edgeclaw.mcp")
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 from edgeclaw.backends.mcp.protocol import MAX_MESSAGE_BYTES, McpError
+from edgeclaw.records import dataclass
 
 
 @dataclass(slots=True)

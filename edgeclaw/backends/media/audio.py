@@ -11,10 +11,10 @@ import io
 import shutil
 import struct
 import wave
-from dataclasses import dataclass
 
 from edgeclaw.backends.media.programs import run_program
 from edgeclaw.errors import BackendError
+from edgeclaw.records import dataclass
 
 # MPEG-1 Layer III bit rates (kbit/s) by the header's 4-bit index, and MPEG-2/2.5's.
 _MP3_RATES_V1 = (0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 0)

@@ -18,11 +18,11 @@ import struct
 import tempfile
 import zlib
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from edgeclaw.backends.media.programs import run_program
 from edgeclaw.errors import BackendError
+from edgeclaw.records import dataclass
 
 BARS = (
     (255, 255, 255),

@@ -9,8 +9,10 @@ reported as such, never followed out of its bounds.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, BinaryIO
+
+from edgeclaw.records import dataclass
 
 HEAD_BYTES = 64 * 1024
 MAX_JPEG_MARKERS = 256

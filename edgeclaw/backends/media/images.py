@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-from dataclasses import dataclass
 
 from edgeclaw.backends.http_client import SharedClient, error_detail
 from edgeclaw.backends.media.image_info import media_type_of
 from edgeclaw.errors import BackendError
+from edgeclaw.records import dataclass
 
 OPENAI_URL = "https://api.openai.com/v1"
 MAX_IMAGE_BYTES = 32 * 1024 * 1024

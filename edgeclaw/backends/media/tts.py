@@ -14,7 +14,6 @@ import asyncio
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,6 +21,7 @@ from edgeclaw.backends.http_client import SharedClient, error_detail, parse_retr
 from edgeclaw.backends.media.audio import audio_format, sized_wav, wav_from_pcm
 from edgeclaw.backends.media.programs import ProgramFailed, run_program
 from edgeclaw.errors import BackendError
+from edgeclaw.records import dataclass
 
 FORMATS = ("wav", "mp3")
 OPENAI_URL = "https://api.openai.com/v1"

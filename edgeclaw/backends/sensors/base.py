@@ -26,7 +26,6 @@ import errno
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -35,6 +34,7 @@ from edgeclaw.backends.i2c import I2CBus, I2CNoAcknowledge, I2CTransaction
 from edgeclaw.board import DeviceSpec
 from edgeclaw.board.parts import Measure
 from edgeclaw.errors import BackendError
+from edgeclaw.records import dataclass
 
 if TYPE_CHECKING:
     from edgeclaw.backends.spi import SPIDevice

@@ -21,9 +21,9 @@ t_fine, pressure with 64-bit intermediates as Q24.8 Pa, humidity as Q22.10
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 
 from edgeclaw.backends.sensors.base import I2CPartTransaction, I2CSensor, Reading
+from edgeclaw.records import dataclass
 
 REG_CALIB_A, CALIB_A_LEN = 0x88, 26
 REG_CALIB_B, CALIB_B_LEN = 0xE1, 7

@@ -15,9 +15,9 @@ parasite power), and both are reported, not returned as temperatures.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from edgeclaw.backends.sensors.base import ErrorKind, OneWireSensor, Reading
+from edgeclaw.records import dataclass
 
 POWER_ON_COUNT = 0x0550  # +85 °C, the temperature register before the first conversion
 POWER_ON_RESERVED = 0x0C

@@ -20,11 +20,11 @@ are errors, not numbers.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from edgeclaw.backends.i2c import I2CBus
 from edgeclaw.backends.sensors.base import I2CSensor, Reading
 from edgeclaw.board import DeviceSpec
+from edgeclaw.records import dataclass
 
 REG_CONFIG = 0x00
 REG_SHUNT = 0x01

@@ -19,7 +19,7 @@ import re
 import ssl
 import zlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Final
 
 from edgeclaw.backends.web.guard import (
@@ -32,6 +32,7 @@ from edgeclaw.backends.web.guard import (
     shown_proxy,
     vet,
 )
+from edgeclaw.records import dataclass
 
 if TYPE_CHECKING:
     import httpx

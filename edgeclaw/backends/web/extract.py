@@ -8,7 +8,6 @@ The body readers web_fetch uses (`body`: charsets, kinds, JSON) are imported fro
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Literal
 
 from edgeclaw.backends.web.body import (
@@ -25,6 +24,7 @@ from edgeclaw.backends.web.body import (
 from edgeclaw.backends.web.html_tree import BLOCK_TAGS, MAX_DEPTH, Document, parse_html
 from edgeclaw.backends.web.readability import main_content
 from edgeclaw.backends.web.render import Format, Renderer
+from edgeclaw.records import dataclass
 
 Engine = Literal["auto", "builtin", "trafilatura"]
 

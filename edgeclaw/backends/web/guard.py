@@ -34,10 +34,11 @@ import os
 import socket
 import ssl
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Final
 
 from edgeclaw.errors import BackendError
+from edgeclaw.records import dataclass
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network

@@ -14,8 +14,9 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from html import unescape
+
+from edgeclaw.records import dataclass
 
 MAX_DEPTH = 200  # elements nested deeper are flattened: a hostile page cannot exhaust the stack
 MAX_TITLE_CHARS = 300  # a densest block with less text than this is no better than the whole body

@@ -25,7 +25,7 @@ import html
 import json
 import re
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, get_args
 from urllib.parse import urlencode, urlsplit
 
@@ -33,6 +33,7 @@ from edgeclaw.backends.web.client import WebRequest, WebResponse, fetch
 from edgeclaw.backends.web.guard import NetworkPolicy, WebBlocked, WebError, vet
 from edgeclaw.config.schema import SEARCH_PROVIDERS_KEYED, SearchProviderName
 from edgeclaw.errors import BackendError
+from edgeclaw.records import dataclass
 
 # The providers, in the order the docs list them. "duckduckgo" is refused (DUCKDUCKGO_REFUSED).
 PROVIDERS: tuple[str, ...] = get_args(SearchProviderName)

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import TracebackType
 from urllib.parse import urlsplit
 
@@ -23,6 +23,7 @@ from edgeclaw.agent.loop import AgentLoop
 from edgeclaw.channels.console.login import LoginGate
 from edgeclaw.channels.console.port import LineSettings, SerialPort, serve_port
 from edgeclaw.channels.console.session import CHANNEL, Banner, ConsoleSession, SessionOptions
+from edgeclaw.records import dataclass
 from edgeclaw.tools.approval import ApprovalBroker, ApprovalRequest, ApprovalUnavailable, Decision
 from edgeclaw.tools.outlets import DeliveryFailed, Outgoing, Outlets
 

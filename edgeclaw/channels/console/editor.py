@@ -23,8 +23,9 @@ from __future__ import annotations
 import codecs
 import unicodedata
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from enum import Enum
+
+from edgeclaw.records import dataclass
 
 CTRL_C = 0x03
 CTRL_D = 0x04

@@ -21,11 +21,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import Enum
 
 from edgeclaw.config.pin_hash import PinHash
 from edgeclaw.lockout import LoginLockout
+from edgeclaw.records import dataclass
 from edgeclaw.tools.audit import AuditTrail
 
 

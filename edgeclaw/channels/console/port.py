@@ -22,12 +22,12 @@ import os
 import termios
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
 from edgeclaw.backends.serial import open_port
 from edgeclaw.errors import BackendError
+from edgeclaw.records import dataclass
 
 log = logging.getLogger("edgeclaw.console")
 T = TypeVar("T")

@@ -10,9 +10,10 @@ multiple of 8 so wrapping can count columns.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from edgeclaw.channels.console.editor import char_width
+from edgeclaw.records import dataclass
 
 
 def sanitize(text: str) -> str:

@@ -19,7 +19,6 @@ import dataclasses
 import math
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from edgeclaw.agent import slash
 from edgeclaw.agent.channel import InboundMessage
@@ -33,6 +32,7 @@ from edgeclaw.channels.console.pager import Pager
 from edgeclaw.channels.console.port import PacedWriter, PortGone, SerialPort
 from edgeclaw.channels.console.progress import ConsoleProgress
 from edgeclaw.channels.console.render import RowStream, encode_rows, to_rows
+from edgeclaw.records import dataclass
 from edgeclaw.tools.approval import ApprovalRequest, Decision
 from edgeclaw.wording import plural
 

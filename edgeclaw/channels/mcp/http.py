@@ -24,13 +24,14 @@ import hmac
 import logging
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from edgeclaw.backends.mcp.protocol import INVALID_REQUEST, McpError, decode, encode, error
 from edgeclaw.channels.mcp.server import McpServer, ServedSession, SessionLimit
 from edgeclaw.lockout import LoginLockout
 from edgeclaw.net.httpd import Exchange, Request
+from edgeclaw.records import dataclass
 
 log = logging.getLogger("edgeclaw.mcp.http")
 

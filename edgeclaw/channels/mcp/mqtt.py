@@ -42,7 +42,6 @@ import contextlib
 import logging
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from edgeclaw.backends.mcp.protocol import (
@@ -55,6 +54,7 @@ from edgeclaw.backends.mcp.protocol import (
     notification,
 )
 from edgeclaw.channels.mcp.server import McpServer, ServedSession, SessionLimit
+from edgeclaw.records import dataclass
 from edgeclaw.tasks import TaskSet
 
 log = logging.getLogger("edgeclaw.mcp.mqtt")

@@ -35,7 +35,6 @@ import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from edgeclaw import __version__
@@ -54,6 +53,7 @@ from edgeclaw.backends.mcp.protocol import (
     request,
     result,
 )
+from edgeclaw.records import dataclass
 from edgeclaw.tasks import TaskSet
 from edgeclaw.tools.approval import ApprovalBroker, ApprovalRequest, ApprovalUnavailable, Decision
 from edgeclaw.tools.base import ProgressSink, ToolContext, ToolInfo

@@ -46,10 +46,11 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import Enum
 from typing import Any, Generic, TypeVar
 
+from edgeclaw.records import dataclass
 from edgeclaw.store.db import Database, Migration, StorageFull
 
 MIGRATIONS = [

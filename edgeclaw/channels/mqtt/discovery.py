@@ -13,10 +13,10 @@ re-sent whenever Home Assistant announces itself on ``homeassistant/status``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from edgeclaw.channels.mqtt.topics import DeviceTopics
+from edgeclaw.records import dataclass
 
 
 @dataclass(frozen=True)

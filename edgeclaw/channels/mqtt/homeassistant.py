@@ -35,10 +35,10 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from edgeclaw.channels.mqtt.topics import DeviceTopics
+from edgeclaw.records import dataclass
 from edgeclaw.tasks import TaskSet
 from edgeclaw.tools.base import ToolContext
 from edgeclaw.tools.registry import Registry

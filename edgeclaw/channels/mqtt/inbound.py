@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from edgeclaw.channels.mqtt.dedup import request_key
@@ -28,6 +27,7 @@ from edgeclaw.channels.mqtt.protocol import (
     encode,
     tool_error,
 )
+from edgeclaw.records import dataclass
 
 if TYPE_CHECKING:
     import aiomqtt

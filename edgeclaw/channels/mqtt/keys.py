@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Literal
 
 from edgeclaw.channels.mqtt.inbound import Incoming
@@ -33,6 +32,7 @@ from edgeclaw.config.schema import CallerConfig, Config, MqttConfig
 from edgeclaw.errors import ConfigError, ConfigErrors
 from edgeclaw.net.signing import Verifier, carries_signature, signing_key_name
 from edgeclaw.net.wire import WireError
+from edgeclaw.records import dataclass
 
 ANONYMOUS = "mqtt:anonymous"
 # What an unsigned caller is, where the device takes unsigned commands (no caller may observe or

@@ -22,9 +22,9 @@ import itertools
 import sqlite3
 import time
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
 from enum import IntEnum
 
+from edgeclaw.records import dataclass
 from edgeclaw.store.db import Database, Migration
 
 MIGRATIONS = [

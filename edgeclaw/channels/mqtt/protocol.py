@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from edgeclaw.channels.mqtt.topics import reserved_topic
 from edgeclaw.net.wire import WireError, load_json
+from edgeclaw.records import dataclass
 from edgeclaw.tools.approval import Decision
 from edgeclaw.tools.registry import CallOutcome
 

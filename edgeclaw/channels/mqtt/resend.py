@@ -17,9 +17,9 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from edgeclaw.channels.mqtt.outbox import OutMessage
+from edgeclaw.records import dataclass
 
 # What a kept answer costs beside its bytes (the objects holding it), so a flood of tiny answers is
 # bounded by `max_bytes` too.

@@ -33,11 +33,11 @@ import asyncio
 import logging
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from edgeclaw.channels.mqtt.outbox import Kind, Outbox, OutMessage, StoredMessage
 from edgeclaw.channels.mqtt.resend import RecentAnswers
 from edgeclaw.net.mqtt_connection import Connection, PublishFailed, publish_properties
+from edgeclaw.records import dataclass
 from edgeclaw.tasks import TaskSet
 
 log = logging.getLogger("edgeclaw.mqtt")

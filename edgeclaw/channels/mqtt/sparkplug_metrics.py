@@ -11,10 +11,10 @@ The devices': the ESP32 bridge's pins and ADC inputs and its firmware, the probe
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from edgeclaw.channels.mqtt.homeassistant import RecentReadings, tmp102_celsius
+from edgeclaw.records import dataclass
 
 # Telemetry figures sent as Health/* (Double): they change all the time, so on the interval only.
 HEALTH_KEYS = ("uptime_s", "cpu_temp_c", "load_1m", "mem_used_pct", "disk_used_pct", "outbox_depth")

@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from edgeclaw.records import dataclass
 from edgeclaw.tools.audit import ToolStats
 
 # Thermal zone types that are the CPU/SoC on common boards (Pi: cpu-thermal; x86: x86_pkg_temp).

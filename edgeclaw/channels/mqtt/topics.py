@@ -10,7 +10,8 @@ arrive at another device as a command.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from edgeclaw.records import dataclass
 
 # A `message` target: up to four levels under `{base}/message/`, each of these characters (no
 # wildcards, no empty level, nothing a topic filter or a shell could read twice).

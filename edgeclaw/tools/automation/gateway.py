@@ -38,11 +38,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from edgeclaw import __version__
 from edgeclaw.errors import ToolError
+from edgeclaw.records import dataclass
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
 
 MAX_CONFIG_BYTES = 256 * 1024

@@ -20,8 +20,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from edgeclaw.records import dataclass
 
 log = logging.getLogger("edgeclaw.automation")
 

@@ -25,10 +25,11 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from edgeclaw.records import dataclass
 
 ScheduleKind = Literal["cron", "every", "at", "edge"]
 Anchor = Literal["wall", "elapsed"]

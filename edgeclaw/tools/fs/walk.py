@@ -7,10 +7,11 @@ from __future__ import annotations
 import os
 from collections import deque
 from collections.abc import Generator
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from edgeclaw.errors import ToolRefused
+from edgeclaw.records import dataclass
 from edgeclaw.tools.fs.workspace import Workspace
 
 WALK_MAX_ENTRIES = 50_000  # directory entries one list/search/glob call may visit

@@ -49,11 +49,12 @@ import re
 import stat
 from collections.abc import Iterable
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from urllib.parse import unquote
 
 from edgeclaw.errors import ToolError, ToolRefused
+from edgeclaw.records import dataclass
 
 __all__ = ["FileContent", "FileTooLarge", "IsADirectory", "Workspace", "format_size", "refuse_hard_links"]
 

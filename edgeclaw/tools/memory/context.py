@@ -28,9 +28,10 @@ a model that never does.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal
 
+from edgeclaw.records import dataclass
 from edgeclaw.store.context_files import AGENT_SCOPE, ContextFileStore
 
 AgentType = Literal["open", "predefined"]

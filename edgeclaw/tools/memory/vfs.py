@@ -31,10 +31,10 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Literal
 
 from edgeclaw.errors import ToolError, ToolRefused
+from edgeclaw.records import dataclass
 from edgeclaw.store.context_files import AGENT_SCOPE
 from edgeclaw.store.memory import (
     GLOBAL,

@@ -23,12 +23,13 @@ import json
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from fnmatch import fnmatchcase
 from typing import Any, Protocol
 
 from edgeclaw.config.schema import NodesToolConfig
 from edgeclaw.errors import ToolError, ToolRefused
+from edgeclaw.records import dataclass
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
 
 # A peer's device id: one topic level (what the peer's topics are built from), no wildcards.

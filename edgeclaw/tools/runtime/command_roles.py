@@ -32,8 +32,9 @@ run a program (`program_specs.PROGRAM_OPTIONS`) are still recognised.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from edgeclaw.records import dataclass
 from edgeclaw.tools.runtime.program_specs import (
     AWK,
     AWK_PROGRAM_OPTIONS,

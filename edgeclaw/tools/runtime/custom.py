@@ -31,11 +31,12 @@ import math
 import re
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from edgeclaw.config.schema import Config
 from edgeclaw.errors import ConfigError, ToolRefused
+from edgeclaw.records import dataclass
 from edgeclaw.store.custom_tools import CustomToolStore
 from edgeclaw.store.secretbox import CryptoUnavailable, SecretBox
 from edgeclaw.tool_groups import RESERVED_NAMES

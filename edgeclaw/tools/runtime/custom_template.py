@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from edgeclaw.errors import ToolRefused
+from edgeclaw.records import dataclass
 from edgeclaw.tools.runtime.command_roles import analyse
 from edgeclaw.tools.runtime.command_text import normal_form
 from edgeclaw.tools.runtime.shell_syntax import PLACEHOLDER, parse

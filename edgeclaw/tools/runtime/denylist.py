@@ -20,10 +20,10 @@ import functools
 import posixpath
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
+from edgeclaw.records import dataclass
 from edgeclaw.tools.runtime.command_text import analysis_views
 
 __all__ = ["DENY_GROUPS", "DenyGroup", "DenyHit", "DenyList", "Risk", "canonical_group"]

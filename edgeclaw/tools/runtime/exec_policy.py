@@ -25,10 +25,11 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from edgeclaw.config.schema import AgentPolicy, ExecConfig
 from edgeclaw.errors import ToolRefused
+from edgeclaw.records import dataclass
 from edgeclaw.store.approvals import ApprovalStore
 from edgeclaw.tools.approval import ApprovalBroker, Decision
 from edgeclaw.tools.base import PendingApproval, ToolContext

@@ -35,10 +35,11 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from edgeclaw.errors import ToolError, ToolRefused
+from edgeclaw.records import dataclass
 from edgeclaw.sandbox.process import READ_CHUNK, ChildProcess, StreamBuffer
 from edgeclaw.tools.base import Args, PendingApproval, Tool, ToolContext, ToolResult
 from edgeclaw.tools.runtime.command_roles import stdin_runner

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Literal
+
+from edgeclaw.records import dataclass
 
 Role = Literal["program", "code", "unknown", "data", "syntax"]
 

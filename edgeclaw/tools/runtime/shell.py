@@ -17,11 +17,11 @@ and hands `ShellTools` the hooks to run when the runtime attaches and closes.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from edgeclaw.errors import ToolError, ToolRefused
+from edgeclaw.records import dataclass
 from edgeclaw.sandbox import ChildProcess, Launch, RunResult, Sandbox
 from edgeclaw.sandbox.base import SandboxBackend, hidden_entries
 from edgeclaw.sandbox.manager import SandboxUnavailable

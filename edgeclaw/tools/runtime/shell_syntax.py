@@ -25,7 +25,9 @@ expands `$(...)`. A text the scanner cannot finish (an open quote) gives
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from edgeclaw.records import dataclass
 
 PLACEHOLDER = re.compile(r"\{\{\s*\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 

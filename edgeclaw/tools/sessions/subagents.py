@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from edgeclaw.errors import ToolError
+from edgeclaw.records import dataclass
 from edgeclaw.store.subagents import SubagentRow
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
 

@@ -36,12 +36,12 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from edgeclaw.backends.embeddings import Embedder, EmbeddingsUnavailable
 from edgeclaw.errors import ToolError, ToolRefused
+from edgeclaw.records import dataclass
 from edgeclaw.store import ranking, vectors
 from edgeclaw.store.chunking import text_hash
 from edgeclaw.store.memory import fts_query

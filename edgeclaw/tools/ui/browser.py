@@ -14,11 +14,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgeclaw.errors import BackendError, ToolError, ToolRefused
+from edgeclaw.records import dataclass
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
 from edgeclaw.tools.fs.workspace import Workspace
 from edgeclaw.tools.media.files import output_path, save, size_text

@@ -14,11 +14,12 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Final
 
 from edgeclaw.errors import ToolError, ToolRefused
+from edgeclaw.records import dataclass
 from edgeclaw.sandbox import ChildProcess
 from edgeclaw.sandbox.manager import SandboxUnavailable
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlsplit
 
 from edgeclaw.backends.web.guard import NetworkPolicy, WebBlocked, WebError, host_matches, vet
 from edgeclaw.errors import ToolError, ToolRefused
+from edgeclaw.records import dataclass
 
 MAX_URL_CHARS: Final = 2048
 

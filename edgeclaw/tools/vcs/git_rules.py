@@ -20,11 +20,11 @@ import asyncio
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from edgeclaw.errors import ToolError, ToolRefused
+from edgeclaw.records import dataclass
 
 MAX_REF_CHARS: Final = 200
 MAX_MESSAGE_CHARS: Final = 10_000

@@ -26,7 +26,6 @@ import contextvars
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult, urlsplit
 
@@ -34,6 +33,7 @@ from edgeclaw.backends.web.client import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S, W
 from edgeclaw.backends.web.guard import NetworkPolicy, Vetted, WebBlocked, WebError, vet
 from edgeclaw.config.schema import WebConfig
 from edgeclaw.errors import ToolError, ToolRefused
+from edgeclaw.records import dataclass
 from edgeclaw.tools.base import Args, Tool, ToolContext, ToolResult
 from edgeclaw.tools.fs.workspace import format_size
 

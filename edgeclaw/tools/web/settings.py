@@ -9,11 +9,12 @@ refused here too (start-up, not mid-call).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from edgeclaw.backends.web.guard import NetworkPolicy, Resolver, parse_networks, system_resolver
 from edgeclaw.config.schema import AgentPolicy, WebConfig
+from edgeclaw.records import dataclass
 from edgeclaw.tools.base import ToolContext
 
 if TYPE_CHECKING:

@@ -49,10 +49,21 @@ NOT_AT_START = (
     "edgeclaw.store.memory",
     "edgeclaw.tools.memory",
     "edgeclaw.tools.skills",
+    # Receiving, checking and installing an update: on the first update (a start reads only the slot
+    # to launch and the trial, edgeclaw.admin.update_slots).
+    "edgeclaw.admin.update",
+    # The console's PIN hashes: only with a login hash configured.
+    "edgeclaw.config.pin_hash",
+    # The C library is the interpreter's own (clock steps, clock sync): no ldconfig run to find it.
+    "ctypes.util",
 )
 # With MQTT off, nothing of it either; nor zipfile (reading an update's wheel), which MQTT's Home
 # Assistant entities bring at start through gpiozero (importlib.metadata) when they read the pins.
 MQTT_MODULES = ("aiomqtt", "paho", "edgeclaw.channels.mqtt", "zipfile")
+# Nor what the MQTT client brings (paho imports them at start) and edgeclaw otherwise needs only on
+# first use: ids of approvals, jobs, processes and temporary files (secrets), digests (hashlib), the
+# sandbox's first probe (tempfile).
+MQTT_CLIENT_STDLIB = ("hashlib", "secrets", "random", "tempfile")
 # The agent loop and its subagents: built by the first chat, spawn or sessions_send turn (or at
 # start when a previous run left subagents to recover), even with MQTT on.
 AGENT_LOOP_MODULES = ("edgeclaw.agent.loop", "edgeclaw.agent.subagents", "edgeclaw.tools.sessions.subagents")
@@ -143,7 +154,8 @@ def test_version_and_help_still_answer_through_the_console_script(run_cli) -> No
 def test_daemon_without_mqtt_starts_without_per_tool_or_mqtt_modules(tmp_path: Path) -> None:
     seen = daemon_at_ready(tmp_path, "[mqtt]\nenabled = false\n")
     assert "edgeclaw.daemon.lifecycle" in seen["modules"]  # the probe did watch the daemon
-    assert loaded(seen["modules"], NOT_AT_START + MQTT_MODULES + AGENT_LOOP_MODULES + CHANNEL_MODULES) == []
+    absent = NOT_AT_START + MQTT_MODULES + MQTT_CLIENT_STDLIB + AGENT_LOOP_MODULES + CHANNEL_MODULES
+    assert loaded(seen["modules"], absent) == []
 
 
 def test_exec_deny_patterns_are_compiled_on_the_first_check_not_at_start(tmp_path: Path) -> None:

@@ -11,13 +11,13 @@ Under the state directory::
                                rolled_back (reported at the next healthy start, then removed)
     updates/<upload>/<i>.part  the chunks of a wheel sent over MQTT, until `update` takes them
 
-The base installation (the `edgeclaw` systemd's ExecStart names) is never replaced by an update,
-so it is what decides at each start which slot runs (`launch`): a trial still `trying` when the
-daemon starts again means the new version died before it was healthy, and the previous slot is put
-back before anything of the new one runs. The new version confirms its own health (READY, and the
-broker connected when MQTT is on, within `gateway.health_deadline_s`) and rolls itself back when it
-is not healthy by then; a start that hangs is caught by the same deadline from a thread, and under
-systemd by TimeoutStartSec=.
+The base installation (the `edgeclaw` systemd's ExecStart names) is never replaced by an update, so
+it is what decides at each start which slot runs (`launch`, in `admin.update_slots`): a trial still
+`trying` when the daemon starts again means the new version died before it was healthy, and the
+previous slot is put back before anything of the new one runs. The new version confirms its own
+health (READY, and the broker connected when MQTT is on, within `gateway.health_deadline_s`) and
+rolls itself back when it is not healthy by then; a start that hangs is caught by the same deadline
+from a thread, and under systemd by TimeoutStartSec=.
 
 Checked before anything is installed: the size (`gateway.update_max_bytes`), the SHA-256 the
 request names, with `gateway.update_public_key` set an Ed25519 signature of the wheel's bytes (the
@@ -54,6 +54,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from edgeclaw.admin.update_slots import BASE, Slots, UpdateTrial, launch  # noqa: F401 -- the update API
 from edgeclaw.config.schema import Config, GatewayConfig
 from edgeclaw.errors import ToolError
 from edgeclaw.records import dataclass
@@ -76,7 +77,6 @@ class UpdateHost(Protocol):
 
 log = logging.getLogger("edgeclaw.update")
 
-BASE = "base"  # the `previous` of a first update: the base installation, no slot
 _WHEEL_NAME = re.compile(r"edgeclaw-(?P<version>[0-9][A-Za-z0-9.+!_-]*?)-py3-none-any\.whl")
 _UPLOAD = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -98,150 +98,6 @@ class Wheel:
     @property
     def slot(self) -> str:
         return f"{self.version}-{self.sha256[:12]}"
-
-
-class Slots:
-    """The slots under STATE/venvs, the `current` link and the trial marker."""
-
-    def __init__(self, state_dir: Path) -> None:
-        self.root = state_dir / "venvs"
-        self.current_link = self.root / "current"
-        self.marker = self.root / "update.json"
-        self.uploads = state_dir / "updates"
-
-    def current(self) -> str | None:
-        """The slot `current` names (None: the base installation)."""
-        try:
-            return os.readlink(self.current_link)
-        except OSError:
-            return None
-
-    def python(self, slot: str) -> Path:
-        return self.root / slot / "bin" / "python"
-
-    def switch(self, slot: str | None) -> None:
-        """Point `current` at `slot` (None: back to the base installation), atomically."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        if slot is None:
-            with contextlib.suppress(FileNotFoundError):
-                self.current_link.unlink()
-            return
-        tmp = self.root / "current.new"
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        os.symlink(slot, tmp)
-        os.replace(tmp, self.current_link)
-        _fsync_dir(self.root)
-
-    def trial(self) -> dict[str, Any] | None:
-        try:
-            value = json.loads(self.marker.read_text())
-        except (OSError, ValueError):
-            return None
-        return value if isinstance(value, dict) else None
-
-    def write_trial(self, state: dict[str, Any]) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.marker.with_name("update.json.new")
-        tmp.write_text(json.dumps(state))
-        os.replace(tmp, self.marker)
-        _fsync_dir(self.root)
-
-    def roll_back(self, reason: str) -> str:
-        """Put the previous slot back; the trial marker says why until a healthy start reports it."""
-        state = self.trial() or {}
-        previous = state.get("previous")
-        self.switch(None if previous in (None, BASE) else str(previous))
-        self.write_trial({**state, "state": "rolled_back", "reason": reason, "at": time.time()})
-        log.error("update to %s rolled back (%s): back on %s", state.get("slot"), reason, previous or BASE)
-        return reason
-
-    def installed(self) -> list[str]:
-        if not self.root.is_dir():
-            return []
-        return sorted(
-            p.name for p in self.root.iterdir() if not p.is_symlink() and (p / ".installed").exists()
-        )
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-# -- at start-up: which slot runs ------------------------------------------------------------------
-def launch(state_dir: Path, argv: list[str]) -> str | None:
-    """In the base installation's `edgeclaw run`: settle the trial, then run the current slot
-    (os.execv, does not return) or return None to run this installation. Returns what was rolled
-    back, if anything (then this installation or the previous slot runs)."""
-    if os.environ.get("EDGECLAW_SLOT"):
-        return None  # already in a slot: it was launched
-    slots = Slots(state_dir)
-    state = slots.trial()
-    rolled_back = None
-    if state is not None and state.get("state") == "trying":
-        rolled_back = slots.roll_back("the new version did not come up healthy (it stopped before that)")
-    elif state is not None and state.get("state") == "pending" and slots.current() != state.get("slot"):
-        # Stopped between marking the update and switching to it: the old version is still current.
-        rolled_back = slots.roll_back("the update was interrupted before it was switched to")
-    elif state is not None and state.get("state") == "pending":
-        slots.write_trial({**state, "state": "trying", "started": time.time()})
-    slot = slots.current()
-    if slot is None:
-        return rolled_back
-    python = slots.python(slot)
-    if not python.exists():
-        log.error("the current slot %s has no interpreter: running the base installation", slot)
-        slots.switch(None)
-        return rolled_back
-    os.environ["EDGECLAW_SLOT"] = slot
-    os.environ["EDGECLAW_BASE_PYTHON"] = sys.executable
-    # PYTHONPATH comes before the slot's site-packages: an entry holding an edgeclaw package (a
-    # checkout) would run that code instead of the update's, so the slot starts without it.
-    kept = [
-        p
-        for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-        if p and not Path(p, "edgeclaw").is_dir()
-    ]
-    if kept:
-        os.environ["PYTHONPATH"] = os.pathsep.join(kept)
-    else:
-        os.environ.pop("PYTHONPATH", None)
-    # -P: the working directory is not put on sys.path, so a checkout there cannot shadow the slot.
-    os.execv(str(python), [str(python), "-P", "-m", "edgeclaw", *argv])
-    return None  # not reached
-
-
-class UpdateTrial:
-    """In the running daemon: confirm (healthy) or roll back the slot it was started from."""
-
-    def __init__(self, state_dir: Path) -> None:
-        self.slots = Slots(state_dir)
-        self.slot = os.environ.get("EDGECLAW_SLOT")
-
-    @property
-    def trying(self) -> bool:
-        state = self.slots.trial()
-        return state is not None and state.get("state") == "trying" and state.get("slot") == self.slot
-
-    def confirm(self) -> dict[str, Any] | None:
-        state = self.slots.trial()
-        if state is None:
-            return None
-        if state.get("state") == "trying" and state.get("slot") == self.slot:
-            state["state"] = "applied"
-        elif state.get("state") != "rolled_back":
-            return None
-        with contextlib.suppress(FileNotFoundError):
-            self.slots.marker.unlink()
-        return state
-
-    def roll_back(self, why: str) -> None:
-        if self.trying:
-            self.slots.roll_back(why)
 
 
 # -- receiving a wheel ---------------------------------------------------------------------------------

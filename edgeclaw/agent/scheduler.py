@@ -27,7 +27,6 @@ The runs themselves are `agent.job_runs` (`JobRuns`); edge-triggered jobs
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import logging
 import math
@@ -222,6 +221,8 @@ class Scheduler:
         """A delay in [0, jitter_s) that is the same for a job's slot on every start of this device."""
         if job.jitter_s <= 0:
             return 0.0
+        import hashlib  # on first use, not at start
+
         seed = hashlib.sha256(f"{self.settings.device_id}:{job.id}:{slot:.0f}".encode()).digest()
         return int.from_bytes(seed[:8], "big") / 2**64 * job.jitter_s
 

@@ -23,7 +23,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     path = find_config_path(args.config)
     # First which installed version runs (an update on trial, or one that must be rolled back):
     # this may run the current slot's edgeclaw in this process instead (os.execv).
-    from edgeclaw.admin.update import UpdateTrial, launch
+    from edgeclaw.admin.update_slots import UpdateTrial, launch
 
     state_dir = _peek_state_dir(path)
     update_rolled_back = launch(state_dir, sys.argv[1:])

@@ -300,8 +300,6 @@ def _memory_problems(config: Config) -> list[tuple[str, str]]:
 
 def _console_problems(config: Config) -> list[tuple[str, str]]:
     """[console] checks; the hash file itself is read when the console starts."""
-    from edgeclaw.config.pin_hash import PinHashError, parse_pin_hash
-
     c = config.console
     problems: list[tuple[str, str]] = []
     seen: set[str] = set()
@@ -314,6 +312,8 @@ def _console_problems(config: Config) -> list[tuple[str, str]]:
     if c.login_hash and c.login_hash_file:
         problems.append(("console", "set login_hash or login_hash_file, not both"))
     if c.login_hash:
+        from edgeclaw.config.pin_hash import PinHashError, parse_pin_hash  # hashlib, secrets: only then
+
         try:
             parse_pin_hash(c.login_hash)
         except PinHashError as e:

@@ -104,9 +104,10 @@ def _overlaps(a: str, b: str) -> bool:
     return a == b or a.startswith((b + ".", b + "[")) or b.startswith((a + ".", a + "["))
 
 
-_HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(?:#.*)?$")
+# Patterns as text: `re` compiles them (and caches them) on the first error placed, not at every start.
+_HEADER = r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(?:#.*)?$"
 _KEY_PART = r"""(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')"""
-_ASSIGN = re.compile(rf"^\s*({_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*=")
+_ASSIGN = rf"^\s*({_KEY_PART}(?:\s*\.\s*{_KEY_PART})*)\s*="
 
 
 def _dotted(raw: str) -> str:
@@ -129,7 +130,7 @@ def key_lines(text: str) -> dict[str, int]:
             if line.count('"""') % 2 or line.count("'''") % 2:
                 in_string = False
             continue
-        header = _HEADER.match(line)
+        header = re.match(_HEADER, line)
         if header:
             name = _dotted(header.group(2))
             if header.group(1) == "[[":
@@ -145,7 +146,7 @@ def key_lines(text: str) -> dict[str, int]:
             table = name
             lines.setdefault(table, number)
             continue
-        assign = _ASSIGN.match(line)
+        assign = re.match(_ASSIGN, line)
         if assign:
             key = _dotted(assign.group(1))
             lines.setdefault(f"{table}.{key}" if table else key, number)

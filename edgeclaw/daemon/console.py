@@ -9,7 +9,6 @@ from edgeclaw.channels.console.channel import ConsoleChannel, Endpoint
 from edgeclaw.channels.console.login import LoginGate
 from edgeclaw.channels.console.port import LineSettings
 from edgeclaw.channels.console.session import Banner, SessionOptions
-from edgeclaw.config.pin_hash import PinHashError, parse_pin_hash
 from edgeclaw.config.schema import ConsoleConfig
 from edgeclaw.daemon.agent import shared_agent
 from edgeclaw.daemon.runtime import Runtime
@@ -62,6 +61,8 @@ def login_gate(runtime: Runtime, c: ConsoleConfig, source: str) -> LoginGate | N
             ) from None
     if not text:
         return None
+    from edgeclaw.config.pin_hash import PinHashError, parse_pin_hash  # hashlib, secrets: only with a gate
+
     try:
         pin_hash = parse_pin_hash(text)
     except PinHashError as e:

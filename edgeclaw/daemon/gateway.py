@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from edgeclaw.admin.config_apply import apply_config, effective, validate_text
 from edgeclaw.admin.logs import read_logs
 from edgeclaw.admin.tools_reload import reload_custom_tools
-from edgeclaw.admin.update import apply_update, store_chunk, versions
 from edgeclaw.tools.automation.gateway import GatewayHooks
 
 if TYPE_CHECKING:
@@ -24,8 +23,14 @@ def offline_hooks(config: Config, state_dir: Path) -> GatewayHooks:
     return GatewayHooks(
         config_get=lambda key: effective(config, key),
         config_validate=lambda text: validate_text(text, config._source)[1],
-        slots=lambda: versions(state_dir),
+        slots=lambda: _versions(state_dir),
     )
+
+
+def _versions(state_dir: Path) -> dict[str, Any]:
+    from edgeclaw.admin.update import versions  # receiving and installing wheels: on first use
+
+    return versions(state_dir)
 
 
 def attach_daemon(runtime: Runtime, hooks: GatewayHooks, status: Any, restart: Any) -> None:
@@ -41,9 +46,13 @@ def attach_daemon(runtime: Runtime, hooks: GatewayHooks, status: Any, restart: A
     hooks.config_apply = apply
 
     async def update(args: dict[str, Any], by: str) -> dict[str, Any]:
+        from edgeclaw.admin.update import apply_update  # checking and installing wheels: on first use
+
         return await apply_update(runtime, args, by, restart)
 
     def chunk(args: dict[str, Any]) -> dict[str, Any]:
+        from edgeclaw.admin.update import store_chunk
+
         return store_chunk(
             runtime.state_dir,
             runtime.config.gateway,

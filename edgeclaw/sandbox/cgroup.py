@@ -40,7 +40,6 @@ import itertools
 import logging
 import os
 import re
-import secrets
 import signal
 import time
 from pathlib import Path
@@ -520,6 +519,8 @@ class SandboxCgroups:
     def create(self, max_pids: int, memory_max: int = 0) -> CommandCgroup:
         """A command's cgroup: at most `max_pids` processes, and `memory_max` bytes of memory (no swap)
         when given and a memory controller is there (within the run's bound for all commands)."""
+        import secrets  # on first use, not at start
+
         name = f"cmd-{secrets.token_hex(4)}"
         pids_dir = self.run_dir / name
         pids_dir.mkdir()

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import field, replace
 from pathlib import Path
@@ -99,6 +97,9 @@ def _real(path: str) -> Path:
 
 
 async def _smoke(backend: SandboxBackend, limits: Limits) -> str | None:
+    import secrets  # on first use, not at start
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="edgeclaw-probe-") as tmp:
         ws = _real(tmp)
         spec = SandboxSpec(workspace=ws, cwd=ws, limits=limits, timeout_s=PROBE_TIMEOUT_S)

@@ -18,7 +18,6 @@ Runs are kept per job, the newest `MAX_RUNS_PER_JOB`.
 from __future__ import annotations
 
 import json
-import secrets
 import sqlite3
 import time
 from collections.abc import Callable
@@ -179,6 +178,8 @@ class Run:
 
 
 def new_job_id() -> str:
+    import secrets  # the first job made, not every start
+
     return "j" + secrets.token_hex(4)
 
 

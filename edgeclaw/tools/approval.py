@@ -22,10 +22,8 @@ made for one action never lets another run.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
-import secrets
 import time
 from collections.abc import Mapping
 from enum import StrEnum
@@ -52,6 +50,8 @@ class Decision(StrEnum):
 
 def action_digest(tool: str, args: Mapping[str, Any]) -> str:
     """The hex SHA-256 of the canonical action: ``{"tool", "args"}`` as JSON with sorted keys."""
+    import hashlib  # at the first question asked, not at every start
+
     canonical = json.dumps(
         {"tool": tool, "args": dict(args)}, sort_keys=True, separators=(",", ":"), ensure_ascii=False
     )
@@ -132,6 +132,8 @@ class ApprovalBroker:
         """Ask and wait. Returns the decision and a reason fit for an error message when it is a deny.
 
         `args` is what is being approved (digested into the question's `action_digest`)."""
+        import secrets  # at the first question asked, not at every start
+
         timeout = self.timeout_s if timeout_s is None else timeout_s
         request = ApprovalRequest(
             id=secrets.token_hex(8),

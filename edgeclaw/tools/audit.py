@@ -25,7 +25,6 @@ quotes, so they can be read by eye and split by a program:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -49,6 +48,8 @@ def args_digest(args: Mapping[str, Any]) -> str:
             blob = repr(sorted(args.items(), key=lambda kv: str(kv[0])))
         except RecursionError:
             blob = "(arguments nested too deeply to digest)"
+    import hashlib  # at the first call digested, not at every start
+
     data = blob.encode("utf-8", "surrogatepass")
     return hashlib.blake2b(data, digest_size=8, key=_DIGEST_KEY).hexdigest()
 

@@ -205,16 +205,36 @@ _TOKENS = (
 # A "0x" prefix counts as a boundary and is kept.
 _LONG_HEX = r"[0-9A-Fa-f](?:(?<![A-Za-z0-9].)|(?<=(?<![A-Za-z0-9])0[xX].))[0-9A-Fa-f]{31,}(?![A-Za-z0-9])"
 
+
+class _Pattern:
+    """A regex compiled the first time text gets past its gate. Most text passes no gate, and
+    compiling the families and the base64 patterns took about 4 ms of every start."""
+
+    __slots__ = ("_compiled", "_flags", "_source")
+
+    def __init__(self, source: str, flags: int = 0) -> None:
+        self._source = source
+        self._flags = flags
+        self._compiled: re.Pattern[str] | None = None
+
+    @property
+    def re(self) -> re.Pattern[str]:
+        compiled = self._compiled
+        if compiled is None:
+            compiled = self._compiled = re.compile(self._source, self._flags)
+        return compiled
+
+
 # The patterns run in families, each behind a gate of cheap substring tests
 # that every match of the family contains: most text passes no gate, and the
 # engine's cost grows with the number of branches it tries at each position.
 # ASCII mode keeps (?i) to ASCII letters: with Unicode case folding
 # "pa\u017f\u017fword" (U+017F is the long s) would match "password", but
 # `str.lower` leaves the long s alone, so the keyword gate would miss it.
-_PEM_FAMILY: Final = re.compile(f"{_PEM_PRIVATE_KEY}|{_PEM_TAIL}", re.ASCII)
-_URL_FAMILY: Final = re.compile(f"{_URI_PASSWORD}|{_WEBHOOK}", re.ASCII)
-_KEYWORD_FAMILY: Final = re.compile(f"{_KEY_VALUE}|{_QUERY_SIGNATURE}|{_NETRC}|{_BEARER}", re.ASCII)
-_TOKEN_FAMILY: Final = re.compile("|".join((*_TOKENS, _LONG_HEX)), re.ASCII)
+_PEM_FAMILY: Final = _Pattern(f"{_PEM_PRIVATE_KEY}|{_PEM_TAIL}", re.ASCII)
+_URL_FAMILY: Final = _Pattern(f"{_URI_PASSWORD}|{_WEBHOOK}", re.ASCII)
+_KEYWORD_FAMILY: Final = _Pattern(f"{_KEY_VALUE}|{_QUERY_SIGNATURE}|{_NETRC}|{_BEARER}", re.ASCII)
+_TOKEN_FAMILY: Final = _Pattern("|".join((*_TOKENS, _LONG_HEX)), re.ASCII)
 # Groups that end the part of a match that stays; the rest is redacted.
 _KEPT_GROUPS: Final = ("kv", "bearer", "hook", "hook2", "qs", "netrc", "netrc2")
 
@@ -223,7 +243,7 @@ _KEPT_GROUPS: Final = ("kv", "bearer", "hook", "hook2", "qs", "netrc", "netrc2")
 # they have no prefix (an AWS secret access key, a PEM body line, a Cloudflare
 # token). Judged by `_looks_random` after matching, in a pass of its own, so a
 # run that is rejected hides nothing from the other families.
-_BASE64_RUN: Final = re.compile(
+_BASE64_RUN: Final = _Pattern(
     r"[A-Za-z0-9+/_-](?<![A-Za-z0-9+/_-].)"
     r"(?=[A-Za-z0-9+/_-]*?[A-Z])(?=[A-Za-z0-9+/_-]*?[a-z])(?=[A-Za-z0-9+/_-]*?[0-9])"
     r"[A-Za-z0-9+/_-]{39,}={0,2}(?![A-Za-z0-9+/=_-])",
@@ -234,7 +254,7 @@ _BASE64_RUN: Final = re.compile(
 # Public key material looks just as random and stays: certificates, public keys and
 # signatures in PEM (with their END line; a block cut short is not known to be public)
 # and OpenSSH public keys (authorized_keys, known_hosts).
-_PUBLIC_KEY_MATERIAL: Final = re.compile(
+_PUBLIC_KEY_MATERIAL: Final = _Pattern(
     r"-----BEGIN (?P<kind>(?:NEW |TRUSTED )?CERTIFICATE(?: REQUEST)?|X509 CRL|(?:RSA |SSH2 )?PUBLIC KEY"
     r"|PGP PUBLIC KEY BLOCK|PGP SIGNATURE|DH PARAMETERS|EC PARAMETERS)-----(?s:.*?)-----END (?P=kind)-----"
     r"|(?:ssh-(?:rsa|dss|ed25519|ed448)|ecdsa-sha2-nistp(?:256|384|521)"
@@ -424,13 +444,14 @@ def _may_be_token(text: str, start: int, end: int) -> bool:
 
 
 def _family_spans(
-    family: re.Pattern[str], text: str, windows: list[tuple[int, int]], offset: int
+    family: _Pattern, text: str, windows: list[tuple[int, int]], offset: int
 ) -> list[tuple[int, int]]:
     """The redactions `family` asks for in `text`, searched within `windows` only."""
     spans: list[tuple[int, int]] = []
+    pattern = family.re
     for window_start, window_end in windows:
         # Searching with pos/endpos, not on a slice: lookbehinds still see the text before.
-        for match in family.finditer(text, window_start, window_end):
+        for match in pattern.finditer(text, window_start, window_end):
             user = match["uri_user"] if family is _URL_FAMILY else None
             if user is not None:
                 # A token passed as the user goes too; the password always does.
@@ -439,7 +460,7 @@ def _family_spans(
                 continue
             start = match.start()
             for kept in _KEPT_GROUPS:
-                if kept in family.groupindex:
+                if kept in pattern.groupindex:
                     end = match.end(kept)
                     if end != -1:
                         start = end
@@ -452,7 +473,7 @@ def _random_run_spans(text: str, windows: list[tuple[int, int]], offset: int) ->
     """The `_BASE64_RUN` matches in `windows` that look random and are not public key material."""
     spans: list[tuple[int, int]] = []
     public: list[tuple[int, int]] | None = None
-    matches = (m for start, end in windows for m in _BASE64_RUN.finditer(text, start, end))
+    matches = (m for start, end in windows for m in _BASE64_RUN.re.finditer(text, start, end))
     for match in matches:
         run = match[0]
         # Leading slashes, lower-case words and numbers are the URL or path the key sits in
@@ -462,7 +483,7 @@ def _random_run_spans(text: str, windows: list[tuple[int, int]], offset: int) ->
             continue
         start, end = match.start() + lead, match.end()
         if public is None:
-            public = [m.span() for m in _PUBLIC_KEY_MATERIAL.finditer(text)]
+            public = [m.span() for m in _PUBLIC_KEY_MATERIAL.re.finditer(text)]
         if not any(p_start <= start and end <= p_end for p_start, p_end in public):
             spans.append((offset + start, offset + end))
     return spans

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
-import secrets
 import stat
 from collections.abc import Callable
 from contextlib import suppress
@@ -143,6 +142,8 @@ def write_atomically(ws: Workspace, path: Path, data: bytes, shown: str) -> bool
     name = path.name
     # Hidden, unique, same directory (rename is only atomic within one file system);
     # the name is cut so that the temp name stays within NAME_MAX.
+    import secrets  # on first use, not at start
+
     tmp = f".{name[:200]}.{secrets.token_hex(4)}.tmp"
     tmp_made = False
     try:

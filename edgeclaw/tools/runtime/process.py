@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -176,6 +175,8 @@ class ProcessManager:
         # Random, not a counter: an id says nothing about how many processes others started, and
         # cannot be guessed (not that a guessed id would help: ownership is checked on every use).
         while True:
+            import secrets  # on first use, not at start
+
             proc_id = "p" + secrets.token_hex(4)
             if proc_id not in self._procs:
                 return proc_id

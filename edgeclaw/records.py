@@ -8,8 +8,9 @@ record classes before it may say READY=1, and that was a third of its start. Thi
 `__match_args__` are the standard library's own) and writes the methods without a compile each:
 `__repr__`, `__eq__`, `__hash__` and a frozen class's guards are closures over the field names
 (`operator.attrgetter` gives the same tuples the generated code compares and hashes), and
-`__init__`, the one whose speed matters per object, is compiled from the standard library's own
-source by the first construction -- a class defined but not yet used costs no compile at all.
+`__init__`, the one whose speed matters per object, binds its arguments in plain Python for a
+class's first few constructions and is then compiled from the standard library's own source -- a
+class defined but seldom made (the config's tables, a board's devices) costs no compile at all.
 
 Only what edgeclaw's records use takes this path; anything else (`order`, `unsafe_hash`,
 `weakref_slot`, `InitVar` fields, a dataclass base class) is handed to `dataclasses.dataclass`
@@ -133,7 +134,7 @@ def _process(cls: type[T], **options: bool) -> type[T]:
     made.__dataclass_params__ = params_type(**{name: standard[name] for name in params_type.__slots__})
 
     if init and "__init__" not in made.__dict__:
-        made.__init__ = _lazy_init(made, _init_source(made, fields, frozen, slots))
+        made.__init__ = _lazy_init(made, _init_source(made, fields, frozen, slots), frozen, slots)
     if show and "__repr__" not in made.__dict__:
         made.__repr__ = _repr_method(made, tuple(f.name for f in fields if f.repr))
     if eq and "__eq__" not in made.__dict__:
@@ -175,10 +176,54 @@ def _values(names: list[str]) -> Callable[[Any], tuple[Any, ...]]:
     return get  # several names: attrgetter gives the tuple itself
 
 
-def _lazy_init(cls: type, source: str) -> Callable[..., None]:
-    """`__init__`, compiled from `source` by the first construction; a class only defined costs none."""
+# Constructions a class gets through `_interpreted_init` before its __init__ is compiled: a record
+# made a few times (the config's tables, a board's devices) never pays for a compile, one made per
+# request soon runs the compiled code.
+INTERPRETED_CONSTRUCTIONS = 8
+
+
+def _lazy_init(cls: type, source: str, frozen: bool, slots: bool) -> Callable[..., None]:
+    """`__init__`: the first constructions bind their arguments here, then `source` (the standard
+    library's own __init__ for these fields) is compiled and takes over. Anything the interpreted
+    path does not bind exactly (a wrong or missing argument) goes to the compiled one, whose error
+    is the standard library's."""
+    fields = [f for f in dataclasses.fields(cls) if f.init or f.default_factory is not _MISSING or slots]
+    positional = [f.name for f in fields if f.init and not f.kw_only]
+    accepted = frozenset(f.name for f in fields if f.init)
+    required = [f.name for f in fields if f.init and f.default is _MISSING and f.default_factory is _MISSING]
+    post_init = hasattr(cls, "__post_init__")
+    setter = object.__setattr__ if frozen else setattr
+    left = [INTERPRETED_CONSTRUCTIONS]
+
+    def _interpreted_init(self: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        if len(args) > len(positional):
+            return False
+        given = dict(zip(positional, args, strict=False))
+        for name, value in kwargs.items():
+            if name in given or name not in accepted:
+                return False
+            given[name] = value
+        if any(name not in given for name in required):
+            return False
+        for f in fields:  # in field order, factories called as the compiled code calls them
+            if f.init and f.name in given:
+                value = given[f.name]
+            elif f.default_factory is not _MISSING:
+                value = f.default_factory()
+            elif f.default is not _MISSING and (f.init or slots):
+                value = f.default
+            else:
+                continue
+            setter(self, f.name, value)
+        if post_init:
+            self.__post_init__()
+        return True
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if left[0] > 0:
+            left[0] -= 1
+            if _interpreted_init(self, args, kwargs):
+                return
         real = cls.__dict__["__init__"]
         if real is __init__:
             namespace = dict(_INIT_NAMES)

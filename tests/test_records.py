@@ -157,10 +157,28 @@ def _replaceable(cls: type) -> bool:
     return all(f.init or f.default_factory is not dataclasses.MISSING for f in dataclasses.fields(cls))
 
 
+@pytest.mark.parametrize("interpreted", [0, 1000], ids=["compiled-init", "interpreted-init"])
 @pytest.mark.parametrize(("options", "body"), SHAPES, ids=[f"{b.__name__}-{o}" for o, b in SHAPES])
-def test_the_records_behave_as_the_standard_librarys(options: dict[str, Any], body: type) -> None:
+def test_the_records_behave_as_the_standard_librarys(
+    options: dict[str, Any], body: type, interpreted: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both ways an __init__ runs: bound by the interpreted path (the first constructions), and
+    compiled from the standard library's source (after them, or for a call it does not bind)."""
+    monkeypatch.setattr(records, "INTERPRETED_CONSTRUCTIONS", interpreted)
     standard, cheap = both(**options)(body)
     assert _behaviour(cheap) == _behaviour(standard)
+
+
+def test_a_wrong_call_gets_the_standard_librarys_error_on_either_path() -> None:
+    standard, cheap = both(frozen=True)(NoDoc)
+    for call in ((), (1, "x", {}, 4), {"a": 1, "zz": 2}):
+        args, kwargs = (call, {}) if isinstance(call, tuple) else ((), call)
+        errors = []
+        for cls in (standard, cheap):
+            with pytest.raises(TypeError) as e:
+                cls(*args, **kwargs)
+            errors.append(str(e.value))
+        assert errors[0] == errors[1]
 
 
 def test_pickled_and_back() -> None:
@@ -222,3 +240,18 @@ def test_a_frozen_class_may_not_write_its_own_setattr() -> None:
     for deco in (dataclasses.dataclass, records.dataclass):
         with pytest.raises(TypeError, match="Cannot overwrite attribute __setattr__"):
             deco(frozen=True)(type("Own", (), dict(vars(Own))))
+
+
+def test_init_is_compiled_only_after_the_first_constructions() -> None:
+    @records.dataclass(frozen=True)
+    class Often:
+        a: int
+        b: list[int] = field(default_factory=list)
+
+    def compiled() -> bool:
+        return "args" not in Often.__dict__["__init__"].__code__.co_varnames
+
+    for n in range(records.INTERPRETED_CONSTRUCTIONS):
+        assert Often(n).a == n and not compiled()
+    made = Often(1, [2])
+    assert compiled() and made == Often(a=1, b=[2]) and Often(3).b == []

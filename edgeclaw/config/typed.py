@@ -9,6 +9,7 @@ needs.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import types
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
@@ -56,6 +57,33 @@ def _expected(tp: Any) -> str:
     if origin in (Union, types.UnionType):
         return " or ".join(_expected(a) for a in get_args(tp) if a is not type(None))
     return str(tp)
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def field_types(cls: type) -> dict[str, Any]:
+    """Each field's type, evaluated from its annotation (`typing.get_type_hints` for the fields).
+
+    The records' annotations are text (`from __future__ import annotations`); get_type_hints
+    compiles and evaluates each one apart, about a third of loading a config. Here a class's are
+    evaluated together, as one tuple in its module's namespace, once per process."""
+    hints = _HINTS.get(cls)
+    if hints is None:
+        fields = dataclasses.fields(cls)
+        texts = [f.type for f in fields]
+        module = sys.modules.get(cls.__module__)
+        if module is not None and all(isinstance(t, str) for t in texts):
+            # The annotations of edgeclaw's own records, as written in their module; names looked up
+            # as get_type_hints looks them up for a class (its module first, then the class).
+            source = "(" + "".join(f"{t},\n" for t in texts) + ")"
+            values = eval(source, dict(vars(cls)), vars(module))
+            hints = dict(zip([f.name for f in fields], values, strict=True))
+        else:
+            everything = get_type_hints(cls)
+            hints = {f.name: everything[f.name] for f in fields}
+        _HINTS[cls] = hints
+    return hints
 
 
 class _Converter:
@@ -130,7 +158,7 @@ class _Converter:
         return True
 
     def build(self, cls: type[T], data: dict[str, Any], prefix: str) -> T:
-        hints = get_type_hints(cls)
+        hints = field_types(cls)
         fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         kwargs: dict[str, Any] = {}
         for raw_key, value in data.items():

@@ -8,12 +8,13 @@ the daemon once it has told systemd READY=1 (on $NOTIFY_SOCKET, as `edgeclaw run
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.mqtt_support import Mosquitto, daemon_env, needs_mosquitto
+from tests.mqtt_support import Caller, Mosquitto, daemon_env, needs_mosquitto
 
 # Modules `--version` must not load: it prints a constant, so no parser, no config, no event loop.
 NOT_FOR_VERSION = ("argparse", "asyncio", "json", "logging", "edgeclaw.cli", "edgeclaw.config")
@@ -77,6 +78,7 @@ CHANNEL_MODULES = ("edgeclaw.agent.channel", "platform")
 DAEMON_PROBE = r"""
 import json, os, signal, socket, sys, threading
 out, notify = sys.argv[1], sys.argv[2]
+go = sys.argv[3] if len(sys.argv) > 3 else None  # a file: wait for it after READY=1, then write
 sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
 sock.bind(notify)
 os.environ["NOTIFY_SOCKET"] = notify
@@ -84,6 +86,8 @@ os.environ["NOTIFY_SOCKET"] = notify
 def watch():
     while b"READY=1" not in sock.recv(4096).split(b"\n"):
         pass
+    while go and not os.path.exists(go):
+        threading.Event().wait(0.05)
     deny = sys.modules.get("edgeclaw.tools.runtime.denylist")
     compiled = [g.name for g in deny.DENY_GROUPS if "patterns" in vars(g)] if deny else []
     with open(out, "w") as f:
@@ -180,3 +184,34 @@ def test_daemon_with_mqtt_starts_without_per_tool_modules(tmp_path: Path) -> Non
         broker.stop()
     assert "edgeclaw.channels.mqtt.channel" in modules
     assert loaded(modules, NOT_AT_START + AGENT_LOOP_MODULES) == []
+
+
+@needs_mosquitto
+def test_home_assistant_entities_published_load_no_update_installer(tmp_path: Path) -> None:
+    """Home Assistant's entities, the firmware one included, are published from what a start has:
+    showing the installed version (and an offer, when an admin made one) needs no wheel checking."""
+    broker = Mosquitto(tmp_path / "broker").start()
+    (tmp_path / "edgeclaw.toml").write_text(
+        'board = "sim"\ndevice_id = "idle"\n'
+        f'[mqtt]\nenabled = true\nhost = "127.0.0.1"\nport = {broker.port}\n'
+    )
+    env = daemon_env(tmp_path / "state", tmp_path / "edgeclaw.toml")
+    out, go = tmp_path / "modules.json", tmp_path / "go"
+    command = [sys.executable, "-c", DAEMON_PROBE, str(out), str(tmp_path / "notify.sock"), str(go)]
+    proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+
+    async def entities_published() -> None:
+        async with Caller(broker.port, ["edgeclaw/idle/ha/+/state"]) as watcher:
+            await watcher.answers("edgeclaw/idle/ha/update/state", 1, within=60)
+
+    try:
+        asyncio.run(entities_published())
+        go.touch()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        broker.stop()
+    assert out.exists(), err
+    modules = json.loads(out.read_text())["modules"]
+    assert "edgeclaw.channels.mqtt.homeassistant" in modules
+    assert loaded(modules, ("edgeclaw.admin.update",)) == []

@@ -54,7 +54,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from edgeclaw.admin.update_slots import BASE, Slots, UpdateTrial, launch  # noqa: F401 -- the update API
+from edgeclaw.admin.update_slots import (  # noqa: F401 -- the update API
+    BASE,
+    Slots,
+    UpdateTrial,
+    launch,
+    update_state,
+    versions,
+)
 from edgeclaw.config.schema import Config, GatewayConfig
 from edgeclaw.errors import ToolError
 from edgeclaw.records import dataclass
@@ -466,31 +473,6 @@ def stage(state_dir: Path, wheel: Wheel, by: str, keep: int) -> dict[str, Any]:
     slots.switch(wheel.slot)
     removed = prune(slots, keep)
     return {"slot": wheel.slot, "previous": previous, "version": wheel.version, "removed": removed}
-
-
-def versions(state_dir: Path) -> dict[str, Any]:
-    """For `version`: the slot running, the one `current` names, the installed ones, the trial."""
-    slots = Slots(state_dir)
-    return {
-        "slot": os.environ.get("EDGECLAW_SLOT") or BASE,
-        "current": slots.current() or BASE,
-        "slots": slots.installed(),
-        "trial": slots.trial(),
-    }
-
-
-def update_state(state_dir: Path) -> dict[str, Any]:
-    """The `update` member of the retained status: the slot running and the update in progress, if
-    any (`state`: idle, pending, trying, rolled_back; a kept update leaves no marker: idle)."""
-    trial = Slots(state_dir).trial() or {}
-    out: dict[str, Any] = {
-        "slot": os.environ.get("EDGECLAW_SLOT") or BASE,
-        "state": trial.get("state", "idle"),
-    }
-    for key in ("version", "previous", "reason"):
-        if trial.get(key) is not None:
-            out[key] = trial[key]
-    return out
 
 
 async def apply_update(runtime: UpdateHost, args: dict[str, Any], by: str, restart: Any) -> dict[str, Any]:

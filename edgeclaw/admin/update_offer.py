@@ -35,11 +35,11 @@ def read_offer(state_dir: Path) -> dict[str, Any] | None:
 
 def offered_version(state_dir: Path, running: str) -> str:
     """What Home Assistant shows as the latest version: the offer's when it is newer than `running`."""
-    from edgeclaw.admin.update import release_key
-
     offer = read_offer(state_dir)
     if offer is None:
         return running
+    from edgeclaw.admin.update import release_key  # checking wheels: only once an update is offered
+
     try:
         newer = release_key(offer["version"]) > release_key(running)
     except ToolError:  # a version that cannot be compared is not shown as newer

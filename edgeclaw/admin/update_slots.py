@@ -1,9 +1,9 @@
 """Which installed version `edgeclaw run` starts, and the update on trial in the running daemon.
 
-The part of updates every start takes (`launch`, `UpdateTrial`, the `Slots` they read), apart from
-receiving, checking and installing a wheel (`admin.update`): a start that has no update waiting
-reads a link and a marker file, and need not load what checks and installs wheels. The layout
-under STATE/venvs is described in `admin.update`.
+The part of updates every start takes (`launch`, `UpdateTrial`, the `Slots` they read, what the
+retained status and `version` report), apart from receiving, checking and installing a wheel
+(`admin.update`): a start that has no update waiting reads a link and a marker file, and need not
+load what checks and installs wheels. The layout under STATE/venvs is described in `admin.update`.
 """
 
 from __future__ import annotations
@@ -164,3 +164,28 @@ class UpdateTrial:
     def roll_back(self, why: str) -> None:
         if self.trying:
             self.slots.roll_back(why)
+
+
+def versions(state_dir: Path) -> dict[str, Any]:
+    """For `version`: the slot running, the one `current` names, the installed ones, the trial."""
+    slots = Slots(state_dir)
+    return {
+        "slot": os.environ.get("EDGECLAW_SLOT") or BASE,
+        "current": slots.current() or BASE,
+        "slots": slots.installed(),
+        "trial": slots.trial(),
+    }
+
+
+def update_state(state_dir: Path) -> dict[str, Any]:
+    """The `update` member of the retained status: the slot running and the update in progress, if
+    any (`state`: idle, pending, trying, rolled_back; a kept update leaves no marker: idle)."""
+    trial = Slots(state_dir).trial() or {}
+    out: dict[str, Any] = {
+        "slot": os.environ.get("EDGECLAW_SLOT") or BASE,
+        "state": trial.get("state", "idle"),
+    }
+    for key in ("version", "previous", "reason"):
+        if trial.get(key) is not None:
+            out[key] = trial[key]
+    return out

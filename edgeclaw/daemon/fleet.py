@@ -95,7 +95,7 @@ def status_facts(runtime: Runtime) -> Callable[[], dict[str, Any]]:
         mcp = _mcp(runtime)
         if mcp is not None:
             out["mcp"] = mcp
-        from edgeclaw.admin.update import update_state
+        from edgeclaw.admin.update_slots import update_state
 
         out["update"] = update_state(runtime.state_dir)
         return out

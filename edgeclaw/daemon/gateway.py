@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from edgeclaw.admin.config_apply import apply_config, effective, validate_text
 from edgeclaw.admin.logs import read_logs
 from edgeclaw.admin.tools_reload import reload_custom_tools
+from edgeclaw.admin.update_slots import versions
 from edgeclaw.tools.automation.gateway import GatewayHooks
 
 if TYPE_CHECKING:
@@ -23,14 +24,8 @@ def offline_hooks(config: Config, state_dir: Path) -> GatewayHooks:
     return GatewayHooks(
         config_get=lambda key: effective(config, key),
         config_validate=lambda text: validate_text(text, config._source)[1],
-        slots=lambda: _versions(state_dir),
+        slots=lambda: versions(state_dir),
     )
-
-
-def _versions(state_dir: Path) -> dict[str, Any]:
-    from edgeclaw.admin.update import versions  # receiving and installing wheels: on first use
-
-    return versions(state_dir)
 
 
 def attach_daemon(runtime: Runtime, hooks: GatewayHooks, status: Any, restart: Any) -> None:

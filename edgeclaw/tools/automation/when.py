@@ -27,7 +27,6 @@ import os
 import re
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from typing import Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from edgeclaw.records import dataclass
 
@@ -85,6 +84,8 @@ class ScheduleError(ValueError):
 
 def local_zone() -> tzinfo:
     """The machine's time zone with its DST rules: $TZ, else /etc/localtime, else UTC."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # its tz path reads sysconfig: on first use
+
     name = os.environ.get("TZ", "").lstrip(":")
     if name:
         try:
@@ -104,6 +105,8 @@ def zone(name: str) -> tzinfo:
         return local_zone()
     if name.upper() == "UTC":
         return UTC
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):

@@ -10,8 +10,10 @@ itself is part of every process, so only the ratios compare with a real board):
   * idle resident memory (VmRSS, the emulator included) of the daemon after READY=1 and a settle time,
     beside an idle `python3` (`python3 -c 'import time; time.sleep(...)'`) measured the same way;
   * as bench_startup.py does on the build machine, the starts also beside the standard-library
-    floor (`python3 -c 'import asyncio, sqlite3, ssl, json, socket, logging'`), and the step a start
-    must take before READY=1 (the config read and checked, the board profile loaded) beside it too.
+    floor F0 (`python3 -c 'import asyncio, sqlite3, ssl, json, socket, logging'`), and the step a start
+    must take before READY=1 (the config read and checked, the board profile loaded) beside it too;
+  * MQTT on beside F1 (F0 and `import aiomqtt`, the client the channel needs), in time and in idle
+    memory (an interpreter that made F1's imports and waits).
 
 Standard library only (the daemon's own dependencies are in its virtualenv). Prints one `arm:` line
 a figure and a last `arm: summary` line. Run: python bench/bench_arm.py [--runs N] [--settle S]
@@ -31,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from floors import CONFIG_STEP, FLOOR_IMPORTS
+from floors import CONFIG_STEP, FLOOR_IMPORTS, MQTT_FLOOR_IMPORTS
 from procs import rss_mb, stop
 
 NOT_INHERITED = ("EDGECLAW_", "NOTIFY_SOCKET", "WATCHDOG_", "INVOCATION_ID")
@@ -104,6 +106,16 @@ class Daemon:
                     return time.perf_counter() - started, proc
 
 
+def idle_rss(code: str, settle_s: float) -> float:
+    """VmRSS of an interpreter that ran `code` (which must import time) and then waits."""
+    idle = subprocess.Popen([sys.executable, "-c", f"{code}; time.sleep(600)"])
+    time.sleep(settle_s)
+    try:
+        return rss_mb(idle.pid)
+    finally:
+        stop(idle)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -148,11 +160,12 @@ def main() -> int:
     stdlib_s = statistics.median(wall_s([sys.executable, "-c", FLOOR_IMPORTS]) for _ in range(3))
     print(f"arm: `python3 -c '{FLOOR_IMPORTS}'` (stdlib floor): {stdlib_s * 1000:.0f} ms", flush=True)
 
-    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    time.sleep(opts.settle)
-    floor_rss = rss_mb(idle.pid)
-    stop(idle)
+    mqtt_s = statistics.median(wall_s([sys.executable, "-c", MQTT_FLOOR_IMPORTS]) for _ in range(3))
+    print(f"arm: F1 `python3 -c '{MQTT_FLOOR_IMPORTS}'`: {mqtt_s * 1000:.0f} ms", flush=True)
+    floor_rss = idle_rss("import time", opts.settle)
     print(f"arm: idle `python3` RSS (floor): {floor_rss:.1f} MiB", flush=True)
+    mqtt_rss = idle_rss(MQTT_FLOOR_IMPORTS + "; import time", opts.settle)
+    print(f"arm: idle RSS of F1's imports: {mqtt_rss:.1f} MiB", flush=True)
 
     summary: list[str] = []
     with tempfile.TemporaryDirectory(prefix="bench-arm-") as tmp:
@@ -200,6 +213,15 @@ def main() -> int:
                     f"{label} READY=1 {cold_s:.2f} s cold ({cold_s / floor_s:.1f}x), "
                     f"RSS {rss:.1f} MiB ({rss / floor_rss:.2f}x)"
                 )
+                if port is not None:
+                    ready_s = statistics.median(times[1:]) if opts.runs else cold_s
+                    print(
+                        f"arm: READY=1 mqtt-on {ready_s:.2f} s = {ready_s / mqtt_s:.2f}x F1 "
+                        f"({'later starts' if opts.runs else 'the first start'}); idle RSS F1 "
+                        f"+ {rss - mqtt_rss:.1f} MiB",
+                        flush=True,
+                    )
+                    summary.append(f"mqtt-on / F1 {ready_s / mqtt_s:.2f}x, RSS F1 + {rss - mqtt_rss:.1f} MiB")
         finally:
             if broker is not None:
                 stop(broker[0])

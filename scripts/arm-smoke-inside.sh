@@ -52,7 +52,7 @@ for address in 0x48 0x50 0x76; do
 done
 
 stage "the daemon to READY=1; start-up and idle memory beside python3 (bench/bench_arm.py)"
-"$VENV/bin/python" "$SHARE/src/bench/bench_arm.py" --runs 0 --settle 3
+"$VENV/bin/python" "$SHARE/src/bench/bench_arm.py" --runs 2 --settle 3
 
 # install-pi.sh only when asked (--install-pi): under emulation even its dry run takes a minute.
 INSTALL_PI_SH=$SHARE/src/scripts/install-pi.sh

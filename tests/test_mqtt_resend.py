@@ -5,6 +5,8 @@ needed but for the last test (tests/test_mqtt_faults.py has the broker killed fo
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from edgeclaw.config.loader import config_from_dict
 from edgeclaw.errors import ConfigErrors
 from edgeclaw.net.mqtt_connection import Connection, ConnectionSettings
 from edgeclaw.store.db import Database
-from tests.mqtt_support import Mosquitto, needs_mosquitto, poll
+from tests.mqtt_support import Caller, Mosquitto, needs_mosquitto, poll
 
 
 @pytest.fixture
@@ -48,6 +50,19 @@ def test_recent_answers_are_those_within_the_window():
     recent.add(answer(3))
     assert [m.ord for m in recent.take()] == [2, 3]
     assert len(recent) == 0 and recent.bytes == 0  # taken: kept anew once published again
+
+
+async def test_recent_answers_past_their_window_are_let_go_with_no_other_coming():
+    recent = RecentAnswers(0.2, 100, 1 << 20)
+    for n in range(50):
+        recent.add(answer(n, b"x" * 1000))
+    await asyncio.sleep(0.1)
+    recent.add(answer(50))
+    assert len(recent) == 51  # all within the window still
+    await asyncio.sleep(0.15)  # the first 50 are past it; nothing was added or taken since
+    assert [a.message.ord for a in recent._kept] == [50] and recent.bytes < 1000
+    await asyncio.sleep(0.15)
+    assert len(recent) == 0 and recent.bytes == 0
 
 
 def test_recent_answers_are_bounded_by_count_and_bytes_the_oldest_going_first():
@@ -126,3 +141,37 @@ async def test_the_connection_tells_a_loss_but_not_its_own_stop(tmp_path):
         assert lost == [1]
     finally:
         broker.kill()
+
+
+@needs_mosquitto
+async def test_a_burst_the_broker_is_slow_to_acknowledge_waits_on_disk_not_in_memory(tmp_path, db):
+    """Publishes awaiting their PUBACK are bounded, answers and events alike; the rest wait in the
+    outbox and all leave, in order, once the broker answers again."""
+    from edgeclaw.channels.mqtt.sender import FLUSH_WINDOW, MAX_DIRECT
+
+    broker = Mosquitto(tmp_path / "broker").start()
+    connection = Connection(ConnectionSettings("127.0.0.1", broker.port, "burst"), lambda message: None)
+    runner = asyncio.create_task(connection.run())
+    try:
+        async with Caller(broker.port, ["burst/#"]) as watcher:
+            assert await connection.wait_connected(10)
+            sender = Sender(connection, Outbox(db, 10_000))
+            os.kill(broker.proc.pid, signal.SIGSTOP)  # up, but acknowledging nothing
+            try:
+                for n in range(300):
+                    sender.send(Kind.ANSWER, f"burst/{n}", b"a%d" % n, correlation=b"%d" % n)
+                    sender.send(Kind.EVENT, f"burst/{n}", b"e%d" % n)
+                await asyncio.sleep(0.3)
+                assert sender.in_flight <= MAX_DIRECT + FLUSH_WINDOW  # direct ones, and the forwarder's
+                assert sender.outbox.depth >= 600 - MAX_DIRECT
+            finally:
+                os.kill(broker.proc.pid, signal.SIGCONT)
+            await poll(lambda: sender.pending == 0, 30, "every message acknowledged")
+            got = await watcher.wait_for(lambda: watcher.received if len(watcher.received) >= 600 else None)
+            assert sorted(r.payload for r in got) == sorted(
+                [b"a%d" % n for n in range(300)] + [b"e%d" % n for n in range(300)]
+            )
+            assert [r.payload for r in got if r.payload.startswith(b"a")] == [b"a%d" % n for n in range(300)]
+    finally:
+        await connection.stop(runner)
+        broker.stop()

@@ -10,10 +10,13 @@ So the sender keeps the answers the broker acknowledged in the last `window_s` s
 connection is lost it puts them back in the outbox: after the reconnect they are published again.
 A caller that had one already gets it twice, byte for byte the same with the same Correlation Data,
 as QoS 1 allows. A window at least as long as the broker's save interval leaves nothing it lost.
+Past its window an answer is let go even when no other comes (a timer on the event loop), so a
+burst of answers is not held until the next one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
@@ -53,6 +56,7 @@ class RecentAnswers:
         self._clock = clock
         self._kept: deque[Acknowledged] = deque()
         self.bytes = 0
+        self._expiry: asyncio.TimerHandle | None = None
 
     @property
     def enabled(self) -> bool:
@@ -72,6 +76,8 @@ class RecentAnswers:
         self._kept.append(Acknowledged(now, message, size))
         self.bytes += size
         self._forget(now)
+        if self._expiry is None:
+            self._expire_later(self.window_s)
 
     def take(self) -> list[OutMessage]:
         """The connection is lost: the answers acknowledged within the window, oldest first, to be
@@ -81,6 +87,20 @@ class RecentAnswers:
         self._kept.clear()
         self.bytes = 0
         return taken
+
+    def _expire_later(self, delay_s: float) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (a synchronous caller): the next add or take forgets them
+        self._expiry = loop.call_later(max(delay_s, 0.0), self._expire)
+
+    def _expire(self) -> None:
+        self._expiry = None
+        now = self._clock()
+        self._forget(now)
+        if self._kept:
+            self._expire_later(self._kept[0].at + self.window_s - now)
 
     def _forget(self, now: float) -> None:
         kept = self._kept

@@ -13,8 +13,9 @@ While connected with nothing waiting, messages are published at once (many at
 a time: paho keeps them in order on the wire). Once anything waits in the
 outbox, every new message queues behind it, and the forwarder drains the
 outbox in order after each (re)connect, a window at a time. Past MAX_DIRECT
-publishes awaiting their PUBACK, new messages queue the same way, so a broker
-slow to acknowledge costs disk, not memory.
+publishes awaiting their PUBACK (answers, events and telemetry alike), new
+messages queue the same way, so a broker slow to acknowledge, or a burst of
+requests answered faster than it acknowledges, costs disk, not memory.
 
 An answer published again because its PUBACK was lost may reach the caller
 twice (QoS 1 is at-least-once): the copies are the same bytes with the same
@@ -44,7 +45,11 @@ log = logging.getLogger("edgeclaw.mqtt")
 
 FLUSH_WINDOW = 64  # messages in flight while draining the outbox
 RETRY_WHILE_CONNECTED_S = 1.0
-MAX_DIRECT = 256  # publishes awaiting their PUBACK before new messages queue in the outbox
+# Publishes awaiting their PUBACK (stored or not) before new messages queue in the outbox. paho puts
+# only MAX_INFLIGHT (20) on the wire at once, so more only waits in memory: each costs a task, its
+# properties and paho's message (about 3.5 KB), and a burst of requests answered faster than the
+# broker acknowledges would otherwise hold hundreds at once.
+MAX_DIRECT = 64
 # Rows the broker acknowledged are deleted together -- with the next answer stored, or this long
 # after the first PUBACK: one transaction for a burst. A crash in between only means those few are
 # published once more.
@@ -149,7 +154,7 @@ class Sender:
             self._closed
             or self._backlog
             or not self.connection.connected
-            or len(self._in_flight) >= MAX_DIRECT
+            or self.in_flight >= MAX_DIRECT
         ):
             self._keep(message, record)
             return None

@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -61,6 +62,16 @@ def flipping(path: Path, real: Path, target: Path, hold_s: float = 0.002) -> Ite
         thread.join(5)
 
 
+def rounds(flips: list[int], least_flips: int = 10, within_s: float = 60.0) -> Iterator[int]:
+    """ROUNDS rounds, and more while the swap has not yet run `least_flips` times: on a loaded
+    machine the flipping thread may get few turns while the rounds are quick refusals."""
+    deadline = time.monotonic() + within_s
+    n = 0
+    while n < ROUNDS or (flips[0] <= least_flips and time.monotonic() < deadline):
+        yield n
+        n += 1
+
+
 @pytest.fixture
 def secret_dir() -> Iterator[Path]:
     """A directory outside everything the code under test may read, holding the secret: in the same
@@ -106,7 +117,7 @@ async def test_a_visible_installation_swapped_for_a_symlink_never_shows_its_targ
     sandbox = Sandbox(SandboxSettings(backend=backend))
     seen: list[str] = []
     with flipping(installation, installation, secret_dir) as flips:
-        for _ in range(ROUNDS):
+        for _ in rounds(flips):
             seen.append(await _run(sandbox, ws, f"cat {installation}/word", [installation]))
     assert flips[0] > 10, "the swap did not run"
     assert not [s for s in seen if SECRET in s], [s for s in seen if SECRET in s][:3]
@@ -144,7 +155,7 @@ async def test_a_custom_tools_working_directory_swapped_for_a_symlink_never_leav
         (sub / "word").write_text(PUBLIC + "\n")
         outputs: list[str] = []
         with flipping(sub, sub, secret_dir) as flips:
-            for _ in range(ROUNDS):
+            for _ in rounds(flips):
                 out = await runtime.registry.execute("peek", {}, ctx())
                 outputs.append(f"{out.for_llm} {out.error or ''}")
         assert flips[0] > 10

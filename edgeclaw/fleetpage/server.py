@@ -9,10 +9,12 @@ Routes (every one but the login form and its static files needs a session):
   page of the table, searched, filtered and sorted here: what the page reads),
   `GET /api/device/NAME` (its row, health history and events, those kept before a restart too),
   `GET /api/history?kind=events|answers|approvals&device=&before=&limit=` (the kept history),
-  `GET /api/tools` (the tool catalog with JSON schemas),
+  `GET /api/tools` (the tool catalog with JSON schemas), `GET /api/rollouts` (the staged rollouts,
+  newest first) and `GET /api/rollout/ID` (one, with each device's outcome),
   `GET /api/stream` (Server-Sent Events: a `snapshot`, then `devices` (the rows
-  changed, batched), `health`, `event`, `approval`, `approval_done`, `gone`, `link`);
-- `POST /api/call`, `/api/chat`, `/api/approve`, `/api/broadcast` (JSON bodies).
+  changed, batched), `health`, `event`, `approval`, `approval_done`, `gone`, `link`, `rollout`);
+- `POST /api/call`, `/api/chat`, `/api/approve`, `/api/broadcast`, `/api/rollout` (start one, see
+  `fleetpage.rollout`), `/api/rollout/stop` (JSON bodies).
 
 A POST made with the session cookie must carry the session's CSRF token in
 `X-CSRF-Token`, and one whose `Origin` (or `Sec-Fetch-Site`) says it comes from
@@ -38,6 +40,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from edgeclaw.fleetpage.access import Access, LockedOut, Session
 from edgeclaw.fleetpage.broker import DECISIONS, CommandRefused, FleetBroker
 from edgeclaw.fleetpage.metrics import CONTENT_TYPE, PageMetrics
+from edgeclaw.fleetpage.rollout import RolloutRefused, Rollouts, plan_from
 from edgeclaw.fleetpage.stream import BATCH_S, PageOutbox, sse
 from edgeclaw.fleetpage.window import FleetWindow, Update
 from edgeclaw.net.httpd import Exchange, Request
@@ -108,7 +111,13 @@ class FleetPage:
             ("POST", "/api/chat"): self._chat,
             ("POST", "/api/approve"): self._approve,
             ("POST", "/api/broadcast"): self._broadcast,
+            ("GET", "/api/rollouts"): self._rollouts,
+            ("POST", "/api/rollout"): self._rollout_start,
+            ("POST", "/api/rollout/stop"): self._rollout_stop,
         }
+        self.rollouts = Rollouts(
+            broker.call, lambda view: self.publish([("rollout", view)]), self._rollout_outcome
+        )
 
     # -- fan-out ------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -140,6 +149,9 @@ class FleetPage:
                 self.history.add_health(data["device"], data["point"])
             elif kind in ("event", "approval", "approval_done"):
                 self.history.add("events" if kind == "event" else "approvals", data["device"], data)
+            elif kind == "rollout" and data["state"] != "running":  # how it ended; outcomes are answers
+                summary = {k: v for k, v in data.items() if k != "devices"}
+                self.history.add("events", "", {"event": "rollout", **summary})
 
     def stream_snapshot(self) -> dict[str, Any]:
         """What a page's stream starts with: the counts, events and approvals, not the rows (the page
@@ -197,6 +209,12 @@ class FleetPage:
             return
         if path == "/api/stream" and method == "GET":
             await self._stream(exchange, session)
+            return
+        if path.startswith("/api/rollout/") and method == "GET":
+            rollout = self.rollouts.get(unquote(path[len("/api/rollout/") :]))
+            if rollout is None:
+                raise _Refusal(404, "no such rollout (finished ones are in the history)")
+            await _json(exchange, 200, rollout.view())
             return
         if path.startswith("/api/device/") and method == "GET":
             await _json(exchange, 200, await self._device(unquote(path[len("/api/device/") :])))
@@ -402,6 +420,34 @@ class FleetPage:
                 device = str(answer.get("device") or "?")
                 self.history.add("answers", device, {**answer, "broadcast": tool, "group": group, "ts": now})
         return {"ok": True, "group": group, "answers": answers, "missing": missing}
+
+    # -- staged rollouts --------------------------------------------------------------------------
+    async def _rollouts(self, request: Request, session: Session | None) -> dict[str, Any]:
+        return {"rollouts": self.rollouts.list()}
+
+    async def _rollout_start(self, request: Request, session: Session | None) -> dict[str, Any]:
+        try:
+            plan = plan_from(_body(request), self.call_timeout_s, NAME_CHARS)
+        except RolloutRefused as e:
+            raise _Refusal(400, str(e)) from None
+        try:
+            rollout = self.rollouts.start(plan, self.window.online(plan.group))
+        except RolloutRefused as e:
+            self.metrics.command("rollout", "refused")
+            raise _Refusal(409, str(e)) from None
+        self.metrics.command("rollout", "ok")
+        return {"ok": True, "rollout": rollout.view()}
+
+    async def _rollout_stop(self, request: Request, session: Session | None) -> dict[str, Any]:
+        try:
+            rollout = await self.rollouts.stop(_name(_body(request), "id"))
+        except RolloutRefused as e:
+            raise _Refusal(404, str(e)) from None
+        return {"ok": True, "rollout": rollout.view()}
+
+    def _rollout_outcome(self, device: str, outcome: dict[str, Any]) -> None:
+        if self.history is not None:
+            self.history.add("answers", device, outcome)
 
     async def _command(self, kind: str, command: Awaitable[dict[str, Any]]) -> dict[str, Any]:
         try:

@@ -7,7 +7,7 @@ const state = {
   tools: [], selected: "", sort: { key: "device", desc: false }, filter: "",
   // The table is fetched from the server a page at a time (sorted and filtered there): `order` holds
   // the device at each position of the list as far as fetched, `matched` how many the list has.
-  order: [], matched: 0, counts: {}, asked: new Set(), query: 0,
+  order: [], matched: 0, counts: {}, asked: new Set(), query: 0, rollouts: new Map(),
 };
 const ROW_H = 29;  // px: every row of the device list is this tall (style.css), so only those on screen are drawn
 const PAGE = 200;  // rows fetched at a time
@@ -410,6 +410,7 @@ async function broadcast(event) {
   const group = $("bc-group").value, tool = $("bc-tool").value;
   let args;
   try { args = formArgs($("bc-args")); } catch (err) { $("bc-summary").textContent = String(err.message); return; }
+  if ($("bc-waves").checked) { rollout(group, tool, args); return; }
   $("bc-summary").textContent = `sending ${tool} to ${group ? "group " + group : "every device"}…`;
   try {
     const r = await api("/api/broadcast", { group, tool, args });
@@ -424,6 +425,54 @@ async function broadcast(event) {
       return tr;
     }));
   } catch (err) { $("bc-summary").textContent = String(err.message || err); }
+}
+
+// -- staged rollouts ---------------------------------------------------------------------------------
+async function rollout(group, tool, args) {
+  const plan = {
+    group, tool, args, canary: Number($("bc-canary").value), batch_size: Number($("bc-batch").value),
+    max_failures: Number($("bc-max-failures").value),
+  };
+  $("bc-summary").textContent = `rolling ${tool} out to ${group ? "group " + group : "every device"} in waves…`;
+  try {
+    const r = await api("/api/rollout", plan);
+    $("bc-summary").textContent = `rollout ${r.rollout.id} started: ${r.rollout.waves} waves`;
+    showRollout(r.rollout);
+  } catch (err) { $("bc-summary").textContent = String(err.message || err); }
+}
+
+function showRollout(view) {
+  state.rollouts.set(view.id, { ...(state.rollouts.get(view.id) || {}), ...view });
+  renderRollouts();
+}
+
+function renderRollouts() {
+  const items = [...state.rollouts.values()].sort((a, b) => b.started - a.started).map((r) => {
+    const c = r.counts;
+    const li = el("li", null, { "data-rollout": r.id, class: `rollout ${r.state}` });
+    const head = `${r.tool} to ${r.group ? "group " + r.group : "every device"}: ${r.state}` +
+      (r.state === "running" ? `, wave ${r.wave} of ${r.waves}` : "") +
+      ` — ${c.ok} ok, ${c.failed} failed, ${c.no_answer} no answer, ${c.skipped} skipped, ${c.pending} pending`;
+    li.append(el("span", head, { class: "rollout-head" }));
+    if (r.reason) li.append(el("span", ` (${r.reason})`, { class: "note" }));
+    if (r.state === "running") {
+      const stop = el("button", "stop", { type: "button" });
+      stop.addEventListener("click", () => api("/api/rollout/stop", { id: r.id }).then((x) => showRollout(x.rollout)));
+      li.append(stop);
+    }
+    if (r.devices) {
+      const details = el("details"); details.append(el("summary", "each device"));
+      const table = el("table"); const body = el("tbody");
+      for (const [device, o] of Object.entries(r.devices)) {
+        const tr = el("tr", null, { "data-device": device, class: o.state });
+        tr.append(el("td", device), el("td", o.wave ? `wave ${o.wave}` : ""), el("td", o.state), el("td", o.error || ""));
+        body.append(tr);
+      }
+      table.append(body); details.append(table); li.append(details);
+    }
+    return li;
+  });
+  $("rollout-list").replaceChildren(...items);
 }
 
 // -- the live stream ---------------------------------------------------------------------------------
@@ -462,6 +511,7 @@ function connect() {
     if (state.events.length > MAX_EVENTS) state.events.shift();
     renderEvents();
   });
+  source.addEventListener("rollout", (m) => showRollout(JSON.parse(m.data)));
   source.addEventListener("approval", (m) => {
     const q = JSON.parse(m.data); state.pending.set(questionKey(q), q); renderApprovals();
   });
@@ -495,6 +545,7 @@ async function start() {
   $("chat-form").addEventListener("submit", chat);
   $("broadcast-form").addEventListener("submit", broadcast);
   $("sensors-read").addEventListener("click", readSensors);
+  for (const r of (await api("/api/rollouts")).rollouts) showRollout(r);
   $("device-close").addEventListener("click", () => { state.selected = ""; $("device").hidden = true; renderTable(); });
   let filterTimer = 0;  // one fetch when the typing pauses, not one a key
   $("filter").addEventListener("input", () => {

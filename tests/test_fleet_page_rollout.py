@@ -1,0 +1,180 @@
+"""Staged rollouts from the fleet page: real `edgeclaw run` daemons on a real mosquitto, the page
+served by `edgeclaw fleet serve`, a tool call rolled out in waves, one device made to fail (the
+file the call reads is missing on it), the rollout halted, and what the page and its history say.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.fleet_support import Fleet
+from tests.mqtt_support import MOSQUITTO, Mosquitto
+from tests.page_support import KEYS, TOKEN, WAIT_S, PageServer
+
+pytestmark = pytest.mark.skipif(MOSQUITTO is None, reason="mosquitto is not installed")
+
+SIZE = 6
+BROKEN = "dev-03"  # its workspace lacks the file every other device has
+READ = {"tool": "read_file", "args": {"path": "release.txt"}}
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mosquitto]:
+    b = Mosquitto(tmp_path_factory.mktemp("broker")).start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory, broker: Mosquitto) -> Iterator[Fleet]:
+    f = Fleet(
+        tmp_path_factory.mktemp("fleet"),
+        broker.port,
+        SIZE,
+        groups={i: ["east"] for i in range(SIZE)},
+        hmac_secret_env="EC_HMAC",
+        approver_secret_env="EC_APPROVER",
+    )
+    for d in f.daemons:
+        d.config.write_text(
+            d.config.read_text() + '[tools.channels.mqtt]\nprofile = "full"\n[tools.exec]\nask = "always"\n'
+        )
+        d.env.update(KEYS)
+        if d.device != BROKEN:
+            (d.state / "workspace").mkdir(parents=True, exist_ok=True)
+            (d.state / "workspace" / "release.txt").write_text("release 2\n")
+    f.start()
+    yield f
+    f.stop()
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory: pytest.TempPathFactory, broker: Mosquitto, fleet: Fleet) -> Iterator[PageServer]:
+    server = PageServer(tmp_path_factory.mktemp("page"), broker.port)
+    deadline = time.monotonic() + 60
+    while len(api(server, "GET", "/api/devices?state=online")[1]["rows"]) < SIZE:
+        assert time.monotonic() < deadline, "the fleet never came online on the page"
+        time.sleep(0.2)
+    yield server
+    server.stop()
+
+
+def api(page: PageServer, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    status, _, raw = page.request(method, path, json.dumps(body) if body is not None else b"", headers)
+    return status, json.loads(raw)
+
+
+def finished(page: PageServer, rollout_id: str) -> dict[str, Any]:
+    deadline = time.monotonic() + WAIT_S * 2
+    while True:
+        status, view = api(page, "GET", f"/api/rollout/{rollout_id}")
+        assert status == 200, view
+        if view["state"] != "running":
+            return view
+        assert time.monotonic() < deadline, f"rollout still running: {view}"
+        time.sleep(0.2)
+
+
+def start(page: PageServer, **plan: Any) -> dict[str, Any]:
+    status, body = api(page, "POST", "/api/rollout", {**READ, "group": "east", "wait_s": 20, **plan})
+    assert status == 200, body
+    return body["rollout"]
+
+
+def outcomes(view: dict[str, Any]) -> dict[str, str]:
+    return {device: o["state"] for device, o in view["devices"].items()}
+
+
+def test_a_canary_that_fails_halts_the_rollout_before_the_rest_are_called(page, fleet):
+    rollout = start(page, canary_devices=[BROKEN], batch_size=2)
+    assert rollout["canary"] == [BROKEN] and rollout["waves"] == 4  # the canary, then 5 in batches of 2
+    view = finished(page, rollout["id"])
+    assert view["state"] == "halted" and "canary" in view["reason"], view
+    assert outcomes(view) == {d: ("failed" if d == BROKEN else "skipped") for d in fleet.devices}
+    assert "release.txt" in view["devices"][BROKEN]["error"]
+    assert view["counts"] == {"ok": 0, "failed": 1, "no_answer": 0, "skipped": 5, "pending": 0}
+
+
+def test_a_failure_in_a_later_wave_halts_it_after_that_wave(page, fleet):
+    # dev-00 the canary, then [01, 02], [03, 04], [05]: the broken one is in the third wave.
+    view = finished(page, start(page, canary=1, batch_size=2)["id"])
+    assert view["state"] == "halted" and "wave 3" in view["reason"], view
+    states = outcomes(view)
+    assert states == {
+        "dev-00": "ok",
+        "dev-01": "ok",
+        "dev-02": "ok",
+        BROKEN: "failed",
+        "dev-04": "ok",  # called in the same wave as the failing one
+        "dev-05": "skipped",
+    }
+    assert [view["devices"][d]["wave"] for d in fleet.devices] == [1, 2, 2, 3, 3, 4]
+
+
+def test_a_failure_within_the_threshold_lets_the_rollout_finish(page, fleet):
+    view = finished(page, start(page, canary=2, batch_size=3, max_failures=1)["id"])
+    assert view["state"] == "done", view
+    assert view["counts"] == {"ok": 5, "failed": 1, "no_answer": 0, "skipped": 0, "pending": 0}
+
+
+def test_each_device_outcome_and_the_end_are_in_the_history(page, fleet):
+    rollout = start(page, canary_devices=[BROKEN])
+    finished(page, rollout["id"])
+
+    def kept(kind: str, match: Any) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + WAIT_S  # the history is written in batches
+        while True:
+            status, body = api(page, "GET", f"/api/history?kind={kind}&limit=100")
+            assert status == 200, body
+            found = [r for r in body["records"] if match(r)]
+            if found or time.monotonic() > deadline:
+                return found
+            time.sleep(0.2)
+
+    mine = kept("answers", lambda r: r.get("rollout") == rollout["id"])
+    # One record per device, each once: the failure, and the five never called.
+    assert sorted((r["device"], r["state"]) for r in mine) == sorted(
+        (d, "failed" if d == BROKEN else "skipped") for d in fleet.devices
+    )
+    ends = kept("events", lambda r: r.get("event") == "rollout" and r.get("id") == rollout["id"])
+    assert len(ends) == 1 and ends[0]["state"] == "halted" and ends[0]["counts"]["skipped"] == 5
+
+
+def test_a_rollout_waiting_on_its_devices_is_stopped_from_the_page(page, fleet):
+    # exec asks for approval on these devices and nobody approves: the calls wait.
+    rollout = start(page, tool="exec", args={"command": "true"}, canary=3, wait_s=60)
+    time.sleep(1.0)
+    status, body = api(page, "POST", "/api/rollout/stop", {"id": rollout["id"]})
+    assert status == 200, body
+    view = body["rollout"]
+    assert view["state"] == "stopped"
+    assert set(outcomes(view).values()) == {"skipped"}
+    status, listed = api(page, "GET", "/api/rollouts")
+    assert [r["state"] for r in listed["rollouts"] if r["id"] == rollout["id"]] == ["stopped"]
+
+
+def test_a_bad_plan_is_refused_naming_what_is_wrong(page):
+    for plan, words in (
+        ({"batch_size": 0}, "batch_size must be a whole number >= 1"),
+        ({"max_failures": -1}, "max_failures"),
+        ({"wait_s": 10_000}, "wait_s"),
+        ({"args": "x"}, "args must be a JSON object"),
+        ({"tool": "no tool"}, "tool must be a name"),
+    ):
+        status, body = api(page, "POST", "/api/rollout", {**READ, "group": "east", **plan})
+        assert status == 400 and words in body["error"], (plan, body)
+    status, body = api(page, "POST", "/api/rollout", {**READ, "group": "nobody-here"})
+    assert status == 409 and "no device online in group 'nobody-here'" in body["error"]
+    status, body = api(page, "POST", "/api/rollout", {**READ, "group": "east", "canary_devices": ["dev-99"]})
+    assert status == 409 and "dev-99" in body["error"]
+
+
+def test_unknown_rollouts_are_not_found(page):
+    assert api(page, "GET", "/api/rollout/ro-nope")[0] == 404
+    assert api(page, "POST", "/api/rollout/stop", {"id": "ro-nope"})[0] == 404

@@ -127,19 +127,26 @@ class FleetPage:
                 self.publish([("link", {"broker": now})])
 
     def publish(self, updates: list[Update]) -> None:
-        if self.history is not None:
-            self._record(updates)
+        # In a share group the history is written from the shared subscription's copies (`record`),
+        # one page each; the window's own copies (every page gets them) only go to the streams.
+        if not self.broker.share_group:
+            self.record(updates)
         for outbox in self._streams:
             for kind, data in updates:
                 outbox.add(kind, data)
 
-    def _record(self, updates: list[Update]) -> None:
-        assert self.history is not None
+    def record(self, updates: list[Update]) -> None:
+        """`updates` into the kept history (when there is one)."""
+        if self.history is None:
+            return
         for kind, data in updates:
             if kind == "health":
                 self.history.add_health(data["device"], data["point"])
+                self.metrics.handed("health")
             elif kind in ("event", "approval", "approval_done"):
-                self.history.add("events" if kind == "event" else "approvals", data["device"], data)
+                table = "events" if kind == "event" else "approvals"
+                self.history.add(table, data["device"], data)
+                self.metrics.handed(table)
 
     def stream_snapshot(self) -> dict[str, Any]:
         """What a page's stream starts with: the counts, events and approvals, not the rows (the page
@@ -400,7 +407,9 @@ class FleetPage:
             now = self.window.clock()
             for answer in answers:
                 device = str(answer.get("device") or "?")
-                self.history.add("answers", device, {**answer, "broadcast": tool, "group": group, "ts": now})
+                record = {**answer, "broadcast": tool, "group": group, "ts": now}
+                self.history.add("answers", device, record, ref=str(answer.get("request") or ""))
+                self.metrics.handed("answers")
         return {"ok": True, "group": group, "answers": answers, "missing": missing}
 
     async def _command(self, kind: str, command: Awaitable[dict[str, Any]]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ server of the test's own.
 
 In a share group (`share_group`) every page shows every device, and each message reaches the history
 through one page only; without one, both pages write everything and the unique keys keep each row once.
+The same on SQLite, with every message delivered twice, in one process.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -219,3 +221,69 @@ def test_a_share_group_that_is_not_one_topic_level_is_refused(tmp_path: Path, br
         timeout=60,
     )
     assert done.returncode == 2 and "fleet_page.share_group" in done.stderr, done.stderr
+
+
+async def test_on_sqlite_a_message_delivered_twice_is_one_row_and_each_page_writes_its_share(tmp_path: Path):
+    """Two pages' broker sides in this process, in one share group on a real mosquitto, writing to one
+    SQLite file; each message published twice, as the broker delivers one again after a reconnect."""
+    from edgeclaw.fleetpage.access import Access
+    from edgeclaw.fleetpage.broker import FleetBroker
+    from edgeclaw.fleetpage.history import HistoryStore
+    from edgeclaw.fleetpage.server import FleetPage
+    from edgeclaw.fleetpage.window import FleetWindow
+    from edgeclaw.net.mqtt_connection import ConnectionSettings
+    from tests.mqtt_support import Caller
+
+    mosquitto = Mosquitto(tmp_path / "broker").start()
+    pages, runners = [], []
+    try:
+        for name in ("a", "b"):
+            window = FleetWindow()
+            settings = ConnectionSettings(host="127.0.0.1", port=mosquitto.port, client_id=f"page-{name}")
+            history = HistoryStore(tmp_path / "history.sqlite3", retention_s=86400)
+            page: list[FleetPage] = []
+            fleet = FleetBroker(
+                settings,
+                window,
+                share_group="fleetpage",
+                on_update=lambda updates, page=page: page[0].publish(updates),
+                on_history=lambda updates, page=page: page[0].record(updates),
+            )
+            page.append(FleetPage(window, fleet, Access(token="t" * 24), history=history))
+            pages.append(page[0])
+            runners.append(asyncio.create_task(fleet.run()))
+        for page in pages:
+            assert await page.broker.connection.wait_connected(20)
+        await asyncio.sleep(0.5)  # both SUBSCRIBEs made
+        now = time.time()
+        async with Caller(mosquitto.port, []) as device:
+            for n in range(8):  # a health report a second, over two slots or more
+                health = {"ts": now - 8 + n, "cpu_temp_c": 40.0 + n, "load_1m": 0.1, "mem_used_pct": 20.0}
+                for _ in range(2):
+                    await device.publish("edgeclaw/dev-00/health", health, qos=1)
+            event = {"ts": now, "tool": "i2c", "ok": True}
+            for _ in range(2):
+                await device.publish("edgeclaw/dev-00/events", event, qos=1)
+        # Every page's window has every copy; the history gets each message through one page.
+        await poll(lambda: all(len(p.window.events) == 2 for p in pages), WAIT_S, "both windows' events")
+        await poll(
+            lambda: sum(p.metrics.history["events"] + p.metrics.history["health"] for p in pages) == 18,
+            WAIT_S,
+            "the shares handed to the history",
+        )
+        for page in pages:
+            assert page.history is not None
+            await page.history.flush()
+        store = pages[0].history
+        assert store is not None
+        assert [e["tool"] for e in await store.records("events")] == ["i2c"]
+        points = await store.health("dev-00", 0)
+        slots = {int(p[0] // 10) for p in points}
+        assert len(points) == len(slots) >= 2, points  # one point a slot, whichever page wrote it
+        assert {p[0] for p in points} <= {now - 8 + n for n in range(8)}
+    finally:
+        for page, runner in zip(pages, runners, strict=False):
+            await page.broker.connection.stop(runner)
+            if page.history is not None:
+                page.history.close()
+        mosquitto.stop()

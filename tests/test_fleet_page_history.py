@@ -104,9 +104,9 @@ async def test_postgresql_keeps_the_same_history_with_the_same_queries(tmp_path:
 def _written_twice(store: HistoryStore, other: HistoryStore, now: float) -> None:
     """The same messages given to two stores (two pages on one database, or one message delivered
     again after a reconnect): health in one slot, an event, a broadcast answer, an approval."""
-    for s in (store, other):
+    for s, verified in ((store, True), (other, False)):  # one page has the device's key, one not yet
         s.add_health("a", [now - 20, 41.0, 0.2, 30.0])
-        s.add("events", "a", {"kind": "tool", "tool": "i2c"})  # no time stamp: each store's clock
+        s.add("events", "a", {"kind": "tool", "tool": "i2c", "verified": verified})  # no ts: each clock
         s.add("answers", "a", {"ok": True, "broadcast": "hardware_info", "ts": now}, ref="fp-1")
         s.add("approvals", "a", {"id": "q1", "tool": "exec", "ts": now - 3})
     store.add_health("a", [now - 15, 42.0, 0.2, 30.0])  # the same slot, seen by the other page only

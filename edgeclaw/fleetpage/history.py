@@ -39,6 +39,7 @@ HEALTH_SLOT_S = 10.0  # one point a device per slot: 360 points an hour
 MAX_PENDING = 100_000  # rows waiting for a write; past that the oldest are dropped (and logged)
 MAX_LIST = 1000  # rows one read returns at most
 KINDS = ("events", "answers", "approvals")  # what `records` lists, besides health
+VERDICTS = ("verified", "trust")  # what a page adds to a record: its own judgement of the message
 SCHEMA_LOCK = 0x65646765  # the PostgreSQL advisory lock held while the schema is set up
 
 # One schema for both databases ({real}: SQLite's REAL, PostgreSQL's DOUBLE PRECISION: time stamps
@@ -184,11 +185,16 @@ class HistoryStore:
         self._queue(self._health, (device, ts, *point[1:4], slot))  # type: ignore[arg-type]
 
     def add(self, kind: str, device: str, data: dict[str, Any], ref: str = "") -> None:
-        """One record; `ref` names what it is (written once per kind and device), else its body does."""
+        """One record; `ref` names what it is (written once per kind and device), else what the
+        device said does: its body without the page's own verdict on it, which two pages may not
+        share (one has pinned the device's key, the other not yet)."""
         ts = data.get("ts")
         when = float(ts) if isinstance(ts, int | float) and not isinstance(ts, bool) else self.clock()
         body = json.dumps(data, separators=(",", ":"))
-        self._queue(self._records, (kind, device, when, body, ref or _md5(body)))
+        if not ref:
+            said = {k: v for k, v in data.items() if k not in VERDICTS}
+            ref = _md5(json.dumps(said, separators=(",", ":")) if len(said) < len(data) else body)
+        self._queue(self._records, (kind, device, when, body, ref))
 
     def _queue(self, rows: list[Any], row: Any) -> None:
         if len(self._health) + len(self._records) >= MAX_PENDING and rows:

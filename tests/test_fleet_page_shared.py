@@ -287,3 +287,38 @@ async def test_on_sqlite_a_message_delivered_twice_is_one_row_and_each_page_writ
             if page.history is not None:
                 page.history.close()
         mosquitto.stop()
+
+
+def broker_with_the_shipped_acl(root: Path, users: dict[str, str]) -> Mosquitto:
+    from tests.mqtt_support import write_password_file
+
+    acl = root / "acl"
+    acl.write_text((Path(__file__).resolve().parent.parent / "deploy" / "mosquitto" / "acl").read_text())
+    passwd = write_password_file(root / "passwd", users)
+    return Mosquitto(root / "broker", password_file=passwd, acl_file=acl).start()
+
+
+async def test_the_shipped_acl_lets_the_page_share_what_it_may_read_and_nobody_else(tmp_path: Path):
+    """mosquitto judges a `$share/GROUP/...` subscription by the topic it names: the page's user of
+    deploy/mosquitto/acl gets its share unchanged, and a device gets none of another's events."""
+    from tests.mqtt_support import Caller
+
+    users = {"fleet-page": "pw-page", "dev-a": "pw-a", "dev-b": "pw-b"}
+    mosquitto = broker_with_the_shipped_acl(tmp_path, users)
+    shared = ["$share/fleetpage/edgeclaw/+/health", "$share/fleetpage/edgeclaw/+/events"]
+    try:
+        async with (
+            Caller(mosquitto.port, shared, username="fleet-page", password=users["fleet-page"]) as page,
+            Caller(mosquitto.port, shared, username="dev-b", password=users["dev-b"]) as other,
+            Caller(mosquitto.port, [], username="dev-a", password=users["dev-a"]) as device,
+        ):
+            await asyncio.sleep(0.5)
+            for n in range(4):  # the page and dev-b share the group: dev-b is handed some, reads none
+                await device.publish("edgeclaw/dev-a/events", {"n": n}, qos=1)
+            await device.publish("edgeclaw/dev-a/health", {"ts": 1.0}, qos=1)
+            await page.wait_for(lambda: len(page.received) >= 1, 10, "the page's share")
+            await asyncio.sleep(1.0)
+            assert {r.topic for r in page.received} <= {"edgeclaw/dev-a/events", "edgeclaw/dev-a/health"}
+            assert other.received == []
+    finally:
+        mosquitto.stop()

@@ -189,8 +189,7 @@ class FleetWindow:
         if trust in (FORGED, KEY_CHANGED) and what != "approval/request":
             return []
         if what == "health":
-            point = [_number(data.get("ts")) or self.clock(), *(_number(data.get(k)) for k in CHART_FIGURES)]
-            return [("health", {"device": device, "point": point})]
+            return [("health", {"device": device, "point": self._point(data)})]
         if what == "events":
             updates: list[Update] = [("event", {**data, "device": device, "verified": trust == VERIFIED})]
             if _closes(data, trust):
@@ -268,8 +267,8 @@ class FleetWindow:
         if view is None:
             return []
         view.health, view.cached = data, None
-        ts = _number(data.get("ts")) or self.clock()
-        point = [ts, *(_number(data.get(k)) for k in CHART_FIGURES)]
+        point = self._point(data)
+        ts = point[0] or 0.0
         history = view.history
         # One point per slot of history_s / HISTORY_POINTS: a fast reporter replaces its last point.
         if history and ts - (history[-1][0] or 0.0) < self.history_s / HISTORY_POINTS:
@@ -279,6 +278,10 @@ class FleetWindow:
         while history and (history[0][0] or 0.0) < ts - self.history_s:
             history.popleft()
         return [("device", self.row(view)), ("health", {"device": device, "point": point})]
+
+    def _point(self, health: dict[str, Any]) -> list[float | None]:
+        """A health message's point on the charts: [ts, *CHART_FIGURES]."""
+        return [_number(health.get("ts")) or self.clock(), *(_number(health.get(k)) for k in CHART_FIGURES)]
 
     def _event(self, device: str, data: dict[str, Any], trust: str) -> list[Update]:
         if device not in self.devices and len(self.devices) >= self.max_devices:

@@ -149,6 +149,12 @@ def _share_group(config: Config, given: str | None) -> str:
             'a share group divides the history\'s writes among the pages, and history_store = "off" keeps '
             'none: set history_store = "postgresql" (one database for the group)',
         )
+    if fp.history_store == "sqlite" and not fp.history_file:
+        log.warning(
+            "share group %s with SQLite in this page's state directory: this page's file gets only its "
+            'share of the history (history_store = "postgresql" keeps one database for the group)',
+            name,
+        )
     return name
 
 

@@ -16,7 +16,8 @@ Each row is written once, however often it arrives: a health point is keyed by i
 a record by its kind, device and `ref` (a broadcast answer: the broadcast's request id; anything
 else: the digest of its body), and every insert is `ON CONFLICT DO NOTHING`. So two pages writing
 the same message (two pages on one broker without a shared subscription group), or one message
-delivered again after a reconnect (QoS 1), leave one row. A database made before these keys is
+sent again (QoS 1 is at least once: a device resends what was not acknowledged before a reconnect),
+leave one row. A database made before these keys is
 moved over to them when the page opens it (its rows kept; duplicates kept once).
 """
 

@@ -24,9 +24,8 @@ from typing import Any
 import pytest
 
 from edgeclaw.tools.approval import action_digest
-from tests.fleet_support import Fleet
+from tests.fleet_support import KEYS, PASSWORD, TOKEN, WAIT_S, Fleet, PageServer
 from tests.mqtt_support import MOSQUITTO, Caller, Mosquitto, poll
-from tests.page_support import KEYS, PASSWORD, TOKEN, WAIT_S, PageServer
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"

@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.fleet_support import Fleet
+from tests.fleet_support import KEYS, TOKEN, WAIT_S, Fleet, PageServer
 from tests.mqtt_support import MOSQUITTO, Mosquitto
-from tests.page_support import KEYS, TOKEN, WAIT_S, PageServer
 
 pytestmark = pytest.mark.skipif(MOSQUITTO is None, reason="mosquitto is not installed")
 

@@ -336,3 +336,27 @@ async def test_a_broadcast_answer_in_another_devices_name_is_dropped(page_broker
         assert got == {"a": ("real", True), "u": ("from u", False)} and missing == []
     finally:
         task.cancel()
+
+
+def test_the_history_of_a_shared_copy_keeps_only_what_the_device_signed(tmp_path):
+    """A share group's page writes the history from its shared copies (`history_of`): judged as the
+    window judges, the window itself left as it is."""
+    dev = SignedDevice(tmp_path, "a")
+    w = window(tmp_path)
+    take(w, dev.message("status", {"state": "online"}))
+    health = {"ts": NOW, "cpu_temp_c": 41.0, "load_1m": 0.5, "mem_used_pct": 30.0}
+    assert w.history_of(*dev.message("health", health)) == [
+        ("health", {"device": "a", "point": [NOW, 41.0, 0.5, 30.0]})
+    ]
+    decided = {"kind": "approval", "approval": "q1", "decision": "deny", "ts": NOW}
+    [event, done] = w.history_of(*dev.message("events", decided))
+    assert event[0] == "event" and event[1]["verified"] is True
+    assert done == ("approval_done", {"device": "a", "id": "q1", "decision": "deny"})
+    # In the device's name without its key: nothing for the history; a question is kept as forged.
+    assert w.history_of(*unsigned("a", "health", health)) == []
+    assert w.history_of(*unsigned("a", "events", decided)) == []
+    [(kind, forged)] = w.history_of(*unsigned("a", "approval/request", question()))
+    assert kind == "approval" and forged["trust"] == "forged"
+    # The window is as it was: its view comes from the ordinary subscription's copies.
+    assert list(w.events) == [] and w.snapshot()["approvals"] == []
+    assert w.devices["a"].health == {}

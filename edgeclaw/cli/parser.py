@@ -161,6 +161,12 @@ def _add_fleet(sub: Any) -> None:
     _common(fserve, board=False)
     fserve.add_argument("--broker", metavar="HOST:PORT", help="the broker (default: [mqtt] host and port)")
     fserve.add_argument("--listen", metavar="HOST:PORT", help="where to serve (default: fleet_page.listen)")
+    fserve.add_argument(
+        "--share-group",
+        metavar="NAME",
+        help="write the history through this MQTT shared subscription group "
+        "(default: fleet_page.share_group)",
+    )
 
 
 def _add_console(sub: Any) -> None:

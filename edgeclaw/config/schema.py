@@ -477,6 +477,9 @@ class FleetPageConfig:
     history_file: str = ""  # empty = <state dir>/fleet-page-history.sqlite3
     history_dsn: str = ""  # PostgreSQL's connection string (libpq's; its password from PGPASSWORD)
     history_retention_s: float = 7 * 86400.0  # older history is deleted
+    # Several pages on one broker and one history database (docs/fleet.md#several-pages): the MQTT 5
+    # shared subscription group through which one page of the group writes each message to the history.
+    share_group: str = ""
 
 
 @dataclass(repr=False, eq=False)

@@ -18,6 +18,13 @@ the devices' `status`, `health`, `events` and `approval/request` into the
   every device's answer until all online devices (of the group) have answered
   or the wait ends.
 
+With a `share_group`, the topics whose messages the history keeps (`health`, `events`,
+`approval/request`) are subscribed a second time as `$share/GROUP/...`: of several pages in one
+group on one broker, one gets each message's shared copy and writes it to the history they share
+(`on_history`), while every page's window still takes every message from its ordinary subscription
+(and the retained `status`, which a shared subscription is never sent). So every page shows every
+device, event and approval, and the shared database holds each once.
+
 Answers are matched by their Correlation Data, which only the server knows; each
 request also expires on the broker when the wait for it ends, so a device that
 comes back later does not run a command nobody waits for.
@@ -48,7 +55,7 @@ from paho.mqtt.properties import Properties
 from edgeclaw.fleetpage.window import FleetWindow, Update
 from edgeclaw.net.device_key import signature_of
 from edgeclaw.net.device_trust import UNVERIFIABLE, VERIFIED
-from edgeclaw.net.mqtt_connection import Connection, ConnectionSettings, PublishFailed
+from edgeclaw.net.mqtt_connection import Connection, ConnectionSettings, PublishFailed, shared_delivery
 from edgeclaw.net.signing import KEY_PROPERTY, USER_PROPERTY, mac
 from edgeclaw.records import dataclass
 
@@ -86,7 +93,9 @@ class FleetBroker:
         command_key_name: str = "",
         approver_key_name: str = "",
         on_update: Callable[[list[Update]], None] = lambda updates: None,
+        on_history: Callable[[list[Update]], None] = lambda updates: None,
         server_id: str = "",
+        share_group: str = "",
     ) -> None:
         self.window = window
         self.prefix = window.prefix
@@ -96,11 +105,22 @@ class FleetBroker:
         # The caller names its keys have on the devices ("" = unnamed: the devices' legacy key).
         self._key_names = {self._command_key: command_key_name, self._approver_key: approver_key_name}
         self.on_update = on_update
+        self.on_history = on_history  # the shared subscription's copies (with a share_group only)
+        self.share_group = share_group
         self.reply_filter = f"{REPLY_ROOT}/+/fleetpage/{self.server_id}"
         self.broadcast_reply = f"{REPLY_ROOT}/fleetpage/{self.server_id}/broadcast"
         subscriptions = (*window.subscriptions, self.reply_filter, self.broadcast_reply)
+        shared = (
+            tuple(f"$share/{share_group}/{t}" for t in window.history_subscriptions) if share_group else ()
+        )
         self.connection = Connection(
-            dataclasses.replace(settings, subscriptions=subscriptions, clean_start=True, session_expiry_s=0),
+            dataclasses.replace(
+                settings,
+                subscriptions=subscriptions,
+                shared_subscriptions=shared,
+                clean_start=True,
+                session_expiry_s=0,
+            ),
             self._message,
         )
         self._waiting: dict[bytes, _Waiting] = {}
@@ -122,10 +142,13 @@ class FleetBroker:
             return
         props = message.properties
         correlation = getattr(props, "CorrelationData", None) if props is not None else None
+        correlation = correlation if isinstance(correlation, bytes) else None
         signature = signature_of(getattr(props, "UserProperty", None) if props is not None else None)
-        updates = self.window.take(
-            topic, payload, signature, correlation if isinstance(correlation, bytes) else None
-        )
+        if shared_delivery(message):
+            if history := self.window.history_of(topic, payload, signature, correlation):
+                self.on_history(history)
+            return
+        updates = self.window.take(topic, payload, signature, correlation)
         if updates:
             self.on_update(updates)
 
@@ -214,7 +237,8 @@ class FleetBroker:
         await self._send(
             f"{base}/tool/call", request, self._command_key, self.broadcast_reply, waiting, wait_s
         )
-        return waiting.answers, sorted(waiting.expect)
+        # Each answer names the broadcast it answers: the history keeps one answer a device for it.
+        return [{**a, "request": request["id"]} for a in waiting.answers], sorted(waiting.expect)
 
     async def _one(
         self, device: str, what: str, request: dict[str, Any], key: bytes, timeout_s: float

@@ -8,13 +8,23 @@ with 64-bit floats, the same queries).
 
 Writes never block the event loop: `add_*` only appends to a list, and `flush` (every
 `FLUSH_S`, from `run`) writes the lot in one transaction in a worker thread. Health is kept
-downsampled: at most one point a device every `HEALTH_SLOT_S`. Rows older than the retention are
+downsampled: at most one point a device in each slot of `HEALTH_SLOT_S` (slots aligned on the clock,
+so every page writing to one database picks the same slots). Rows older than the retention are
 deleted as the writes go.
+
+Each row is written once, however often it arrives: a health point is keyed by its device and slot,
+a record by its kind, device and `ref` (a broadcast answer: the broadcast's request id; anything
+else: the digest of its body), and every insert is `ON CONFLICT DO NOTHING`. So two pages writing
+the same message (two pages on one broker without a shared subscription group), or one message
+sent again (QoS 1 is at least once: a device resends what was not acknowledged before a reconnect),
+leave one row. A database made before these keys is
+moved over to them when the page opens it (its rows kept; duplicates kept once).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import sqlite3
@@ -30,17 +40,75 @@ HEALTH_SLOT_S = 10.0  # one point a device per slot: 360 points an hour
 MAX_PENDING = 100_000  # rows waiting for a write; past that the oldest are dropped (and logged)
 MAX_LIST = 1000  # rows one read returns at most
 KINDS = ("events", "answers", "approvals")  # what `records` lists, besides health
+VERDICTS = ("verified", "trust")  # what a page adds to a record: its own judgement of the message
+SCHEMA_LOCK = 0x65646765  # the PostgreSQL advisory lock held while the schema is set up
 
 # One schema for both databases ({real}: SQLite's REAL, PostgreSQL's DOUBLE PRECISION: time stamps
 # need its 64 bits), one statement a line.
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS health (device TEXT NOT NULL, ts {real} NOT NULL, cpu_temp_c {real}, load_1m {real}, mem_used_pct {real})
+CREATE TABLE IF NOT EXISTS health (device TEXT NOT NULL, ts {real} NOT NULL, cpu_temp_c {real}, load_1m {real}, mem_used_pct {real}, slot BIGINT NOT NULL, UNIQUE (device, slot))
 CREATE INDEX IF NOT EXISTS health_device_ts ON health (device, ts)
 CREATE INDEX IF NOT EXISTS health_ts ON health (ts)
-CREATE TABLE IF NOT EXISTS records (kind TEXT NOT NULL, device TEXT NOT NULL, ts {real} NOT NULL, body TEXT NOT NULL)
+CREATE TABLE IF NOT EXISTS records (kind TEXT NOT NULL, device TEXT NOT NULL, ts {real} NOT NULL, body TEXT NOT NULL, ref TEXT NOT NULL, UNIQUE (kind, device, ref))
 CREATE INDEX IF NOT EXISTS records_kind_ts ON records (kind, ts)
 CREATE INDEX IF NOT EXISTS records_device ON records (kind, device, ts)
 """  # noqa: E501
+# The tables as they were before the unique keys: renamed aside (their indexes dropped, the names are
+# the new tables'), copied into the new ones (a duplicate kept once), then dropped. {slot}: the
+# database's way to write floor(ts / HEALTH_SLOT_S) as an integer.
+MIGRATION = """
+ALTER TABLE health RENAME TO health_unkeyed
+ALTER TABLE records RENAME TO records_unkeyed
+DROP INDEX IF EXISTS health_device_ts
+DROP INDEX IF EXISTS health_ts
+DROP INDEX IF EXISTS records_kind_ts
+DROP INDEX IF EXISTS records_device
+{schema}
+INSERT INTO health (device, ts, cpu_temp_c, load_1m, mem_used_pct, slot) SELECT device, ts, cpu_temp_c, load_1m, mem_used_pct, {slot} FROM health_unkeyed WHERE true ON CONFLICT DO NOTHING
+INSERT INTO records (kind, device, ts, body, ref) SELECT kind, device, ts, body, md5(body) FROM records_unkeyed WHERE true ON CONFLICT DO NOTHING
+DROP TABLE health_unkeyed
+DROP TABLE records_unkeyed
+"""  # noqa: E501
+INSERT_HEALTH = (
+    "INSERT INTO health (device, ts, cpu_temp_c, load_1m, mem_used_pct, slot) VALUES (?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT DO NOTHING"
+)
+INSERT_RECORD = (
+    "INSERT INTO records (kind, device, ts, body, ref) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
+)
+
+
+def _md5(text: str) -> str:
+    """A record's `ref` when it names none: the digest of its body (identity, not security)."""
+    return hashlib.md5(text.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+
+def _set_up(db: Any, real: str, slot: str) -> None:
+    """The schema, with an older database's tables moved over to it first (in one transaction)."""
+    schema = SCHEMA.format(real=real).strip()
+    if _answers(db, "SELECT 1 FROM health LIMIT 0") and not _answers(db, "SELECT slot FROM health LIMIT 0"):
+        log.warning("fleet page history: adding the unique keys to the tables kept so far")
+        db.execute("BEGIN")
+        try:
+            for statement in MIGRATION.format(schema=schema, slot=slot).strip().splitlines():
+                db.execute(statement)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return
+    for statement in schema.splitlines():
+        db.execute(statement)
+
+
+def _answers(db: Any, query: str) -> bool:
+    """Whether `query` runs (the table and column it names exist): no error leaves a transaction open
+    (both connections are in autocommit here)."""
+    try:
+        db.execute(query)
+    except Exception:  # sqlite3.OperationalError, psycopg.errors.UndefinedTable / UndefinedColumn
+        return False
+    return True
 
 
 def sqlite_db(path: Path) -> Any:
@@ -48,8 +116,8 @@ def sqlite_db(path: Path) -> Any:
     db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
-    for statement in SCHEMA.format(real="REAL").strip().splitlines():
-        db.execute(statement)
+    db.create_function("md5", 1, _md5, deterministic=True)  # PostgreSQL's, for the migration
+    _set_up(db, "REAL", f"CAST(ts / {HEALTH_SLOT_S!r} AS INTEGER)")  # time stamps are positive
     return db
 
 
@@ -63,8 +131,12 @@ def postgresql_db(dsn: str) -> Any:
         ) from None
     try:
         db = psycopg.connect(dsn, autocommit=True)
-        for statement in SCHEMA.format(real="DOUBLE PRECISION").strip().splitlines():
-            db.execute(statement)
+        # Several pages may share the database and start at once: one sets the schema up at a time.
+        db.execute("SELECT pg_advisory_lock(%s)", (SCHEMA_LOCK,))
+        try:
+            _set_up(db, "DOUBLE PRECISION", f"CAST(FLOOR(ts / {HEALTH_SLOT_S!r}) AS BIGINT)")
+        finally:
+            db.execute("SELECT pg_advisory_unlock(%s)", (SCHEMA_LOCK,))
     except psycopg.Error as e:
         raise ValueError(f"cannot use the PostgreSQL database (history_dsn): {e}") from None
     return PostgresConnection(db)
@@ -99,23 +171,31 @@ class HistoryStore:
         # One connection, used by one worker thread at a time (the lock below), never at once.
         self._db = db if db is not None else sqlite_db(path)
         self._lock = asyncio.Lock()
-        self._health: list[tuple[str, float, float | None, float | None, float | None]] = []
-        self._records: list[tuple[str, str, float, str]] = []
-        self._slot: dict[str, float] = {}  # each device's last point kept, for the downsampling
+        self._health: list[tuple[str, float, float | None, float | None, float | None, int]] = []
+        self._records: list[tuple[str, str, float, str, str]] = []
+        self._slot: dict[str, int] = {}  # each device's last slot written, for the downsampling
         self._dropped = 0
 
     # -- writes (queued) -------------------------------------------------------------
     def add_health(self, device: str, point: list[float | None]) -> None:
         ts = point[0] or self.clock()
-        if ts - self._slot.get(device, float("-inf")) < HEALTH_SLOT_S:
+        slot = int(ts // HEALTH_SLOT_S)
+        if slot == self._slot.get(device):
             return
-        self._slot[device] = ts
-        self._queue(self._health, (device, ts, *point[1:4]))  # type: ignore[arg-type]
+        self._slot[device] = slot
+        self._queue(self._health, (device, ts, *point[1:4], slot))  # type: ignore[arg-type]
 
-    def add(self, kind: str, device: str, data: dict[str, Any]) -> None:
+    def add(self, kind: str, device: str, data: dict[str, Any], ref: str = "") -> None:
+        """One record; `ref` names what it is (written once per kind and device), else what the
+        device said does: its body without the page's own verdict on it, which two pages may not
+        share (one has pinned the device's key, the other not yet)."""
         ts = data.get("ts")
         when = float(ts) if isinstance(ts, int | float) and not isinstance(ts, bool) else self.clock()
-        self._queue(self._records, (kind, device, when, json.dumps(data, separators=(",", ":"))))
+        body = json.dumps(data, separators=(",", ":"))
+        if not ref:
+            said = {k: v for k, v in data.items() if k not in VERDICTS}
+            ref = _md5(json.dumps(said, separators=(",", ":")) if len(said) < len(data) else body)
+        self._queue(self._records, (kind, device, when, body, ref))
 
     def _queue(self, rows: list[Any], row: Any) -> None:
         if len(self._health) + len(self._records) >= MAX_PENDING and rows:
@@ -138,9 +218,9 @@ class HistoryStore:
         db.execute("BEGIN")
         try:
             if health:
-                db.executemany("INSERT INTO health VALUES (?, ?, ?, ?, ?)", health)
+                db.executemany(INSERT_HEALTH, health)
             if records:
-                db.executemany("INSERT INTO records VALUES (?, ?, ?, ?)", records)
+                db.executemany(INSERT_RECORD, records)
             db.execute("DELETE FROM health WHERE ts < ?", (before,))
             db.execute("DELETE FROM records WHERE ts < ?", (before,))
             db.execute("COMMIT")

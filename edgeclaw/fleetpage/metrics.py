@@ -2,8 +2,9 @@
 its API): the fleet as the page sees it and what was asked of it through the page.
 
 Read from the page's window when Prometheus scrapes (devices by state and by trust, approvals waiting,
-the broker link), plus counters of the commands sent from the page and their outcomes, and of broadcast
-answers, kept here.
+the broker link), plus counters of the commands sent from the page and their outcomes, of broadcast
+answers, and of the messages the page handed to the kept history (in a share group: its share of them),
+kept here.
 """
 
 from __future__ import annotations
@@ -24,6 +25,10 @@ class PageMetrics:
         self.commands: Counter[tuple[str, str]] = Counter()  # (kind, outcome)
         self.broadcast_answers = 0
         self.broadcast_missing = 0
+        self.history: Counter[str] = Counter()  # messages handed to the history store, by its table
+
+    def handed(self, table: str) -> None:
+        self.history[table] += 1
 
     def command(self, kind: str, outcome: str) -> None:
         """One call, chat or approval from the page: `ok`, `refused` or `timeout`."""
@@ -62,6 +67,13 @@ class PageMetrics:
         )
         answers.sample(self.broadcast_answers, outcome="answered")
         answers.sample(self.broadcast_missing, outcome="missing")
+        history = Family(
+            "edgeclaw_page_history_handed_total",
+            "counter",
+            "Messages this page handed to the kept history, by table (a share group's page: its share).",
+        )
+        for table in ("health", "events", "answers", "approvals"):
+            history.sample(self.history[table], table=table)
         broker = Family("edgeclaw_page_broker_connected", "gauge", "1 while the page's broker link is up.")
         broker.sample(1 if snapshot.get("broker") else 0)
-        return render([devices, trust, approvals, commands, answers, broker])
+        return render([devices, trust, approvals, commands, answers, history, broker])

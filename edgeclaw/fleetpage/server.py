@@ -115,9 +115,7 @@ class FleetPage:
             ("POST", "/api/rollout"): self._rollout_start,
             ("POST", "/api/rollout/stop"): self._rollout_stop,
         }
-        self.rollouts = Rollouts(
-            broker.call, lambda view: self.publish([("rollout", view)]), self._rollout_outcome
-        )
+        self.rollouts = Rollouts(broker.call, self._rollout_told, self._rollout_outcome)
 
     # -- fan-out ------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -136,22 +134,26 @@ class FleetPage:
                 self.publish([("link", {"broker": now})])
 
     def publish(self, updates: list[Update]) -> None:
-        if self.history is not None:
-            self._record(updates)
+        # In a share group the history is written from the shared subscription's copies (`record`),
+        # one page each; the window's own copies (every page gets them) only go to the streams.
+        if not self.broker.share_group:
+            self.record(updates)
         for outbox in self._streams:
             for kind, data in updates:
                 outbox.add(kind, data)
 
-    def _record(self, updates: list[Update]) -> None:
-        assert self.history is not None
+    def record(self, updates: list[Update]) -> None:
+        """`updates` into the kept history (when there is one)."""
+        if self.history is None:
+            return
         for kind, data in updates:
             if kind == "health":
                 self.history.add_health(data["device"], data["point"])
+                self.metrics.handed("health")
             elif kind in ("event", "approval", "approval_done"):
-                self.history.add("events" if kind == "event" else "approvals", data["device"], data)
-            elif kind == "rollout" and data["state"] != "running":  # how it ended; outcomes are answers
-                summary = {k: v for k, v in data.items() if k != "devices"}
-                self.history.add("events", "", {"event": "rollout", **summary})
+                table = "events" if kind == "event" else "approvals"
+                self.history.add(table, data["device"], data)
+                self.metrics.handed(table)
 
     def stream_snapshot(self) -> dict[str, Any]:
         """What a page's stream starts with: the counts, events and approvals, not the rows (the page
@@ -418,7 +420,9 @@ class FleetPage:
             now = self.window.clock()
             for answer in answers:
                 device = str(answer.get("device") or "?")
-                self.history.add("answers", device, {**answer, "broadcast": tool, "group": group, "ts": now})
+                record = {**answer, "broadcast": tool, "group": group, "ts": now}
+                self.history.add("answers", device, record, ref=str(answer.get("request") or ""))
+                self.metrics.handed("answers")
         return {"ok": True, "group": group, "answers": answers, "missing": missing}
 
     # -- staged rollouts --------------------------------------------------------------------------
@@ -445,9 +449,19 @@ class FleetPage:
             raise _Refusal(404, str(e)) from None
         return {"ok": True, "rollout": rollout.view()}
 
+    # A rollout is this page's own: it writes its history itself, in a share group too (the other
+    # pages never see its calls), each device's outcome and the end once by the rollout's id.
+    def _rollout_told(self, view: dict[str, Any]) -> None:
+        self.publish([("rollout", view)])
+        if self.history is not None and view["state"] != "running":
+            summary = {k: v for k, v in view.items() if k != "devices"}
+            self.history.add("events", "", {"event": "rollout", **summary}, ref=view["id"])
+            self.metrics.handed("events")
+
     def _rollout_outcome(self, device: str, outcome: dict[str, Any]) -> None:
         if self.history is not None:
-            self.history.add("answers", device, outcome)
+            self.history.add("answers", device, outcome, ref=f"{outcome['rollout']}:{device}")
+            self.metrics.handed("answers")
 
     async def _command(self, kind: str, command: Awaitable[dict[str, Any]]) -> dict[str, Any]:
         try:

@@ -13,6 +13,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -42,6 +43,8 @@ log = logging.getLogger("edgeclaw.fleetpage")
 CATALOG_TIMEOUT_S = 60.0
 HISTORY_FILENAME = "fleet-page-history.sqlite3"  # in the state directory, unless history_file names another
 KEYS_FILENAME = "fleet-page-device-keys"  # in the state directory, unless device_keys_file names another
+# A shared subscription group's name is one topic level: no `/`, no wildcards.
+SHARE_GROUP = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 def host_port(text: str, key: str, source: str) -> tuple[str, int]:
@@ -125,6 +128,36 @@ def history_store(config: Config) -> HistoryStore | None:
         raise ConfigError(config._source, "fleet_page.history_file", f"{path}: {e}") from None
 
 
+def _share_group(config: Config, given: str | None) -> str:
+    """The shared subscription group (`--share-group`, else `[fleet_page] share_group`; "" = none)."""
+    fp = config.fleet_page
+    name, key, source = fp.share_group, "fleet_page.share_group", config._source
+    if given is not None:
+        name, key, source = given, "--share-group", "command line"
+    if not name:
+        return ""
+    if not SHARE_GROUP.fullmatch(name):
+        raise ConfigError(
+            source,
+            key,
+            f"a group name is 1 to 64 letters, digits, _ . or - (one topic level), got {name!r:.80}",
+        )
+    if fp.history_store == "off":
+        raise ConfigError(
+            source,
+            key,
+            'a share group divides the history\'s writes among the pages, and history_store = "off" keeps '
+            'none: set history_store = "postgresql" (one database for the group)',
+        )
+    if fp.history_store == "sqlite" and not fp.history_file:
+        log.warning(
+            "share group %s with SQLite in this page's state directory: this page's file gets only its "
+            'share of the history (history_store = "postgresql" keeps one database for the group)',
+            name,
+        )
+    return name
+
+
 def connection_settings(config: Config, broker: str | None) -> ConnectionSettings:
     m = config.mqtt
     host, port = host_port(broker, "--broker", "command line") if broker else (m.host, m.port)
@@ -176,7 +209,9 @@ def tool_catalog() -> list[dict[str, Any]]:
     return [t for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)]
 
 
-async def serve(config: Config, *, broker: str | None = None, listen: str | None = None) -> None:
+async def serve(
+    config: Config, *, broker: str | None = None, listen: str | None = None, share_group: str | None = None
+) -> None:
     """Run the fleet page until SIGTERM / SIGINT (or cancellation)."""
     fp = config.fleet_page
     if listen:
@@ -185,6 +220,7 @@ async def serve(config: Config, *, broker: str | None = None, listen: str | None
         host, port = host_port(fp.listen, "fleet_page.listen", config._source)
     access, made_token = build_access(config)
     refs = secret_refs(config)
+    group = _share_group(config, share_group)
     history = history_store(config)
     window = FleetWindow(
         config.mqtt.topic_prefix,
@@ -202,6 +238,8 @@ async def serve(config: Config, *, broker: str | None = None, listen: str | None
         command_key_name=config.mqtt.hmac_key_name,  # the caller the page is on the devices
         approver_key_name=config.mqtt.approver_key_name,
         on_update=lambda updates: page.publish(updates) if page is not None else None,
+        on_history=lambda updates: page.record(updates) if page is not None else None,
+        share_group=group,
     )
     tools = await asyncio.to_thread(tool_catalog)
     page = FleetPage(

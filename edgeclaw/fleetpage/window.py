@@ -150,7 +150,13 @@ class FleetWindow:
     @property
     def subscriptions(self) -> list[str]:
         p = self.prefix
-        return [f"{p}/+/status", f"{p}/+/health", f"{p}/+/events", f"{p}/+/approval/request"]
+        return [f"{p}/+/status", *self.history_subscriptions]
+
+    @property
+    def history_subscriptions(self) -> list[str]:
+        """The topics whose messages the kept history writes (all but the status)."""
+        p = self.prefix
+        return [f"{p}/+/health", f"{p}/+/events", f"{p}/+/approval/request"]
 
     def take(
         self, topic: str, payload: bytes, signature: str | None = None, correlation: bytes | None = None
@@ -158,26 +164,64 @@ class FleetWindow:
         """One message from the broker with its `sig` user property; what changed, for the page's
         stream (nothing when ignored)."""
         head = self.prefix + "/"
-        if not topic.startswith(head):
+        if topic.startswith(head) and not payload:  # an empty retained message: the device was retired
+            device, _, what = topic[len(head) :].partition("/")
+            return self._forget(device) if what in ("status", "health") and device else []
+        judged = self._judged(topic, payload, signature, correlation)
+        if judged is None:
             return []
-        device, _, what = topic[len(head) :].partition("/")
-        if not device or device.startswith("_") or what not in _KINDS:
-            return []
-        if not payload:  # an empty retained message: the device was retired
-            return self._forget(device) if what in ("status", "health") else []
-        if len(payload) > MAX_MESSAGE_BYTES:
-            return []
-        try:
-            data = json.loads(payload)
-        except (ValueError, UnicodeDecodeError):
-            return []
-        if not isinstance(data, dict):
-            return []
-        announced = data.get("device_key") if what == "status" else None
-        trust = self.keys.judge(device, topic, payload, correlation, signature, announced=announced)
+        device, what, data, trust = judged
         if trust in (FORGED, KEY_CHANGED) and what != "approval/request":
             return self._rejected(device, trust, data)
         return _KINDS[what](self, device, data, trust)
+
+    def history_of(
+        self, topic: str, payload: bytes, signature: str | None = None, correlation: bytes | None = None
+    ) -> list[Update]:
+        """What one message adds to the kept history, the window left as it is: for a page that
+        writes the history from its shared subscription's copy of a message (one page of the group
+        gets it) while its window takes the copy every page gets. The updates `take` would give the
+        history: a health point (the history store downsamples), an event (and the decision it
+        closes), an approval question; nothing for a message its device's pinned key did not sign."""
+        judged = self._judged(topic, payload, signature, correlation)
+        if judged is None:
+            return []
+        device, what, data, trust = judged
+        if trust in (FORGED, KEY_CHANGED) and what != "approval/request":
+            return []
+        if what == "health":
+            return [("health", {"device": device, "point": self._point(data)})]
+        if what == "events":
+            updates: list[Update] = [("event", {**data, "device": device, "verified": trust == VERIFIED})]
+            if _closes(data, trust):
+                done = {"device": device, "id": str(data.get("approval")), "decision": data["decision"]}
+                updates.append(("approval_done", done))
+            return updates
+        if what == "approval/request" and isinstance(data.get("id"), str) and data["id"]:
+            return [("approval", {**data, "device": device, "trust": trust})]
+        return []
+
+    def _judged(
+        self, topic: str, payload: bytes, signature: str | None, correlation: bytes | None
+    ) -> tuple[str, str, dict[str, Any], str] | None:
+        """(device, what, the message, the verdict on it), or None for a message that is not one."""
+        head = self.prefix + "/"
+        if not topic.startswith(head):
+            return None
+        device, _, what = topic[len(head) :].partition("/")
+        if not device or device.startswith("_") or what not in _KINDS:
+            return None
+        if not payload or len(payload) > MAX_MESSAGE_BYTES:
+            return None
+        try:
+            data = json.loads(payload)
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if not isinstance(data, dict):
+            return None
+        announced = data.get("device_key") if what == "status" else None
+        trust = self.keys.judge(device, topic, payload, correlation, signature, announced=announced)
+        return device, what, data, trust
 
     # -- per topic -------------------------------------------------------------
     def _view(self, device: str) -> DeviceView | None:
@@ -224,8 +268,8 @@ class FleetWindow:
         if view is None:
             return []
         view.health, view.cached = data, None
-        ts = _number(data.get("ts")) or self.clock()
-        point = [ts, *(_number(data.get(k)) for k in CHART_FIGURES)]
+        point = self._point(data)
+        ts = point[0] or 0.0
         history = view.history
         # One point per slot of history_s / HISTORY_POINTS: a fast reporter replaces its last point.
         if history and ts - (history[-1][0] or 0.0) < self.history_s / HISTORY_POINTS:
@@ -236,17 +280,17 @@ class FleetWindow:
             history.popleft()
         return [("device", self.row(view)), ("health", {"device": device, "point": point})]
 
+    def _point(self, health: dict[str, Any]) -> list[float | None]:
+        """A health message's point on the charts: [ts, *CHART_FIGURES]."""
+        return [_number(health.get("ts")) or self.clock(), *(_number(health.get(k)) for k in CHART_FIGURES)]
+
     def _event(self, device: str, data: dict[str, Any], trust: str) -> list[Update]:
         if device not in self.devices and len(self.devices) >= self.max_devices:
             return []
         event = {**data, "device": device, "verified": trust == VERIFIED}
         self.events.append(event)
         updates: list[Update] = [("event", event)]
-        if (
-            trust == VERIFIED
-            and data.get("kind") == "approval"
-            and data.get("decision") not in (None, "asked")
-        ):
+        if _closes(data, trust):
             question_id = str(data.get("approval"))
             if self._close(device, question_id):
                 updates.append(
@@ -402,6 +446,13 @@ _KINDS: dict[str, Callable[[FleetWindow, str, dict[str, Any], str], list[Update]
     "events": FleetWindow._event,
     "approval/request": FleetWindow._approval,
 }
+
+
+def _closes(event: dict[str, Any], trust: str) -> bool:
+    """Whether `event` is its device's decision on an approval question (which closes it)."""
+    return (
+        trust == VERIFIED and event.get("kind") == "approval" and event.get("decision") not in (None, "asked")
+    )
 
 
 def _number(value: Any) -> float | None:

@@ -199,6 +199,10 @@ class ConnectionSettings:
     session_expiry_s: int = 3600
     tls: TlsSettings | None = None
     subscriptions: tuple[str, ...] = ()
+    # `$share/GROUP/...` filters (MQTT 5 only): made in a SUBSCRIBE of their own carrying the
+    # Subscription Identifier SHARED_SUBSCRIPTION_ID, so `shared_delivery` tells their copies apart
+    # from those of an ordinary subscription to the same topics.
+    shared_subscriptions: tuple[str, ...] = ()
     will_topic: str = ""
     will_retain: bool = True  # the status Will is retained; Sparkplug's NDEATH is not
     # A session that ends with the connection (Sparkplug edge nodes); off = the persistent one.
@@ -249,6 +253,26 @@ def _tls_context(tls: TlsSettings | None) -> ssl.SSLContext | None:
     if tls.cert_file:
         context.load_cert_chain(tls.cert_file, tls.key_file or None)
     return context
+
+
+SHARED_SUBSCRIPTION_ID = 1
+
+
+def shared_delivery(message: aiomqtt.Message) -> bool:
+    """Whether `message` came through one of the settings' `shared_subscriptions`."""
+    ids = getattr(message.properties, "SubscriptionIdentifier", None) if message.properties else None
+    return isinstance(ids, list) and SHARED_SUBSCRIPTION_ID in ids
+
+
+def _log_refused(topics: tuple[str, ...], granted: Any) -> None:
+    refused = [
+        f"{topic} ({code})"
+        for topic, code in zip(topics, granted, strict=False)
+        # paho 2 (VERSION2 callbacks) reports ReasonCodes for MQTT 3.1.1 too (0x80 = failure).
+        if isinstance(code, ReasonCode) and code.is_failure
+    ]
+    if refused:
+        log.error("the broker refused the subscription to %s: check its ACL", ", ".join(refused))
 
 
 def _is_lost(error: aiomqtt.MqttError) -> bool:
@@ -437,6 +461,8 @@ class Connection:
 
     async def _subscribe(self, client: aiomqtt.Client) -> None:
         topics = self.settings.subscriptions
+        if self.settings.shared_subscriptions and self.settings.v5:
+            await self._subscribe_shared(client)
         if not topics:
             return
         if self.settings.v5:
@@ -450,14 +476,16 @@ class Connection:
             granted = await client.subscribe([(t, 1) for t in topics])
         # A broker ACL may refuse a subscription in the SUBACK, which aiomqtt does not raise for:
         # without this the device would sit connected and deaf to that topic, with nothing logged.
-        refused = [
-            f"{topic} ({code})"
-            for topic, code in zip(topics, granted, strict=False)
-            # paho 2 (VERSION2 callbacks) reports ReasonCodes for MQTT 3.1.1 too (0x80 = failure).
-            if isinstance(code, ReasonCode) and code.is_failure
-        ]
-        if refused:
-            log.error("the broker refused the subscription to %s: check its ACL", ", ".join(refused))
+        _log_refused(topics, granted)
+
+    async def _subscribe_shared(self, client: aiomqtt.Client) -> None:
+        topics = self.settings.shared_subscriptions
+        properties = Properties(PacketTypes.SUBSCRIBE)
+        properties.SubscriptionIdentifier = SHARED_SUBSCRIPTION_ID
+        # No Local must be off on a shared subscription (MQTT 5, 3.8.3.1: a protocol error otherwise).
+        options = SubscribeOptions(qos=1, noLocal=False, retainAsPublished=True)
+        granted = await client.subscribe([(t, options) for t in topics], properties=properties)
+        _log_refused(topics, granted)
 
     async def run(self) -> None:
         """Connect, serve, reconnect; forever, until cancelled."""

@@ -150,12 +150,7 @@ class Sender:
         was dropped to keep its bound, which the outbox counts).
         """
         message = OutMessage(kind, topic, payload, self.outbox.next_order(), correlation=correlation)
-        if (
-            self._closed
-            or self._backlog
-            or not self.connection.connected
-            or self.in_flight >= MAX_DIRECT
-        ):
+        if self._closed or self._backlog or not self.connection.connected or self.in_flight >= MAX_DIRECT:
             self._keep(message, record)
             return None
         if kind not in DURABLE and record is None:

@@ -257,8 +257,13 @@ async def test_on_sqlite_a_message_delivered_twice_is_one_row_and_each_page_writ
         await asyncio.sleep(0.5)  # both SUBSCRIBEs made
         now = time.time()
         async with Caller(mosquitto.port, []) as device:
-            for n in range(8):  # a health report a second, over two slots or more
-                health = {"ts": now - 8 + n, "cpu_temp_c": 40.0 + n, "load_1m": 0.1, "mem_used_pct": 20.0}
+            for n in range(8):  # a health report every 2 s: 14 s span two 10 s slots, whatever the clock
+                health = {
+                    "ts": now - 16 + 2 * n,
+                    "cpu_temp_c": 40.0 + n,
+                    "load_1m": 0.1,
+                    "mem_used_pct": 20.0,
+                }
                 for _ in range(2):
                     await device.publish("edgeclaw/dev-00/health", health, qos=1)
             event = {"ts": now, "tool": "i2c", "ok": True}
@@ -280,7 +285,7 @@ async def test_on_sqlite_a_message_delivered_twice_is_one_row_and_each_page_writ
         points = await store.health("dev-00", 0)
         slots = {int(p[0] // 10) for p in points}
         assert len(points) == len(slots) >= 2, points  # one point a slot, whichever page wrote it
-        assert {p[0] for p in points} <= {now - 8 + n for n in range(8)}
+        assert {p[0] for p in points} <= {now - 16 + 2 * n for n in range(8)}
     finally:
         for page, runner in zip(pages, runners, strict=False):
             await page.broker.connection.stop(runner)

@@ -215,3 +215,46 @@ def test_home_assistant_entities_published_load_no_update_installer(tmp_path: Pa
     modules = json.loads(out.read_text())["modules"]
     assert "edgeclaw.channels.mqtt.homeassistant" in modules
     assert loaded(modules, ("edgeclaw.admin.update",)) == []
+
+
+@needs_mosquitto
+def test_a_chat_on_a_device_without_a_model_builds_the_loop_but_not_the_memory(tmp_path: Path) -> None:
+    """The loop answers (no model: the commands it takes); memory is built by the first prompt that
+    needs it, and this chat never builds one."""
+    broker = Mosquitto(tmp_path / "broker").start()
+    (tmp_path / "edgeclaw.toml").write_text(
+        'board = "sim"\ndevice_id = "chat"\n'
+        f'[mqtt]\nenabled = true\nhost = "127.0.0.1"\nport = {broker.port}\n'
+    )
+    env = daemon_env(tmp_path / "state", tmp_path / "edgeclaw.toml")
+    out, go = tmp_path / "modules.json", tmp_path / "go"
+    command = [sys.executable, "-c", DAEMON_PROBE, str(out), str(tmp_path / "notify.sock"), str(go)]
+    proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+
+    async def chat() -> str:
+        async with Caller(broker.port, ["reply/chat", "edgeclaw/chat/status"]) as caller:
+            await caller.wait_for(
+                lambda: any(m.json.get("state") == "online" for m in caller.on("edgeclaw/chat/status")),
+                60,
+                "the device online",
+            )
+            await caller.publish(
+                "edgeclaw/chat/chat/in", "hello", response_topic="reply/chat", correlation=b"1"
+            )
+            return json.loads((await caller.answers("reply/chat", 1, within=60))[0].payload)["text"]
+
+    try:
+        text = asyncio.run(chat())
+        go.touch()
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        broker.stop()
+    assert "No language model is configured" in text
+    assert out.exists(), err
+    modules = json.loads(out.read_text())["modules"]
+    assert "edgeclaw.agent.loop" in modules
+    assert (
+        loaded(modules, ("edgeclaw.daemon.memory_build", "edgeclaw.store.memory", "edgeclaw.tools.skills"))
+        == []
+    )

@@ -9,6 +9,8 @@ under a named agent.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from edgeclaw.agent.loop import AgentLoop, AgentRoute, AgentSpec, NamedAgent, UnknownAgent
 from edgeclaw.agent.prompt import PromptBuilder
 from edgeclaw.agent.providers.base import Provider
@@ -70,7 +72,7 @@ def build_agent(runtime: Runtime) -> AgentLoop:
         "soc": runtime.board.soc,
         "workspace": str(runtime.workspace),
     }
-    memory = runtime.memory
+    memory = MemoryPrompt(runtime) if runtime.memory_service.factory is not None else None
 
     def spec(name: str, named: NamedAgentConfig) -> AgentSpec:
         base = config.agent
@@ -78,7 +80,7 @@ def build_agent(runtime: Runtime) -> AgentLoop:
             runtime.local,  # the administrator's context files; never the workspace's
             facts,
             named.system_prompt if named.system_prompt is not None else base.system_prompt,
-            context=memory.prompt if memory is not None else None,
+            context=memory,
             budget_chars=config.memory.prompt_chars,
             # Only "main" takes the local directory's context files; a named agent's are its stored ones.
             disk_files=reads_disk(name),
@@ -122,6 +124,20 @@ def build_agent(runtime: Runtime) -> AgentLoop:
     if runtime.agent.loop is None:
         runtime.agent.loop = agent  # sessions_send's turns go to this loop
     return agent
+
+
+class MemoryPrompt:
+    """The memory's sections of the system prompt, the memory built by the first prompt that asks
+    for them, not by the loop: a loop built to answer a slash command, or on a device with no model,
+    does not load and open the memory store (about 1.7 MiB) for nothing."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+
+    def context_sections(
+        self, agent_id: str, user: str, disk: Callable[[str], str | None]
+    ) -> list[tuple[str, str]]:
+        return self._runtime.memory_service.require().prompt.context_sections(agent_id, user, disk)
 
 
 def build_subagents(runtime: Runtime, agent: AgentLoop) -> SubagentManager:

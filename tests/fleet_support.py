@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +195,52 @@ COMMAND_KEY = "command-key-for-the-fleet"
 APPROVER_KEY = "approver-key-for-the-fleet"
 KEYS = {"EC_HMAC": COMMAND_KEY, "EC_APPROVER": APPROVER_KEY}
 WAIT_S = 30.0  # generous: the machine may be busy
+FULL_OVER_MQTT = '[tools.channels.mqtt]\nprofile = "full"\n'
+
+
+@pytest.fixture(scope="module", name="broker")
+def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One mosquitto for a test module's fleet and page: `from tests.fleet_support import
+    module_broker` makes it the module's `broker` fixture."""
+    from tests.mqtt_support import Mosquitto
+
+    b = Mosquitto(tmp_path_factory.mktemp("broker")).start()
+    yield b
+    b.stop()
+
+
+def page_fleet(
+    root: Path,
+    port: int,
+    size: int,
+    *,
+    groups: dict[int, list[str]] | None = None,
+    extra: str = FULL_OVER_MQTT,
+    prepare: Callable[[FleetDaemon], None] = lambda daemon: None,
+) -> Fleet:
+    """A fleet the page commands, started: each daemon takes the page's command and approver keys
+    (KEYS), has `extra` config tables (by default every tool over MQTT), and is handed to `prepare`
+    before it starts."""
+    fleet = Fleet(
+        root, port, size, groups=groups, hmac_secret_env="EC_HMAC", approver_secret_env="EC_APPROVER"
+    )
+    for daemon in fleet.daemons:
+        daemon.config.write_text(daemon.config.read_text() + extra)
+        daemon.env.update(KEYS)
+        prepare(daemon)
+    return fleet.start()
+
+
+def release_file_except(broken: str) -> Callable[[FleetDaemon], None]:
+    """`prepare` for `page_fleet`: every workspace but `broken`'s holds release.txt, so a call that
+    reads it fails on that one device only (a device made to fail, for rollouts)."""
+
+    def prepare(daemon: FleetDaemon) -> None:
+        if daemon.device != broken:
+            (daemon.state / "workspace").mkdir(parents=True, exist_ok=True)
+            (daemon.state / "workspace" / "release.txt").write_text("release 2\n")
+
+    return prepare
 
 
 # -- the fleet and the page ------------------------------------------------------------------

@@ -24,7 +24,16 @@ from typing import Any
 import pytest
 
 from edgeclaw.tools.approval import action_digest
-from tests.fleet_support import KEYS, PASSWORD, TOKEN, WAIT_S, Fleet, PageServer
+from tests.fleet_support import (
+    FULL_OVER_MQTT,
+    PASSWORD,
+    TOKEN,
+    WAIT_S,
+    Fleet,
+    PageServer,
+    module_broker,  # noqa: F401  (a fixture: the module's broker)
+    page_fleet,
+)
 from tests.mqtt_support import MOSQUITTO, Caller, Mosquitto, poll
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -48,27 +57,11 @@ ARTIFACTS = Path(os.environ.get("EDGECLAW_ARTIFACTS", "/tmp/edgeclaw-artifacts")
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mosquitto]:
-    b = Mosquitto(tmp_path_factory.mktemp("broker")).start()
-    yield b
-    b.stop()
-
-
-@pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory, broker: Mosquitto) -> Iterator[Fleet]:
-    extra = '[tools.channels.mqtt]\nprofile = "full"\n[tools.exec]\nask = "always"\n'
-    f = Fleet(
-        tmp_path_factory.mktemp("fleet"),
-        broker.port,
-        3,
-        groups={0: ["north"], 1: ["north"]},
-        hmac_secret_env="EC_HMAC",
-        approver_secret_env="EC_APPROVER",
+    extra = FULL_OVER_MQTT + '[tools.exec]\nask = "always"\n'
+    f = page_fleet(
+        tmp_path_factory.mktemp("fleet"), broker.port, 3, groups={0: ["north"], 1: ["north"]}, extra=extra
     )
-    for d in f.daemons:
-        d.config.write_text(d.config.read_text() + extra)
-        d.env.update(KEYS)
-    f.start()
     yield f
     f.stop()
 

@@ -12,7 +12,16 @@ from typing import Any
 
 import pytest
 
-from tests.fleet_support import KEYS, TOKEN, WAIT_S, Fleet, PageServer
+from tests.fleet_support import (
+    FULL_OVER_MQTT,
+    TOKEN,
+    WAIT_S,
+    Fleet,
+    PageServer,
+    module_broker,  # noqa: F401  (a fixture: the module's broker)
+    page_fleet,
+    release_file_except,
+)
 from tests.mqtt_support import MOSQUITTO, Mosquitto
 
 pytestmark = pytest.mark.skipif(MOSQUITTO is None, reason="mosquitto is not installed")
@@ -23,31 +32,17 @@ READ = {"tool": "read_file", "args": {"path": "release.txt"}}
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mosquitto]:
-    b = Mosquitto(tmp_path_factory.mktemp("broker")).start()
-    yield b
-    b.stop()
-
-
-@pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory, broker: Mosquitto) -> Iterator[Fleet]:
-    f = Fleet(
+    extra = FULL_OVER_MQTT + '[tools.exec]\nask = "always"\n'
+    groups = {i: ["east"] for i in range(SIZE)}
+    f = page_fleet(
         tmp_path_factory.mktemp("fleet"),
         broker.port,
         SIZE,
-        groups={i: ["east"] for i in range(SIZE)},
-        hmac_secret_env="EC_HMAC",
-        approver_secret_env="EC_APPROVER",
+        groups=groups,
+        extra=extra,
+        prepare=release_file_except(BROKEN),
     )
-    for d in f.daemons:
-        d.config.write_text(
-            d.config.read_text() + '[tools.channels.mqtt]\nprofile = "full"\n[tools.exec]\nask = "always"\n'
-        )
-        d.env.update(KEYS)
-        if d.device != BROKEN:
-            (d.state / "workspace").mkdir(parents=True, exist_ok=True)
-            (d.state / "workspace" / "release.txt").write_text("release 2\n")
-    f.start()
     yield f
     f.stop()
 

@@ -20,7 +20,14 @@ from typing import Any
 
 import pytest
 
-from tests.fleet_support import KEYS, TOKEN, WAIT_S, Fleet, PageServer
+from tests.fleet_support import (
+    TOKEN,
+    WAIT_S,
+    Fleet,
+    PageServer,
+    module_broker,  # noqa: F401  (a fixture: the module's broker)
+    page_fleet,
+)
 from tests.mqtt_support import MOSQUITTO, Mosquitto, poll
 from tests.postgres_support import postgres  # noqa: F401  (a fixture)
 
@@ -31,25 +38,8 @@ PSYCOPG = pytest.importorskip("psycopg", reason="psycopg is not installed (pip i
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mosquitto]:
-    b = Mosquitto(tmp_path_factory.mktemp("broker")).start()
-    yield b
-    b.stop()
-
-
-@pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory, broker: Mosquitto) -> Iterator[Fleet]:
-    f = Fleet(
-        tmp_path_factory.mktemp("fleet"),
-        broker.port,
-        2,
-        hmac_secret_env="EC_HMAC",
-        approver_secret_env="EC_APPROVER",
-    )
-    for d in f.daemons:
-        d.config.write_text(d.config.read_text() + '[tools.channels.mqtt]\nprofile = "full"\n')
-        d.env.update(KEYS)
-    f.start()
+    f = page_fleet(tmp_path_factory.mktemp("fleet"), broker.port, 2)
     yield f
     f.stop()
 

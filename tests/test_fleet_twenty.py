@@ -15,7 +15,14 @@ from typing import Any
 
 import pytest
 
-from tests.fleet_support import KEYS, TOKEN, Fleet, PageServer
+from tests.fleet_support import (
+    TOKEN,
+    Fleet,
+    PageServer,
+    module_broker,  # noqa: F401  (a fixture: the module's broker)
+    page_fleet,
+    release_file_except,
+)
 from tests.mqtt_support import Mosquitto, needs_mosquitto
 
 pytestmark = needs_mosquitto
@@ -27,29 +34,15 @@ WAIT_S = 90.0  # twenty daemons starting at once on two shared cores
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mosquitto]:
-    b = Mosquitto(tmp_path_factory.mktemp("broker")).start()
-    yield b
-    b.stop()
-
-
-@pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory, broker: Mosquitto) -> Iterator[Fleet]:
-    f = Fleet(
+    groups = {i: ["site"] for i in range(SIZE)}
+    f = page_fleet(
         tmp_path_factory.mktemp("fleet"),
         broker.port,
         SIZE,
-        groups={i: ["site"] for i in range(SIZE)},
-        hmac_secret_env="EC_HMAC",
-        approver_secret_env="EC_APPROVER",
+        groups=groups,
+        prepare=release_file_except(BROKEN),
     )
-    for d in f.daemons:
-        d.config.write_text(d.config.read_text() + '[tools.channels.mqtt]\nprofile = "full"\n')
-        d.env.update(KEYS)
-        if d.device != BROKEN:
-            (d.state / "workspace").mkdir(parents=True, exist_ok=True)
-            (d.state / "workspace" / "release.txt").write_text("release 2\n")
-    f.start()
     yield f
     f.stop()
 

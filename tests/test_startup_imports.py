@@ -12,7 +12,9 @@ import asyncio
 import json
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from tests.mqtt_support import Caller, Mosquitto, daemon_env, needs_mosquitto
 
@@ -186,33 +188,41 @@ def test_daemon_with_mqtt_starts_without_per_tool_modules(tmp_path: Path) -> Non
     assert loaded(modules, NOT_AT_START + AGENT_LOOP_MODULES) == []
 
 
-@needs_mosquitto
-def test_home_assistant_entities_published_load_no_update_installer(tmp_path: Path) -> None:
-    """Home Assistant's entities, the firmware one included, are published from what a start has:
-    showing the installed version (and an offer, when an admin made one) needs no wheel checking."""
+def modules_after(
+    tmp_path: Path, device: str, then: Callable[[int], Awaitable[Any]]
+) -> tuple[list[str], Any]:
+    """The daemon's modules once `then(broker_port)` is done (after READY=1, on a broker of its
+    own), and what `then` returned."""
     broker = Mosquitto(tmp_path / "broker").start()
     (tmp_path / "edgeclaw.toml").write_text(
-        'board = "sim"\ndevice_id = "idle"\n'
+        f'board = "sim"\ndevice_id = "{device}"\n'
         f'[mqtt]\nenabled = true\nhost = "127.0.0.1"\nport = {broker.port}\n'
     )
     env = daemon_env(tmp_path / "state", tmp_path / "edgeclaw.toml")
     out, go = tmp_path / "modules.json", tmp_path / "go"
     command = [sys.executable, "-c", DAEMON_PROBE, str(out), str(tmp_path / "notify.sock"), str(go)]
     proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
-
-    async def entities_published() -> None:
-        async with Caller(broker.port, ["edgeclaw/idle/ha/+/state"]) as watcher:
-            await watcher.answers("edgeclaw/idle/ha/update/state", 1, within=60)
-
     try:
-        asyncio.run(entities_published())
+        result = asyncio.run(then(broker.port))
         go.touch()
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
         broker.stop()
     assert out.exists(), err
-    modules = json.loads(out.read_text())["modules"]
+    return json.loads(out.read_text())["modules"], result
+
+
+@needs_mosquitto
+def test_home_assistant_entities_published_load_no_update_installer(tmp_path: Path) -> None:
+    """Home Assistant's entities, the firmware one included, are published from what a start has:
+    showing the installed version (and an offer, when an admin made one) needs no wheel checking."""
+
+    async def entities_published(port: int) -> None:
+        async with Caller(port, ["edgeclaw/idle/ha/+/state"]) as watcher:
+            await watcher.answers("edgeclaw/idle/ha/update/state", 1, within=60)
+
+    modules, _ = modules_after(tmp_path, "idle", entities_published)
     assert "edgeclaw.channels.mqtt.homeassistant" in modules
     assert loaded(modules, ("edgeclaw.admin.update",)) == []
 
@@ -221,18 +231,9 @@ def test_home_assistant_entities_published_load_no_update_installer(tmp_path: Pa
 def test_a_chat_on_a_device_without_a_model_builds_the_loop_but_not_the_memory(tmp_path: Path) -> None:
     """The loop answers (no model: the commands it takes); memory is built by the first prompt that
     needs it, and this chat never builds one."""
-    broker = Mosquitto(tmp_path / "broker").start()
-    (tmp_path / "edgeclaw.toml").write_text(
-        'board = "sim"\ndevice_id = "chat"\n'
-        f'[mqtt]\nenabled = true\nhost = "127.0.0.1"\nport = {broker.port}\n'
-    )
-    env = daemon_env(tmp_path / "state", tmp_path / "edgeclaw.toml")
-    out, go = tmp_path / "modules.json", tmp_path / "go"
-    command = [sys.executable, "-c", DAEMON_PROBE, str(out), str(tmp_path / "notify.sock"), str(go)]
-    proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
 
-    async def chat() -> str:
-        async with Caller(broker.port, ["reply/chat", "edgeclaw/chat/status"]) as caller:
+    async def chat(port: int) -> str:
+        async with Caller(port, ["reply/chat", "edgeclaw/chat/status"]) as caller:
             await caller.wait_for(
                 lambda: any(m.json.get("state") == "online" for m in caller.on("edgeclaw/chat/status")),
                 60,
@@ -243,18 +244,8 @@ def test_a_chat_on_a_device_without_a_model_builds_the_loop_but_not_the_memory(t
             )
             return json.loads((await caller.answers("reply/chat", 1, within=60))[0].payload)["text"]
 
-    try:
-        text = asyncio.run(chat())
-        go.touch()
-        _, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-        broker.stop()
+    modules, text = modules_after(tmp_path, "chat", chat)
     assert "No language model is configured" in text
-    assert out.exists(), err
-    modules = json.loads(out.read_text())["modules"]
     assert "edgeclaw.agent.loop" in modules
-    assert (
-        loaded(modules, ("edgeclaw.daemon.memory_build", "edgeclaw.store.memory", "edgeclaw.tools.skills"))
-        == []
-    )
+    memory = ("edgeclaw.daemon.memory_build", "edgeclaw.store.memory", "edgeclaw.tools.skills")
+    assert loaded(modules, memory) == []

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 from edgeclaw.admin.config_apply import apply_config, effective, validate_text
 from edgeclaw.admin.logs import read_logs
 from edgeclaw.admin.tools_reload import reload_custom_tools
-from edgeclaw.admin.update import apply_update, store_chunk, versions
+from edgeclaw.admin.update import apply_update, versions
+from edgeclaw.admin.update_upload import store_chunk
 from edgeclaw.tools.automation.gateway import GatewayHooks
 
 if TYPE_CHECKING:
@@ -40,8 +41,18 @@ def attach_daemon(runtime: Runtime, hooks: GatewayHooks, status: Any, restart: A
 
     hooks.config_apply = apply
 
+    from edgeclaw.admin.update_defer import UpdateDeferral
+
+    deferral = UpdateDeferral(
+        runtime.update_lock,
+        runtime.state_dir,
+        runtime.audit,
+        lambda: runtime.config.gateway.update_defer_max_s,
+    )
+    runtime.on_close(deferral.aclose)
+
     async def update(args: dict[str, Any], by: str) -> dict[str, Any]:
-        return await apply_update(runtime, args, by, restart)
+        return await apply_update(runtime, args, by, restart, deferral)
 
     def chunk(args: dict[str, Any]) -> dict[str, Any]:
         return store_chunk(

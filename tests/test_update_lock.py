@@ -1,0 +1,229 @@
+"""The update lock (STATE/update.lock): an update arriving while it is held is checked, deferred,
+shown in the status, and applied once it frees; `force` applies it at once; `update_defer_max_s`
+gives it up. The holders are real: a `flock(1)` process, a custom tool's call through the registry,
+a daemon on a real broker."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edgeclaw.admin.update import apply_update, update_state
+from edgeclaw.admin.update_defer import UpdateDeferral
+from edgeclaw.config.schema import GatewayConfig
+from edgeclaw.store.update_lock import UpdateLock
+from tests.mqtt_support import poll
+from tests.test_admin_security import make_wheel, runtime_for, upload
+
+UNSIGNED = GatewayConfig(allow_unsigned_updates=True, update_defer_max_s=60)
+
+
+def wheel(version: str = "9.9.9") -> bytes:
+    return make_wheel({"edgeclaw/__init__.py": f"__version__ = {version!r}\n"}, version)
+
+
+class Device:
+    """apply_update as the daemon's gateway hook calls it: the real lock, the real deferral."""
+
+    def __init__(self, tmp_path: Path, gateway: GatewayConfig = UNSIGNED) -> None:
+        self.runtime = runtime_for(tmp_path, gateway)
+        self.runtime.state_dir.mkdir(parents=True, exist_ok=True)
+        self.lock = UpdateLock(self.runtime.state_dir)
+        self.deferral = UpdateDeferral(
+            self.lock, self.runtime.state_dir, self.runtime.audit, lambda: gateway.update_defer_max_s
+        )
+        self.deferral.poll_s = 0.1
+        self.restarts: list[str] = []
+
+    async def update(self, data: bytes, name: str = "w1", **more: Any) -> dict[str, Any]:
+        args = {**upload(self.runtime, data, name), **more}
+        return await apply_update(self.runtime, args, "mqtt:admin", self.restarts.append, self.deferral)
+
+    def installed(self) -> list[str]:
+        venvs = self.runtime.state_dir / "venvs"
+        return [p.parent.name for p in venvs.glob("*/.installed") if not p.parent.is_symlink()]
+
+    def events(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.runtime.audit.events if e["kind"] == kind]
+
+
+def free_to(path: Path, mode: str) -> bool:
+    """Whether another process could take the lock now (`flock -n MODE`)."""
+    return subprocess.run(["flock", "-n", mode, str(path), "true"]).returncode == 0
+
+
+def release(proc: subprocess.Popen[bytes]) -> None:
+    """The holder and its command gone (the command holds the lock too: it inherited it)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def outside_holder(path: Path, *mode: str) -> subprocess.Popen[bytes]:
+    """`flock [MODE] PATH sleep 60`, once it holds the lock."""
+    proc = subprocess.Popen(["flock", *mode, str(path), "sleep", "60"], start_new_session=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if not free_to(path, "-x"):
+            return proc
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("flock never took the lock")
+
+
+@pytest.fixture
+def holders():
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(path: Path, *mode: str) -> subprocess.Popen[bytes]:
+        proc = outside_holder(path, *mode)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        release(proc)
+
+
+async def test_an_update_waits_for_an_outside_flock_and_is_applied_when_it_exits(tmp_path, holders):
+    d = Device(tmp_path)
+    flock = holders(d.lock.path)
+    answer = await d.update(wheel())
+    assert answer["ok"] is True and answer["deferred"] is True, answer
+    assert f"pid {flock.pid}" in answer["text"] and "sleep 60" in answer["text"], answer
+    assert "update_defer_max_s" in answer["text"]
+    assert d.installed() == [] and d.restarts == []
+    state = update_state(d.runtime.state_dir)
+    assert state["state"] == "deferred" and state["version"] == "9.9.9", state
+    assert f"pid {flock.pid}" in state["reason"]
+    [event] = d.events("update_deferred")
+    assert event["version"] == "9.9.9"
+
+    await asyncio.sleep(0.5)
+    assert d.installed() == [], "applied while the lock was still held"
+    release(flock)
+    await poll(lambda: d.installed(), 60, "the deferred update installed")
+    await poll(lambda: d.restarts, 10, "the restart onto it")
+    state = update_state(d.runtime.state_dir)
+    assert state["state"] == "pending" and state["version"] == "9.9.9", state
+    # Until the process ends the update holds the lock: nothing else starts before the restart.
+    assert not free_to(d.lock.path, "-s")
+
+
+async def test_a_shared_outside_holder_defers_too_and_force_applies_at_once(tmp_path, holders):
+    d = Device(tmp_path)
+    flock = holders(d.lock.path, "-s")
+    assert (await d.update(wheel(), "w1"))["deferred"] is True
+    forced = await d.update(wheel(), "w2", force=True)
+    assert forced["ok"] is True and not forced.get("deferred"), forced
+    assert "forced" in forced["text"] and f"pid {flock.pid}" in forced["text"]
+    assert d.installed()
+    await poll(lambda: d.restarts, 10, "the restart onto it")
+    [event] = d.events("update")
+    assert event["forced_past"] and f"pid {flock.pid}" in event["forced_past"][0]
+    assert update_state(d.runtime.state_dir)["state"] == "pending"
+
+
+async def test_a_second_update_replaces_the_deferred_one(tmp_path, holders):
+    d = Device(tmp_path)
+    flock = holders(d.lock.path)
+    await d.update(wheel("9.9.9"), "w1")
+    second = await d.update(wheel("9.9.10"), "w2")
+    assert second["deferred"] is True and second["replaced"] == "9.9.9"
+    assert "replaces the update to 9.9.9" in second["text"]
+    assert update_state(d.runtime.state_dir)["version"] == "9.9.10"
+    release(flock)
+    await poll(lambda: d.installed(), 60, "the deferred update installed")
+    await asyncio.sleep(0.5)
+    assert [s.split("-")[0] for s in d.installed()] == ["9.9.10"]
+    assert len(d.restarts) == 1
+
+
+async def test_an_update_deferred_past_update_defer_max_s_is_given_up(tmp_path, holders):
+    d = Device(tmp_path, GatewayConfig(allow_unsigned_updates=True, update_defer_max_s=1))
+    holders(d.lock.path)
+    assert (await d.update(wheel()))["deferred"] is True
+    await poll(
+        lambda: update_state(d.runtime.state_dir)["state"] == "deferred_expired", 10, "the deferral given up"
+    )
+    state = update_state(d.runtime.state_dir)
+    assert "update_defer_max_s" in state["reason"] and state["version"] == "9.9.9"
+    await asyncio.sleep(0.5)
+    assert d.installed() == [] and d.restarts == []
+    assert d.events("update_deferred_expired")
+
+
+async def test_a_bad_update_is_refused_before_it_is_deferred(tmp_path, holders):
+    d = Device(tmp_path)
+    holders(d.lock.path)
+    data = wheel()
+    args = {**upload(d.runtime, data), "sha256": "0" * 64}
+    from edgeclaw.errors import ToolError
+
+    with pytest.raises(ToolError, match="SHA-256 mismatch"):
+        await apply_update(d.runtime, args, "mqtt:admin", d.restarts.append, d.deferral)
+    assert update_state(d.runtime.state_dir)["state"] == "idle"
+
+
+def test_a_deferral_left_by_a_process_gone_is_not_shown(tmp_path):
+    state = tmp_path / "state"
+    (state / "venvs").mkdir(parents=True)
+    (state / "venvs" / "deferred.json").write_text(
+        json.dumps({"state": "deferred", "version": "9.9.9", "pid": 1, "reason": "x"})
+    )
+    assert update_state(state)["state"] == "idle"
+
+
+# -- a tool that defers updates --------------------------------------------------------------------
+async def test_a_call_to_a_tool_named_in_defer_updates_during_defers_an_update(tmp_path):
+    from tests.shell_helpers import ctx, make_runtime
+
+    slow = {"name": "long_flash", "command": "sleep 3", "description": "flash the target"}
+    quick = {"name": "quick_look", "command": "sleep 3", "description": "look"}
+    runtime = make_runtime(
+        tmp_path,
+        tools={"custom": [slow, quick]},
+        gateway={"defer_updates_during": ["long_flash"], "allow_unsigned_updates": True},
+    )
+    lock = runtime.update_lock
+    deferral = UpdateDeferral(lock, runtime.state_dir, runtime.audit, lambda: 60.0)
+    restarts: list[str] = []
+    try:
+        # A tool not named: it runs without holding the lock.
+        quick_call = asyncio.create_task(runtime.registry.execute("quick_look", {}, ctx(caller="mqtt:op")))
+        await asyncio.sleep(1.0)
+        assert lock.holders() == []
+        assert (await quick_call).ok
+        call = asyncio.create_task(runtime.registry.execute("long_flash", {}, ctx(caller="mqtt:op")))
+        await poll(lambda: lock.holders(), 10, "the flagged call holding the lock")
+        args = {**upload(runtime, wheel()), "allow_downgrade": True}
+        answer = await apply_update(runtime, args, "mqtt:admin", restarts.append, deferral)
+        assert answer["deferred"] is True and "tool call long_flash" in answer["text"], answer
+        assert update_state(runtime.state_dir)["state"] == "deferred"
+        outcome = await call
+        assert outcome.ok, outcome
+        await poll(lambda: restarts, 60, "the update applied once the call ended")
+    finally:
+        await deferral.aclose()
+        await runtime.aclose()
+
+
+def test_defer_updates_during_names_known_tools_only(tmp_path):
+    from edgeclaw.config.loader import config_from_dict
+    from edgeclaw.errors import ConfigErrors
+
+    data = {"board": "sim", "gateway": {"defer_updates_during": ["stm32_flsh"], "update_defer_max_s": 0}}
+    with pytest.raises(ConfigErrors) as refused:
+        config_from_dict(data, str(tmp_path / "edgeclaw.toml"))
+    text = str(refused.value)
+    assert "gateway.defer_updates_during[0]" in text and "stm32_flsh" in text
+    assert "gateway.update_defer_max_s" in text

@@ -21,7 +21,7 @@ from edgeclaw.admin.update import apply_update, update_state
 from edgeclaw.admin.update_defer import UpdateDeferral
 from edgeclaw.config.schema import GatewayConfig
 from edgeclaw.store.update_lock import UpdateLock
-from tests.mqtt_support import poll
+from tests.mqtt_support import needs_mosquitto, poll
 from tests.test_admin_security import make_wheel, runtime_for, upload
 
 UNSIGNED = GatewayConfig(allow_unsigned_updates=True, update_defer_max_s=60)
@@ -227,3 +227,61 @@ def test_defer_updates_during_names_known_tools_only(tmp_path):
     text = str(refused.value)
     assert "gateway.defer_updates_during[0]" in text and "stm32_flsh" in text
     assert "gateway.update_defer_max_s" in text
+
+
+# -- end to end: a daemon on a real broker ---------------------------------------------------------
+@needs_mosquitto
+async def test_a_daemon_defers_an_update_while_flock_holds_the_lock_and_shows_it_in_its_status(
+    tmp_path, holders
+):
+    import base64
+    import hashlib
+
+    from tests.mqtt_support import Caller, Mosquitto
+    from tests.test_fleet_admin import (
+        ANSWERS,
+        BASE,
+        Admin,
+        SupervisedDaemon,
+        update_device_config,
+        wait_online,
+    )
+
+    broker = Mosquitto(tmp_path / "broker").start()
+    config = update_device_config(broker.port, more="allow_unsigned_updates = true\n")
+    d = SupervisedDaemon(tmp_path, config.replace("telemetry_interval_s = 0", "telemetry_interval_s = 1"))
+    d.state.mkdir(parents=True)
+    flock = holders(d.state / "update.lock")
+    d.start()
+    try:
+        async with Caller(broker.port, [ANSWERS, f"{BASE}/status"]) as c:
+            admin = Admin(c)
+            await wait_online(c, 0)
+            data = wheel()
+            part = await admin.call("update_chunk", upload="w1", index=0, total=1,
+                                    data=base64.b64encode(data).decode())  # fmt: skip
+            assert part["ok"] is True, part
+            sha = hashlib.sha256(data).hexdigest()
+            answer = await admin.call("update", upload="w1", sha256=sha, within=120)
+            assert answer["ok"] is True and answer["data"]["deferred"] is True, answer
+            assert f"pid {flock.pid}" in answer["data"]["text"], answer
+
+            def deferred_status() -> list[dict[str, Any]]:
+                return [
+                    r.json["update"]
+                    for r in c.on(f"{BASE}/status")
+                    if r.json.get("state") == "online" and r.json.get("update", {}).get("state") == "deferred"
+                ]
+
+            [shown, *_] = await c.wait_for(deferred_status, 30, "the status showing the deferral")
+            assert shown["version"] == "9.9.9" and f"pid {flock.pid}" in shown["reason"], shown
+            assert not (d.state / "venvs" / f"9.9.9-{sha[:12]}").exists()
+            starts = d.starts
+            release(flock)
+            installed = d.state / "venvs" / f"9.9.9-{sha[:12]}" / ".installed"
+            await c.wait_for(lambda: installed.exists(), 120, "the deferred update installed")
+            await c.wait_for(lambda: d.starts > starts, 60, "the daemon restarted onto it")
+        assert "the deferred update to 9.9.9 is applied" in d.text()
+    finally:
+        d.stop()
+        broker.kill()

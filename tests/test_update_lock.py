@@ -217,6 +217,45 @@ async def test_a_call_to_a_tool_named_in_defer_updates_during_defers_an_update(t
         await runtime.aclose()
 
 
+async def test_a_running_job_defers_an_update_until_its_run_ends(tmp_path):
+    from edgeclaw.daemon.scheduler import scheduler_service
+    from edgeclaw.tools.base import ToolContext
+    from tests.shell_helpers import make_runtime
+
+    slow = {"name": "nightly_calibration", "command": "sleep 3", "description": "calibrate"}
+    runtime = make_runtime(
+        tmp_path,
+        tools={"custom": [slow]},
+        automation={"clock_sync": "off"},
+        gateway={"allow_unsigned_updates": True},
+    )
+    root = ToolContext(channel="cli", caller="cli:root", session_key="cli:root")
+    deferral = UpdateDeferral(runtime.update_lock, runtime.state_dir, runtime.audit, lambda: 60.0)
+    restarts: list[str] = []
+    try:
+        made = await runtime.registry.execute(
+            "cron",
+            {"action": "add", "every": "1h", "tool": "nightly_calibration", "args": {}, "to": "none"},
+            root,
+        )
+        assert made.ok, made.error
+        job = made.data["job"]
+        async with scheduler_service(runtime):
+            run = asyncio.create_task(
+                runtime.registry.execute("cron", {"action": "run", "id": job["id"]}, root)
+            )
+            await poll(lambda: runtime.update_lock.holders(), 10, "the job's run holding the lock")
+            args = {**upload(runtime, wheel()), "allow_downgrade": True}
+            answer = await apply_update(runtime, args, "mqtt:admin", restarts.append, deferral)
+            assert answer["deferred"] is True and f"job {job['name']}" in answer["text"], answer
+            done = await run
+            assert done.ok and done.data["outcome"] == "ok", done.data
+            await poll(lambda: restarts, 60, "the update applied once the run ended")
+    finally:
+        await deferral.aclose()
+        await runtime.aclose()
+
+
 def test_defer_updates_during_names_known_tools_only(tmp_path):
     from edgeclaw.config.loader import config_from_dict
     from edgeclaw.errors import ConfigErrors

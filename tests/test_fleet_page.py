@@ -276,6 +276,7 @@ def test_log_in_and_see_the_three_devices_online(browser, page, fleet):
     # Versions, boards and figures come from the retained status and health.
     first = table(browser)[fleet.devices[0]]
     assert first["board"] == "sim" and first["groups"] == "north" and first["version"]
+    assert first["update"] == "idle"  # where the device is with updates: nothing in progress
     # The filter narrows the table to the group's two devices.
     browser.find_element(By.ID, "filter").send_keys("north")
     wait(browser, lambda d: len(rows(d)) == 2, "two devices in group north")

@@ -131,6 +131,11 @@ async def test_a_shared_outside_holder_defers_too_and_force_applies_at_once(tmp_
     [event] = d.events("update")
     assert event["forced_past"] and f"pid {flock.pid}" in event["forced_past"][0]
     assert update_state(d.runtime.state_dir)["state"] == "pending"
+    # Until the restart onto it, no other update starts (it would be lost with the restart).
+    from edgeclaw.errors import ToolError
+
+    with pytest.raises(ToolError, match="being installed"):
+        await d.update(wheel("9.9.10"), "w3")
 
 
 async def test_a_second_update_replaces_the_deferred_one(tmp_path, holders):

@@ -78,22 +78,32 @@ class UpdateDeferral:
         self._waiting: _Waiting | None = None
         self._tasks = TaskSet()
         self._held: int | None = None  # the lock, held from an update's install until the process ends
+        self._installing: str | None = None  # the version being installed (then restarted onto)
 
     async def apply_or_defer(self, version: str, by: str, force: bool, install: Install) -> dict[str, Any]:
+        if self._installing is not None:
+            raise ToolError(
+                f"update: the update to {self._installing} is being installed and restarted onto; "
+                "send this one once that is done"
+            )
         fd = self.lock.try_exclusive()
         if fd is None and not force:
             return self._defer(version, by, install)
         held_by = [] if fd is not None else (self.lock.holders() or ["(unknown)"])
         self._cancel_waiting()
-        answer = await self._install(fd, install, held_by)
+        answer = await self._install(version, fd, install, held_by)
         if held_by:
             answer["text"] += f" (forced: the update lock was held by {', '.join(held_by)})"
         return answer
 
-    async def _install(self, fd: int | None, install: Install, held_by: list[str]) -> dict[str, Any]:
+    async def _install(
+        self, version: str, fd: int | None, install: Install, held_by: list[str]
+    ) -> dict[str, Any]:
+        self._installing = version
         try:
             answer = await install(held_by)
         except BaseException:
+            self._installing = None
             if fd is not None:
                 os.close(fd)
             raise
@@ -132,7 +142,7 @@ class UpdateDeferral:
             if fd is not None:
                 self._waiting = None
                 try:
-                    await self._install(fd, install, [])
+                    await self._install(version, fd, install, [])
                 except ToolError as e:
                     self._finish("deferred_failed", version, by, str(e))
                     log.error("the deferred update to %s failed: %s", version, e)

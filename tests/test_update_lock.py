@@ -167,6 +167,26 @@ async def test_an_update_deferred_past_update_defer_max_s_is_given_up(tmp_path, 
     assert d.events("update_deferred_expired")
 
 
+async def test_a_deferred_update_whose_install_fails_says_so_in_the_status(tmp_path, holders, monkeypatch):
+    from edgeclaw.errors import ToolError
+
+    def broken_install(slots: Any, wheel: Any) -> Path:
+        raise ToolError("update: installing the wheel and its dependencies failed (exit 1): no space left")
+
+    monkeypatch.setattr("edgeclaw.admin.update.install", broken_install)
+    d = Device(tmp_path)
+    flock = holders(d.lock.path)
+    assert (await d.update(wheel()))["deferred"] is True
+    release(flock)
+    await poll(
+        lambda: update_state(d.runtime.state_dir)["state"] == "deferred_failed", 10, "the failure reported"
+    )
+    assert "no space left" in update_state(d.runtime.state_dir)["reason"]
+    assert d.restarts == [] and d.events("update_deferred_failed")
+    # The lock is not kept by the failed attempt.
+    assert free_to(d.lock.path, "-x")
+
+
 async def test_a_bad_update_is_refused_before_it_is_deferred(tmp_path, holders):
     d = Device(tmp_path)
     holders(d.lock.path)

@@ -143,9 +143,10 @@ class UpdateDeferral:
                 self._waiting = None
                 try:
                     await self._install(version, fd, install, [])
-                except ToolError as e:
-                    self._finish("deferred_failed", version, by, str(e))
-                    log.error("the deferred update to %s failed: %s", version, e)
+                except Exception as e:  # told in the status, not left showing `deferred`
+                    why = str(e) if isinstance(e, ToolError) else f"internal error: {type(e).__name__}: {e}"
+                    self._finish("deferred_failed", version, by, why)
+                    log.error("the deferred update to %s failed: %s", version, why)
                 else:
                     log.warning("update lock free: the deferred update to %s is applied", version)
                 return
@@ -168,9 +169,12 @@ class UpdateDeferral:
         self.audit.emit("update_" + state, by=by, version=version, reason=reason)
 
     def _cancel_waiting(self) -> None:
+        """Drop the update waiting, if any (replaced, superseded, or the daemon stopping)."""
         if self._waiting is not None:
             self._waiting.task.cancel()
             self._waiting = None
+            with contextlib.suppress(FileNotFoundError):
+                self.marker.unlink()
 
     def _write(self, value: dict[str, Any]) -> None:
         self.marker.parent.mkdir(parents=True, exist_ok=True)

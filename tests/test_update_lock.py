@@ -107,6 +107,9 @@ async def test_an_update_waits_for_an_outside_flock_and_is_applied_when_it_exits
     assert f"pid {flock.pid}" in state["reason"]
     [event] = d.events("update_deferred")
     assert event["version"] == "9.9.9"
+    from edgeclaw.admin.update import versions
+
+    assert versions(d.runtime.state_dir)["deferred"]["held_by"] == event["held_by"]  # the `version` action
 
     await asyncio.sleep(0.5)
     assert d.installed() == [], "applied while the lock was still held"

@@ -551,9 +551,13 @@ def stage(state_dir: Path, wheel: Wheel, by: str, keep: int) -> dict[str, Any]:
 
 
 def versions(state_dir: Path) -> dict[str, Any]:
-    """For `version`: the slot running, the one `current` names, the installed ones, the trial."""
+    """For `version`: the slot running, the one `current` names, the installed ones, the trial, and an
+    update waiting for the update lock (or given up)."""
+    from edgeclaw.admin.update_defer import deferred_state
+
     slots = Slots(state_dir)
     return {
+        "deferred": deferred_state(state_dir),
         "slot": os.environ.get("EDGECLAW_SLOT") or BASE,
         "current": slots.current() or BASE,
         "slots": slots.installed(),

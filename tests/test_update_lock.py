@@ -118,7 +118,7 @@ async def test_an_update_waits_for_an_outside_flock_and_is_applied_when_it_exits
     await poll(lambda: d.restarts, 10, "the restart onto it")
     state = update_state(d.runtime.state_dir)
     assert state["state"] == "pending" and state["version"] == "9.9.9", state
-    # Until the process ends the update holds the lock: nothing else starts before the restart.
+    # Until the process ends the update holds the lock: a script taking it waits for the restart.
     assert not free_to(d.lock.path, "-s")
 
 

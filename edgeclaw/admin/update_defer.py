@@ -4,8 +4,9 @@ The update is checked as any other (size, SHA-256, signature, version) before it
 kept in memory with a task that tries the lock exclusive every `POLL_S` seconds; once it gets the
 lock it installs the update and restarts onto it, holding the lock until the process ends, so a
 process that takes it with `flock` waits for the restart (work the daemon itself starts meanwhile
-still runs: a hold never waits, and it gets the usual drain). `gateway.update_defer_max_s` bounds the wait: past it
-the update is given up (`deferred_expired`), not forced; the sender sends it again, or with `force`.
+still runs: a hold never waits, and it gets the usual drain). `gateway.update_defer_max_s` bounds
+the wait: past it the update is given up (`deferred_expired`), not forced; the sender sends it
+again, or with `force`.
 
 One update waits at a time: a second one replaces the first (its answer says which it replaced),
 and one applied at once (the lock free, or `force`) cancels a waiting one. A deferred update lives

@@ -148,7 +148,7 @@ def runtime_for(tmp_path: Path, gateway: GatewayConfig) -> Any:
 
 
 def upload(runtime: Any, data: bytes, name: str = "w1") -> dict[str, Any]:
-    from edgeclaw.admin.update import store_chunk
+    from edgeclaw.admin.update_upload import store_chunk
 
     store_chunk(runtime.state_dir, runtime.config.gateway, name, 0, 1, base64.b64encode(data).decode())
     return {"upload": name, "sha256": hashlib.sha256(data).hexdigest()}

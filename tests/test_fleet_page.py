@@ -180,6 +180,7 @@ def test_log_in_and_see_the_three_devices_online(browser, page, fleet):
     # Versions, boards and figures come from the retained status and health.
     first = table(browser)[fleet.devices[0]]
     assert first["board"] == "sim" and first["groups"] == "north" and first["version"]
+    assert first["update"] == "idle"  # where the device is with updates: nothing in progress
     # The filter narrows the table to the group's two devices.
     browser.find_element(By.ID, "filter").send_keys("north")
     wait(browser, lambda d: len(rows(d)) == 2, "two devices in group north")
@@ -724,6 +725,36 @@ def test_the_device_list_is_served_in_pages_behind_the_login(page, fleet):
     ]:
         status, _, body = page.request("GET", f"/api/devices?{query}", headers={"Cookie": cookie})
         assert status == 400 and error in json.loads(body)["error"], query
+
+
+async def test_the_page_shows_where_each_device_is_with_updates(tmp_path, broker):
+    server = PageServer(tmp_path / "page", broker.port)
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    waiting = {
+        "state": "deferred",
+        "version": "0.3.0",
+        "reason": "the update lock is held by tool call stm32_flash",
+    }
+    try:
+        async with Caller(broker.port, []) as device_side:
+            for device, update in (("upd-busy", waiting), ("upd-calm", {"state": "idle", "slot": "base"})):
+                body = {"state": "online", "version": "0.2.0", "update": update}
+                await device_side.publish(f"edgeclaw/{device}/status", body, retain=True)
+
+        def listed() -> list[dict[str, Any]]:
+            got = json.loads(server.request("GET", "/api/devices?q=upd-&sort=update", headers=bearer)[2])
+            return got["rows"] if len(got["rows"]) == 2 else []
+
+        rows = await poll(listed, WAIT_S)
+        assert [r["device"] for r in rows] == ["upd-busy", "upd-calm"]
+        assert rows[0]["update"] == "deferred" and rows[0]["update_version"] == "0.3.0"
+        assert rows[0]["update_reason"] == waiting["reason"] and rows[1]["update"] == "idle"
+        found = json.loads(server.request("GET", "/api/devices?q=deferred", headers=bearer)[2])["rows"]
+        assert [r["device"] for r in found] == ["upd-busy"]
+        detail = json.loads(server.request("GET", "/api/device/upd-busy", headers=bearer)[2])
+        assert detail["status"]["update"] == waiting  # what the device view shows in its facts
+    finally:
+        server.stop()
 
 
 async def test_the_history_is_still_served_after_a_restart(tmp_path, broker):

@@ -57,6 +57,24 @@ def test_search_filter_and_sort_happen_on_the_server():
     assert w.page(state="unverifiable", limit=1)["matched"] == 300  # nothing here signs
 
 
+def test_each_devices_update_state_is_shown_searched_and_sorted():
+    w = FleetWindow()
+    waiting = {"state": "deferred", "version": "0.3.0", "reason": "the update lock is held by job flash (j1)"}
+    w.take("edgeclaw/busy/status", status(update=waiting))
+    w.take("edgeclaw/calm/status", status(update={"state": "idle", "slot": "base"}))
+    w.take("edgeclaw/given-up/status", status(update={"state": "deferred_expired", "version": "0.3.0"}))
+    w.take("edgeclaw/old/status", status())  # a daemon that does not report updates
+    # The update's state and its version are searched.
+    assert [r["device"] for r in w.page(q="deferred 0.3.0")["rows"]] == ["busy", "given-up"]
+    [busy] = w.page(q="b deferred 0.3")["rows"]
+    assert busy["device"] == "busy" and busy["update"] == "deferred" and busy["update_version"] == "0.3.0"
+    assert busy["update_reason"] == waiting["reason"]
+    assert [r["device"] for r in w.page(q="deferred_expired")["rows"]] == ["given-up"]
+    assert [r["device"] for r in w.page(sort="update")["rows"]] == ["busy", "given-up", "calm", "old"]
+    assert [r["device"] for r in w.page(sort="-update")["rows"]] == ["calm", "given-up", "busy", "old"]
+    assert w.page(q="old")["rows"][0]["update"] is None
+
+
 def test_rows_without_the_figure_sort_last_either_way():
     w = fleet_of(3)
     w.take("edgeclaw/quiet/status", status())

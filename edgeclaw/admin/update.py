@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import contextlib
 import dataclasses
 import hashlib
@@ -67,6 +66,7 @@ from edgeclaw.errors import ToolError
 from edgeclaw.records import dataclass
 
 if TYPE_CHECKING:
+    from edgeclaw.admin.update_defer import UpdateDeferral
     from edgeclaw.tools.audit import AuditTrail
 
 
@@ -85,9 +85,7 @@ class UpdateHost(Protocol):
 log = logging.getLogger("edgeclaw.update")
 
 _WHEEL_NAME = re.compile(r"edgeclaw-(?P<version>[0-9][A-Za-z0-9.+!_-]*?)-py3-none-any\.whl")
-_UPLOAD = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-UPLOAD_MAX_AGE_S = 3600.0  # chunks left this long without an `update` are removed
 UNPACKED_PER_PACKED = 10  # a wheel unpacks to at most this many times gateway.update_max_bytes
 PIP_TIMEOUT_S = 600.0
 
@@ -285,66 +283,6 @@ async def download(url: str, config: GatewayConfig) -> tuple[bytes, str]:
     return response.body, response.url.rsplit("/", 1)[-1].split("?", 1)[0]
 
 
-def store_chunk(
-    state_dir: Path, config: GatewayConfig, upload: str, index: int, total: int, data: str
-) -> dict[str, Any]:
-    """One base64 part of a wheel: kept until `update` assembles them."""
-    if not _UPLOAD.fullmatch(upload):
-        raise ToolError("update_chunk: upload must be 1-64 letters, digits, '_' or '-'")
-    if total < 1 or total * config.update_chunk_bytes > config.update_max_bytes + config.update_chunk_bytes:
-        raise ToolError(f"update_chunk: total {total} parts of at most {config.update_chunk_bytes} bytes "
-                        f"would exceed gateway.update_max_bytes ({config.update_max_bytes})")  # fmt: skip
-    if not 0 <= index < total:
-        raise ToolError(f"update_chunk: index {index} is outside 0..{total - 1}")
-    try:
-        part = base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError) as e:
-        raise ToolError(f"update_chunk: data is not base64 ({e})") from None
-    if len(part) > config.update_chunk_bytes:
-        raise ToolError(
-            f"update_chunk: {len(part)} bytes; gateway.update_chunk_bytes is {config.update_chunk_bytes}"
-        )
-    uploads = state_dir / "updates"
-    _forget_old_uploads(uploads)
-    where = uploads / upload
-    where.mkdir(parents=True, exist_ok=True)
-    meta = where / "total"
-    if meta.exists() and meta.read_text() != str(total):
-        raise ToolError(
-            f"update_chunk: upload {upload!r} was started with total {meta.read_text()}, not {total}"
-        )
-    meta.write_text(str(total))
-    tmp = where / f"{index}.part.new"
-    tmp.write_bytes(part)
-    os.replace(tmp, where / f"{index}.part")
-    received = len(list(where.glob("*.part")))
-    return {"text": f"part {index + 1} of {total} of upload {upload!r} received ({received}/{total})",
-            "upload": upload, "received": received, "total": total}  # fmt: skip
-
-
-def _forget_old_uploads(uploads: Path) -> None:
-    if not uploads.is_dir():
-        return
-    for where in uploads.iterdir():
-        with contextlib.suppress(OSError):
-            if time.time() - where.stat().st_mtime > UPLOAD_MAX_AGE_S:
-                shutil.rmtree(where)
-
-
-def assemble(state_dir: Path, upload: str) -> bytes:
-    if not _UPLOAD.fullmatch(upload):
-        raise ToolError("update: upload must be 1-64 letters, digits, '_' or '-'")
-    where = state_dir / "updates" / upload
-    try:
-        total = int((where / "total").read_text())
-    except (OSError, ValueError):
-        raise ToolError(f"update: no upload {upload!r} (send its parts with update_chunk first)") from None
-    missing = [i for i in range(total) if not (where / f"{i}.part").exists()]
-    if missing:
-        raise ToolError(f"update: upload {upload!r} lacks part(s) {missing[:10]} of {total}")
-    return b"".join((where / f"{i}.part").read_bytes() for i in range(total))
-
-
 # -- installing into a slot -------------------------------------------------------------------------
 def install(slots: Slots, wheel: Wheel) -> Path:
     """A virtualenv for the wheel under venvs/SLOT (made again when an earlier try was cut short)."""
@@ -475,8 +413,11 @@ def stage(state_dir: Path, wheel: Wheel, by: str, keep: int) -> dict[str, Any]:
     return {"slot": wheel.slot, "previous": previous, "version": wheel.version, "removed": removed}
 
 
-async def apply_update(runtime: UpdateHost, args: dict[str, Any], by: str, restart: Any) -> dict[str, Any]:
-    """A wheel by URL or from an upload: checked, installed in its slot, switched to, restarted onto."""
+async def apply_update(
+    runtime: UpdateHost, args: dict[str, Any], by: str, restart: Any, deferral: UpdateDeferral | None = None
+) -> dict[str, Any]:
+    """A wheel by URL or from an upload: checked, installed in its slot, switched to, restarted onto;
+    with a `deferral`, only once STATE/update.lock is free (or `force`), kept until then."""
     config = runtime.config.gateway
     url, upload, sha256 = args.get("url"), args.get("upload"), args.get("sha256")
     if not sha256:
@@ -492,6 +433,8 @@ async def apply_update(runtime: UpdateHost, args: dict[str, Any], by: str, resta
     if url:
         data, name = await download(url, config)
     else:
+        from edgeclaw.admin.update_upload import assemble
+
         data, name = assemble(runtime.state_dir, upload), None
     # A wheel is a zip archive; anything else is taken for a bundle (a tar with its manifest).
     wheel = (
@@ -503,6 +446,20 @@ async def apply_update(runtime: UpdateHost, args: dict[str, Any], by: str, resta
     from edgeclaw import __version__
 
     check_newer(wheel.version, __version__, args.get("allow_downgrade") is True)
+
+    async def install_now(forced: list[str]) -> dict[str, Any]:
+        return await _install_checked(runtime, wheel, args, by, restart, signed, forced)
+
+    if deferral is None:
+        return await install_now([])
+    return await deferral.apply_or_defer(wheel.version, by, args.get("force") is True, install_now)
+
+
+async def _install_checked(
+    runtime: UpdateHost, wheel: Wheel, args: dict[str, Any], by: str, restart: Any, signed: bool,
+    forced: list[str],
+) -> dict[str, Any]:  # fmt: skip
+    config, upload = runtime.config.gateway, args.get("upload")
     staged = await asyncio.to_thread(stage, runtime.state_dir, wheel, by, config.update_slots)
     if upload:
         shutil.rmtree(runtime.state_dir / "updates" / upload, ignore_errors=True)
@@ -514,6 +471,7 @@ async def apply_update(runtime: UpdateHost, args: dict[str, Any], by: str, resta
         previous=staged["previous"],
         signed=signed,
         downgrade=args.get("allow_downgrade") is True,
+        forced_past=forced or None,
     )
     asyncio.get_running_loop().call_later(0.2, restart, f"update to {wheel.slot} by {by}")
     return {

@@ -167,9 +167,13 @@ class UpdateTrial:
 
 
 def versions(state_dir: Path) -> dict[str, Any]:
-    """For `version`: the slot running, the one `current` names, the installed ones, the trial."""
+    """For `version`: the slot running, the one `current` names, the installed ones, the trial, and an
+    update waiting for the update lock (or given up)."""
+    from edgeclaw.admin.update_defer import deferred_state
+
     slots = Slots(state_dir)
     return {
+        "deferred": deferred_state(state_dir),
         "slot": os.environ.get("EDGECLAW_SLOT") or BASE,
         "current": slots.current() or BASE,
         "slots": slots.installed(),
@@ -179,13 +183,19 @@ def versions(state_dir: Path) -> dict[str, Any]:
 
 def update_state(state_dir: Path) -> dict[str, Any]:
     """The `update` member of the retained status: the slot running and the update in progress, if
-    any (`state`: idle, pending, trying, rolled_back; a kept update leaves no marker: idle)."""
-    trial = Slots(state_dir).trial() or {}
+    any (`state`: idle, deferred, deferred_expired, deferred_failed, pending, trying, rolled_back; a
+    kept update leaves no marker: idle)."""
+    from edgeclaw.admin.update_defer import deferred_state
+
+    trial = Slots(state_dir).trial()
+    deferred = deferred_state(state_dir)
+    if trial is None or (deferred is not None and deferred["state"] == "deferred"):
+        trial = deferred or {}  # waiting for the update lock (admin/update_defer.py), or given up
     out: dict[str, Any] = {
         "slot": os.environ.get("EDGECLAW_SLOT") or BASE,
         "state": trial.get("state", "idle"),
     }
-    for key in ("version", "previous", "reason"):
+    for key in ("version", "previous", "reason", "until"):
         if trial.get(key) is not None:
             out[key] = trial[key]
     return out

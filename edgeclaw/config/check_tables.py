@@ -138,6 +138,7 @@ RANGES: tuple[Range, ...] = (
     Range("gateway.update_max_bytes", 1024),
     Range("gateway.update_chunk_bytes", 1024),
     Range("gateway.update_slots", 2),
+    Range("gateway.update_defer_max_s", 1),
 )
 # The same for each [providers.NAME] table.
 PROVIDER_RANGES = (

@@ -24,7 +24,13 @@ from edgeclaw.config.check_tables import (
 )
 from edgeclaw.config.device_key_text import provisioned_key_problems
 from edgeclaw.config.listener_checks import listener_problems
-from edgeclaw.config.policy_rules import PolicyRules, rule_problems, rules_from_config
+from edgeclaw.config.policy_rules import (
+    PolicyNameError,
+    PolicyRules,
+    check_entry,
+    rule_problems,
+    rules_from_config,
+)
 from edgeclaw.config.schema import Config
 from edgeclaw.config.secrets import both_named, secret_ref
 from edgeclaw.config.tool_checks import (
@@ -92,7 +98,7 @@ def _check_providers(config: Config, fail: Fail) -> None:
 
 
 def _check_gateway(config: Config, fail: Fail) -> None:
-    """[gateway]: the update signing key and the networks updates may come from."""
+    """[gateway]: the update signing key, the networks updates may come from, the tools that defer them."""
     update_key = config.gateway.update_public_key
     if update_key and not re.fullmatch(r"[0-9a-fA-F]{64}", update_key):
         fail("gateway.update_public_key", "expected an Ed25519 public key: 64 hex digits (the raw 32 bytes)")
@@ -103,6 +109,12 @@ def _check_gateway(config: Config, fail: Fail) -> None:
             ipaddress.ip_network(entry.strip(), strict=True)
         except ValueError as e:
             fail(f"gateway.update_allow_networks[{i}]", f"expected a network such as 10.0.0.0/8 ({e})")
+    custom = [c.name for c in config.tools.custom]
+    for i, entry in enumerate(config.gateway.defer_updates_during):
+        try:
+            check_entry(entry, custom, mcp_servers=config.mcp.servers)
+        except PolicyNameError as e:
+            fail(f"gateway.defer_updates_during[{i}]", str(e))
 
 
 def _check_device_id(config: Config, fail: Fail) -> None:

@@ -359,6 +359,11 @@ class GatewayConfig:
     # Without a public key an update is refused unless this says unsigned wheels may be installed
     # (whoever can send an update then chooses the code the daemon runs).
     allow_unsigned_updates: bool = False
+    # Tools (names, `group:NAME`, `*`) whose calls hold STATE/update.lock while they run, as scheduled
+    # jobs always do: an update arriving meanwhile is deferred until the lock is free...
+    defer_updates_during: list[str] = field(default_factory=list)
+    # ... for at most this long; then it is given up (`deferred_expired`), not applied.
+    update_defer_max_s: float = 3600.0
 
 
 McpTransport = Literal["stdio", "sse", "http"]

@@ -40,13 +40,23 @@ def attach_daemon(runtime: Runtime, hooks: GatewayHooks, status: Any, restart: A
 
     hooks.config_apply = apply
 
+    from edgeclaw.admin.update_defer import UpdateDeferral
+
+    deferral = UpdateDeferral(
+        runtime.update_lock,
+        runtime.state_dir,
+        runtime.audit,
+        lambda: runtime.config.gateway.update_defer_max_s,
+    )
+    runtime.on_close(deferral.aclose)
+
     async def update(args: dict[str, Any], by: str) -> dict[str, Any]:
         from edgeclaw.admin.update import apply_update  # checking and installing wheels: on first use
 
-        return await apply_update(runtime, args, by, restart)
+        return await apply_update(runtime, args, by, restart, deferral)
 
     def chunk(args: dict[str, Any]) -> dict[str, Any]:
-        from edgeclaw.admin.update import store_chunk
+        from edgeclaw.admin.update_upload import store_chunk
 
         return store_chunk(
             runtime.state_dir,

@@ -20,6 +20,7 @@ from edgeclaw.errors import ConfigError, ConfigErrors
 from edgeclaw.records import dataclass
 from edgeclaw.store.db import Database
 from edgeclaw.store.sessions import SessionStore
+from edgeclaw.store.update_lock import UpdateLock
 from edgeclaw.tools.approval import ApprovalBroker
 from edgeclaw.tools.audit import AuditTrail
 from edgeclaw.tools.outlets import Outlets
@@ -108,6 +109,8 @@ class Runtime:
     memory_service: MemoryService
     # The daemon's MCP server (HTTP and MQTT sessions), built on first use (`daemon.mcp_server`).
     mcp_server: Slot[McpServer]
+    # STATE/update.lock: held by jobs and the tools that defer updates; an update waits for it.
+    update_lock: UpdateLock
     # STATE/local: the context files, memory and skills only the administrator writes
     # (`daemon.local_dir`); None when callers' tools could write there.
     local: Workspace | None = None
@@ -223,6 +226,10 @@ def build_runtime(
     registry = Registry(
         policy, scrubber, limiter, default_timeout_s=t.timeout_s, max_output_bytes=t.max_output_bytes
     )
+    # STATE/update.lock, held while the tools named in gateway.defer_updates_during run (and jobs).
+    update_lock = UpdateLock(state)
+    if config.gateway.defer_updates_during:
+        registry.call_guard = update_lock.guard_for(config.gateway.defer_updates_during)
     lifecycle = Lifecycle()
     lifecycle.on_drain(registry.drain)  # in-flight tool calls get the shutdown grace
     database = StateDatabase(state, config)
@@ -380,6 +387,7 @@ def build_runtime(
         agent=agent,
         memory_service=memory,
         mcp_server=Slot(),
+        update_lock=update_lock,
         local=local,
     )
     return runtime

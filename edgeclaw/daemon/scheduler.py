@@ -23,6 +23,7 @@ from edgeclaw.tools.base import ToolContext
 if TYPE_CHECKING:
     from edgeclaw.agent.heartbeat import Heartbeat
     from edgeclaw.daemon.runtime import Runtime
+    from edgeclaw.store.update_lock import UpdateLock
 
 log = logging.getLogger("edgeclaw.automation")
 
@@ -97,6 +98,20 @@ class SchedulerService:
         return out
 
 
+class HoldingUpdates:
+    """Each job's run holds STATE/update.lock (shared): an update arriving meanwhile waits for it."""
+
+    def __init__(self, runner: Any, lock: UpdateLock) -> None:
+        self.runner = runner
+        self.lock = lock
+
+    async def run(
+        self, job: Any, run_id: int, trigger: str, slot: float | None, **kw: Any
+    ) -> tuple[str, str]:
+        with self.lock.hold(f"job {job.name} ({job.id})"):
+            return await self.runner.run(job, run_id, trigger, slot, **kw)
+
+
 @contextlib.asynccontextmanager
 async def scheduler_service(runtime: Runtime) -> AsyncIterator[SchedulerService]:
     from edgeclaw.agent.job_runner import JobRunner
@@ -119,7 +134,7 @@ async def scheduler_service(runtime: Runtime) -> AsyncIterator[SchedulerService]
     )
     sched = Scheduler(
         auto.store,
-        runner,
+        HoldingUpdates(runner, runtime.update_lock),
         clock=LoopClock(),
         sync=ClockSync(a.clock_sync),
         settings=SchedulerSettings(

@@ -55,7 +55,10 @@ SORT_KEYS = (
     "mem_used_pct",
     "outbox_depth",
     "forged",
+    "update",
 )
+# What the search looks in, besides the groups.
+SEARCHED = ("device", "state", "board", "version", "sandbox", "hostname", "update", "update_version")
 STATE_FILTERS = ("online", "offline", "unknown", VERIFIED, UNVERIFIABLE, KEY_CHANGED, FORGED)
 
 Update = tuple[str, dict[str, Any]]  # (kind, data) for the page's event stream
@@ -102,6 +105,8 @@ class DeviceView:
         s, h = self.status, self.health
         sandbox = s.get("sandbox") if isinstance(s.get("sandbox"), dict) else {}
         groups = s.get("groups") if isinstance(s.get("groups"), list) else []
+        # Where it is with updates (docs/mqtt.md): idle, deferred (waiting for its update lock), pending...
+        update = s.get("update") if isinstance(s.get("update"), dict) else {}
         return {
             "device": self.device,
             "state": s.get("state") if s.get("state") in ("online", "offline") else "unknown",
@@ -118,6 +123,9 @@ class DeviceView:
             "groups": [g for g in groups if isinstance(g, str)],
             "trust": self.trust,
             "forged": self.forged,
+            "update": _text(update.get("state")),
+            "update_version": _text(update.get("version")),
+            "update_reason": _text(update.get("reason")),
         }
 
 
@@ -363,9 +371,9 @@ class FleetWindow:
         self, *, offset: int = 0, limit: int = 100, q: str = "", sort: str = "device", state: str = ""
     ) -> dict[str, Any]:
         """One page of the table, searched (every word of `q` in the name, state, board, version,
-        sandbox, hostname or groups), filtered (`state`: online, offline, unknown or a trust verdict)
-        and sorted (`sort`, `-sort` descending) here, so a page with 10,000 devices fetches only the
-        rows it shows."""
+        sandbox, hostname, update state and version, or groups), filtered (`state`: online, offline,
+        unknown or a trust verdict) and sorted (`sort`, `-sort` descending) here, so a page with
+        10,000 devices fetches only the rows it shows."""
         key, reverse = sort.removeprefix("-"), sort.startswith("-")
         if key not in SORT_KEYS:
             raise ValueError(
@@ -380,15 +388,7 @@ class FleetWindow:
             if state and state not in (row["state"], row["trust"]):
                 continue
             if words:
-                hay = " ".join(
-                    [
-                        *(
-                            row[k] or ""
-                            for k in ("device", "state", "board", "version", "sandbox", "hostname")
-                        ),
-                        *row["groups"],
-                    ]
-                ).lower()
+                hay = " ".join([*(row[k] or "" for k in SEARCHED), *row["groups"]]).lower()
                 if not all(w in hay for w in words):
                     continue
             rows.append(row)

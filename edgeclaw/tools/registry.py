@@ -14,10 +14,12 @@ map to "refused before running" (exit status 2 for `edgeclaw tool call`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 from edgeclaw.errors import BackendError, ToolError, ToolRefused
@@ -83,6 +85,9 @@ class Registry:
         self._idle: asyncio.Event | None = None
         self._stopping = False
         self._definitions: dict[tuple[frozenset[str], str], list[dict[str, Any]]] = {}
+        # Held around a tool's body (name, group -> a context): the update lock for the tools that
+        # defer updates (gateway.defer_updates_during). None: nothing held.
+        self.call_guard: Callable[[str, str], AbstractContextManager[None]] | None = None
 
     # -- the tool table ----------------------------------------------------
     def register(self, tool: Tool, *, replace: bool = False) -> None:
@@ -292,7 +297,9 @@ class Registry:
                     return self._finish(
                         name, args, ctx, started, True, "dry_run", None, for_llm=f"dry run: {name} would run"
                     )
-                raw = await entry.tool.execute(args, ctx)
+                guard = self.call_guard or _no_guard
+                with guard(name, entry.info.group):
+                    raw = await entry.tool.execute(args, ctx)
             result = raw if isinstance(raw, ToolResult) else ToolResult(for_llm=str(raw))
             if not isinstance(result.for_llm, str) or not isinstance(result.for_user, str | None):
                 # Caught here, in the tool's own stage, rather than as a TypeError in the scrubber.
@@ -479,3 +486,7 @@ def _parse_args(args: Mapping[str, Any] | str | None) -> dict[str, Any]:
     if not isinstance(args, Mapping):
         raise ArgumentError("", f"arguments must be a JSON object, got {type(args).__name__}")
     return dict(args)
+
+
+def _no_guard(name: str, group: str) -> AbstractContextManager[None]:
+    return contextlib.nullcontext()

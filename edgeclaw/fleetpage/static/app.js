@@ -48,8 +48,13 @@ const COLUMNS = [
   ["cpu_temp_c", (r) => fixed(r.cpu_temp_c, 1)], ["load_1m", (r) => fixed(r.load_1m, 2)],
   ["mem_used_pct", (r) => fixed(r.mem_used_pct, 1)], ["outbox_depth", (r) => fixed(r.outbox_depth, 0)],
   ["sandbox", (r) => r.sandbox || "—"], ["groups", (r) => (r.groups || []).join(", ")],
-  ["trust", (r) => trustText(r)],
+  ["trust", (r) => trustText(r)], ["update", (r) => updateText(r)],
 ];
+// Where the device is with updates: "deferred 0.3.0" while its update lock holds one back.
+function updateText(r) {
+  if (!r.update) return "—";
+  return r.update_version && r.update !== "idle" ? `${r.update} ${r.update_version}` : r.update;
+}
 // What the page could check of a device's key (docs/fleet.md#device-keys).
 const TRUST = { verified: "verified", unverifiable: "unverifiable", key_changed: "KEY CHANGED", forged: "forged" };
 function trustText(r) {
@@ -108,6 +113,10 @@ function rowNode(r) {
     if (name === "trust") {
       td.className = `trust-${r.trust}`;
       if (r.trust_note) td.title = r.trust_note;
+    }
+    if (name === "update") {
+      td.className = `update-${r.update || "none"}`;
+      if (r.update_reason) td.title = r.update_reason;
     }
     tr.append(td);
   }
@@ -236,8 +245,11 @@ async function openDevice(name) {
     const detail = await api(`/api/device/${encodeURIComponent(name)}`);
     state.history.set(name, detail.history);
     const s = detail.status || {};
+    const u = s.update || {};
+    const update = u.state && u.state !== "idle" &&
+      `update ${[u.state, u.version].filter(Boolean).join(" ")}${u.reason ? ` (${u.reason})` : ""}`;
     $("device-facts").textContent = [s.hostname, s.os, s.kernel, s.machine, s.python && `Python ${s.python}`,
-      (s.addresses || []).join(" ")].filter(Boolean).join(" · ");
+      (s.addresses || []).join(" "), update].filter(Boolean).join(" · ");
   } catch (err) { $("device-facts").textContent = String(err.message || err); }
   renderCharts();
   renderEvents();

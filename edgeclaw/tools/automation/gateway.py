@@ -31,6 +31,8 @@ actions that need one say so.
   a slot of its own beside the running version without running it, switched
   to, and rolled back when it does not come up healthy; a version not newer
   than the running one only with `allow_downgrade` (edgeclaw.admin.update).
+  While STATE/update.lock is held (a job, a tool that defers updates, another
+  process) it is checked and deferred until the lock frees, unless `force`.
 - `update_chunk`: one base64 part (`index` of `total`) of an `upload`.
 """
 
@@ -155,6 +157,10 @@ class GatewayTool(Tool):
             "allow_downgrade": {
                 "type": "boolean",
                 "description": "update: install a version not newer than the running one",
+            },
+            "force": {
+                "type": "boolean",
+                "description": "update: apply now even while STATE/update.lock is held (else deferred)",
             },
             "index": {"type": "integer", "minimum": 0, "maximum": 100000, "description": "update_chunk"},
             "total": {"type": "integer", "minimum": 1, "maximum": 100000, "description": "update_chunk"},

@@ -24,7 +24,11 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Set
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from edgeclaw.fleetpage.history import HistoryStore
+    from edgeclaw.fleetpage.metrics import PageMetrics
 
 log = logging.getLogger("edgeclaw.fleetpage")
 
@@ -36,7 +40,12 @@ Call = Callable[[str, str, dict[str, Any], float], Awaitable[dict[str, Any]]]
 
 
 class RolloutRefused(ValueError):
-    """A rollout that cannot start: the reason is for the page's user."""
+    """A request about rollouts refused: the reason is for the page's user, `status` the HTTP one
+    (400 a bad plan, 404 no such rollout, 409 one that cannot start now)."""
+
+    def __init__(self, message: str, status: int = 409) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -115,21 +124,75 @@ def outcome_of(answer: dict[str, Any]) -> dict[str, Any]:
 
 
 class Rollouts:
-    """The page's rollouts: started, run in the background, listed, stopped."""
+    """The page's rollouts: started, run in the background, listed, stopped; and their part of the
+    page's API (`api`).
+
+    A rollout is the page's own: it writes its history itself, in a share group too (the other pages
+    never see its calls), each device's outcome and the end once, keyed by the rollout's id."""
 
     def __init__(
         self,
         call: Call,
-        tell: Callable[[dict[str, Any]], None],
-        record: Callable[[str, dict[str, Any]], None],
+        publish: Callable[[list[tuple[str, dict[str, Any]]]], None],
+        history: Callable[[], HistoryStore | None],
+        metrics: PageMetrics,
+        *,
+        names: Set[str],
+        max_wait_s: float,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._call = call
-        self._tell = tell  # a wave's progress, to the open pages
-        self._record = record  # one device's outcome, to the history
+        self._publish = publish  # a wave's progress, to the open pages
+        self._history = history
+        self._metrics = metrics
+        self._names = names
+        self._max_wait_s = max_wait_s
         self._clock = clock
         self._rollouts: dict[str, Rollout] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    async def api(
+        self, method: str, path: str, body: dict[str, Any], online: Callable[[str], list[str]]
+    ) -> dict[str, Any]:
+        """`GET /api/rollouts`, `GET /api/rollout/ID`, `POST /api/rollout` (a plan: `plan_from`) and
+        `POST /api/rollout/stop` (`{"id"}`); RolloutRefused with the status to answer."""
+        if method == "GET" and path == "/api/rollouts":
+            return {"rollouts": self.list()}
+        if method == "GET" and path.startswith("/api/rollout/"):
+            rollout = self._rollouts.get(path[len("/api/rollout/") :])
+            if rollout is None:
+                raise RolloutRefused("no such rollout (finished ones are in the history)", 404)
+            return rollout.view()
+        if method == "POST" and path == "/api/rollout":
+            plan = plan_from(body, self._max_wait_s, self._names)
+            try:
+                rollout = self.start(plan, online(plan.group))
+            except RolloutRefused:
+                self._metrics.command("rollout", "refused")
+                raise
+            self._metrics.command("rollout", "ok")
+            return {"ok": True, "rollout": rollout.view()}
+        if method == "POST" and path == "/api/rollout/stop":
+            rollout_id = body.get("id")
+            return {
+                "ok": True,
+                "rollout": (await self.stop(rollout_id if isinstance(rollout_id, str) else "")).view(),
+            }
+        raise RolloutRefused(f"{method} {path} is not served here", 404)
+
+    def _tell(self, view: dict[str, Any]) -> None:
+        self._publish([("rollout", view)])
+        history = self._history()
+        if history is not None and view["state"] != "running":
+            summary = {k: v for k, v in view.items() if k != "devices"}
+            history.add("events", "", {"event": "rollout", **summary}, ref=view["id"])
+            self._metrics.handed("events")
+
+    def _record(self, device: str, outcome: dict[str, Any]) -> None:
+        history = self._history()
+        if history is not None:
+            history.add("answers", device, outcome, ref=f"{outcome['rollout']}:{device}")
+            self._metrics.handed("answers")
 
     def start(self, plan: RolloutPlan, devices: list[str]) -> Rollout:
         if not devices:
@@ -157,7 +220,7 @@ class Rollouts:
         """Stop a running rollout: calls in flight are let go (their devices count as not reached)."""
         rollout = self._rollouts.get(rollout_id)
         if rollout is None:
-            raise RolloutRefused(f"no rollout {rollout_id!r}")
+            raise RolloutRefused(f"no rollout {rollout_id!r:.60}", 404)
         task = self._tasks.get(rollout_id)
         if rollout.state == "running" and task is not None:
             task.cancel()
@@ -235,30 +298,35 @@ class Rollouts:
             del self._rollouts[old.id]
 
 
+class BadPlan(RolloutRefused):
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 400)
+
+
 def plan_from(body: dict[str, Any], max_wait_s: float, names: Set[str]) -> RolloutPlan:
     """A plan from `POST /api/rollout`'s JSON body; RolloutRefused naming the field that is wrong.
     `names` are the characters a device, group or tool name may have."""
 
     def name(key: str, value: Any, *, empty: bool = False) -> str:
         if not isinstance(value, str) or (not value and not empty) or len(value) > 128 or set(value) - names:
-            raise RolloutRefused(f"{key} must be a name (letters, digits, _ . -), got {value!r:.60}")
+            raise BadPlan(f"{key} must be a name (letters, digits, _ . -), got {value!r:.60}")
         return value
 
     def count(key: str, default: int, least: int) -> int:
         value = body.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise RolloutRefused(f"{key} must be a whole number >= {least}, got {value!r:.40}")
+            raise BadPlan(f"{key} must be a whole number >= {least}, got {value!r:.40}")
         return value
 
     args = body.get("args", {})
     if not isinstance(args, dict):
-        raise RolloutRefused("args must be a JSON object")
+        raise BadPlan("args must be a JSON object")
     canaries = body.get("canary_devices", [])
     if not isinstance(canaries, list) or len(canaries) > 100:
-        raise RolloutRefused("canary_devices must be a list of device names (at most 100)")
+        raise BadPlan("canary_devices must be a list of device names (at most 100)")
     wait = body.get("wait_s", min(30.0, max_wait_s))
     if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 < wait <= max_wait_s:
-        raise RolloutRefused(f"wait_s must be a number of seconds, at most {max_wait_s:g}")
+        raise BadPlan(f"wait_s must be a number of seconds, at most {max_wait_s:g}")
     return RolloutPlan(
         tool=name("tool", body.get("tool")),
         args=args,

@@ -40,7 +40,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from edgeclaw.fleetpage.access import Access, LockedOut, Session
 from edgeclaw.fleetpage.broker import DECISIONS, CommandRefused, FleetBroker
 from edgeclaw.fleetpage.metrics import CONTENT_TYPE, PageMetrics
-from edgeclaw.fleetpage.rollout import RolloutRefused, Rollouts, plan_from
+from edgeclaw.fleetpage.rollout import RolloutRefused, Rollouts
 from edgeclaw.fleetpage.stream import BATCH_S, PageOutbox, sse
 from edgeclaw.fleetpage.window import FleetWindow, Update
 from edgeclaw.net.httpd import Exchange, Request
@@ -111,11 +111,15 @@ class FleetPage:
             ("POST", "/api/chat"): self._chat,
             ("POST", "/api/approve"): self._approve,
             ("POST", "/api/broadcast"): self._broadcast,
-            ("GET", "/api/rollouts"): self._rollouts,
-            ("POST", "/api/rollout"): self._rollout_start,
-            ("POST", "/api/rollout/stop"): self._rollout_stop,
         }
-        self.rollouts = Rollouts(broker.call, self._rollout_told, self._rollout_outcome)
+        self.rollouts = Rollouts(
+            broker.call,
+            self.publish,
+            lambda: self.history,
+            self.metrics,
+            names=NAME_CHARS,
+            max_wait_s=call_timeout_s,
+        )
 
     # -- fan-out ------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
@@ -166,7 +170,7 @@ class FleetPage:
     async def __call__(self, request: Request, exchange: Exchange) -> None:
         try:
             await self._route(request, exchange)
-        except _Refusal as e:
+        except (_Refusal, RolloutRefused) as e:
             await _json(exchange, e.status, {"ok": False, "error": str(e)})
 
     async def _route(self, request: Request, exchange: Exchange) -> None:
@@ -212,11 +216,11 @@ class FleetPage:
         if path == "/api/stream" and method == "GET":
             await self._stream(exchange, session)
             return
-        if path.startswith("/api/rollout/") and method == "GET":
-            rollout = self.rollouts.get(unquote(path[len("/api/rollout/") :]))
-            if rollout is None:
-                raise _Refusal(404, "no such rollout (finished ones are in the history)")
-            await _json(exchange, 200, rollout.view())
+        if path.startswith("/api/rollout"):
+            body = _body(request) if method == "POST" else {}
+            await _json(
+                exchange, 200, await self.rollouts.api(method, unquote(path), body, self.window.online)
+            )
             return
         if path.startswith("/api/device/") and method == "GET":
             await _json(exchange, 200, await self._device(unquote(path[len("/api/device/") :])))
@@ -424,44 +428,6 @@ class FleetPage:
                 self.history.add("answers", device, record, ref=str(answer.get("request") or ""))
                 self.metrics.handed("answers")
         return {"ok": True, "group": group, "answers": answers, "missing": missing}
-
-    # -- staged rollouts --------------------------------------------------------------------------
-    async def _rollouts(self, request: Request, session: Session | None) -> dict[str, Any]:
-        return {"rollouts": self.rollouts.list()}
-
-    async def _rollout_start(self, request: Request, session: Session | None) -> dict[str, Any]:
-        try:
-            plan = plan_from(_body(request), self.call_timeout_s, NAME_CHARS)
-        except RolloutRefused as e:
-            raise _Refusal(400, str(e)) from None
-        try:
-            rollout = self.rollouts.start(plan, self.window.online(plan.group))
-        except RolloutRefused as e:
-            self.metrics.command("rollout", "refused")
-            raise _Refusal(409, str(e)) from None
-        self.metrics.command("rollout", "ok")
-        return {"ok": True, "rollout": rollout.view()}
-
-    async def _rollout_stop(self, request: Request, session: Session | None) -> dict[str, Any]:
-        try:
-            rollout = await self.rollouts.stop(_name(_body(request), "id"))
-        except RolloutRefused as e:
-            raise _Refusal(404, str(e)) from None
-        return {"ok": True, "rollout": rollout.view()}
-
-    # A rollout is this page's own: it writes its history itself, in a share group too (the other
-    # pages never see its calls), each device's outcome and the end once by the rollout's id.
-    def _rollout_told(self, view: dict[str, Any]) -> None:
-        self.publish([("rollout", view)])
-        if self.history is not None and view["state"] != "running":
-            summary = {k: v for k, v in view.items() if k != "devices"}
-            self.history.add("events", "", {"event": "rollout", **summary}, ref=view["id"])
-            self.metrics.handed("events")
-
-    def _rollout_outcome(self, device: str, outcome: dict[str, Any]) -> None:
-        if self.history is not None:
-            self.history.add("answers", device, outcome, ref=f"{outcome['rollout']}:{device}")
-            self.metrics.handed("answers")
 
     async def _command(self, kind: str, command: Awaitable[dict[str, Any]]) -> dict[str, Any]:
         try:

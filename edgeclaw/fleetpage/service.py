@@ -286,6 +286,7 @@ async def serve(
             await stop.wait()
         finally:
             watcher.cancel()
+            await page.rollouts.close()  # each stopped, its devices not reached recorded as skipped
             await fleet.connection.stop(runner)
             if writer is not None and history is not None:
                 writer.cancel()

@@ -85,8 +85,7 @@ class Registry:
         self._idle: asyncio.Event | None = None
         self._stopping = False
         self._definitions: dict[tuple[frozenset[str], str], list[dict[str, Any]]] = {}
-        # Held around a tool's body (name, group -> a context): the update lock for the tools that
-        # defer updates (gateway.defer_updates_during). None: nothing held.
+        # Held around a tool's body: the update lock, for tools in gateway.defer_updates_during.
         self.call_guard: Callable[[str, str], AbstractContextManager[None]] | None = None
 
     # -- the tool table ----------------------------------------------------
@@ -297,8 +296,7 @@ class Registry:
                     return self._finish(
                         name, args, ctx, started, True, "dry_run", None, for_llm=f"dry run: {name} would run"
                     )
-                guard = self.call_guard or _no_guard
-                with guard(name, entry.info.group):
+                with (self.call_guard or _no_guard)(name, entry.info.group):
                     raw = await entry.tool.execute(args, ctx)
             result = raw if isinstance(raw, ToolResult) else ToolResult(for_llm=str(raw))
             if not isinstance(result.for_llm, str) or not isinstance(result.for_user, str | None):

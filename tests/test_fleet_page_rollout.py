@@ -172,3 +172,25 @@ def test_a_bad_plan_is_refused_naming_what_is_wrong(page):
 def test_unknown_rollouts_are_not_found(page):
     assert api(page, "GET", "/api/rollout/ro-nope")[0] == 404
     assert api(page, "POST", "/api/rollout/stop", {"id": "ro-nope"})[0] == 404
+
+
+def test_rollouts_need_a_session_its_csrf_token_and_the_page_s_own_origin(page):
+    plan = json.dumps({**READ, "group": "east"})
+    before = len(api(page, "GET", "/api/rollouts")[1]["rollouts"])
+    for method, path, body in (
+        ("GET", "/api/rollouts", b""),
+        ("GET", "/api/rollout/ro-any", b""),
+        ("POST", "/api/rollout", plan),
+        ("POST", "/api/rollout/stop", '{"id": "ro-any"}'),
+    ):
+        status, _, _ = page.request(method, path, body, {"Content-Type": "application/json"})
+        assert status == 401, (method, path)
+    cookie, csrf = page.login()
+    json_post = {"Content-Type": "application/json", "Cookie": cookie}
+    status, _, body = page.request("POST", "/api/rollout", plan, json_post)
+    assert status == 403 and "CSRF" in json.loads(body)["error"]
+    status, _, _ = page.request(
+        "POST", "/api/rollout", plan, {**json_post, "X-CSRF-Token": csrf, "Origin": "http://evil.example"}
+    )
+    assert status == 403
+    assert len(api(page, "GET", "/api/rollouts")[1]["rollouts"]) == before  # none of those started one

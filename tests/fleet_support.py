@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -35,9 +36,13 @@ def toml_value(value: Any) -> str:
 
 
 class FleetDaemon:
-    """`edgeclaw run --board sim` as device `device`, MQTT to `port`."""
+    """`edgeclaw run --board sim` as device `device`, MQTT to `port`. `supervised`: started again
+    whenever it exits non-zero, as systemd's Restart=on-failure does (an update that dies at its
+    first start is rolled back by the next one), and told so (EDGECLAW_SUPERVISED=1)."""
 
-    def __init__(self, workdir: Path, device: str, port: int, *, extra: str = "", **mqtt: Any) -> None:
+    def __init__(
+        self, workdir: Path, device: str, port: int, *, extra: str = "", supervised: bool = False, **mqtt: Any
+    ) -> None:
         self.device = device
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
@@ -59,10 +64,31 @@ class FleetDaemon:
         self.config.write_text("\n".join(lines) + "\n" + extra)  # `extra`: more tables
         self.env = daemon_env(self.state, self.config)
         self.proc: subprocess.Popen[bytes] | None = None
+        self.supervised = supervised
+        self.exits: list[int] = []  # the exit codes the supervisor saw
+        self._stopping = False
+        self._supervisor: threading.Thread | None = None
 
     def start(self) -> FleetDaemon:
-        self.proc = run_daemon(self.env, self.log, "--board", "sim")
+        if not self.supervised:
+            self.proc = run_daemon(self.env, self.log, "--board", "sim")
+            return self
+        self.env["EDGECLAW_SUPERVISED"] = "1"
+        self._stopping, self.proc = False, None
+        self._supervisor = threading.Thread(target=self._supervise, daemon=True)
+        self._supervisor.start()
+        while self.proc is None:
+            time.sleep(0.01)
         return self
+
+    def _supervise(self) -> None:
+        while True:
+            proc = self.proc = run_daemon(self.env, self.log, "--board", "sim")
+            code = proc.wait()
+            self.exits.append(code)
+            if code == 0 or self._stopping:
+                return
+            time.sleep(0.3)
 
     @property
     def running(self) -> bool:
@@ -75,6 +101,7 @@ class FleetDaemon:
             self.proc.wait(10)
 
     def terminate(self) -> None:
+        self._stopping = True  # the supervisor, if any, lets it stop
         if self.running:
             assert self.proc is not None
             self.proc.terminate()
@@ -87,6 +114,8 @@ class FleetDaemon:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(5)
+        if self._supervisor is not None:
+            self._supervisor.join(5)
 
     def stop(self) -> None:
         self.terminate()
@@ -104,11 +133,19 @@ class Fleet:
         *,
         name: str = "dev",
         groups: dict[int, list[str]] | None = None,
+        supervised: bool = False,
         **mqtt: Any,
     ) -> None:
         groups = groups or {}
         self.daemons = [
-            FleetDaemon(root / f"{name}-{i:02d}", f"{name}-{i:02d}", port, groups=groups.get(i, []), **mqtt)
+            FleetDaemon(
+                root / f"{name}-{i:02d}",
+                f"{name}-{i:02d}",
+                port,
+                supervised=supervised,
+                groups=groups.get(i, []),
+                **mqtt,
+            )
             for i in range(count)
         ]
 
@@ -193,7 +230,8 @@ PASSWORD = "correct horse battery"
 TOKEN = "fleet-token-5b1f0c2e9a"
 COMMAND_KEY = "command-key-for-the-fleet"
 APPROVER_KEY = "approver-key-for-the-fleet"
-KEYS = {"EC_HMAC": COMMAND_KEY, "EC_APPROVER": APPROVER_KEY}
+ADMIN_KEY = "admin-key-for-the-fleet"  # taken only where a config names EC_ADMIN
+KEYS = {"EC_HMAC": COMMAND_KEY, "EC_APPROVER": APPROVER_KEY, "EC_ADMIN": ADMIN_KEY}
 WAIT_S = 30.0  # generous: the machine may be busy
 FULL_OVER_MQTT = '[tools.channels.mqtt]\nprofile = "full"\n'
 
@@ -217,12 +255,21 @@ def page_fleet(
     groups: dict[int, list[str]] | None = None,
     extra: str = FULL_OVER_MQTT,
     prepare: Callable[[FleetDaemon], None] = lambda daemon: None,
+    supervised: bool = False,
+    **mqtt: Any,
 ) -> Fleet:
     """A fleet the page commands, started: each daemon takes the page's command and approver keys
-    (KEYS), has `extra` config tables (by default every tool over MQTT), and is handed to `prepare`
-    before it starts."""
+    (KEYS), has `extra` config tables (by default every tool over MQTT) and `mqtt` settings, and is
+    handed to `prepare` before it starts."""
     fleet = Fleet(
-        root, port, size, groups=groups, hmac_secret_env="EC_HMAC", approver_secret_env="EC_APPROVER"
+        root,
+        port,
+        size,
+        groups=groups,
+        supervised=supervised,
+        hmac_secret_env="EC_HMAC",
+        approver_secret_env="EC_APPROVER",
+        **mqtt,
     )
     for daemon in fleet.daemons:
         daemon.config.write_text(daemon.config.read_text() + extra)
@@ -247,7 +294,9 @@ def release_file_except(broken: str) -> Callable[[FleetDaemon], None]:
 class PageServer:
     """`edgeclaw fleet serve` in a child process, on a free loopback port."""
 
-    def __init__(self, workdir: Path, broker_port: int, *, login: bool = True, **page: Any) -> None:
+    def __init__(
+        self, workdir: Path, broker_port: int, *, login: bool = True, admin: bool = False, **page: Any
+    ) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.log = workdir / "fleet-page.log"
@@ -262,7 +311,9 @@ class PageServer:
             f"port = {broker_port}\n"
             'hmac_secret_env = "EC_HMAC"\n'
             'approver_secret_env = "EC_APPROVER"\n'
-            "[fleet_page]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items())
+            + ('admin_secret_env = "EC_ADMIN"\n' if admin else "")  # for update rollouts
+            + "[fleet_page]\n"
+            + "".join(f"{k} = {json.dumps(v)}\n" for k, v in settings.items())
         )
         env = {k: v for k, v in os.environ.items() if not k.startswith("EDGECLAW_")}
         env.update(KEYS, EDGECLAW_STATE_DIR=str(workdir / "state"))  # the device keys it pins, its own

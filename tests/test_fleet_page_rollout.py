@@ -92,7 +92,7 @@ def test_a_canary_that_fails_halts_the_rollout_before_the_rest_are_called(page, 
     assert view["state"] == "halted" and "canary" in view["reason"], view
     assert outcomes(view) == {d: ("failed" if d == BROKEN else "skipped") for d in fleet.devices}
     assert "release.txt" in view["devices"][BROKEN]["error"]
-    assert view["counts"] == {"ok": 0, "failed": 1, "no_answer": 0, "skipped": 5, "pending": 0}
+    assert view["counts"] == {"ok": 0, "failed": 1, "no_answer": 0, "deferred": 0, "skipped": 5, "pending": 0}
 
 
 def test_a_failure_in_a_later_wave_halts_it_after_that_wave(page, fleet):
@@ -114,7 +114,7 @@ def test_a_failure_in_a_later_wave_halts_it_after_that_wave(page, fleet):
 def test_a_failure_within_the_threshold_lets_the_rollout_finish(page, fleet):
     view = finished(page, start(page, canary=2, batch_size=3, max_failures=1)["id"])
     assert view["state"] == "done", view
-    assert view["counts"] == {"ok": 5, "failed": 1, "no_answer": 0, "skipped": 0, "pending": 0}
+    assert view["counts"] == {"ok": 5, "failed": 1, "no_answer": 0, "deferred": 0, "skipped": 0, "pending": 0}
 
 
 def test_each_device_outcome_and_the_end_are_in_the_history(page, fleet):
@@ -167,6 +167,26 @@ def test_a_bad_plan_is_refused_naming_what_is_wrong(page):
     assert status == 409 and "no device online in group 'nobody-here'" in body["error"]
     status, body = api(page, "POST", "/api/rollout", {**READ, "group": "east", "canary_devices": ["dev-99"]})
     assert status == 409 and "dev-99" in body["error"]
+
+
+def test_an_update_rollout_needs_the_admin_key_and_a_well_formed_update(page):
+    update = {"url": "http://127.0.0.1:9/edgeclaw-9.9.9-py3-none-any.whl", "sha256": "a" * 64}
+    plan = {"kind": "update", "group": "east", "update": update}
+    for bad, words in (
+        ({"url": "file:///etc/passwd"}, "update.url must be the http(s) URL"),
+        ({"sha256": "abc"}, "update.sha256 must be the file's SHA-256"),
+        ({"signature": "not hex"}, "update.signature must be the file's Ed25519 signature"),
+        ({"force": "yes"}, "update.force must be true or false"),
+        ({"upload": "u1"}, "update: unknown field(s) upload"),
+    ):
+        status, body = api(page, "POST", "/api/rollout", {**plan, "update": {**update, **bad}})
+        assert status == 400 and words in body["error"], (bad, body)
+    status, body = api(page, "POST", "/api/rollout", {**plan, "kind": "deploy"})
+    assert status == 400 and "kind must be one of tool, update" in body["error"]
+    # Well formed, but this page holds no admin key: refused before any device is sent anything.
+    status, body = api(page, "POST", "/api/rollout", plan)
+    assert status == 409 and "holds no admin key" in body["error"], body
+    assert api(page, "GET", "/api/session")[1]["updates"] is False  # the page hides its update form
 
 
 def test_unknown_rollouts_are_not_found(page):

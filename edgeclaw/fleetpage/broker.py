@@ -10,6 +10,9 @@ the devices' `status`, `health`, `events` and `approval/request` into the
   signed with the command key the server holds (unsigned without one);
 - an approval decision goes to `approval/response`, signed with the approver
   key (refused here, before anything is published, without one);
+- an update (a rollout's, `fleetpage.update_rollout`) goes to `admin/gateway`,
+  signed with the admin key (refused here without one: a page holds it only
+  when its operator gives it one, apart from the keys it calls and approves with);
 - each signature names its key (the `key` user property beside `hmac`): the page
   is the caller of that name on the devices, `mqtt:NAME` (docs/security.md), so
   its calls and decisions are its own, never another caller's;
@@ -90,8 +93,10 @@ class FleetBroker:
         *,
         command_secret: str = "",
         approver_secret: str = "",
+        admin_secret: str = "",
         command_key_name: str = "",
         approver_key_name: str = "",
+        admin_key_name: str = "",
         on_update: Callable[[list[Update]], None] = lambda updates: None,
         on_history: Callable[[list[Update]], None] = lambda updates: None,
         server_id: str = "",
@@ -102,8 +107,13 @@ class FleetBroker:
         self.server_id = server_id or secrets.token_hex(6)
         self._command_key = command_secret.encode("utf-8")
         self._approver_key = approver_secret.encode("utf-8")
+        self._admin_key = admin_secret.encode("utf-8")
         # The caller names its keys have on the devices ("" = unnamed: the devices' legacy key).
-        self._key_names = {self._command_key: command_key_name, self._approver_key: approver_key_name}
+        self._key_names = {
+            self._command_key: command_key_name,
+            self._approver_key: approver_key_name,
+            self._admin_key: admin_key_name,
+        }
         self.on_update = on_update
         self.on_history = on_history  # the shared subscription's copies (with a share_group only)
         self.share_group = share_group
@@ -132,6 +142,11 @@ class FleetBroker:
     @property
     def signing(self) -> bool:
         return bool(self._command_key)
+
+    @property
+    def administering(self) -> bool:
+        """Whether this page may send admin requests (updates): it holds an admin key."""
+        return bool(self._admin_key)
 
     # -- inbound ------------------------------------------------------------------
     def _message(self, message: aiomqtt.Message) -> None:
@@ -199,6 +214,16 @@ class FleetBroker:
     async def chat(self, device: str, text: str, session: str, timeout_s: float) -> dict[str, Any]:
         request = {"id": _request_id(), "text": text, "session": session, "sender": "fleetpage"}
         return await self._one(device, "chat/in", request, self._command_key, timeout_s)
+
+    async def admin(self, device: str, action: str, args: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """An `admin/gateway` request (e.g. `update`) to one device, signed with the admin key."""
+        if not self._admin_key:
+            raise CommandRefused(
+                "this fleet page holds no admin key (mqtt.admin_secret_env or admin_secret_file): "
+                "it cannot update devices"
+            )
+        request = {"id": _request_id(), "action": action, **args}
+        return await self._one(device, "admin/gateway", request, self._admin_key, timeout_s)
 
     async def decide(self, device: str, question_id: str, decision: str, timeout_s: float) -> dict[str, Any]:
         if decision not in DECISIONS:

@@ -1,4 +1,5 @@
-"""Staged rollouts: one tool call sent to a group's devices in waves, halted when too many fail.
+"""Staged rollouts: one tool call, or one update, sent to a group's devices in waves, halted when
+too many fail.
 
 A rollout takes the devices online in its group (or the ones it names) when it starts, and calls
 them wave by wave: the canary wave first (the devices named as canaries, else the first `canary`
@@ -10,6 +11,11 @@ page's command key, exactly as `POST /api/call` does, and its outcome is final:
 - `no_answer`: nothing came back within `wait_s` (offline, busy, or a device that crashed);
 - `skipped`: the rollout halted or was stopped before its wave.
 
+An update rollout (`"kind": "update"`) sends each device the gateway's `update` with the page's
+admin key instead, and a device's outcome is what its own signed status says once it has restarted:
+`ok` when it kept the new version, `failed` when it rolled back (`fleetpage.update_rollout`), and
+`deferred` when its update lock still held the update at the end of the wait (not a failure).
+
 After each wave the failures so far (failed and no_answer) are counted; past `max_failures` the
 rollout halts and the devices not reached are skipped. Every wave's progress goes to the open pages
 as a `rollout` event, and each device's outcome to the history (`answers`, with the rollout's id),
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Set
@@ -37,6 +44,10 @@ MAX_RUNNING = 4
 FAILED = ("failed", "no_answer")
 
 Call = Callable[[str, str, dict[str, Any], float], Awaitable[dict[str, Any]]]
+# One device's update step: (device, the update's arguments, wait) -> its outcome.
+UpdateCall = Callable[[str, dict[str, Any], float], Awaitable[dict[str, Any]]]
+KINDS = ("tool", "update")
+UPDATE_MAX_WAIT_S = 3600.0  # an update fetches, installs and restarts: minutes on a small board
 
 
 class RolloutRefused(ValueError):
@@ -50,14 +61,15 @@ class RolloutRefused(ValueError):
 
 @dataclass(frozen=True)
 class RolloutPlan:
-    tool: str
-    args: dict[str, Any]
+    tool: str  # "update" for an update rollout
+    args: dict[str, Any]  # the tool's arguments, or the update's (url, sha256, signature, ...)
+    kind: str = "tool"  # one of KINDS
     group: str = ""  # "" = every device online
     canary: int = 1  # devices in the first wave (when `canary_devices` names none)
     canary_devices: tuple[str, ...] = ()
     batch_size: int = 10
     max_failures: int = 0  # failures the rollout goes on past; one more halts it
-    wait_s: float = 30.0  # for each device's answer
+    wait_s: float = 30.0  # for each device's answer (an update: to be back with its verdict)
 
     def waves(self, devices: list[str]) -> list[list[str]]:
         """The canary wave, then the rest in batches, each device once."""
@@ -86,7 +98,7 @@ class Rollout:
         return [d for wave in self.waves for d in wave]
 
     def counts(self) -> dict[str, int]:
-        counts = {"ok": 0, "failed": 0, "no_answer": 0, "skipped": 0, "pending": 0}
+        counts = {"ok": 0, "failed": 0, "no_answer": 0, "deferred": 0, "skipped": 0, "pending": 0}
         for device in self.devices:
             outcome = self.outcomes.get(device)
             counts[outcome["state"] if outcome else "pending"] += 1
@@ -95,6 +107,7 @@ class Rollout:
     def view(self, *, devices: bool = True) -> dict[str, Any]:
         out: dict[str, Any] = {
             "id": self.id,
+            "kind": self.plan.kind,
             "tool": self.plan.tool,
             "group": self.plan.group,
             "state": self.state,
@@ -139,9 +152,11 @@ class Rollouts:
         *,
         names: Set[str],
         max_wait_s: float,
+        update: UpdateCall | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._call = call
+        self._update = update  # None: the page holds no admin key, so no update rollouts
         self._publish = publish  # a wave's progress, to the open pages
         self._history = history
         self._metrics = metrics
@@ -201,6 +216,11 @@ class Rollouts:
         unknown = sorted(set(plan.canary_devices) - set(devices))
         if unknown:
             raise RolloutRefused(f"canary devices not online in this group: {', '.join(unknown)}")
+        if plan.kind == "update" and self._update is None:
+            raise RolloutRefused(
+                "this fleet page holds no admin key (mqtt.admin_secret_env or admin_secret_file): "
+                "it cannot roll out updates"
+            )
         if sum(1 for r in self._rollouts.values() if r.state == "running") >= MAX_RUNNING:
             raise RolloutRefused(f"{MAX_RUNNING} rollouts are running already: stop one or wait")
         rollout = Rollout("ro-" + secrets.token_hex(6), plan, plan.waves(sorted(devices)), self._clock())
@@ -262,8 +282,11 @@ class Rollouts:
             self._tasks.pop(rollout.id, None)
 
     async def _one(self, rollout: Rollout, device: str) -> dict[str, Any]:
+        plan = rollout.plan
         try:
-            answer = await self._call(device, rollout.plan.tool, rollout.plan.args, rollout.plan.wait_s)
+            if plan.kind == "update" and self._update is not None:
+                return await self._update(device, plan.args, plan.wait_s)
+            answer = await self._call(device, plan.tool, plan.args, plan.wait_s)
         except TimeoutError:
             return {"state": "no_answer", "error": f"no answer within {rollout.plan.wait_s:g} s"}
         except asyncio.CancelledError:
@@ -318,18 +341,25 @@ def plan_from(body: dict[str, Any], max_wait_s: float, names: Set[str]) -> Rollo
             raise BadPlan(f"{key} must be a whole number >= {least}, got {value!r:.40}")
         return value
 
-    args = body.get("args", {})
+    kind = body.get("kind", "tool")
+    if kind not in KINDS:
+        raise BadPlan(f"kind must be one of {', '.join(KINDS)}, got {kind!r:.40}")
+    if kind == "update":
+        tool, args, max_wait_s = "update", update_args(body.get("update")), UPDATE_MAX_WAIT_S
+    else:
+        tool, args = name("tool", body.get("tool")), body.get("args", {})
     if not isinstance(args, dict):
         raise BadPlan("args must be a JSON object")
     canaries = body.get("canary_devices", [])
     if not isinstance(canaries, list) or len(canaries) > 100:
         raise BadPlan("canary_devices must be a list of device names (at most 100)")
-    wait = body.get("wait_s", min(30.0, max_wait_s))
+    wait = body.get("wait_s", min(600.0 if kind == "update" else 30.0, max_wait_s))
     if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 < wait <= max_wait_s:
         raise BadPlan(f"wait_s must be a number of seconds, at most {max_wait_s:g}")
     return RolloutPlan(
-        tool=name("tool", body.get("tool")),
+        tool=tool,
         args=args,
+        kind=kind,
         group=name("group", body.get("group", ""), empty=True),
         canary=count("canary", 1, 1),
         canary_devices=tuple(name("canary_devices", d) for d in canaries),
@@ -337,3 +367,34 @@ def plan_from(body: dict[str, Any], max_wait_s: float, names: Set[str]) -> Rollo
         max_failures=count("max_failures", 0, 0),
         wait_s=float(wait),
     )
+
+
+UPDATE_FIELDS = ("url", "sha256", "signature", "allow_downgrade", "force")
+
+
+def update_args(value: Any) -> dict[str, Any]:
+    """An update rollout's `update` object: what each device's gateway `update` gets. Checked here
+    for its shape only; each device checks the file itself (its SHA-256, signature and version)."""
+    if not isinstance(value, dict):
+        raise BadPlan("update must be a JSON object: url, sha256 and (when the devices check them) signature")
+    unknown = sorted(set(value) - set(UPDATE_FIELDS))
+    if unknown:
+        raise BadPlan(
+            f"update: unknown field(s) {', '.join(unknown)[:200]} (known: {', '.join(UPDATE_FIELDS)})"
+        )
+    url = value.get("url")
+    if not isinstance(url, str) or not url.startswith(("https://", "http://")) or len(url) > 2048:
+        raise BadPlan("update.url must be the http(s) URL of the wheel or bundle the devices fetch")
+    if not isinstance(value.get("sha256"), str) or not _HEX64.fullmatch(value["sha256"]):
+        raise BadPlan("update.sha256 must be the file's SHA-256 as 64 hex digits")
+    signature = value.get("signature")
+    if signature is not None and (not isinstance(signature, str) or not _HEX128.fullmatch(signature)):
+        raise BadPlan("update.signature must be the file's Ed25519 signature as 128 hex digits")
+    for flag in ("allow_downgrade", "force"):
+        if flag in value and not isinstance(value[flag], bool):
+            raise BadPlan(f"update.{flag} must be true or false")
+    return {k: value[k] for k in UPDATE_FIELDS if value.get(k) is not None}
+
+
+_HEX64 = re.compile(r"[0-9a-fA-F]{64}")
+_HEX128 = re.compile(r"[0-9a-fA-F]{128}")

@@ -42,6 +42,7 @@ from edgeclaw.fleetpage.broker import DECISIONS, CommandRefused, FleetBroker
 from edgeclaw.fleetpage.metrics import CONTENT_TYPE, PageMetrics
 from edgeclaw.fleetpage.rollout import RolloutRefused, Rollouts
 from edgeclaw.fleetpage.stream import BATCH_S, PageOutbox, sse
+from edgeclaw.fleetpage.update_rollout import UpdateStep
 from edgeclaw.fleetpage.window import FleetWindow, Update
 from edgeclaw.net.httpd import Exchange, Request
 
@@ -119,6 +120,7 @@ class FleetPage:
             self.metrics,
             names=NAME_CHARS,
             max_wait_s=call_timeout_s,
+            update=UpdateStep(broker, self.window) if broker.administering else None,
         )
 
     # -- fan-out ------------------------------------------------------------------
@@ -296,6 +298,7 @@ class FleetPage:
             "expires_in_s": round(session.expires - self.access.clock()) if session else None,
             "approvals": self.broker.approvals_enabled,
             "signing": self.broker.signing,
+            "updates": self.broker.administering,  # it holds the admin key: update rollouts
             "connected": self.broker.connection.connected,
         }
 

@@ -3,7 +3,8 @@
 The broker and its credentials come from `[mqtt]` (host, port, user, password,
 TLS, topic prefix; `--broker HOST:PORT` overrides host and port), the keys the
 page signs with from `[mqtt]` too (`hmac_secret_*`: the command key;
-`approver_secret_*`: the approver key), everything else from `[fleet_page]`.
+`approver_secret_*`: the approver key; `admin_secret_*`: the admin key, for update
+rollouts only), everything else from `[fleet_page]`.
 """
 
 from __future__ import annotations
@@ -235,8 +236,11 @@ async def serve(
         window,
         command_secret=_secret(refs.get("mqtt.hmac"), config._source),
         approver_secret=_secret(refs.get("mqtt.approver"), config._source),
+        # Only for update rollouts; a page without it calls and approves, never administers.
+        admin_secret=_secret(refs.get("mqtt.admin"), config._source),
         command_key_name=config.mqtt.hmac_key_name,  # the caller the page is on the devices
         approver_key_name=config.mqtt.approver_key_name,
+        admin_key_name=config.mqtt.admin_key_name,
         on_update=lambda updates: page.publish(updates) if page is not None else None,
         on_history=lambda updates: page.record(updates) if page is not None else None,
         share_group=group,

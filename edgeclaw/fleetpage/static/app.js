@@ -146,9 +146,10 @@ function renderTable() {
   $("counts").textContent = c.devices === undefined ? "" : `${c.online} online, ${c.devices - c.online} offline` +
     (state.matched !== c.devices ? ` (${state.matched} shown)` : "");
   const groups = new Set([...state.devices.values()].flatMap((r) => r.groups || []));
-  const select = $("bc-group");
-  const have = new Set([...select.options].map((o) => o.value));
-  for (const g of [...groups].sort()) if (!have.has(g)) select.append(el("option", `group ${g}`, { value: g }));
+  for (const select of [$("bc-group"), $("up-group")]) {
+    const have = new Set([...select.options].map((o) => o.value));
+    for (const g of [...groups].sort()) if (!have.has(g)) select.append(el("option", `group ${g}`, { value: g }));
+  }
 }
 
 // A batch of rows changed: those held are updated in place; the order is fetched again (at most
@@ -453,6 +454,25 @@ async function rollout(group, tool, args) {
   } catch (err) { $("bc-summary").textContent = String(err.message || err); }
 }
 
+// An update in waves: the page holds the admin key (else the form stays hidden); each device's
+// outcome is what its own signed status says once it restarted: kept, or rolled back.
+async function updateInWaves(event) {
+  event.preventDefault();
+  const update = { url: $("up-url").value.trim(), sha256: $("up-sha").value.trim() };
+  if ($("up-signature").value.trim()) update.signature = $("up-signature").value.trim();
+  const group = $("up-group").value;
+  const plan = {
+    kind: "update", update, group, canary: Number($("up-canary").value),
+    batch_size: Number($("up-batch").value), max_failures: Number($("up-max-failures").value),
+  };
+  $("up-summary").textContent = `updating ${group ? "group " + group : "every device"} in waves…`;
+  try {
+    const r = await api("/api/rollout", plan);
+    $("up-summary").textContent = `rollout ${r.rollout.id} started: ${r.rollout.waves} waves`;
+    showRollout(r.rollout);
+  } catch (err) { $("up-summary").textContent = String(err.message || err); }
+}
+
 function showRollout(view) {
   state.rollouts.set(view.id, { ...(state.rollouts.get(view.id) || {}), ...view });
   renderRollouts();
@@ -464,7 +484,8 @@ function renderRollouts() {
     const li = el("li", null, { "data-rollout": r.id, class: `rollout ${r.state}` });
     const head = `${r.tool} to ${r.group ? "group " + r.group : "every device"}: ${r.state}` +
       (r.state === "running" ? `, wave ${r.wave} of ${r.waves}` : "") +
-      ` — ${c.ok} ok, ${c.failed} failed, ${c.no_answer} no answer, ${c.skipped} skipped, ${c.pending} pending`;
+      ` — ${c.ok} ok, ${c.failed} failed, ${c.no_answer} no answer` + (c.deferred ? `, ${c.deferred} deferred` : "") +
+      `, ${c.skipped} skipped, ${c.pending} pending`;
     li.append(el("span", head, { class: "rollout-head" }));
     if (r.reason) li.append(el("span", ` (${r.reason})`, { class: "note" }));
     if (r.state === "running") {
@@ -556,6 +577,8 @@ async function start() {
   $("call-form").addEventListener("submit", callTool);
   $("chat-form").addEventListener("submit", chat);
   $("broadcast-form").addEventListener("submit", broadcast);
+  $("update-form").hidden = !session.updates;
+  $("update-form").addEventListener("submit", updateInWaves);
   $("sensors-read").addEventListener("click", readSensors);
   for (const r of (await api("/api/rollouts")).rollouts) showRollout(r);
   $("device-close").addEventListener("click", () => { state.selected = ""; $("device").hidden = true; renderTable(); });

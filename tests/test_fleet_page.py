@@ -75,6 +75,13 @@ def page(tmp_path_factory: pytest.TempPathFactory, broker: Mosquitto, fleet: Fle
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
+    driver = start_chromium(tmp_path_factory.mktemp("chromium-profile"))
+    yield driver
+    driver.quit()
+
+
+def start_chromium(profile: Path) -> webdriver.Chrome:
+    """Headless Chromium through chromedriver, its profile in `profile`."""
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in (
@@ -88,14 +95,13 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chro
         "--disable-sync",
         "--disable-dev-shm-usage",
         "--window-size=1280,1600",
-        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
+        f"--user-data-dir={profile}",
     ):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the page's script errors
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(WAIT_S)
-    yield driver
-    driver.quit()
+    return driver
 
 
 def wait(driver: webdriver.Chrome, condition: Callable[[webdriver.Chrome], Any], what: str) -> Any:

@@ -201,15 +201,48 @@ def test_the_canary_catches_a_release_that_does_not_start_and_the_rollout_halts(
     assert len(ends) == 1 and ends[0]["state"] == "halted" and ends[0]["kind"] == "update", ends
 
 
-def test_a_group_is_updated_in_waves_and_each_device_keeps_the_new_version(page, fleet, release):
-    view = roll_out(page, fleet, release, group="pilot", canary=1, batch_size=2)
-    assert view["state"] == "done" and view["waves"] == 2, view
-    assert {d: o["state"] for d, o in view["devices"].items()} == dict.fromkeys(PILOT, "ok"), view
-    table = until(
-        lambda: (
-            (t := rows(page, "online")) and all(t[d]["version"] == release["version"] for d in PILOT) and t
-        ),
-        "the pilot group on the new version",
-        fleet,
-    )
+def test_a_group_is_updated_in_waves_from_the_page_and_each_keeps_the_new_version(
+    page, fleet, release, tmp_path
+):
+    """Started from the page's form in a browser, as an operator would."""
+    pytest.importorskip("selenium", reason="selenium is not installed (pip install -e '.[dev]')")
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    from tests import test_fleet_page as ui
+
+    if not (Path(ui.CHROMIUM).exists() and Path(ui.CHROMEDRIVER).exists()):
+        pytest.skip("chromium and chromium-driver are not installed")
+    driver = ui.start_chromium(tmp_path / "chromium-profile")
+    try:
+        ui.log_in(driver, page)
+        ui.wait(driver, lambda d: d.find_element(By.ID, "update-form").is_displayed(), "the update form")
+        ui.wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#up-group option[value=pilot]"), "groups")
+        for field, value in (("up-url", release["url"]), ("up-sha", release["sha256"]),
+                             ("up-signature", release["signature"])):  # fmt: skip
+            driver.find_element(By.ID, field).send_keys(value)
+        Select(driver.find_element(By.ID, "up-group")).select_by_value("pilot")
+        driver.find_element(By.ID, "up-batch").clear()
+        driver.find_element(By.ID, "up-batch").send_keys("2")
+        driver.find_element(By.ID, "up-send").click()
+
+        def ended(d: Any) -> str | None:  # the list also shows the earlier rollout, to the whole site
+            heads = ui.texts(d, ".rollout:not(.running) .rollout-head")
+            return next((h for h in heads if h.startswith("update to group pilot")), None)
+
+        head = WebDriverWait(driver, 3 * UPDATE_WAIT_S, poll_frequency=0.5).until(
+            ended, "timed out waiting for the update rollout to end on the page"
+        )
+        ui.screenshot(driver, "09-update-rollout")
+    finally:
+        driver.quit()
+    assert head.startswith("update to group pilot: done") and "3 ok, 0 failed" in head, head
+    [view] = [r for r in api(page, "GET", "/api/rollouts")[1]["rollouts"] if r["group"] == "pilot"]
+    assert view["waves"] == 2 and view["kind"] == "update", view
+
+    def on_new_version() -> dict[str, dict[str, Any]] | None:
+        table = rows(page, "online")
+        return table if all(table[d]["version"] == release["version"] for d in PILOT) else None
+
+    table = until(on_new_version, "the pilot group on the new version", fleet)
     assert all(table[d]["update"] == "idle" for d in PILOT)

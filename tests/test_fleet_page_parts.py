@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -318,3 +319,33 @@ async def test_two_pages_on_one_broker_each_get_their_own_answers(fleet_broker):
     finally:
         device.cancel()
         await second.connection.stop(runner)
+
+
+async def test_a_big_batch_is_called_at_most_max_in_flight_at_once():
+    # A wave of 300 devices: every device is called, but never more at once than the page's broker
+    # side lets wait for answers, so none is refused for being one too many.
+    from edgeclaw.fleetpage.metrics import PageMetrics
+    from edgeclaw.fleetpage.rollout import MAX_IN_FLIGHT, RolloutPlan, Rollouts
+
+    busy, most, called = 0, 0, []
+
+    async def call(device: str, tool: str, args: dict[str, object], wait_s: float) -> dict[str, object]:
+        nonlocal busy, most
+        busy += 1
+        most = max(most, busy)
+        await asyncio.sleep(0.01)
+        busy -= 1
+        called.append(device)
+        return {"ok": True}
+
+    rollouts = Rollouts(
+        call, lambda views: None, lambda: None, PageMetrics(), names=set("d0123456789-"), max_wait_s=5
+    )
+    devices = [f"d-{i:03d}" for i in range(301)]
+    rollout = rollouts.start(RolloutPlan(tool="t", args={}, batch_size=300), devices)
+    for _ in range(400):  # 20 s at most
+        if rollout.state != "running":
+            break
+        await asyncio.sleep(0.05)
+    assert rollout.state == "done" and sorted(called) == devices
+    assert 1 < most <= MAX_IN_FLIGHT, most

@@ -41,6 +41,9 @@ log = logging.getLogger("edgeclaw.fleetpage")
 
 MAX_KEPT = 20  # finished rollouts kept for the page (the history keeps every outcome)
 MAX_RUNNING = 4
+# Devices of one rollout waited for at once, whatever the batch size: four rollouts together stay
+# within the commands the page's broker side lets wait (MAX_WAITING), so none is refused for that.
+MAX_IN_FLIGHT = 60
 FAILED = ("failed", "no_answer")
 
 Call = Callable[[str, str, dict[str, Any], float], Awaitable[dict[str, Any]]]
@@ -253,10 +256,11 @@ class Rollouts:
 
     async def _run(self, rollout: Rollout) -> None:
         plan = rollout.plan
+        limit = asyncio.Semaphore(MAX_IN_FLIGHT)
         try:
             for n, wave in enumerate(rollout.waves, start=1):
                 rollout.wave = n
-                results = await asyncio.gather(*(self._one(rollout, device) for device in wave))
+                results = await asyncio.gather(*(self._one(rollout, device, limit) for device in wave))
                 for device, outcome in zip(wave, results, strict=True):
                     self._settle(rollout, device, outcome)
                 failures = sum(1 for o in rollout.outcomes.values() if o["state"] in FAILED)
@@ -281,7 +285,11 @@ class Rollouts:
         finally:
             self._tasks.pop(rollout.id, None)
 
-    async def _one(self, rollout: Rollout, device: str) -> dict[str, Any]:
+    async def _one(self, rollout: Rollout, device: str, limit: asyncio.Semaphore) -> dict[str, Any]:
+        async with limit:
+            return await self._reach(rollout, device)
+
+    async def _reach(self, rollout: Rollout, device: str) -> dict[str, Any]:
         plan = rollout.plan
         try:
             if plan.kind == "update" and self._update is not None:

@@ -164,6 +164,17 @@ class Fleet:
         for d in self.daemons:
             d.wait()
 
+    def until(self, condition: Callable[[], Any], what: str, within: float) -> Any:
+        """Poll `condition` until it is truthy (its value); past `within`, fail with the daemons' logs."""
+        deadline = time.monotonic() + within
+        while True:
+            value = condition()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {what} within {within:g} s\n{self.logs()[-8000:]}")
+            time.sleep(0.25)
+
     def logs(self) -> str:
         out = []
         for d in self.daemons:
@@ -360,6 +371,12 @@ class PageServer:
             return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
         finally:
             conn.close()
+
+    def api(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+        """A JSON request as a script sends it (the bearer token): (status, the JSON answer)."""
+        headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+        status, _, raw = self.request(method, path, json.dumps(body) if body is not None else b"", headers)
+        return status, json.loads(raw)
 
     def login(self, secret: str = PASSWORD) -> tuple[str, str]:
         """(the session cookie, its CSRF token)."""

@@ -14,7 +14,6 @@ import pytest
 
 from tests.fleet_support import (
     FULL_OVER_MQTT,
-    TOKEN,
     WAIT_S,
     Fleet,
     PageServer,
@@ -51,23 +50,17 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, broker: Mosquitto) -> Iterat
 def page(tmp_path_factory: pytest.TempPathFactory, broker: Mosquitto, fleet: Fleet) -> Iterator[PageServer]:
     server = PageServer(tmp_path_factory.mktemp("page"), broker.port)
     deadline = time.monotonic() + 60
-    while len(api(server, "GET", "/api/devices?state=online")[1]["rows"]) < SIZE:
+    while len(server.api("GET", "/api/devices?state=online")[1]["rows"]) < SIZE:
         assert time.monotonic() < deadline, "the fleet never came online on the page"
         time.sleep(0.2)
     yield server
     server.stop()
 
 
-def api(page: PageServer, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
-    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
-    status, _, raw = page.request(method, path, json.dumps(body) if body is not None else b"", headers)
-    return status, json.loads(raw)
-
-
 def finished(page: PageServer, rollout_id: str) -> dict[str, Any]:
     deadline = time.monotonic() + WAIT_S * 2
     while True:
-        status, view = api(page, "GET", f"/api/rollout/{rollout_id}")
+        status, view = page.api("GET", f"/api/rollout/{rollout_id}")
         assert status == 200, view
         if view["state"] != "running":
             return view
@@ -76,7 +69,7 @@ def finished(page: PageServer, rollout_id: str) -> dict[str, Any]:
 
 
 def start(page: PageServer, **plan: Any) -> dict[str, Any]:
-    status, body = api(page, "POST", "/api/rollout", {**READ, "group": "east", "wait_s": 20, **plan})
+    status, body = page.api("POST", "/api/rollout", {**READ, "group": "east", "wait_s": 20, **plan})
     assert status == 200, body
     return body["rollout"]
 
@@ -124,7 +117,7 @@ def test_each_device_outcome_and_the_end_are_in_the_history(page, fleet):
     def kept(kind: str, match: Any) -> list[dict[str, Any]]:
         deadline = time.monotonic() + WAIT_S  # the history is written in batches
         while True:
-            status, body = api(page, "GET", f"/api/history?kind={kind}&limit=100")
+            status, body = page.api("GET", f"/api/history?kind={kind}&limit=100")
             assert status == 200, body
             found = [r for r in body["records"] if match(r)]
             if found or time.monotonic() > deadline:
@@ -144,12 +137,12 @@ def test_a_rollout_waiting_on_its_devices_is_stopped_from_the_page(page, fleet):
     # exec asks for approval on these devices and nobody approves: the calls wait.
     rollout = start(page, tool="exec", args={"command": "true"}, canary=3, wait_s=60)
     time.sleep(1.0)
-    status, body = api(page, "POST", "/api/rollout/stop", {"id": rollout["id"]})
+    status, body = page.api("POST", "/api/rollout/stop", {"id": rollout["id"]})
     assert status == 200, body
     view = body["rollout"]
     assert view["state"] == "stopped"
     assert set(outcomes(view).values()) == {"skipped"}
-    status, listed = api(page, "GET", "/api/rollouts")
+    status, listed = page.api("GET", "/api/rollouts")
     assert [r["state"] for r in listed["rollouts"] if r["id"] == rollout["id"]] == ["stopped"]
 
 
@@ -161,11 +154,11 @@ def test_a_bad_plan_is_refused_naming_what_is_wrong(page):
         ({"args": "x"}, "args must be a JSON object"),
         ({"tool": "no tool"}, "tool must be a name"),
     ):
-        status, body = api(page, "POST", "/api/rollout", {**READ, "group": "east", **plan})
+        status, body = page.api("POST", "/api/rollout", {**READ, "group": "east", **plan})
         assert status == 400 and words in body["error"], (plan, body)
-    status, body = api(page, "POST", "/api/rollout", {**READ, "group": "nobody-here"})
+    status, body = page.api("POST", "/api/rollout", {**READ, "group": "nobody-here"})
     assert status == 409 and "no device online in group 'nobody-here'" in body["error"]
-    status, body = api(page, "POST", "/api/rollout", {**READ, "group": "east", "canary_devices": ["dev-99"]})
+    status, body = page.api("POST", "/api/rollout", {**READ, "group": "east", "canary_devices": ["dev-99"]})
     assert status == 409 and "dev-99" in body["error"]
 
 
@@ -179,24 +172,24 @@ def test_an_update_rollout_needs_the_admin_key_and_a_well_formed_update(page):
         ({"force": "yes"}, "update.force must be true or false"),
         ({"upload": "u1"}, "update: unknown field(s) upload"),
     ):
-        status, body = api(page, "POST", "/api/rollout", {**plan, "update": {**update, **bad}})
+        status, body = page.api("POST", "/api/rollout", {**plan, "update": {**update, **bad}})
         assert status == 400 and words in body["error"], (bad, body)
-    status, body = api(page, "POST", "/api/rollout", {**plan, "kind": "deploy"})
+    status, body = page.api("POST", "/api/rollout", {**plan, "kind": "deploy"})
     assert status == 400 and "kind must be one of tool, update" in body["error"]
     # Well formed, but this page holds no admin key: refused before any device is sent anything.
-    status, body = api(page, "POST", "/api/rollout", plan)
+    status, body = page.api("POST", "/api/rollout", plan)
     assert status == 409 and "holds no admin key" in body["error"], body
-    assert api(page, "GET", "/api/session")[1]["updates"] is False  # the page hides its update form
+    assert page.api("GET", "/api/session")[1]["updates"] is False  # the page hides its update form
 
 
 def test_unknown_rollouts_are_not_found(page):
-    assert api(page, "GET", "/api/rollout/ro-nope")[0] == 404
-    assert api(page, "POST", "/api/rollout/stop", {"id": "ro-nope"})[0] == 404
+    assert page.api("GET", "/api/rollout/ro-nope")[0] == 404
+    assert page.api("POST", "/api/rollout/stop", {"id": "ro-nope"})[0] == 404
 
 
 def test_rollouts_need_a_session_its_csrf_token_and_the_page_s_own_origin(page):
     plan = json.dumps({**READ, "group": "east"})
-    before = len(api(page, "GET", "/api/rollouts")[1]["rollouts"])
+    before = len(page.api("GET", "/api/rollouts")[1]["rollouts"])
     for method, path, body in (
         ("GET", "/api/rollouts", b""),
         ("GET", "/api/rollout/ro-any", b""),
@@ -213,4 +206,4 @@ def test_rollouts_need_a_session_its_csrf_token_and_the_page_s_own_origin(page):
         "POST", "/api/rollout", plan, {**json_post, "X-CSRF-Token": csrf, "Origin": "http://evil.example"}
     )
     assert status == 403
-    assert len(api(page, "GET", "/api/rollouts")[1]["rollouts"]) == before  # none of those started one
+    assert len(page.api("GET", "/api/rollouts")[1]["rollouts"]) == before  # none of those started one

@@ -8,7 +8,6 @@ offline through their Last Will, and the broker killed and started again with ev
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,7 +15,6 @@ from typing import Any
 import pytest
 
 from tests.fleet_support import (
-    TOKEN,
     Fleet,
     PageServer,
     module_broker,  # noqa: F401  (a fixture: the module's broker)
@@ -51,37 +49,20 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, broker: Mosquitto) -> Iterat
 def page(tmp_path_factory: pytest.TempPathFactory, broker: Mosquitto, fleet: Fleet) -> Iterator[PageServer]:
     server = PageServer(tmp_path_factory.mktemp("page"), broker.port, broadcast_wait_s=30.0)
     try:
-        until(lambda: len(online(server)) == SIZE, "all twenty devices online on the page", fleet)
+        fleet.until(lambda: len(online(server)) == SIZE, "all twenty devices online on the page", WAIT_S)
         yield server
     finally:
         server.stop()
 
 
-def api(page: PageServer, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
-    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
-    status, _, raw = page.request(method, path, json.dumps(body) if body is not None else b"", headers)
-    return status, json.loads(raw)
-
-
 def online(page: PageServer) -> set[str]:
-    status, body = api(page, "GET", "/api/devices?state=online&limit=100")
+    status, body = page.api("GET", "/api/devices?state=online&limit=100")
     assert status == 200, body
     return {row["device"] for row in body["rows"]}
 
 
-def until(condition: Any, what: str, fleet: Fleet, within: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} within {within:g} s\n{fleet.logs()[-6000:]}")
-        time.sleep(0.25)
-
-
 def broadcast_answered_by_all(page: PageServer, fleet: Fleet) -> None:
-    status, body = api(page, "POST", "/api/broadcast", {"tool": "hardware_info", "args": {}, "wait_s": 30})
+    status, body = page.api("POST", "/api/broadcast", {"tool": "hardware_info", "args": {}, "wait_s": 30})
     assert status == 200, body
     devices = [a["device"] for a in body["answers"]]
     assert sorted(devices) == sorted(fleet.devices) and body["missing"] == [], body  # each once
@@ -101,16 +82,16 @@ def test_a_staged_rollout_is_halted_by_its_broken_canary(page, fleet):
         "batch_size": 6,
         "wait_s": 30,
     }
-    status, body = api(page, "POST", "/api/rollout", plan)
+    status, body = page.api("POST", "/api/rollout", plan)
     assert status == 200, body
     rollout_id = body["rollout"]["id"]
     assert body["rollout"]["waves"] == 4  # two canaries, then 18 in batches of 6
 
     def ended() -> dict[str, Any] | None:
-        view = api(page, "GET", f"/api/rollout/{rollout_id}")[1]
+        view = page.api("GET", f"/api/rollout/{rollout_id}")[1]
         return view if view["state"] != "running" else None
 
-    view = until(ended, "end of the rollout", fleet)
+    view = fleet.until(ended, "end of the rollout", WAIT_S)
     assert view["state"] == "halted" and "canary" in view["reason"], view
     assert view["devices"][BROKEN]["state"] == "failed" and view["devices"]["dev-00"]["state"] == "ok"
     counts = {"ok": 1, "failed": 1, "no_answer": 0, "deferred": 0, "skipped": 18, "pending": 0}
@@ -122,14 +103,14 @@ def test_devices_killed_are_seen_offline_through_their_last_will(page, fleet):
         if daemon.device in KILLED:
             daemon.kill()  # SIGKILL: no goodbye; the broker publishes each one's Will
     killed_at = time.monotonic()
-    until(lambda: online(page) == set(fleet.devices) - set(KILLED), "the killed devices offline", fleet, 30)
+    fleet.until(lambda: online(page) == set(fleet.devices) - set(KILLED), "the killed devices offline", 30)
     assert time.monotonic() - killed_at < 30
-    _, body = api(page, "GET", "/api/devices?state=offline&limit=100")
+    _, body = page.api("GET", "/api/devices?state=offline&limit=100")
     assert {row["device"] for row in body["rows"]} == set(KILLED)
     for daemon in fleet.daemons:
         if daemon.device in KILLED:
             daemon.start()
-    until(lambda: len(online(page)) == SIZE, "the killed devices back online", fleet)
+    fleet.until(lambda: len(online(page)) == SIZE, "the killed devices back online", WAIT_S)
 
 
 def test_a_broker_killed_and_started_again_is_recovered_by_the_fleet_and_the_page(page, fleet, broker):
@@ -137,11 +118,11 @@ def test_a_broker_killed_and_started_again_is_recovered_by_the_fleet_and_the_pag
     time.sleep(1.0)
     restarted = time.time()
     broker.start()  # the same port
-    until(lambda: api(page, "GET", "/api/session")[1]["connected"], "the page reconnected", fleet)
+    fleet.until(lambda: page.api("GET", "/api/session")[1]["connected"], "the page reconnected", WAIT_S)
 
     def heard_since() -> bool:  # the page's rows are its last view: each must be heard from anew
-        rows = api(page, "GET", "/api/devices?state=online&limit=100")[1]["rows"]
+        rows = page.api("GET", "/api/devices?state=online&limit=100")[1]["rows"]
         return len([r for r in rows if (r.get("last_seen") or 0) >= restarted]) == SIZE
 
-    until(heard_since, "twenty devices heard from after the restart", fleet)
+    fleet.until(heard_since, "twenty devices heard from after the restart", WAIT_S)
     broadcast_answered_by_all(page, fleet)

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import functools
 import http.server
-import json
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,6 @@ import pytest
 from edgeclaw import __version__
 from tests.fleet_support import (
     FULL_OVER_MQTT,
-    TOKEN,
     Fleet,
     FleetDaemon,
     PageServer,
@@ -110,55 +107,40 @@ def fleet(
 def page(tmp_path_factory: pytest.TempPathFactory, broker: Mosquitto, fleet: Fleet) -> Iterator[PageServer]:
     server = PageServer(tmp_path_factory.mktemp("page"), broker.port, admin=True, call_timeout_s=60.0)
     try:
-        until(lambda: len(rows(server, "online")) == SIZE, "all twenty devices online on the page", fleet)
+        fleet.until(
+            lambda: len(rows(server, "online")) == SIZE, "all twenty devices online on the page", WAIT_S
+        )
         yield server
     finally:
         server.stop()
 
 
-def api(page: PageServer, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
-    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
-    status, _, raw = page.request(method, path, json.dumps(body) if body is not None else b"", headers)
-    return status, json.loads(raw)
-
-
 def rows(page: PageServer, state: str = "") -> dict[str, dict[str, Any]]:
-    status, body = api(page, "GET", f"/api/devices?state={state}&limit=100")
+    status, body = page.api("GET", f"/api/devices?state={state}&limit=100")
     assert status == 200, body
     return {row["device"]: row for row in body["rows"]}
-
-
-def until(condition: Any, what: str, fleet: Fleet, within: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} within {within:g} s\n{fleet.logs()[-8000:]}")
-        time.sleep(0.5)
 
 
 def roll_out(page: PageServer, fleet: Fleet, release: dict[str, Any], **plan: Any) -> dict[str, Any]:
     update = {k: release[k] for k in ("url", "sha256", "signature")}
     body = {"kind": "update", "update": update, "wait_s": UPDATE_WAIT_S, **plan}
-    status, started = api(page, "POST", "/api/rollout", body)
+    status, started = page.api("POST", "/api/rollout", body)
     assert status == 200, started
     rollout_id = started["rollout"]["id"]
     assert started["rollout"]["kind"] == "update"
 
     def ended() -> dict[str, Any] | None:
-        view = api(page, "GET", f"/api/rollout/{rollout_id}")[1]
+        view = page.api("GET", f"/api/rollout/{rollout_id}")[1]
         return view if view["state"] != "running" else None
 
-    return until(ended, f"end of rollout {rollout_id}", fleet, within=3 * UPDATE_WAIT_S)
+    return fleet.until(ended, f"end of rollout {rollout_id}", 3 * UPDATE_WAIT_S)
 
 
 def kept(page: PageServer, fleet: Fleet, kind: str, match: Any) -> list[dict[str, Any]]:
     def found() -> list[dict[str, Any]]:  # the history is written in batches
-        return [r for r in api(page, "GET", f"/api/history?kind={kind}&limit=200")[1]["records"] if match(r)]
+        return [r for r in page.api("GET", f"/api/history?kind={kind}&limit=200")[1]["records"] if match(r)]
 
-    return until(found, f"{kind} in the history", fleet, within=30)
+    return fleet.until(found, f"{kind} in the history", 30)
 
 
 def test_the_canary_catches_a_release_that_does_not_start_and_the_rollout_halts(page, fleet, release):
@@ -183,7 +165,7 @@ def test_the_canary_catches_a_release_that_does_not_start_and_the_rollout_halts(
         ok = len(table) == SIZE and table[BROKEN]["update"] == "idle"
         return table if ok and table[GOOD_CANARY]["version"] == release["version"] else None
 
-    table = until(settled, "the canary on the new version and the broken device idle again", fleet)
+    table = fleet.until(settled, "the canary on the new version and the broken device idle again", WAIT_S)
     assert table[BROKEN]["version"] == __version__
     assert {d for d, row in table.items() if row["version"] == release["version"]} == {GOOD_CANARY}
     broken = next(d for d in fleet.daemons if d.device == BROKEN)
@@ -237,12 +219,12 @@ def test_a_group_is_updated_in_waves_from_the_page_and_each_keeps_the_new_versio
     finally:
         driver.quit()
     assert head.startswith("update to group pilot: done") and "3 ok, 0 failed" in head, head
-    [view] = [r for r in api(page, "GET", "/api/rollouts")[1]["rollouts"] if r["group"] == "pilot"]
+    [view] = [r for r in page.api("GET", "/api/rollouts")[1]["rollouts"] if r["group"] == "pilot"]
     assert view["waves"] == 2 and view["kind"] == "update", view
 
     def on_new_version() -> dict[str, dict[str, Any]] | None:
         table = rows(page, "online")
         return table if all(table[d]["version"] == release["version"] for d in PILOT) else None
 
-    table = until(on_new_version, "the pilot group on the new version", fleet)
+    table = fleet.until(on_new_version, "the pilot group on the new version", WAIT_S)
     assert all(table[d]["update"] == "idle" for d in PILOT)

@@ -70,6 +70,9 @@ class SupervisedDaemon:
                     env=self.env,
                     stdout=subprocess.DEVNULL,
                     stderr=log,
+                    # Its own process group, as a service's cgroup: a power cut kills the daemon and
+                    # what it started (pip) together (tests/test_update_power_cut.py).
+                    start_new_session=True,
                 )
             code = self.proc.wait()
             self.exits.append(code)

@@ -386,12 +386,21 @@ def _run(argv: list[str], what: str) -> str:
 
 
 def prune(slots: Slots, keep: int) -> list[str]:
-    """Old slots beyond `keep`, never the current one or the one a trial would go back to."""
+    """Old slots beyond `keep`, never the current one or the one a trial would go back to; and what
+    an install cut short left."""
     installed = set(slots.installed())
     protect = {slots.current(), (slots.trial() or {}).get("previous"), os.environ.get("EDGECLAW_SLOT")}
+    # An install killed midway (a power cut while pip ran) leaves its slot without .installed and its
+    # work directory: never run (`current` is switched only to an installed slot), but never freed
+    # either, its venv and wheels kept for good. Only one install runs at a time and this runs after
+    # it, so none of these is in use.
+    removed = []
+    for p in sorted(slots.root.iterdir()):
+        if p.is_dir() and not p.is_symlink() and p.name not in installed and p.name not in protect:
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p.name)
     protect &= installed  # the base installation is no slot
     candidates = sorted((slots.root / name for name in installed - protect), key=lambda p: p.stat().st_mtime)
-    removed = []
     for p in candidates[: max(0, len(candidates) - max(0, keep - len(protect)))]:
         shutil.rmtree(p, ignore_errors=True)
         removed.append(p.name)

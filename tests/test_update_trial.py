@@ -148,3 +148,28 @@ async def test_a_break_inside_the_window_rolls_back():
     await asyncio.wait_for(task, 2)
     assert len(verdicts) == 1 and "window" in verdicts[0] and "broker connection lost" in verdicts[0]
     assert daemon.restart_reason == verdicts[0]
+
+
+def test_the_trial_marker_is_on_the_disk_before_it_replaces_the_old_one(tmp_path, monkeypatch):
+    # A power cut right after the rename must not leave an empty update.json: launch() would then
+    # run the new version with no trial, and a broken one would never be rolled back.
+    synced: list[str] = []
+    renamed: list[tuple[str, str, list[str]]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    def replace(src: Any, dst: Any) -> None:
+        renamed.append((str(src), str(dst), list(synced)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    slots = Slots(tmp_path)
+    slots.write_trial({"state": "pending", "slot": "0.2-b", "previous": BASE})
+    [(src, dst, before)] = renamed
+    assert dst == str(slots.marker) and src in before  # the new file's blocks flushed first
+    assert str(slots.root) in synced[len(before) :]  # then the directory, with the rename in it
+    assert slots.trial() == {"state": "pending", "slot": "0.2-b", "previous": BASE}

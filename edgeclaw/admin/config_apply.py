@@ -34,7 +34,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import os
 import time
 import tomllib
 from collections.abc import Callable
@@ -43,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from edgeclaw.config.schema import Config
 from edgeclaw.errors import ConfigErrors
+from edgeclaw.store.durable import replace_durably
 
 if TYPE_CHECKING:
     from edgeclaw.tools.audit import AuditTrail
@@ -266,7 +266,7 @@ class ConfigTrial:
         return value if isinstance(value, dict) else None
 
     def _write(self, state: dict[str, Any]) -> None:
-        _atomic_write(self.marker, json.dumps(state).encode())
+        replace_durably(self.marker, json.dumps(state).encode())
         self.state = state
 
     def begin(self, by: str, changed: list[str]) -> None:
@@ -289,14 +289,14 @@ class ConfigTrial:
         return None  # "rolled_back": reported by `report`, kept until then
 
     def restore(self) -> None:
-        _atomic_write(self.path, self.previous.read_bytes())
+        replace_durably(self.path, self.previous.read_bytes())
 
     def roll_back(self, reason: str) -> str:
         if not self.previous.exists():
             log.error("config trial failed (%s) and there is no %s to go back to", reason, self.previous)
             self._write({"state": "rolled_back", "at": time.time(), "reason": reason, "restored": False})
             return reason
-        _atomic_write(self.path, self.previous.read_bytes())
+        replace_durably(self.path, self.previous.read_bytes())
         self._write({"state": "rolled_back", "at": time.time(), "reason": reason, "restored": True})
         log.error("the new config did not start (%s): %s restored from %s", reason, self.path, self.previous)
         return reason
@@ -313,28 +313,9 @@ class ConfigTrial:
         return state
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".new")
-    mode = 0o600
-    with contextlib.suppress(OSError):
-        mode = path.stat().st_mode & 0o777
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dirfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dirfd)
-    finally:
-        os.close(dirfd)
-
-
 def _replace_keeping_previous(trial: ConfigTrial, text: str) -> None:
-    _atomic_write(trial.previous, trial.path.read_bytes())
-    _atomic_write(trial.path, text.encode("utf-8"))
+    replace_durably(trial.previous, trial.path.read_bytes())
+    replace_durably(trial.path, text.encode("utf-8"))
 
 
 async def apply_config(

@@ -64,6 +64,7 @@ from edgeclaw.admin.update_slots import (  # noqa: F401 -- the update API
 from edgeclaw.config.schema import Config, GatewayConfig
 from edgeclaw.errors import ToolError
 from edgeclaw.records import dataclass
+from edgeclaw.store.durable import replace_durably
 
 if TYPE_CHECKING:
     from edgeclaw.admin.update_defer import UpdateDeferral
@@ -329,9 +330,11 @@ def install(slots: Slots, wheel: Wheel) -> Path:
         raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    (target / ".installed").write_text(
-        json.dumps({"version": wheel.version, "sha256": wheel.sha256, "at": time.time()})
-    )
+    # What pip wrote reaches the disk before the slot is called installed (and so may be switched
+    # to): after a power cut, a slot with .installed is whole. Once an update, so a sync of all.
+    os.sync()
+    marker = json.dumps({"version": wheel.version, "sha256": wheel.sha256, "at": time.time()})
+    replace_durably(target / ".installed", marker.encode(), mode=0o644)
     return target
 
 

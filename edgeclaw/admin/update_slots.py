@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from edgeclaw.store.durable import fsync_dir, replace_durably
+
 log = logging.getLogger("edgeclaw.update")
 
 BASE = "base"  # the `previous` of a first update: the base installation, no slot
@@ -63,11 +65,10 @@ class Slots:
         return value if isinstance(value, dict) else None
 
     def write_trial(self, state: dict[str, Any]) -> None:
+        # Flushed before the rename: after a power cut the marker is there whole, or not at all --
+        # an empty one would let `launch` run a new version with no trial, never rolled back.
         self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.marker.with_name("update.json.new")
-        tmp.write_text(json.dumps(state))
-        os.replace(tmp, self.marker)
-        fsync_dir(self.root)
+        replace_durably(self.marker, json.dumps(state).encode(), mode=0o644)
 
     def roll_back(self, reason: str) -> str:
         """Put the previous slot back; the trial marker says why until a healthy start reports it."""
@@ -84,14 +85,6 @@ class Slots:
         return sorted(
             p.name for p in self.root.iterdir() if not p.is_symlink() and (p / ".installed").exists()
         )
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # -- at start-up: which slot runs ------------------------------------------------------------------

@@ -52,6 +52,9 @@ class Device:
         venvs = self.runtime.state_dir / "venvs"
         return [p.parent.name for p in venvs.glob("*/.installed") if not p.parent.is_symlink()]
 
+    def kept_files(self) -> list[Path]:
+        return sorted((self.runtime.state_dir / "venvs").glob("deferred-*"))
+
     def events(self, kind: str) -> list[dict[str, Any]]:
         return [e for e in self.runtime.audit.events if e["kind"] == kind]
 
@@ -126,8 +129,10 @@ async def test_a_shared_outside_holder_defers_too_and_force_applies_at_once(tmp_
     d = Device(tmp_path)
     flock = holders(d.lock.path, "-s")
     assert (await d.update(wheel(), "w1"))["deferred"] is True
+    assert d.kept_files()
     forced = await d.update(wheel(), "w2", force=True)
     assert forced["ok"] is True and not forced.get("deferred"), forced
+    assert d.kept_files() == []  # the update waiting is superseded, not applied after a restart
     assert "forced" in forced["text"] and f"pid {flock.pid}" in forced["text"]
     assert d.installed()
     await poll(lambda: d.restarts, 10, "the restart onto it")
@@ -147,6 +152,8 @@ async def test_a_second_update_replaces_the_deferred_one(tmp_path, holders):
     await d.update(wheel("9.9.9"), "w1")
     second = await d.update(wheel("9.9.10"), "w2")
     assert second["deferred"] is True and second["replaced"] == "9.9.9"
+    [kept] = d.kept_files()  # only the update waiting is kept for a restart
+    assert kept.read_bytes() == wheel("9.9.10")
     assert "replaces the update to 9.9.9" in second["text"]
     assert update_state(d.runtime.state_dir)["version"] == "9.9.10"
     release(flock)
@@ -168,6 +175,7 @@ async def test_an_update_deferred_past_update_defer_max_s_is_given_up(tmp_path, 
     await asyncio.sleep(0.5)
     assert d.installed() == [] and d.restarts == []
     assert d.events("update_deferred_expired")
+    assert d.kept_files() == []
 
 
 async def test_a_deferred_update_whose_install_fails_says_so_in_the_status(tmp_path, holders, monkeypatch):
@@ -349,6 +357,200 @@ async def test_a_daemon_defers_an_update_while_flock_holds_the_lock_and_shows_it
             await c.wait_for(lambda: installed.exists(), 120, "the deferred update installed")
             await c.wait_for(lambda: d.starts > starts, 60, "the daemon restarted onto it")
         assert "the deferred update to 9.9.9 is applied" in d.text()
+    finally:
+        d.stop()
+        broker.kill()
+
+
+# -- kept across a restart ---------------------------------------------------------------------------
+async def test_a_kept_update_whose_signature_no_longer_checks_out_after_a_restart_is_dropped(
+    tmp_path, holders
+):
+    """The stored signature is checked again at the start: a key changed meanwhile drops it."""
+    from edgeclaw.admin.update import resume_update
+    from tests.test_admin_security import signer
+
+    key, public = signer()
+    signed = GatewayConfig(update_public_key=public, update_defer_max_s=60)
+    d = Device(tmp_path, signed)
+    holders(d.lock.path)
+    data = wheel()
+    assert (await d.update(data, signature=key.sign(data).hex()))["deferred"] is True
+    await d.deferral.aclose()  # the daemon stops; the update stays kept
+    assert d.kept_files()
+    _, other = signer()
+    again = Device(tmp_path, GatewayConfig(update_public_key=other, update_defer_max_s=60))
+    kept = again.deferral.kept_at_start()
+    assert kept is not None and kept["kept"]["signature"] == key.sign(data).hex()
+    resume_update(again.runtime, kept, again.restarts.append, again.deferral)
+    state = update_state(d.runtime.state_dir)
+    assert state["state"] == "deferred_failed" and "signature does not match" in state["reason"], state
+    assert again.kept_files() == [] and again.installed() == []
+
+
+def defer_config(port: int, max_s: float = 60) -> str:
+    """A device that takes unsigned updates, with telemetry off: its status changes only when told."""
+    from tests.test_fleet_admin import update_device_config
+
+    config = update_device_config(port, more=f"allow_unsigned_updates = true\nupdate_defer_max_s = {max_s}\n")
+    assert "telemetry_interval_s = 0" in config
+    return config
+
+
+def update_shown(c: Any, state: str, after: float) -> list[dict[str, Any]]:
+    """The `update` of `online` statuses published after `after` that show it in `state`."""
+    from tests.test_fleet_admin import BASE
+
+    return [
+        r.json["update"]
+        for r in c.on(f"{BASE}/status")
+        if r.json.get("state") == "online"
+        and r.json.get("ts", 0) > after
+        and r.json.get("update", {}).get("state") == state
+    ]
+
+
+async def send_deferred(admin: Any, data: bytes) -> dict[str, Any]:
+    import base64
+    import hashlib
+
+    part = await admin.call(
+        "update_chunk", upload="w1", index=0, total=1, data=base64.b64encode(data).decode()
+    )
+    assert part["ok"] is True, part
+    answer = await admin.call("update", upload="w1", sha256=hashlib.sha256(data).hexdigest(), within=120)
+    assert answer["ok"] is True and answer["data"]["deferred"] is True, answer
+    return answer["data"]
+
+
+def slots_of(state: Path) -> list[str]:
+    return [p.parent.name for p in (state / "venvs").glob("*/.installed")]
+
+
+@needs_mosquitto
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGKILL"])
+async def test_a_deferred_update_survives_a_restart_and_is_applied_once_the_lock_frees(
+    tmp_path, holders, stop
+):
+    from tests.mqtt_support import Caller, Mosquitto
+    from tests.test_fleet_admin import ANSWERS, BASE, Admin, SupervisedDaemon, wait_online
+
+    broker = Mosquitto(tmp_path / "broker").start()
+    config = defer_config(broker.port)
+    d = SupervisedDaemon(tmp_path, config)
+    d.state.mkdir(parents=True)
+    flock = holders(d.state / "update.lock")
+    d.start()
+    try:
+        async with Caller(broker.port, [ANSWERS, f"{BASE}/status"]) as c:
+            admin = Admin(c)
+            await wait_online(c, 0)
+            data = wheel()
+            sent = time.time()
+            await send_deferred(admin, data)
+            # telemetry_interval_s = 0: the status shows it because the daemon republishes it at once
+            # (the answer alone takes a moment to be counted, so this leaves a couple of seconds).
+            [shown, *_] = await c.wait_for(lambda: update_shown(c, "deferred", sent), 3, "the deferral shown")
+            marker = json.loads((d.state / "venvs" / "deferred.json").read_text())
+            [kept] = (d.state / "venvs").glob("deferred-*.update")
+            assert kept.read_bytes() == data and marker["kept"]["force"] is False
+            assert marker["until"] == shown["until"] and marker["by"] == "mqtt:admin", marker
+
+            stopped = time.time()
+            if stop == "SIGTERM":  # a clean stop: the supervisor leaves it down, systemd would start it
+                d.stop()
+                d = SupervisedDaemon(tmp_path, config).start()
+            else:  # a power cut, as far as the daemon can tell: the supervisor starts it again
+                assert d.proc is not None
+                d.proc.kill()
+            [again, *_] = await c.wait_for(
+                lambda: update_shown(c, "deferred", stopped), 60, "the restarted daemon showing the deferral"
+            )
+            assert again["until"] == shown["until"], "a restart must not extend the deadline"
+            await asyncio.sleep(1.5)
+            assert slots_of(d.state) == [], "applied while the lock was still held"
+            starts = d.starts
+            release(flock)
+            await c.wait_for(lambda: slots_of(d.state), 120, "the kept update installed")
+            await c.wait_for(lambda: d.starts > starts, 60, "the daemon restarted onto it")
+            assert list((d.state / "venvs").glob("deferred-*")) == []
+        log = d.text()
+        assert "waits for the update lock again" in log and "the deferred update to 9.9.9 is applied" in log
+    finally:
+        d.stop()
+        broker.kill()
+
+
+@needs_mosquitto
+async def test_a_deferred_update_whose_deadline_passed_while_the_daemon_was_down_is_given_up(
+    tmp_path, holders
+):
+    from tests.mqtt_support import Caller, Mosquitto
+    from tests.test_fleet_admin import ANSWERS, BASE, Admin, SupervisedDaemon, wait_online
+
+    broker = Mosquitto(tmp_path / "broker").start()
+    config = defer_config(broker.port, max_s=10)
+    d = SupervisedDaemon(tmp_path, config)
+    d.state.mkdir(parents=True)
+    flock = holders(d.state / "update.lock")
+    d.start()
+    try:
+        async with Caller(broker.port, [ANSWERS, f"{BASE}/status"]) as c:
+            await wait_online(c, 0)
+            await send_deferred(Admin(c), wheel())
+            d.stop()
+            until = json.loads((d.state / "venvs" / "deferred.json").read_text())["until"]
+            assert time.time() < until, "given up before the daemon stopped: make update_defer_max_s longer"
+            await asyncio.sleep(until - time.time() + 0.5)
+            started = time.time()
+            d = SupervisedDaemon(tmp_path, config).start()
+            [shown, *_] = await c.wait_for(
+                lambda: update_shown(c, "deferred_expired", started), 60, "the deferral given up"
+            )
+            assert "passed before the daemon started again" in shown["reason"], shown
+            assert list((d.state / "venvs").glob("deferred-*")) == []
+            release(flock)
+            await asyncio.sleep(2)
+            assert slots_of(d.state) == []
+        assert "the deferred update to 9.9.9 was given up" in d.text()
+    finally:
+        d.stop()
+        broker.kill()
+
+
+@needs_mosquitto
+async def test_a_kept_update_changed_on_disk_while_the_daemon_was_down_is_not_installed(tmp_path, holders):
+    from tests.mqtt_support import Caller, Mosquitto
+    from tests.test_fleet_admin import ANSWERS, BASE, Admin, SupervisedDaemon, wait_online
+
+    broker = Mosquitto(tmp_path / "broker").start()
+    config = defer_config(broker.port)
+    d = SupervisedDaemon(tmp_path, config)
+    d.state.mkdir(parents=True)
+    flock = holders(d.state / "update.lock")
+    d.start()
+    try:
+        async with Caller(broker.port, [ANSWERS, f"{BASE}/status"]) as c:
+            await wait_online(c, 0)
+            await send_deferred(Admin(c), wheel())
+            d.stop()
+            # Another wheel of the same version, sound in itself: only the kept SHA-256 tells them apart.
+            [kept] = (d.state / "venvs").glob("deferred-*.update")
+            other = make_wheel(
+                {"edgeclaw/__init__.py": "__version__ = '9.9.9'\nimport os  # not it\n"}, "9.9.9"
+            )
+            kept.write_bytes(other)
+            started = time.time()
+            d = SupervisedDaemon(tmp_path, config).start()
+            [shown, *_] = await c.wait_for(
+                lambda: update_shown(c, "deferred_failed", started), 60, "the kept update dropped"
+            )
+            assert "SHA-256 mismatch" in shown["reason"], shown
+            release(flock)
+            await asyncio.sleep(2)
+            assert slots_of(d.state) == [] and list((d.state / "venvs").glob("deferred-*")) == []
+        log = d.text()
+        assert "kept across the restart is dropped, not installed" in log and "SHA-256 mismatch" in log
     finally:
         d.stop()
         broker.kill()

@@ -554,3 +554,31 @@ async def test_a_kept_update_changed_on_disk_while_the_daemon_was_down_is_not_in
     finally:
         d.stop()
         broker.kill()
+
+
+@needs_mosquitto
+async def test_a_confirmed_trial_shows_in_the_status_at_once(tmp_path):
+    """The fleet page waits for `trying` to become `idle`: with telemetry off, only the daemon's own
+    republish at its health verdict gets it there."""
+    from tests.mqtt_support import Caller, Mosquitto
+    from tests.test_fleet_admin import ANSWERS, BASE, SupervisedDaemon, update_device_config, wait_online
+
+    broker = Mosquitto(tmp_path / "broker").start()
+    config = update_device_config(broker.port, more="health_window_s = 1\n")
+    slot = "9.9.9-0123456789ab"  # the slot this start runs on trial (launched already: no execv)
+    state = tmp_path / "state"
+    (state / "venvs").mkdir(parents=True)
+    (state / "venvs" / "update.json").write_text(
+        json.dumps({"state": "trying", "slot": slot, "previous": "base", "version": "9.9.9"})
+    )
+    d = SupervisedDaemon(tmp_path, config, {"EDGECLAW_SLOT": slot}).start()
+    try:
+        async with Caller(broker.port, [ANSWERS, f"{BASE}/status"]) as c:
+            first = await wait_online(c, 0)
+            assert first["update"]["state"] == "trying", first
+            [idle, *_] = await c.wait_for(lambda: update_shown(c, "idle", 0), 30, "the trial shown confirmed")
+            assert idle["slot"] == slot
+        assert not (state / "venvs" / "update.json").exists()
+    finally:
+        d.stop()
+        broker.kill()

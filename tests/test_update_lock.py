@@ -388,13 +388,20 @@ async def test_a_kept_update_whose_signature_no_longer_checks_out_after_a_restar
     assert again.kept_files() == [] and again.installed() == []
 
 
-def defer_config(port: int, max_s: float = 60) -> str:
-    """A device that takes unsigned updates, with telemetry off: its status changes only when told."""
-    from tests.test_fleet_admin import update_device_config
-
-    config = update_device_config(port, more=f"allow_unsigned_updates = true\nupdate_defer_max_s = {max_s}\n")
-    assert "telemetry_interval_s = 0" in config
-    return config
+async def test_an_update_arriving_before_a_kept_one_is_resumed_replaces_it(tmp_path, holders):
+    d = Device(tmp_path)
+    holders(d.lock.path)
+    assert (await d.update(wheel("9.9.9"), "w1"))["deferred"] is True
+    await d.deferral.aclose()
+    again = Device(tmp_path)  # the next start, before its channels are up
+    assert again.deferral.kept_at_start() is not None
+    answer = await again.update(wheel("9.9.10"), "w2")
+    assert answer["deferred"] is True and answer["replaced"] == "9.9.9", answer
+    assert again.deferral.left_to_resume() is None  # nothing left to resume once the channels are up
+    [kept] = again.kept_files()
+    assert kept.read_bytes() == wheel("9.9.10")
+    assert update_state(again.runtime.state_dir)["version"] == "9.9.10"
+    await again.deferral.aclose()
 
 
 def update_shown(c: Any, state: str, after: float) -> list[dict[str, Any]]:
@@ -410,150 +417,160 @@ def update_shown(c: Any, state: str, after: float) -> list[dict[str, Any]]:
     ]
 
 
-async def send_deferred(admin: Any, data: bytes) -> dict[str, Any]:
-    import base64
-    import hashlib
+class DeferringDevice:
+    """A supervised daemon on a real broker, with telemetry off (its status changes only when the
+    daemon says so) and STATE/update.lock held by `flock` from before it starts."""
 
-    part = await admin.call(
-        "update_chunk", upload="w1", index=0, total=1, data=base64.b64encode(data).decode()
-    )
-    assert part["ok"] is True, part
-    answer = await admin.call("update", upload="w1", sha256=hashlib.sha256(data).hexdigest(), within=120)
-    assert answer["ok"] is True and answer["data"]["deferred"] is True, answer
-    return answer["data"]
+    def __init__(self, tmp_path: Path, holders: Any, max_s: float) -> None:
+        from tests.mqtt_support import Mosquitto
+        from tests.test_fleet_admin import SupervisedDaemon, update_device_config
+
+        self.tmp_path = tmp_path
+        self.broker = Mosquitto(tmp_path / "broker").start()
+        more = f"allow_unsigned_updates = true\nupdate_defer_max_s = {max_s}\n"
+        self.config = update_device_config(self.broker.port, more=more)
+        assert "telemetry_interval_s = 0" in self.config
+        self.daemon = SupervisedDaemon(tmp_path, self.config)
+        self.state = self.daemon.state
+        self.state.mkdir(parents=True)
+        self.flock = holders(self.state / "update.lock")
+        self.daemon.start()
+
+    async def defer(self, c: Any, data: bytes) -> dict[str, Any]:
+        """Once it is online: `data` sent in one chunk and updated to, which is deferred."""
+        import base64
+        import hashlib
+
+        from tests.test_fleet_admin import Admin, wait_online
+
+        await wait_online(c, 0)
+        admin = Admin(c)
+        chunk = base64.b64encode(data).decode()
+        assert (await admin.call("update_chunk", upload="w1", index=0, total=1, data=chunk))["ok"] is True
+        answer = await admin.call("update", upload="w1", sha256=hashlib.sha256(data).hexdigest(), within=120)
+        assert answer["ok"] is True and answer["data"]["deferred"] is True, answer
+        return answer["data"]
+
+    def start_again(self) -> float:
+        """After a clean stop (a supervisor leaves it down), started as systemd would start it; when."""
+        from tests.test_fleet_admin import SupervisedDaemon
+
+        started = time.time()
+        self.daemon = SupervisedDaemon(self.tmp_path, self.config).start()
+        return started
+
+    def marker(self) -> dict[str, Any]:
+        return json.loads((self.state / "venvs" / "deferred.json").read_text())
+
+    def kept(self) -> list[Path]:
+        return sorted((self.state / "venvs").glob("deferred-*"))
+
+    def slots(self) -> list[str]:
+        return [p.parent.name for p in (self.state / "venvs").glob("*/.installed")]
+
+    def close(self) -> None:
+        self.daemon.stop()
+        self.broker.kill()
 
 
-def slots_of(state: Path) -> list[str]:
-    return [p.parent.name for p in (state / "venvs").glob("*/.installed")]
+@pytest.fixture
+def deferring(tmp_path, holders):
+    made: list[DeferringDevice] = []
+
+    def make(max_s: float = 60) -> DeferringDevice:
+        made.append(DeferringDevice(tmp_path, holders, max_s))
+        return made[-1]
+
+    yield make
+    for device in made:
+        device.close()
+
+
+def caller_on(d: DeferringDevice) -> Any:
+    from tests.mqtt_support import Caller
+    from tests.test_fleet_admin import ANSWERS, BASE
+
+    return Caller(d.broker.port, [ANSWERS, f"{BASE}/status"])
 
 
 @needs_mosquitto
 @pytest.mark.parametrize("stop", ["SIGTERM", "SIGKILL"])
-async def test_a_deferred_update_survives_a_restart_and_is_applied_once_the_lock_frees(
-    tmp_path, holders, stop
-):
-    from tests.mqtt_support import Caller, Mosquitto
-    from tests.test_fleet_admin import ANSWERS, BASE, Admin, SupervisedDaemon, wait_online
+async def test_a_deferred_update_survives_a_restart_and_is_applied_once_the_lock_frees(deferring, stop):
+    d = deferring()
+    async with caller_on(d) as c:
+        data = wheel()
+        sent = time.time()
+        await d.defer(c, data)
+        # telemetry_interval_s = 0: the status shows it because the daemon republishes it at once.
+        [shown, *_] = await c.wait_for(lambda: update_shown(c, "deferred", sent), 3, "the deferral shown")
+        [kept] = d.kept()
+        assert kept.read_bytes() == data and d.marker()["kept"]["force"] is False
+        assert d.marker()["until"] == shown["until"] and d.marker()["by"] == "mqtt:admin"
 
-    broker = Mosquitto(tmp_path / "broker").start()
-    config = defer_config(broker.port)
-    d = SupervisedDaemon(tmp_path, config)
-    d.state.mkdir(parents=True)
-    flock = holders(d.state / "update.lock")
-    d.start()
-    try:
-        async with Caller(broker.port, [ANSWERS, f"{BASE}/status"]) as c:
-            admin = Admin(c)
-            await wait_online(c, 0)
-            data = wheel()
-            sent = time.time()
-            await send_deferred(admin, data)
-            # telemetry_interval_s = 0: the status shows it because the daemon republishes it at once
-            # (the answer alone takes a moment to be counted, so this leaves a couple of seconds).
-            [shown, *_] = await c.wait_for(lambda: update_shown(c, "deferred", sent), 3, "the deferral shown")
-            marker = json.loads((d.state / "venvs" / "deferred.json").read_text())
-            [kept] = (d.state / "venvs").glob("deferred-*.update")
-            assert kept.read_bytes() == data and marker["kept"]["force"] is False
-            assert marker["until"] == shown["until"] and marker["by"] == "mqtt:admin", marker
-
-            stopped = time.time()
-            if stop == "SIGTERM":  # a clean stop: the supervisor leaves it down, systemd would start it
-                d.stop()
-                d = SupervisedDaemon(tmp_path, config).start()
-            else:  # a power cut, as far as the daemon can tell: the supervisor starts it again
-                assert d.proc is not None
-                d.proc.kill()
-            [again, *_] = await c.wait_for(
-                lambda: update_shown(c, "deferred", stopped), 60, "the restarted daemon showing the deferral"
-            )
-            assert again["until"] == shown["until"], "a restart must not extend the deadline"
-            await asyncio.sleep(1.5)
-            assert slots_of(d.state) == [], "applied while the lock was still held"
-            starts = d.starts
-            release(flock)
-            await c.wait_for(lambda: slots_of(d.state), 120, "the kept update installed")
-            await c.wait_for(lambda: d.starts > starts, 60, "the daemon restarted onto it")
-            assert list((d.state / "venvs").glob("deferred-*")) == []
-        log = d.text()
-        assert "waits for the update lock again" in log and "the deferred update to 9.9.9 is applied" in log
-    finally:
-        d.stop()
-        broker.kill()
+        stopped = time.time()
+        if stop == "SIGTERM":
+            d.daemon.stop()
+            d.start_again()
+        else:  # a power cut, as far as the daemon can tell: the supervisor starts it again
+            assert d.daemon.proc is not None
+            d.daemon.proc.kill()
+        [again, *_] = await c.wait_for(
+            lambda: update_shown(c, "deferred", stopped), 60, "the restarted daemon showing the deferral"
+        )
+        assert again["until"] == shown["until"], "a restart must not extend the deadline"
+        await asyncio.sleep(1.5)
+        assert d.slots() == [], "applied while the lock was still held"
+        starts = d.daemon.starts
+        release(d.flock)
+        await c.wait_for(d.slots, 120, "the kept update installed")
+        await c.wait_for(lambda: d.daemon.starts > starts, 60, "the daemon restarted onto it")
+        assert d.kept() == []
+    log = d.daemon.text()
+    assert "waits for the update lock again" in log and "the deferred update to 9.9.9 is applied" in log
 
 
 @needs_mosquitto
-async def test_a_deferred_update_whose_deadline_passed_while_the_daemon_was_down_is_given_up(
-    tmp_path, holders
-):
-    from tests.mqtt_support import Caller, Mosquitto
-    from tests.test_fleet_admin import ANSWERS, BASE, Admin, SupervisedDaemon, wait_online
-
-    broker = Mosquitto(tmp_path / "broker").start()
-    config = defer_config(broker.port, max_s=10)
-    d = SupervisedDaemon(tmp_path, config)
-    d.state.mkdir(parents=True)
-    flock = holders(d.state / "update.lock")
-    d.start()
-    try:
-        async with Caller(broker.port, [ANSWERS, f"{BASE}/status"]) as c:
-            await wait_online(c, 0)
-            await send_deferred(Admin(c), wheel())
-            d.stop()
-            until = json.loads((d.state / "venvs" / "deferred.json").read_text())["until"]
-            assert time.time() < until, "given up before the daemon stopped: make update_defer_max_s longer"
-            await asyncio.sleep(until - time.time() + 0.5)
-            started = time.time()
-            d = SupervisedDaemon(tmp_path, config).start()
-            [shown, *_] = await c.wait_for(
-                lambda: update_shown(c, "deferred_expired", started), 60, "the deferral given up"
-            )
-            assert "passed before the daemon started again" in shown["reason"], shown
-            assert list((d.state / "venvs").glob("deferred-*")) == []
-            release(flock)
-            await asyncio.sleep(2)
-            assert slots_of(d.state) == []
-        assert "the deferred update to 9.9.9 was given up" in d.text()
-    finally:
-        d.stop()
-        broker.kill()
+async def test_a_deferred_update_whose_deadline_passed_while_the_daemon_was_down_is_given_up(deferring):
+    d = deferring(max_s=10)
+    async with caller_on(d) as c:
+        await d.defer(c, wheel())
+        d.daemon.stop()
+        until = d.marker()["until"]
+        assert time.time() < until, "given up before the daemon stopped: make update_defer_max_s longer"
+        await asyncio.sleep(until - time.time() + 0.5)
+        started = d.start_again()
+        [shown, *_] = await c.wait_for(
+            lambda: update_shown(c, "deferred_expired", started), 60, "the deferral given up"
+        )
+        assert "passed before the daemon started again" in shown["reason"], shown
+        assert d.kept() == []
+        release(d.flock)
+        await asyncio.sleep(2)
+        assert d.slots() == []
+    assert "the deferred update to 9.9.9 was given up" in d.daemon.text()
 
 
 @needs_mosquitto
-async def test_a_kept_update_changed_on_disk_while_the_daemon_was_down_is_not_installed(tmp_path, holders):
-    from tests.mqtt_support import Caller, Mosquitto
-    from tests.test_fleet_admin import ANSWERS, BASE, Admin, SupervisedDaemon, wait_online
-
-    broker = Mosquitto(tmp_path / "broker").start()
-    config = defer_config(broker.port)
-    d = SupervisedDaemon(tmp_path, config)
-    d.state.mkdir(parents=True)
-    flock = holders(d.state / "update.lock")
-    d.start()
-    try:
-        async with Caller(broker.port, [ANSWERS, f"{BASE}/status"]) as c:
-            await wait_online(c, 0)
-            await send_deferred(Admin(c), wheel())
-            d.stop()
-            # Another wheel of the same version, sound in itself: only the kept SHA-256 tells them apart.
-            [kept] = (d.state / "venvs").glob("deferred-*.update")
-            other = make_wheel(
-                {"edgeclaw/__init__.py": "__version__ = '9.9.9'\nimport os  # not it\n"}, "9.9.9"
-            )
-            kept.write_bytes(other)
-            started = time.time()
-            d = SupervisedDaemon(tmp_path, config).start()
-            [shown, *_] = await c.wait_for(
-                lambda: update_shown(c, "deferred_failed", started), 60, "the kept update dropped"
-            )
-            assert "SHA-256 mismatch" in shown["reason"], shown
-            release(flock)
-            await asyncio.sleep(2)
-            assert slots_of(d.state) == [] and list((d.state / "venvs").glob("deferred-*")) == []
-        log = d.text()
-        assert "kept across the restart is dropped, not installed" in log and "SHA-256 mismatch" in log
-    finally:
-        d.stop()
-        broker.kill()
+async def test_a_kept_update_changed_on_disk_while_the_daemon_was_down_is_not_installed(deferring):
+    d = deferring()
+    async with caller_on(d) as c:
+        await d.defer(c, wheel())
+        d.daemon.stop()
+        # Another wheel of the same version, sound in itself: only the kept SHA-256 tells them apart.
+        [kept] = d.kept()
+        kept.write_bytes(
+            make_wheel({"edgeclaw/__init__.py": "__version__ = '9.9.9'\nimport os  # not it\n"}, "9.9.9")
+        )
+        started = d.start_again()
+        [shown, *_] = await c.wait_for(
+            lambda: update_shown(c, "deferred_failed", started), 60, "the kept update dropped"
+        )
+        assert "SHA-256 mismatch" in shown["reason"], shown
+        release(d.flock)
+        await asyncio.sleep(2)
+        assert d.slots() == [] and d.kept() == []
+    log = d.daemon.text()
+    assert "kept across the restart is dropped, not installed" in log and "SHA-256 mismatch" in log
 
 
 @needs_mosquitto

@@ -105,6 +105,7 @@ class UpdateDeferral:
         self._tasks = TaskSet()
         self._held: int | None = None  # the lock, held from an update's install until the process ends
         self._installing: str | None = None  # the version being installed (then restarted onto)
+        self._resumable: dict[str, Any] | None = None  # kept by an earlier run, until resumed
 
     async def apply_or_defer(
         self, version: str, by: str, force: bool, install: Install, kept: KeptUpdate | None = None
@@ -143,18 +144,27 @@ class UpdateDeferral:
 
     def _defer(self, version: str, by: str, install: Install, kept: KeptUpdate | None) -> dict[str, Any]:
         held_by = self.lock.holders() or ["(a holder that cannot be named)"]
-        replaced = self._waiting.version if self._waiting is not None else None
-        self._cancel_waiting()
+        waiting = self._waiting.version if self._waiting is not None else None
+        replaced = waiting or (self._resumable or {}).get("version")  # or one kept, not yet resumed
         max_s = self.max_s()
         reason = f"the update lock is held by {', '.join(held_by)}"
         now = time.time()
         marker = {"state": "deferred", "version": version, "by": by, "reason": reason, "held_by": held_by,
                   "since": round(now, 3), "until": round(now + max_s, 3), "pid": os.getpid()}  # fmt: skip
-        if kept is not None:
-            # On disk before the answer: what is answered `deferred` is applied after a restart too.
-            marker["kept"] = {"file": self._keep(kept), "name": kept.name, "force": False,
-                              **{key: kept.args.get(key) for key in KEPT_ARGS}}  # fmt: skip
-        self._write(marker)
+        try:
+            if kept is not None:
+                # On disk before the answer: what is answered `deferred` is applied after a restart too.
+                marker["kept"] = {"file": self._keep(kept), "name": kept.name, "force": False,
+                                  **{key: kept.args.get(key) for key in KEPT_ARGS}}  # fmt: skip
+            self._write(marker)
+        except OSError as e:  # the update waiting before, if any, still waits and stays kept
+            self._drop_files(keep=self._kept_file())
+            raise ToolError(
+                f"update: cannot keep the update in {self.marker.parent} to apply it later ({e}); "
+                "nothing deferred"
+            ) from None
+        self._cancel_waiting()
+        self._resumable = None  # one kept by an earlier run, replaced by this one
         self._drop_files(keep=marker.get("kept", {}).get("file"))
         self._start_waiting(version, by, install, max_s, max_s)
         self.audit.emit("update_deferred", by=by, version=version, held_by=held_by, replaced=replaced)
@@ -203,6 +213,7 @@ class UpdateDeferral:
             await asyncio.sleep(self.poll_s)
 
     def _finish(self, state: str, version: str, by: str, reason: str) -> None:
+        self._resumable = None
         self._write(
             {"state": state, "version": version, "by": by, "reason": reason, "at": round(time.time(), 3)}
         )
@@ -217,6 +228,7 @@ class UpdateDeferral:
 
     def _forget(self) -> None:
         """No update waits any more (applied, or replaced by one applied at once): marker and file go."""
+        self._resumable = None
         existed = self.marker.exists()
         with contextlib.suppress(FileNotFoundError):
             self.marker.unlink()
@@ -237,7 +249,12 @@ class UpdateDeferral:
         if not isinstance(value.get("kept"), dict):
             return None  # kept in memory only, by a version before kept files: gone with it
         self._write({**value, "pid": os.getpid()})
+        self._resumable = value
         return value
+
+    def left_to_resume(self) -> dict[str, Any] | None:
+        """The deferral `kept_at_start` took over, unless an update since replaced or superseded it."""
+        return self._resumable
 
     def expire_if_late(self, kept: dict[str, Any]) -> bool:
         """Give a kept deferral up when its deadline passed while the daemon was down."""
@@ -281,6 +298,7 @@ class UpdateDeferral:
 
     def resume(self, kept: dict[str, Any], install: Install) -> None:
         """Wait for the lock again for a kept deferral (checked again), until its original deadline."""
+        self._resumable = None
         version, by = str(kept.get("version")), str(kept.get("by"))
         self._start_waiting(version, by, install, self._max_s(kept), self._left_s(kept))
         log.warning("the deferred update to %s from %s waits for the update lock again", version, by)
@@ -300,6 +318,12 @@ class UpdateDeferral:
         name = f"{KEPT_PREFIX}{str(kept.args.get('sha256', '')).strip().lower()[:12]}{KEPT_SUFFIX}"
         self._write_file(self.marker.parent / name, kept.data)
         return name
+
+    def _kept_file(self) -> str | None:
+        """The kept file the marker names, if any."""
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            return json.loads(self.marker.read_text()).get("kept", {}).get("file")
+        return None
 
     def _drop_files(self, keep: str | None = None) -> None:
         """The kept files but `keep` (and any a write cut short left)."""

@@ -88,13 +88,13 @@ def resume_deferral(runtime: Runtime, deferral: UpdateDeferral, restart: Any) ->
     """A deferred update an earlier run kept: taken over now (the status shows it from the first
     publish), checked again and waiting for the lock once the channels are up (its events reach
     them). Without one, a start reads the marker and nothing of the update code."""
-    kept = deferral.kept_at_start()
-    if kept is None:
+    if deferral.kept_at_start() is None:
         return
 
     def resume() -> None:
-        if deferral.expire_if_late(kept):
-            return
+        kept = deferral.left_to_resume()
+        if kept is None or deferral.expire_if_late(kept):
+            return  # replaced or superseded by an update since the start, or too late
         from edgeclaw.admin.update import resume_update
 
         resume_update(runtime, kept, restart, deferral)

@@ -404,6 +404,25 @@ async def test_an_update_arriving_before_a_kept_one_is_resumed_replaces_it(tmp_p
     await again.deferral.aclose()
 
 
+async def test_a_kept_update_the_daemon_already_runs_is_forgotten_not_failed(tmp_path, holders, monkeypatch):
+    """Stopped while installing it (the install finished, the answer never came): the next start
+    runs it already, and must neither apply it again nor report it failed."""
+    import hashlib
+
+    from edgeclaw.admin.update import resume_update
+
+    d = Device(tmp_path)
+    holders(d.lock.path)
+    data = wheel()
+    assert (await d.update(data))["deferred"] is True
+    await d.deferral.aclose()
+    again = Device(tmp_path)
+    kept = again.deferral.kept_at_start()
+    monkeypatch.setenv("EDGECLAW_SLOT", f"9.9.9-{hashlib.sha256(data).hexdigest()[:12]}")
+    resume_update(again.runtime, kept, again.restarts.append, again.deferral)
+    assert update_state(again.runtime.state_dir)["state"] == "idle" and again.kept_files() == []
+
+
 def update_shown(c: Any, state: str, after: float) -> list[dict[str, Any]]:
     """The `update` of `online` statuses published after `after` that show it in `state`."""
     from tests.test_fleet_admin import BASE

@@ -451,12 +451,13 @@ def resume_update(runtime: UpdateHost, kept: dict[str, Any], restart: Any, defer
     they arrived (a file that no longer passes is dropped, never installed), then waiting for the
     update lock with the same install as `apply_update`'s."""
     config, args = runtime.config.gateway, deferral.kept_args(kept)
-    if os.environ.get("EDGECLAW_SLOT") == f"{kept.get('version')}-{str(args['sha256']).lower()[:12]}":
-        deferral.forget_kept()  # installed by the run that stopped while applying it: running now
-        return
     try:
         data = deferral.read_kept(kept, config.update_max_bytes)
-        wheel, signed = _checked(data, kept["kept"].get("name"), args, config)
+        wheel = _checked_file(data, kept["kept"].get("name"), args, config)
+        if os.environ.get("EDGECLAW_SLOT") == wheel.slot:
+            deferral.forget_kept()  # installed by the run that stopped while applying it: running now
+            return
+        signed = _checked_request(data, wheel, args, config)
         if wheel.version != kept.get("version"):
             raise ToolError(
                 f"update: the kept file holds edgeclaw {wheel.version}, not {kept.get('version')}"
@@ -470,19 +471,27 @@ def resume_update(runtime: UpdateHost, kept: dict[str, Any], restart: Any, defer
 def _checked(
     data: bytes, name: str | None, args: dict[str, Any], config: GatewayConfig
 ) -> tuple[Wheel, bool]:
-    """The checks every update passes before it is installed or deferred: the wheel (or bundle), its
-    signature, its version; (the wheel, whether it was signed)."""
+    """The checks every update passes before it is installed or deferred; (the wheel, whether it
+    was signed)."""
+    wheel = _checked_file(data, name, args, config)
+    return wheel, _checked_request(data, wheel, args, config)
+
+
+def _checked_file(data: bytes, name: str | None, args: dict[str, Any], config: GatewayConfig) -> Wheel:
+    """The wheel (or bundle) received: its size, SHA-256 and contents."""
     # A wheel is a zip archive; anything else is taken for a bundle (a tar with its manifest).
-    wheel = (
-        check_wheel(data, args["sha256"], name, config)
-        if data[:4] == b"PK\x03\x04"
-        else check_bundle(data, args["sha256"], config)
-    )
+    if data[:4] == b"PK\x03\x04":
+        return check_wheel(data, args["sha256"], name, config)
+    return check_bundle(data, args["sha256"], config)
+
+
+def _checked_request(data: bytes, wheel: Wheel, args: dict[str, Any], config: GatewayConfig) -> bool:
+    """Its signature and version; whether it was signed."""
     signed = check_signature(data, args.get("signature"), config)
     from edgeclaw import __version__
 
     check_newer(wheel.version, __version__, args.get("allow_downgrade") is True)
-    return wheel, signed
+    return signed
 
 
 def _installer(

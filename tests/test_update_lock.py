@@ -423,6 +423,33 @@ async def test_a_kept_update_the_daemon_already_runs_is_forgotten_not_failed(tmp
     assert update_state(again.runtime.state_dir)["state"] == "idle" and again.kept_files() == []
 
 
+async def test_a_kept_bundle_brings_its_dependencies_across_a_restart(tmp_path, holders):
+    """A bundle is kept as received: checked again as a whole, its dependency wheels installed with it."""
+    from edgeclaw.admin.update import resume_update
+    from tests.test_fleet_admin import _bundle, _tiny_wheel
+
+    made = tmp_path / "made"
+    made.mkdir()
+    (made / "edgeclaw-9.9.9-py3-none-any.whl").write_bytes(wheel())
+    bundle = _bundle(made, [made / "edgeclaw-9.9.9-py3-none-any.whl", _tiny_wheel(tmp_path / "deps")])
+    d = Device(tmp_path)
+    flock = holders(d.lock.path)
+    assert (await d.update(bundle.read_bytes()))["deferred"] is True
+    await d.deferral.aclose()
+    again = Device(tmp_path)
+    try:
+        resume_update(again.runtime, again.deferral.kept_at_start(), again.restarts.append, again.deferral)
+        assert update_state(again.runtime.state_dir)["state"] == "deferred"
+        release(flock)
+        [slot] = await poll(again.installed, 60, "the kept bundle installed")
+        assert list(
+            (again.runtime.state_dir / "venvs" / slot).glob("lib/*/site-packages/tinydep/__init__.py")
+        )
+        await poll(lambda: again.restarts, 10, "the restart onto it")
+    finally:
+        await again.deferral.aclose()
+
+
 def update_shown(c: Any, state: str, after: float) -> list[dict[str, Any]]:
     """The `update` of `online` statuses published after `after` that show it in `state`."""
     from tests.test_fleet_admin import BASE

@@ -67,7 +67,7 @@ from edgeclaw.records import dataclass
 from edgeclaw.store.durable import replace_durably
 
 if TYPE_CHECKING:
-    from edgeclaw.admin.update_defer import UpdateDeferral
+    from edgeclaw.admin.update_defer import Install, UpdateDeferral
     from edgeclaw.tools.audit import AuditTrail
 
 
@@ -448,23 +448,71 @@ async def apply_update(
         from edgeclaw.admin.update_upload import assemble
 
         data, name = assemble(runtime.state_dir, upload), None
+    wheel, signed = _checked(data, name, args, config)
+    install_now = _installer(runtime, wheel, args, by, restart, signed)
+    if deferral is None:
+        return await install_now([])
+    from edgeclaw.admin.update_defer import KEPT_ARGS, KeptUpdate
+
+    kept = KeptUpdate(data, name, {key: args.get(key) for key in KEPT_ARGS})
+    return await deferral.apply_or_defer(wheel.version, by, args.get("force") is True, install_now, kept)
+
+
+def resume_update(runtime: UpdateHost, kept: dict[str, Any], restart: Any, deferral: UpdateDeferral) -> None:
+    """A deferred update an earlier run of the daemon kept: its stored bytes checked again as when
+    they arrived (a file that no longer passes is dropped, never installed), then waiting for the
+    update lock with the same install as `apply_update`'s."""
+    config, args = runtime.config.gateway, deferral.kept_args(kept)
+    try:
+        data = deferral.read_kept(kept, config.update_max_bytes)
+        wheel = _checked_file(data, kept["kept"].get("name"), args, config)
+        if os.environ.get("EDGECLAW_SLOT") == wheel.slot:
+            deferral.forget_kept()  # installed by the run that stopped while applying it: running now
+            return
+        signed = _checked_request(data, wheel, args, config)
+        if wheel.version != kept.get("version"):
+            raise ToolError(
+                f"update: the kept file holds edgeclaw {wheel.version}, not {kept.get('version')}"
+            )
+    except ToolError as e:
+        deferral.drop_kept(kept, str(e))
+        return
+    deferral.resume(kept, _installer(runtime, wheel, args, str(kept.get("by")), restart, signed))
+
+
+def _checked(
+    data: bytes, name: str | None, args: dict[str, Any], config: GatewayConfig
+) -> tuple[Wheel, bool]:
+    """The checks every update passes before it is installed or deferred; (the wheel, whether it
+    was signed)."""
+    wheel = _checked_file(data, name, args, config)
+    return wheel, _checked_request(data, wheel, args, config)
+
+
+def _checked_file(data: bytes, name: str | None, args: dict[str, Any], config: GatewayConfig) -> Wheel:
+    """The wheel (or bundle) received: its size, SHA-256 and contents."""
     # A wheel is a zip archive; anything else is taken for a bundle (a tar with its manifest).
-    wheel = (
-        check_wheel(data, sha256, name, config)
-        if data[:4] == b"PK\x03\x04"
-        else check_bundle(data, sha256, config)
-    )
+    if data[:4] == b"PK\x03\x04":
+        return check_wheel(data, args["sha256"], name, config)
+    return check_bundle(data, args["sha256"], config)
+
+
+def _checked_request(data: bytes, wheel: Wheel, args: dict[str, Any], config: GatewayConfig) -> bool:
+    """Its signature and version; whether it was signed."""
     signed = check_signature(data, args.get("signature"), config)
     from edgeclaw import __version__
 
     check_newer(wheel.version, __version__, args.get("allow_downgrade") is True)
+    return signed
 
+
+def _installer(
+    runtime: UpdateHost, wheel: Wheel, args: dict[str, Any], by: str, restart: Any, signed: bool
+) -> Install:
     async def install_now(forced: list[str]) -> dict[str, Any]:
         return await _install_checked(runtime, wheel, args, by, restart, signed, forced)
 
-    if deferral is None:
-        return await install_now([])
-    return await deferral.apply_or_defer(wheel.version, by, args.get("force") is True, install_now)
+    return install_now
 
 
 async def _install_checked(

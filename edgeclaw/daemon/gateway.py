@@ -15,6 +15,7 @@ from edgeclaw.tools.automation.gateway import GatewayHooks
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from edgeclaw.admin.update_defer import UpdateDeferral
     from edgeclaw.config.schema import Config
     from edgeclaw.daemon.runtime import Runtime
 
@@ -48,7 +49,9 @@ def attach_daemon(runtime: Runtime, hooks: GatewayHooks, status: Any, restart: A
         runtime.audit,
         lambda: runtime.config.gateway.update_defer_max_s,
     )
+    deferral.on_change = runtime.status_changed  # deferred, applied, given up: the status at once
     runtime.on_close(deferral.aclose)
+    resume_deferral(runtime, deferral, restart)
 
     async def update(args: dict[str, Any], by: str) -> dict[str, Any]:
         from edgeclaw.admin.update import apply_update  # checking and installing wheels: on first use
@@ -79,3 +82,21 @@ def attach_daemon(runtime: Runtime, hooks: GatewayHooks, status: Any, restart: A
         return report
 
     hooks.offer_update = offer
+
+
+def resume_deferral(runtime: Runtime, deferral: UpdateDeferral, restart: Any) -> None:
+    """A deferred update an earlier run kept: taken over now (the status shows it from the first
+    publish), checked again and waiting for the lock once the channels are up (its events reach
+    them). Without one, a start reads the marker and nothing of the update code."""
+    if deferral.kept_at_start() is None:
+        return
+
+    def resume() -> None:
+        kept = deferral.left_to_resume()
+        if kept is None or deferral.expire_if_late(kept):
+            return  # replaced or superseded by an update since the start, or too late
+        from edgeclaw.admin.update import resume_update
+
+        resume_update(runtime, kept, restart, deferral)
+
+    runtime.on_ready(resume)

@@ -125,6 +125,8 @@ def mqtt_service(runtime: Runtime) -> MqttChannel:
         # The device's own key (state_dir/device.key): everything it publishes is signed with it.
         signer=DeviceSigner(runtime.state_dir, v5=runtime.config.mqtt.protocol == "5"),
     )
+    # A deferred update, a confirmed trial: the retained status changes at once, not at the next telemetry.
+    runtime.on_status_change(channel.reporter.refresh_status)
     attach_peers(runtime, channel)
     mqtt = runtime.config.mqtt
     if mqtt.discovery and mqtt.homeassistant_entities and runtime.hardware is not None:

@@ -6,7 +6,8 @@ policy, limits and scrubbing, because both are built here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
     from edgeclaw.tools.mcp.setup import McpBridge
 
 T = TypeVar("T")
+
+log = logging.getLogger("edgeclaw.runtime")
 
 
 class StateDatabase:
@@ -114,6 +117,9 @@ class Runtime:
     # STATE/local: the context files, memory and skills only the administrator writes
     # (`daemon.local_dir`); None when callers' tools could write there.
     local: Workspace | None = None
+    # Told when what the retained status shows may have changed (an update deferred or given up, a
+    # trial confirmed): the channels that publish a status register their refresh (`on_status_change`).
+    status_listeners: list[Callable[[], None]] = field(default_factory=list)
 
     @property
     def state(self) -> StateStore:
@@ -157,6 +163,17 @@ class Runtime:
 
     def on_close(self, closer: CloseStep) -> None:
         self.lifecycle.on_close(closer)
+
+    def on_status_change(self, listener: Callable[[], None]) -> None:
+        self.status_listeners.append(listener)
+
+    def status_changed(self) -> None:
+        """The facts of the retained status changed: each channel republishes it if it differs."""
+        for listener in list(self.status_listeners):
+            try:
+                listener()
+            except Exception:  # the status is told late; what changed it goes on
+                log.exception("telling a channel the status changed failed")
 
     async def aclose(self) -> None:
         """Run the release steps, newest first; the state database is closed last."""

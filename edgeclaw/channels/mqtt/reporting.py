@@ -148,12 +148,14 @@ class Reporter:
         """After each connect: status online, discovery, a first telemetry, then the outbox backlog."""
         self._online_since = round(time.time(), 3)
         status = self._online_status()
+        # Set before the publish: a refresh while it is on its way compares with what it sends.
+        self._status_sent = status
         try:
             await self.connection.publish(self.topics.status, self._encode_status(status), retain=True)
-            self._status_sent = status
             if self.config.discovery:
                 await self.connection.publish(self.topics.discovery, self._discovery_payload(), retain=True)
         except PublishFailed as e:
+            self._status_sent = None  # the next connect announces it again
             log.warning("could not announce the device: %s", e)
             return
         self.sender.on_connect()
@@ -190,11 +192,19 @@ class Reporter:
             # subscribes later. Not stored while offline: the next connect sends fresh ones.
             health = encode({**snapshot, "device": self.device_id})
             self._spawn(self._publish_retained(self.topics.health, health))
-            status = self._online_status()
-            if self._status_sent is not None and status != self._status_sent:
-                # A provider became reachable, an MCP server went down, an address changed.
-                self._status_sent = status
-                self._spawn(self._publish_retained(self.topics.status, self._encode_status(status)))
+            self.refresh_status()
+
+    def refresh_status(self) -> None:
+        """The retained status published again if its facts differ from the last one sent (a provider
+        became reachable, an MCP server went down, an address changed, an update was deferred): at
+        each telemetry, and when the daemon says they changed. Only while connected: the next connect
+        announces it anyway."""
+        if not self.connection.connected or self._status_sent is None:
+            return
+        status = self._online_status()
+        if status != self._status_sent:
+            self._status_sent = status
+            self._spawn(self._publish_retained(self.topics.status, self._encode_status(status)))
 
     async def _publish_retained(self, topic: str, payload: bytes) -> None:
         try:

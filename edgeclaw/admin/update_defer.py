@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgeclaw.errors import ToolError
 from edgeclaw.records import dataclass
+from edgeclaw.store.durable import replace_durably
 from edgeclaw.tasks import TaskSet
 
 if TYPE_CHECKING:
@@ -339,19 +340,9 @@ class UpdateDeferral:
         self._changed()
 
     def _write_file(self, path: Path, data: bytes) -> None:
-        """Written whole or not at all, across a power cut too: fsync'd, renamed, the directory fsync'd."""
+        """Written whole or not at all, across a power cut too."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".new")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)  # the rename itself made durable
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        replace_durably(path, data, mode=0o644)
 
     def _changed(self) -> None:
         if self.on_change is not None:

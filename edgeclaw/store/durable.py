@@ -21,11 +21,10 @@ def replace_durably(path: Path, data: bytes, mode: int = 0o600) -> None:
     with contextlib.suppress(OSError):
         mode = path.stat().st_mode & 0o777
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with os.fdopen(fd, "wb") as f:  # a file object writes all of `data` (os.write may stop short)
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
     fsync_dir(path.parent)
 

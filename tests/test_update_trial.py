@@ -122,6 +122,7 @@ def _daemon(window: float, channel: Channel) -> tuple[Any, list[str]]:
     daemon._entered = [channel]
     daemon.restart_reason = None
     daemon.health_deadline_s = 5.0
+    daemon.runtime = None  # no channels to tell of the verdict
     daemon.health_window_s = window
     verdicts: list[str] = []
     daemon.on_ready = lambda: verdicts.append("kept")

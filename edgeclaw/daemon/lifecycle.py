@@ -149,9 +149,8 @@ class Daemon:
                 return
         if self.on_ready is not None:
             self.on_ready()
-        runtime = getattr(self, "runtime", None)
-        if runtime is not None:
-            runtime.status_changed()  # a trial confirmed: the status's `update` goes `trying` -> `idle`
+        if self.runtime is not None:
+            self.runtime.status_changed()  # a trial confirmed: the status's `update` goes `trying` -> `idle`
 
     def _unhealthy(self, why: str) -> None:
         log.error("%s", why)

@@ -378,6 +378,12 @@ class PageServer:
         status, _, raw = self.request(method, path, json.dumps(body) if body is not None else b"", headers)
         return status, json.loads(raw)
 
+    def rows(self, state: str = "") -> dict[str, dict[str, Any]]:
+        """The device list's rows (in `state`, when given: online, offline, ...), by device."""
+        status, body = self.api("GET", f"/api/devices?state={state}&limit=1000")
+        assert status == 200, body
+        return {row["device"]: row for row in body["rows"]}
+
     def login(self, secret: str = PASSWORD) -> tuple[str, str]:
         """(the session cookie, its CSRF token)."""
         status, headers, _ = self.request(

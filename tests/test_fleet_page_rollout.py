@@ -49,10 +49,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, broker: Mosquitto) -> Iterat
 @pytest.fixture(scope="module")
 def page(tmp_path_factory: pytest.TempPathFactory, broker: Mosquitto, fleet: Fleet) -> Iterator[PageServer]:
     server = PageServer(tmp_path_factory.mktemp("page"), broker.port)
-    deadline = time.monotonic() + 60
-    while len(server.api("GET", "/api/devices?state=online")[1]["rows"]) < SIZE:
-        assert time.monotonic() < deadline, "the fleet never came online on the page"
-        time.sleep(0.2)
+    fleet.until(lambda: len(server.rows("online")) == SIZE, "the fleet online on the page", 60)
     yield server
     server.stop()
 

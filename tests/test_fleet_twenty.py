@@ -49,16 +49,12 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, broker: Mosquitto) -> Iterat
 def page(tmp_path_factory: pytest.TempPathFactory, broker: Mosquitto, fleet: Fleet) -> Iterator[PageServer]:
     server = PageServer(tmp_path_factory.mktemp("page"), broker.port, broadcast_wait_s=30.0)
     try:
-        fleet.until(lambda: len(online(server)) == SIZE, "all twenty devices online on the page", WAIT_S)
+        fleet.until(
+            lambda: len(server.rows("online")) == SIZE, "all twenty devices online on the page", WAIT_S
+        )
         yield server
     finally:
         server.stop()
-
-
-def online(page: PageServer) -> set[str]:
-    status, body = page.api("GET", "/api/devices?state=online&limit=100")
-    assert status == 200, body
-    return {row["device"] for row in body["rows"]}
 
 
 def broadcast_answered_by_all(page: PageServer, fleet: Fleet) -> None:
@@ -103,14 +99,16 @@ def test_devices_killed_are_seen_offline_through_their_last_will(page, fleet):
         if daemon.device in KILLED:
             daemon.kill()  # SIGKILL: no goodbye; the broker publishes each one's Will
     killed_at = time.monotonic()
-    fleet.until(lambda: online(page) == set(fleet.devices) - set(KILLED), "the killed devices offline", 30)
+    fleet.until(
+        lambda: set(page.rows("online")) == set(fleet.devices) - set(KILLED), "the killed devices offline", 30
+    )
     assert time.monotonic() - killed_at < 30
     _, body = page.api("GET", "/api/devices?state=offline&limit=100")
     assert {row["device"] for row in body["rows"]} == set(KILLED)
     for daemon in fleet.daemons:
         if daemon.device in KILLED:
             daemon.start()
-    fleet.until(lambda: len(online(page)) == SIZE, "the killed devices back online", WAIT_S)
+    fleet.until(lambda: len(page.rows("online")) == SIZE, "the killed devices back online", WAIT_S)
 
 
 def test_a_broker_killed_and_started_again_is_recovered_by_the_fleet_and_the_page(page, fleet, broker):

@@ -108,17 +108,11 @@ def page(tmp_path_factory: pytest.TempPathFactory, broker: Mosquitto, fleet: Fle
     server = PageServer(tmp_path_factory.mktemp("page"), broker.port, admin=True, call_timeout_s=60.0)
     try:
         fleet.until(
-            lambda: len(rows(server, "online")) == SIZE, "all twenty devices online on the page", WAIT_S
+            lambda: len(server.rows("online")) == SIZE, "all twenty devices online on the page", WAIT_S
         )
         yield server
     finally:
         server.stop()
-
-
-def rows(page: PageServer, state: str = "") -> dict[str, dict[str, Any]]:
-    status, body = page.api("GET", f"/api/devices?state={state}&limit=100")
-    assert status == 200, body
-    return {row["device"]: row for row in body["rows"]}
 
 
 def roll_out(page: PageServer, fleet: Fleet, release: dict[str, Any], **plan: Any) -> dict[str, Any]:
@@ -161,7 +155,7 @@ def test_the_canary_catches_a_release_that_does_not_start_and_the_rollout_halts(
     # The page's table: the canary on the new version, the broken device back on the old one, every
     # other device untouched.
     def settled() -> dict[str, dict[str, Any]] | None:
-        table = rows(page, "online")
+        table = page.rows("online")
         ok = len(table) == SIZE and table[BROKEN]["update"] == "idle"
         return table if ok and table[GOOD_CANARY]["version"] == release["version"] else None
 
@@ -223,7 +217,7 @@ def test_a_group_is_updated_in_waves_from_the_page_and_each_keeps_the_new_versio
     assert view["waves"] == 2 and view["kind"] == "update", view
 
     def on_new_version() -> dict[str, dict[str, Any]] | None:
-        table = rows(page, "online")
+        table = page.rows("online")
         return table if all(table[d]["version"] == release["version"] for d in PILOT) else None
 
     table = fleet.until(on_new_version, "the pilot group on the new version", WAIT_S)
